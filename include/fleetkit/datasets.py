@@ -1,0 +1,185 @@
+"""The toolkit's datasets (design.md): schemas, layout and atomic writes.
+
+Layout under a data root (a local folder or any URI pyarrow understands, e.g. s3://bucket/x):
+
+    <root>/<dataset>/cluster=<cluster>/date=<YYYY-MM-DD>/part-<time>-<id>.parquet
+
+Every row also carries `cluster` and `observed_at` (UTC), so readers that look files up
+recursively (Spark's recursiveFileLookup) lose nothing. A collection's files are first written
+under names starting with `_tmp-` (ignored by every reader: Spark and the jobs skip files whose
+names start with _ or .) and renamed into place only when every dataset of the collection was
+written, so a failed collection leaves no partial rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+log = logging.getLogger(__name__)
+
+TS = pa.timestamp("us", tz="UTC")
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "offsets_snapshots": pa.schema([
+        ("cluster", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS),
+        ("committed_offset", pa.int64()), ("log_start_offset", pa.int64()),
+        ("log_end_offset", pa.int64()), ("group_state", pa.string()),
+        ("assigned", pa.bool_()), ("member_client_id", pa.string()), ("member_host", pa.string()),
+    ]),
+    "partition_state": pa.schema([
+        ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("observed_at", TS), ("leader", pa.int32()), ("isr", pa.list_(pa.int32())),
+        ("leader_epoch", pa.int32()), ("controller_epoch", pa.int32()), ("source", pa.string()),
+    ]),
+    "group_coordinators": pa.schema([
+        ("cluster", pa.string()), ("group", pa.string()), ("observed_at", TS),
+        ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),
+        ("members", pa.int32()),
+    ]),
+}
+
+GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def iso_z(ts: dt.datetime | None) -> str | None:
+    """ISO-8601 UTC with a trailing Z (the toolkit's JSON timestamp format)."""
+    if ts is None:
+        return None
+    return ts.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class DataRoot:
+    """A data root folder or URI, with the filesystem that serves it."""
+
+    def __init__(self, root: str | os.PathLike):
+        root = str(root)
+        if "://" in root:
+            self.fs, self.path = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.path = pafs.LocalFileSystem(), os.path.abspath(root)
+        self.uri = root
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.path.rstrip("/"), *parts])
+
+    def partition_dir(self, dataset: str, cluster: str, day: dt.date) -> str:
+        return self.join(dataset, f"cluster={cluster}", f"date={day.isoformat()}")
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_json(self, path: str, default=None):
+        if not self.exists(path):
+            return default
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read().decode("utf-8"))
+
+    def write_json_atomic(self, path: str, doc) -> None:
+        parent, name = path.rsplit("/", 1)
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/_tmp-{uuid.uuid4().hex}-{name}"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
+        self.fs.move(tmp, path)
+
+    def files(self, dataset: str, cluster: str | None = None) -> list[str]:
+        """Committed data files of a dataset (temporary and hidden files skipped)."""
+        base = self.join(dataset) if cluster is None else self.join(dataset, f"cluster={cluster}")
+        if not self.exists(base):
+            return []
+        sel = pafs.FileSelector(base, recursive=True)
+        return sorted(i.path for i in self.fs.get_file_info(sel)
+                      if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith(("_", ".")))
+
+
+def table_from_rows(dataset: str, rows: list[Mapping]) -> pa.Table:
+    schema = SCHEMAS[dataset]
+    cols = {name: [r.get(name) for r in rows] for name in schema.names}
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+@dataclass
+class WriteResult:
+    files: dict[str, str]
+    rows: dict[str, int]
+
+
+def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
+                     rows: Mapping[str, list[Mapping]]) -> WriteResult:
+    """Write one collection's rows (dataset -> rows) all-or-nothing.
+
+    Every dataset's file is staged under a `_tmp-` name first; only when all are written are
+    they renamed into place. On any failure the staged files are removed and nothing is visible.
+    """
+    day = observed_at.astimezone(dt.timezone.utc).date()
+    stamp = observed_at.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    batch = uuid.uuid4().hex[:12]
+    staged: list[tuple[str, str, str]] = []
+    try:
+        for dataset, drows in rows.items():
+            table = table_from_rows(dataset, list(drows))
+            folder = root.partition_dir(dataset, cluster, day)
+            root.fs.create_dir(folder, recursive=True)
+            final = f"{folder}/part-{stamp}-{batch}.parquet"
+            tmp = f"{folder}/_tmp-{stamp}-{batch}.parquet"
+            pq.write_table(table, tmp, filesystem=root.fs, compression="zstd")
+            staged.append((dataset, tmp, final))
+    except BaseException:
+        for _, tmp, _ in staged:
+            try:
+                root.fs.delete_file(tmp)
+            except OSError:
+                pass
+        raise
+    for _, tmp, final in staged:
+        root.fs.move(tmp, final)
+    return WriteResult(files={d: f for d, _, f in staged}, rows={d: len(r) for d, r in rows.items()})
+
+
+def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None) -> pa.Table:
+    """All committed rows of a dataset (for tests, small reports and the CLI; Spark reads at scale)."""
+    files = root.files(dataset, cluster)
+    if not files:
+        return SCHEMAS[dataset].empty_table()
+    tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset]) for f in files]
+    return pa.concat_tables(tables)
+
+
+def prune(root: DataRoot, dataset: str, cluster: str, keep_days: int, today: dt.date | None = None) -> list[str]:
+    """Remove date partitions older than keep_days. Returns the removed folders."""
+    today = today or utcnow().date()
+    base = root.join(dataset, f"cluster={cluster}")
+    if not root.exists(base):
+        return []
+    removed = []
+    for info in root.fs.get_file_info(pafs.FileSelector(base)):
+        name = os.path.basename(info.path)
+        if info.type != pafs.FileType.Directory or not name.startswith("date="):
+            continue
+        try:
+            day = dt.date.fromisoformat(name[5:])
+        except ValueError:
+            continue
+        if (today - day).days > keep_days:
+            root.fs.delete_dir(info.path)
+            removed.append(info.path)
+    return removed
+
+
+def iter_rows(table: pa.Table) -> Iterable[dict]:
+    return table.to_pylist()

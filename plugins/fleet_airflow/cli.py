@@ -1,0 +1,257 @@
+"""fleetctl: the toolkit's operator CLI, for incident shells and the lab (outside Airflow).
+
+Connection ids resolve the way Airflow resolves them: AIRFLOW_CONN_<ID> environment variables,
+then the Airflow metadata database (the project's .airflow/ when run from this repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from fleetkit.errors import FleetError
+
+log = logging.getLogger("fleetctl")
+
+
+def _airflow_context() -> None:
+    """Before Airflow is imported: project settings, and the server-side secrets chain.
+
+    Outside a task, Airflow's connection lookup only reads environment variables unless told it
+    runs server-side; fleetctl is an operator tool next to the metadata database, so it asks for
+    the server chain (environment variables, then the metadata database).
+    """
+    from fleet_airflow.settings import load_airflow_env
+
+    load_airflow_env()
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+
+
+# -- lab -------------------------------------------------------------------------------------
+def _lab(args):
+    from fleetkit.lab import Lab, LabSpec
+
+    if args.lab_dir:
+        spec = LabSpec.load(os.path.abspath(args.lab_dir))
+    else:
+        spec = LabSpec()
+    if args.zk_port:
+        spec.zk_port = args.zk_port
+    if args.broker_port:
+        spec.broker_base_port = args.broker_port
+    return Lab(spec)
+
+
+def cmd_lab_up(args) -> int:
+    lab = _lab(args)
+    t = time.monotonic()
+    print(f"starting lab {lab.spec.name} in {lab.spec.path} ...", flush=True)
+    lab.up()
+    print(f"lab up in {time.monotonic() - t:.0f}s: ZooKeeper {lab.spec.zk_hosts}{lab.spec.chroot}, "
+          f"brokers {lab.spec.bootstrap}")
+    return 0
+
+
+def cmd_lab_down(args) -> int:
+    for line in _lab(args).down():
+        print(line)
+    return 0
+
+
+def cmd_lab_status(args) -> int:
+    rows = _lab(args).status()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            state = "answering" if r["answering"] else ("running, not answering" if r["running"] else "stopped")
+            pid = f"pid {r['pid']}" if r["pid"] else "-"
+            print(f"{r['component']:<10} {r['address']:<24} {pid:<12} {state}")
+    return 0 if all(r["answering"] for r in rows) else 3
+
+
+def cmd_lab_stop_broker(args) -> int:
+    print(f"broker {args.broker}: {_lab(args).stop_broker(args.broker)}")
+    return 0
+
+
+def cmd_lab_start_broker(args) -> int:
+    _lab(args).start_broker(args.broker)
+    print(f"broker {args.broker}: answering")
+    return 0
+
+
+def cmd_lab_env(args) -> int:
+    for k, v in _lab(args).spec.connection_env().items():
+        print(f"export {k}='{v}'")
+    return 0
+
+
+def cmd_lab_traffic(args) -> int:
+    lab = _lab(args)
+    if args.action == "start":
+        print(f"traffic running (pid {lab.start_traffic(args.rate)}), log {lab.spec.path / 'logs' / 'traffic.out'}")
+    else:
+        print(f"traffic: {lab.stop_traffic()}")
+    return 0
+
+
+# -- airflow ---------------------------------------------------------------------------------
+def cmd_airflow(args) -> int:
+    from fleet_airflow import services
+
+    if args.action == "env":
+        print(f"wrote {services.ensure_env_file()}")
+    elif args.action == "up":
+        print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
+        services.up()
+        print(f"Airflow UI: http://{services.API_HOST}:{services.API_PORT}  "
+              f"(user admin, password {services.passwords().get('admin', '?')})")
+    elif args.action == "down":
+        for line in services.down():
+            print(line)
+    elif args.action == "status":
+        for r in services.status():
+            print(f"{r['component']:<14} {'pid ' + str(r['pid']) if r['pid'] else 'stopped'}")
+        print(f"api-server healthy: {services.api_healthy()}")
+    return 0
+
+
+def cmd_trigger(args) -> int:
+    from fleet_airflow import services
+
+    dag_id = args.dag_id
+    deadline = time.monotonic() + args.timeout
+    while True:  # the dag-processor may not have parsed the DAG yet
+        try:
+            services.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            break
+        except Exception as e:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                print(f"error: DAG {dag_id!r} not available in Airflow: {e}", file=sys.stderr)
+                return 2
+            time.sleep(2)
+    conf = json.loads(args.conf) if args.conf else {}
+    failed = 0
+    for i in range(args.times):
+        run = services.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+        run_id = run["dag_run_id"]
+        print(f"triggered {dag_id} run {run_id}", flush=True)
+        if not args.wait:
+            continue
+        while True:
+            state = services.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                break
+            if time.monotonic() > deadline:
+                print(f"error: run {run_id} still {state} after {args.timeout}s", file=sys.stderr)
+                return 2
+            time.sleep(2)
+        print(f"  {run_id}: {state}", flush=True)
+        failed += state != "success"
+        if i + 1 < args.times and args.interval:
+            time.sleep(args.interval)
+    return 1 if failed else 0
+
+
+# -- collect ---------------------------------------------------------------------------------
+def cmd_collect(args) -> int:
+    _airflow_context()
+    from fleetkit.fleet import load_fleet
+
+    from fleet_airflow import clusters, settings
+
+    fleet = load_fleet(args.fleet or settings.fleet_file())
+    names = fleet.names if args.cluster == "all" else [args.cluster]
+    failed = 0
+    for name in names:
+        cluster = fleet.cluster(name)
+        try:
+            res = clusters.collect(cluster, args.out or settings.data_root(), settings.retention_days())
+        except FleetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(res.summary())
+        for p in res.problems:
+            print(f"  problem: {p}")
+    print(f"datasets under {os.path.abspath(args.out or settings.data_root())}")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetctl", description="Kafka fleet maintenance toolkit")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    lab = sub.add_parser("lab", help="the lab fleet: Kafka 0.9.0.1 + ZooKeeper on loopback")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True)
+
+    def lab_opts(sp):
+        sp.add_argument("--lab-dir", help="lab folder (default: .lab in the repository)")
+        sp.add_argument("--zk-port", type=int, help="ZooKeeper port (default 22181, or the lab's saved one)")
+        sp.add_argument("--broker-port", type=int, help="first broker's port; broker N listens on it + N "
+                                                        "(default 29092, or the lab's saved one)")
+
+    for name, fn, hlp in (("up", cmd_lab_up, "start ZooKeeper and 3 brokers; return when all answer"),
+                          ("down", cmd_lab_down, "stop everything by PID"),
+                          ("status", cmd_lab_status, "what runs where"),
+                          ("env", cmd_lab_env, "print the AIRFLOW_CONN_* exports for the lab")):
+        sp = lab_sub.add_parser(name, help=hlp)
+        lab_opts(sp)
+        if name == "status":
+            sp.add_argument("--json", action="store_true")
+        sp.set_defaults(func=fn)
+    for name, fn, hlp in (("stop-broker", cmd_lab_stop_broker, "stop one broker (SIGTERM, then SIGKILL)"),
+                          ("start-broker", cmd_lab_start_broker, "start one broker again")):
+        sp = lab_sub.add_parser(name, help=hlp)
+        lab_opts(sp)
+        sp.add_argument("broker", type=int)
+        sp.set_defaults(func=fn)
+
+    sp = lab_sub.add_parser("traffic", help="demo traffic: healthy groups, a poison record, a stopped group")
+    lab_opts(sp)
+    sp.add_argument("action", choices=["start", "stop"])
+    sp.add_argument("--rate", type=float, default=20.0, help="records/s per topic")
+    sp.set_defaults(func=cmd_lab_traffic)
+
+    a = sub.add_parser("airflow", help="the project's Airflow (api-server, scheduler, dag-processor, triggerer)")
+    a.add_argument("action", choices=["env", "up", "down", "status"])
+    a.set_defaults(func=cmd_airflow)
+
+    t = sub.add_parser("trigger", help="trigger a DAG through the Airflow REST API")
+    t.add_argument("dag_id")
+    t.add_argument("--conf", help="run conf as JSON")
+    t.add_argument("--times", type=int, default=1)
+    t.add_argument("--interval", type=float, default=0, help="seconds between runs")
+    t.add_argument("--wait", action="store_true", help="wait for each run to finish")
+    t.add_argument("--timeout", type=float, default=600)
+    t.set_defaults(func=cmd_trigger)
+
+    c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
+    c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
+    c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    c.set_defaults(func=cmd_collect)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except FleetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

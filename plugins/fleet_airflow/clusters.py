@@ -1,0 +1,84 @@
+"""From a fleet-file cluster to connected readers, through the cluster's Airflow connections.
+
+The one place that turns a `fleetkit.fleet.Cluster` into hooks: operators and fleetctl both use
+it, so a connection id resolves the same way everywhere (AIRFLOW_CONN_<ID> variables, the
+metadata database, or any configured secrets backend).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from typing import Iterator
+
+from fleetkit.collect import CollectionResult, collect_and_write
+from fleetkit.datasets import DataRoot
+from fleetkit.errors import ClusterUnreachable, FleetConfigError
+from fleetkit.fleet import Cluster
+from fleetkit.kafka import KafkaCluster
+from fleetkit.zookeeper import ZooKeeperCluster
+
+log = logging.getLogger(__name__)
+
+
+def _missing_connection(conn_id: str, cluster: Cluster, what: str, exc: Exception) -> FleetConfigError:
+    return FleetConfigError(
+        f"cluster {cluster.name!r}: {what} connection {conn_id!r} is not defined ({exc}). Define it as "
+        f"AIRFLOW_CONN_{conn_id.upper()} or in Airflow (Admin > Connections)")
+
+
+def kafka_for(cluster: Cluster, timeout: float = 15.0) -> KafkaCluster:
+    from airflow.exceptions import AirflowNotFoundException
+
+    from fleet_airflow.hooks.kafka_cluster import KafkaClusterHook
+
+    hook = KafkaClusterHook(cluster.kafka_conn_id, cluster_name=cluster.name,
+                            kafka_version=cluster.kafka_version, timeout=timeout)
+    try:
+        return hook.get_conn
+    except AirflowNotFoundException as e:
+        raise _missing_connection(cluster.kafka_conn_id, cluster, "Kafka", e) from None
+
+
+def zookeeper_for(cluster: Cluster) -> ZooKeeperCluster | None:
+    if cluster.zookeeper is None:
+        return None
+    from airflow.exceptions import AirflowNotFoundException
+
+    from fleet_airflow.hooks.zookeeper import ZooKeeperHook
+
+    hook = ZooKeeperHook(cluster.zookeeper.conn_id, chroot=cluster.zookeeper.chroot, cluster_name=cluster.name)
+    try:
+        return hook.get_conn()
+    except AirflowNotFoundException as e:
+        raise _missing_connection(cluster.zookeeper.conn_id, cluster, "ZooKeeper", e) from None
+
+
+@contextmanager
+def connected(cluster: Cluster) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster | None]]:
+    kafka = kafka_for(cluster)
+    zk = zookeeper_for(cluster)
+    try:
+        if zk is not None:
+            zk.start()
+        yield kafka, zk
+    finally:
+        if zk is not None:
+            zk.stop()
+        kafka.close()
+
+
+def collect(cluster: Cluster, data_root: str, retention_days: int = 30) -> CollectionResult:
+    """Collect one cluster into the datasets under data_root (all or nothing)."""
+    root = DataRoot(data_root)
+    try:
+        with connected(cluster) as (kafka, zk):
+            return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days)
+    except ClusterUnreachable:
+        raise
+    except FleetConfigError:
+        raise
+    except Exception as e:
+        # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
+        raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
+                                 f"{type(e).__name__}: {e}") from e

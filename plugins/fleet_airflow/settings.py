@@ -1,0 +1,54 @@
+"""Where things are: the repository, the Airflow home, the fleet file and the data root.
+
+Environment variables (all optional):
+  FLEET_HOME       the repository root (default: found from this file)
+  FLEET_FILE       the fleet file (default: include/fleets/lab.yaml)
+  FLEET_DATA_ROOT  the data root, a folder or a Spark/pyarrow URI (default: FLEET_HOME/data)
+  FLEET_RETENTION_DAYS  days of dataset partitions to keep (default 30)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
+
+
+def fleet_file() -> str:
+    return os.environ.get("FLEET_FILE") or str(REPO_ROOT / "include" / "fleets" / "lab.yaml")
+
+
+def data_root() -> str:
+    return os.environ.get("FLEET_DATA_ROOT") or str(REPO_ROOT / "data")
+
+
+def retention_days() -> int:
+    return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
+
+
+def airflow_env_file() -> Path:
+    return REPO_ROOT / ".airflow" / "airflow.env"
+
+
+def load_airflow_env() -> None:
+    """Make this process see the same Airflow as the project's servers.
+
+    Loads the generated .airflow/airflow.env (secrets, connection variables) without overriding
+    anything already set, and points AIRFLOW_HOME / AIRFLOW_CONFIG at the project's.
+    """
+    os.environ.setdefault("FLEET_HOME", str(REPO_ROOT))
+    os.environ.setdefault("AIRFLOW_HOME", str(REPO_ROOT / ".airflow"))
+    os.environ.setdefault("AIRFLOW_CONFIG", str(REPO_ROOT / "airflow.cfg"))
+    env_file = airflow_env_file()
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            line = line.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, value = line.split("=", 1)
+            key = key.removeprefix("export ").strip()
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+            os.environ.setdefault(key, value)
