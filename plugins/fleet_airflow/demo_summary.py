@@ -1,0 +1,38 @@
+"""Print where to look after `make demo`: the UI, the login, the datasets and what they hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fleetkit.datasets import SCHEMAS, DataRoot, read_dataset
+
+from fleet_airflow import services, settings
+
+
+def main() -> None:
+    root = DataRoot(settings.data_root())
+    pw = services.passwords()
+    print()
+    print("=" * 72)
+    print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
+    print(f"login          admin / {pw.get('admin', '(see .airflow/simple_auth_manager_passwords.json.generated)')}")
+    print(f"DAG            fleet_maintenance (every 5 minutes; triggered 3 times now)")
+    print(f"datasets       {root.uri}")
+    for name in SCHEMAS:
+        files = root.files(name)
+        print(f"  {name:<20} {len(files)} file(s)")
+    snaps = read_dataset(root, "offsets_snapshots", "lab")
+    if snaps.num_rows:
+        latest = snaps.filter(snaps["observed_at"] == max(snaps["observed_at"].to_pylist()))
+        states = Counter((r["group"], r["group_state"]) for r in latest.to_pylist())
+        print("latest collection of cluster lab:")
+        for (group, state), n in sorted(states.items()):
+            rows = [r for r in latest.to_pylist() if r["group"] == group]
+            lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
+            print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
+    print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
+    print("=" * 72)
+
+
+if __name__ == "__main__":
+    main()

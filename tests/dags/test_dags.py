@@ -1,0 +1,83 @@
+"""DAG tests: the DagBag loads cleanly; fleet_maintenance runs end to end against the lab."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetkit.datasets import DataRoot, read_dataset
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+def test_dagbag_has_no_import_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert "fleet_maintenance" in dagbag.dag_ids
+    for dag_id in dagbag.dag_ids:
+        dag = dagbag.get_dag(dag_id)
+        assert dag.doc_md and len(dag.doc_md) > 200, f"{dag_id} needs doc_md"
+
+
+def test_fleet_maintenance_schedule(dagbag):
+    dag = dagbag.get_dag("fleet_maintenance")
+    assert dag.schedule == "*/5 * * * *"
+    assert dag.catchup is False
+
+
+def _states(dr):
+    return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+
+
+def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
+    from fleetkit.lab_traffic import commit, produce, wait_topic
+
+    topic, group = unique("dagtopic"), unique("dag-group")
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 6, 1: 0, 2: 1})
+    commit(lab.bootstrap, group, {(topic, 0): 6, (topic, 2): 0})
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet["clusters"][0]["groups"] = [group]
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet))
+    data = tmp_path / "data"
+
+    dag = dagbag.get_dag("fleet_maintenance")
+    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data)})
+    assert dr.state == "success", _states(dr)
+    assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success"}
+    rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
+    assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
+
+
+def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("AIRFLOW_CONN_DOWN_KAFKA",
+                       json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9",
+                                                                   "socket.connection.setup.timeout.ms": 2000}}))
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet["clusters"].append({"name": "down", "kafka_version": "0.9.0.1", "kafka_conn_id": "down_kafka"})
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet))
+    data = tmp_path / "data"
+
+    dag = dagbag.get_dag("fleet_maintenance")
+    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data)})
+    states = _states(dr)
+    assert states[("collect", 0)] == "success"   # labtest
+    assert states[("collect", 1)] == "failed"    # down
+    assert dr.state == "failed"
+    root = DataRoot(data)
+    assert root.files("offsets_snapshots", "labtest") and not root.files("offsets_snapshots", "down")
+    # the task's failure names the cluster and its bootstrap servers (dag.test logs in-process)
+    out, err = capfd.readouterr()
+    assert "cluster 'down' (bootstrap servers 127.0.0.1:9) did not answer" in out + err
