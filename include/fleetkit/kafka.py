@@ -20,7 +20,8 @@ from fleetkit.errors import ClusterUnreachable
 log = logging.getLogger(__name__)
 
 #: Log lines librdkafka prints against 0.9 brokers that mean nothing (kafka-facts.md).
-_HARMLESS = ("Protocol parse failure for Metadata v0", "is deprecated: **Post-deprecation actions")
+_HARMLESS = ("Protocol parse failure for Metadata v0", "is deprecated: **Post-deprecation actions",
+             "tmpabuf memory shortage")
 
 # confluent-kafka's ConsumerGroupState names -> Kafka's own names (design.md)
 _STATE_NAMES = {

@@ -23,11 +23,13 @@ def main() -> None:
         print(f"  {name:<20} {len(files)} file(s)")
     snaps = read_dataset(root, "offsets_snapshots", "lab")
     if snaps.num_rows:
-        latest = snaps.filter(snaps["observed_at"] == max(snaps["observed_at"].to_pylist()))
-        states = Counter((r["group"], r["group_state"]) for r in latest.to_pylist())
-        print("latest collection of cluster lab:")
+        rows_all = snaps.to_pylist()
+        newest = max(r["observed_at"] for r in rows_all)
+        latest = [r for r in rows_all if r["observed_at"] == newest]
+        states = Counter((r["group"], r["group_state"]) for r in latest)
+        print(f"latest collection of cluster lab ({newest:%Y-%m-%d %H:%M:%S} UTC):")
         for (group, state), n in sorted(states.items()):
-            rows = [r for r in latest.to_pylist() if r["group"] == group]
+            rows = [r for r in latest if r["group"] == group]
             lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
             print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
     print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
