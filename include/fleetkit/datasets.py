@@ -42,6 +42,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("observed_at", TS), ("leader", pa.int32()), ("isr", pa.list_(pa.int32())),
         ("leader_epoch", pa.int32()), ("controller_epoch", pa.int32()), ("source", pa.string()),
     ]),
+    "audit": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("record_id", pa.string()),
+        ("dag_id", pa.string()), ("run_id", pa.string()), ("action", pa.string()),
+        ("event", pa.string()), ("actor", pa.string()), ("digest", pa.string()),
+        ("message", pa.string()), ("details", pa.string()),
+    ]),
     "group_coordinators": pa.schema([
         ("cluster", pa.string()), ("group", pa.string()), ("observed_at", TS),
         ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),

@@ -270,5 +270,35 @@ class KafkaCluster:
             out[key] = (start, end, err1 or err2)
         return out
 
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Commit offsets for a group without joining it (the group must have no live members:
+        the coordinator rejects a simple commit for a group that is rebalancing or stable)."""
+        from confluent_kafka import Consumer
+
+        c = Consumer(dict(self.config, **{"group.id": group, "enable.auto.commit": False}))
+        try:
+            res = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                           asynchronous=False)
+        except KafkaException as e:
+            raise ClusterUnreachable(f"cluster {self.name!r}: committing offsets for group {group!r} failed: "
+                                     f"{error_name(e)}") from None
+        finally:
+            c.close()
+        errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res or [] if tp.error is not None]
+        if errors:
+            raise ClusterUnreachable(f"cluster {self.name!r}: commit for group {group!r} failed for {', '.join(errors)}")
+
+    def group_offsets(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """Committed offsets of specific partitions (None: no commit)."""
+        futs = self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])],
+            request_timeout=self.timeout)
+        try:
+            res = next(iter(futs.values())).result()
+        except KafkaException as e:
+            raise ClusterUnreachable(f"cluster {self.name!r}: offsets of group {group!r} not readable: "
+                                     f"{error_name(e)}") from None
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}
+
     def close(self) -> None:
         self._admin = None

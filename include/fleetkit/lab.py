@@ -266,7 +266,8 @@ class Lab:
         while time.monotonic() < deadline:
             if check():
                 return
-            if proc_name and not procs.owned_pid(self._pid_file(proc_name), self.marker):
+            pid = procs.read_pid(self._pid_file(proc_name)) if proc_name else None
+            if proc_name and (pid is None or not procs.pid_alive(pid)):
                 tail = self._tail(self._log_file(proc_name))
                 raise LabError(f"{what}: the process exited; last lines of {self._log_file(proc_name)}:\n{tail}")
             time.sleep(0.3)
@@ -342,6 +343,19 @@ class Lab:
             zk.close()
 
     def up(self, timeout: float = 120) -> None:
+        """Start what is not running; on failure stop what this call started."""
+        before = {r["component"] for r in self.status() if r["running"]}
+        try:
+            self._up(timeout)
+        except BaseException:
+            for i in reversed(range(self.spec.brokers)):
+                if f"broker-{i}" not in before:
+                    self.stop_broker(i, timeout=20)
+            if "zookeeper" not in before:
+                procs.stop(self._pid_file("zookeeper"), self.marker, timeout=20)
+            raise
+
+    def _up(self, timeout: float) -> None:
         home = ensure_kafka_dist()
         self._write_configs()
         self._start_zookeeper(home)

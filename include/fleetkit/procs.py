@@ -48,8 +48,16 @@ def owned_pid(pid_file: Path, marker: str) -> int | None:
     pid = read_pid(pid_file)
     if pid is None or not pid_alive(pid):
         return None
-    if marker and marker not in cmdline(pid):
-        return None
+    if marker:
+        # the Java launcher may re-exec itself right after start: its cmdline reads empty for a
+        # moment, so an empty read is retried before it counts as "not ours"
+        for _ in range(20):
+            line = cmdline(pid)
+            if line or not pid_alive(pid):
+                break
+            time.sleep(0.05)
+        if marker not in line:
+            return None
     return pid
 
 

@@ -1,0 +1,245 @@
+"""The approval gate: plan -> render -> approve -> execute -> verify -> audit, built once.
+
+A runbook DAG gets it with ``approval_gate(action)``, where ``action`` is a ``GateAction``: how to
+plan from the run's params, which preconditions to re-check, how to execute and how to verify.
+
+* The plan is data, stored under the plans folder at a path derived from (DAG, run) and digested
+  (SHA-256 over its canonical JSON). Nothing downstream trusts a value the plan task passes on.
+* ``approve`` is Airflow's ApprovalOperator: subject names the action and the cluster, the body is
+  the plan rendered to Markdown (every cluster-supplied name escaped), with its digest. The
+  approvers are the fleet file's, the timeout (4 h by default) resolves to Reject.
+* ``execute`` takes the decision and the approver from the ApprovalOperator's own XCom, reloads
+  the stored plan, recomputes its digest, refuses if it differs from the approved one or if a
+  precondition no longer holds (naming what changed), then acts.
+* Every step lands in the audit dataset and in the task log. Dry run (the default) stops after
+  the plan is rendered. One destructive runbook at a time per cluster (a lock held from just
+  before execution until verification ends).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+from fleetkit import audit, plans
+from fleetkit.datasets import DataRoot
+from fleetkit.errors import FleetError
+from fleetkit.fleet import Cluster, load_fleet
+from fleetkit.locks import ClusterLock
+from fleetkit.render import render
+
+from fleet_airflow import settings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESPONSE_TIMEOUT = dt.timedelta(hours=4)
+
+
+@dataclass
+class ClusterContext:
+    """What an action gets: the fleet-file cluster and connected readers."""
+
+    cluster: Cluster
+    kafka: Any
+    zk: Any
+
+
+@dataclass(frozen=True)
+class GateAction:
+    """A destructive action. Each callable takes a ClusterContext (plan also the run's params)."""
+
+    name: str
+    plan: Callable[[ClusterContext, dict], dict]
+    check: Callable[[ClusterContext, dict], list[str]]
+    execute: Callable[[ClusterContext, dict], dict]
+    verify: Callable[[ClusterContext, dict], list[str]]
+    details_table: Callable[[dict], dict | None] = lambda plan: None
+
+
+def plans_root(params: dict) -> str:
+    """Plans live beside the datasets (a local folder): <data root>/plans/<dag>/<run>/plan.json."""
+    return os.environ.get("FLEET_PLANS_DIR") or str(Path(params.get("data_root") or settings.data_root()) / "plans")
+
+
+def lock_dir() -> str:
+    return os.environ.get("FLEET_LOCK_DIR") or str(Path(os.environ.get("AIRFLOW_HOME", settings.REPO_ROOT / ".airflow")) / "locks")
+
+
+def _cluster(params: dict) -> Cluster:
+    return load_fleet(params.get("fleet_file") or settings.fleet_file()).cluster(params["cluster"])
+
+
+def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any]) -> Any:
+    from fleet_airflow import clusters
+
+    cluster = _cluster(params)
+    with clusters.connected(cluster) as (kafka, zk):
+        return fn(ClusterContext(cluster, kafka, zk))
+
+
+def render_plan(action: GateAction, plan: dict, digest: str,
+                timeout: dt.timedelta = DEFAULT_RESPONSE_TIMEOUT) -> str:
+    return render("plan.md.j2", plan=plan, digest=digest, details_table=action.details_table(plan),
+                  timeout=_human(timeout))
+
+
+def _human(td: dt.timedelta) -> str:
+    s = int(td.total_seconds())
+    return f"{s // 3600} h" if s % 3600 == 0 and s >= 3600 else f"{s // 60} min" if s % 60 == 0 else f"{s} s"
+
+
+def _audit(params: dict, context, action: str, event: str, **kw) -> dict:
+    return audit.record(DataRoot(params.get("data_root") or settings.data_root()), cluster=params["cluster"],
+                        dag_id=context["dag"].dag_id, run_id=context["run_id"], action=action, event=event, **kw)
+
+
+# -- the approval operator -------------------------------------------------------------------
+class PlanApprovalOperator(ApprovalOperator):
+    """ApprovalOperator showing a stored plan: subject and body are built from the plan file at run
+    time; the digest the approver saw is kept in this task's XCom (key plan_digest)."""
+
+    def __init__(self, *, action: GateAction, **kwargs):
+        kwargs.setdefault("subject", f"Approve {action.name}")
+        kwargs.setdefault("defaults", "Reject")
+        kwargs.setdefault("response_timeout", DEFAULT_RESPONSE_TIMEOUT)
+        super().__init__(**kwargs)
+        self.action = action
+
+    def execute(self, context):
+        params = context["params"]
+        cluster = _cluster(params)
+        plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
+        self.subject = f"{self.action.name} on cluster {cluster.name}: {plan['title']}"[:250]
+        self.body = render_plan(self.action, plan, digest, self.response_timeout or DEFAULT_RESPONSE_TIMEOUT)
+        if cluster.approvers:
+            self.assigned_users = [{"id": a, "name": a} for a in cluster.approvers]
+        context["ti"].xcom_push(key="plan_digest", value=digest)
+        self.log.info("waiting for approval of plan %s (approvers: %s, timeout %s)", digest,
+                      ", ".join(cluster.approvers) or "any user with access", self.response_timeout)
+        return super().execute(context)
+
+    def execute_complete(self, context, event):
+        params = context["params"]
+        chosen = (event.get("chosen_options") or ["?"])[0] if isinstance(event, dict) else "?"
+        user = event.get("responded_by_user") if isinstance(event, dict) else None
+        actor = (user or {}).get("name") or (user or {}).get("id") or ("timeout" if event.get("timedout") else None)
+        digest = context["ti"].xcom_pull(task_ids=self.task_id, key="plan_digest")
+        decided = "approved" if chosen == self.APPROVE else "rejected"
+        _audit(params, context, self.action.name, decided, actor=actor or "unknown", digest=digest,
+               message=f"{chosen} by {actor or 'unknown'}" + (" (no answer before the timeout)" if actor is None else ""))
+        return super().execute_complete(context, event)
+
+
+# -- the factory -----------------------------------------------------------------------------
+def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_RESPONSE_TIMEOUT):
+    """Create the gate's tasks in the current DAG context; returns (first, last) tasks."""
+    from airflow.sdk import task
+
+    @task(task_id="plan")
+    def plan_task(**context) -> dict:
+        params = context["params"]
+        try:
+            plan = _with_cluster(params, lambda ctx: action.plan(ctx, params))
+            plan.update(dag_id=context["dag"].dag_id, run_id=context["run_id"])
+            path, digest = plans.store(plans_root(params), context["dag"].dag_id, context["run_id"], plan)
+        except FleetError as e:
+            raise AirflowFailException(str(e)) from None
+        log.info("plan stored at %s, digest %s\n%s", path, digest, render_plan(action, plan, digest, response_timeout))
+        _audit(params, context, action.name, "planned", digest=digest, message=plan["title"],
+               details={"changes": plan["changes"]})
+        return {"digest": digest, "title": plan["title"], "changes": len(plan["changes"])}
+
+    @task.short_circuit(task_id="dry_run_stop")
+    def dry_run_stop(**context) -> bool:
+        params = context["params"]
+        if params.get("dry_run", True):
+            _, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
+            _audit(params, context, action.name, "dry_run", digest=digest,
+                   message="dry run: plan rendered, nothing executed (trigger again with dry_run false to execute)")
+            log.info("dry run: stopping after the plan; nothing will change")
+            return False
+        return True
+
+    approve = PlanApprovalOperator(task_id="approve", action=action, response_timeout=response_timeout)
+
+    @task(task_id="lock")
+    def lock_task(**context) -> str:
+        params = context["params"]
+        owner = f"{context['dag'].dag_id}/{context['run_id']}"
+        try:
+            ClusterLock(lock_dir(), params["cluster"]).acquire(owner, context["dag"].dag_id, context["run_id"])
+        except FleetError as e:
+            _audit(params, context, action.name, "refused", message=str(e))
+            raise AirflowFailException(str(e)) from None
+        return owner
+
+    @task(task_id="execute")
+    def execute_task(**context) -> dict:
+        params, ti = context["params"], context["ti"]
+        dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        response = ti.xcom_pull(task_ids="approve") or {}
+        approved_digest = ti.xcom_pull(task_ids="approve", key="plan_digest")
+        chosen = response.get("chosen_options") or []
+        user = response.get("responded_by_user") or {}
+        actor = user.get("name") or user.get("id") or "unknown"
+
+        def refuse(msg: str, details: dict | None = None):
+            _audit(params, context, action.name, "refused", actor=actor, digest=approved_digest, message=msg,
+                   details=details)
+            raise AirflowFailException(f"REFUSED, nothing executed: {msg}")
+
+        if chosen != [ApprovalOperator.APPROVE]:
+            refuse(f"the approval task did not answer Approve (answer: {chosen or 'none'})")
+        try:
+            plan, digest_now = plans.load(plans_root(params), dag_id, run_id)
+        except FleetError as e:
+            refuse(str(e))
+        if digest_now != approved_digest:
+            refuse(f"the stored plan changed after approval: approved {approved_digest}, stored plan is now "
+                   f"{digest_now}. Re-run the runbook to plan and approve again.",
+                   {"approved_digest": approved_digest, "stored_digest": digest_now})
+
+        def run(ctx: ClusterContext) -> dict:
+            problems = action.check(ctx, plan)
+            if problems:
+                refuse("preconditions no longer hold: " + "; ".join(problems), {"problems": problems})
+            log.info("preconditions hold; executing %s approved by %s (plan %s)", action.name, actor, digest_now)
+            return action.execute(ctx, plan)
+
+        result = _with_cluster(params, run)
+        _audit(params, context, action.name, "executed", actor=actor, digest=digest_now,
+               message=f"executed, approved by {actor}", details={"result": result, "rollback": plan["rollback"]})
+        return result
+
+    @task(task_id="verify")
+    def verify_task(**context) -> str:
+        params = context["params"]
+        plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
+        problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan))
+        if problems:
+            _audit(params, context, action.name, "verify_failed", digest=digest, message="; ".join(problems),
+                   details={"problems": problems, "rollback": plan["rollback"]})
+            raise AirflowFailException("verification failed: " + "; ".join(problems))
+        _audit(params, context, action.name, "verified", digest=digest, message="verified: the cluster reads back the plan")
+        return "verified"
+
+    @task(task_id="unlock")
+    def unlock_task(**context) -> bool:
+        owner = f"{context['dag'].dag_id}/{context['run_id']}"
+        return ClusterLock(lock_dir(), context["params"]["cluster"]).release(owner)
+
+    planned = plan_task()
+    stop = dry_run_stop()
+    lock = lock_task()
+    executed = execute_task()
+    verified = verify_task()
+    unlock = unlock_task()
+    planned >> stop >> approve >> lock >> executed >> verified >> unlock.as_teardown(setups=lock)
+    return planned, unlock

@@ -1,0 +1,186 @@
+"""runbook_reset_offsets through the approval gate, with dag.test() against the real lab.
+
+Approvals are answered the way the REST PATCH route does (tests/hitl.py): dag.test() never
+applies an approval's timeout, so something has to answer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fleetkit import audit, plans
+from fleetkit.datasets import DataRoot
+from fleetkit.kafka import client_config
+from fleetkit.lab_traffic import ConsumerThread, commit, produce, wait_topic
+from fleetkit.locks import ClusterLock
+
+from tests.hitl import Answerer
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "runbook_reset_offsets"
+pytestmark = pytest.mark.airflow
+
+HOSTILE = "x; rm -rf / # `code` [link](http://evil.example) <b>bold</b> | ünï 🧨"
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.get_dag(DAG_ID)
+
+
+@pytest.fixture
+def setup(lab, tmp_path, unique, monkeypatch):
+    """A topic with 10 records per partition and a group with no live members."""
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    topic = unique("poison")
+    group = unique(HOSTILE)
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
+    commit(lab.bootstrap, group, {(topic, 0): 3, (topic, 1): 5, (topic, 2): 10})
+    conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0,1", "target": "skip 1",
+            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data")}
+    return {"topic": topic, "group": group, "conf": conf, "root": DataRoot(tmp_path / "data"), "lab": lab}
+
+
+def offsets(lab, group, topic):
+    admin = AdminClient(client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    fut = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])])
+    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
+
+
+def states(dr):
+    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
+
+
+def events(root, run_id):
+    return [r["event"] for r in audit.records(root, "labtest", run_id)]
+
+
+def run(dag, conf, answerer=None):
+    if answerer is not None:
+        answerer.start()
+    dr = dag.test(run_conf=conf)
+    if answerer is not None:
+        answerer.join(5)
+        assert answerer.error is None, answerer.error
+    return dr
+
+
+def test_dry_run_is_the_default_and_changes_nothing(dag, setup):
+    conf = dict(setup["conf"])
+    del conf["dry_run"]
+    dr = run(dag, conf)
+    st = states(dr)
+    assert st["plan"] == "success" and st["dry_run_stop"] == "success"
+    assert st["approve"] == "skipped" and st["execute"] == "skipped"
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+    assert events(setup["root"], dr.run_id) == ["planned", "dry_run"]
+
+
+def test_approve_changes_offsets_exactly_as_planned_and_rollback_restores(dag, setup):
+    answer = Answerer(DAG_ID, "Approve", user="admin")
+    dr = run(dag, setup["conf"], answer)
+    assert dr.state == "success", states(dr)
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 4, 1: 6, 2: 10}
+
+    # what the approver saw: subject names action + cluster, body is the plan with its digest
+    plan, digest = plans.load(Path(setup["conf"]["data_root"]) / "plans", DAG_ID, dr.run_id)
+    assert "reset_offsets on cluster labtest" in answer.subject
+    assert digest in answer.body and "| 0 | 3 | 0 | 10 | 4 | 7 | 6 |" in answer.body
+    assert plan["changes"] == [{"target": f"{setup['topic']}-0", "before": 3, "after": 4},
+                               {"target": f"{setup['topic']}-1", "before": 5, "after": 6}]
+
+    recs = audit.records(setup["root"], "labtest", dr.run_id)
+    assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+    approved, executed = recs[1], recs[2]
+    assert approved["actor"] == "admin" and approved["digest"] == digest
+    assert executed["details"]["result"]["changes"] == [{"partition": 0, "before": 3, "after": 4},
+                                                       {"partition": 1, "before": 5, "after": 6}]
+
+    # roll back from the audit record: the same runbook with the previous offsets
+    rollback = executed["details"]["rollback"]["conf"]
+    assert rollback["target"] == "restore" and rollback["offsets"] == {"0": 3, "1": 5}
+    conf = dict(rollback, dry_run=False, fleet_file=setup["conf"]["fleet_file"], data_root=setup["conf"]["data_root"])
+    dr2 = run(dag, conf, Answerer(DAG_ID, "Approve"))
+    assert dr2.state == "success", states(dr2)
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+
+
+def test_reject_changes_nothing_and_is_recorded(dag, setup):
+    dr = run(dag, setup["conf"], Answerer(DAG_ID, "Reject", user="approver"))
+    st = states(dr)
+    assert st["approve"] == "success" and st["execute"] == "skipped" and st["verify"] == "skipped"
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+    recs = audit.records(setup["root"], "labtest", dr.run_id)
+    assert [r["event"] for r in recs] == ["planned", "rejected"]
+    assert recs[1]["actor"] == "approver"
+
+
+def test_a_plan_edited_after_approval_is_refused(dag, setup):
+    path = plans.plan_path(Path(setup["conf"]["data_root"]) / "plans", DAG_ID, "x")
+
+    def tamper(body):
+        # the approver has answered; now someone edits the stored plan before execution
+        stored = sorted(path.parent.parent.glob("*/plan.json"))[-1]
+        plan = json.loads(stored.read_text())
+        plan["details"]["partitions"][0]["new"] = 9
+        stored.write_text(json.dumps(plan))
+
+    dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve", before_commit=tamper))
+    st = states(dr)
+    assert st["execute"] == "failed" and st["verify"] in ("upstream_failed", "skipped")
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+    refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
+    assert len(refused) == 1 and "stored plan changed after approval" in refused[0]["message"]
+    assert ClusterLock(Path(setup["conf"]["data_root"]).parent / "locks", "labtest").holder() is None  # released
+
+
+def test_a_group_that_came_back_to_life_is_refused(dag, setup):
+    member = {}
+
+    def revive(body):
+        t = ConsumerThread(setup["lab"].bootstrap, setup["group"], [setup["topic"]], client_id="revived-1",
+                           handle=lambda m: False)  # alive, never commits
+        t.start()
+        member["t"] = t
+        admin = AdminClient(client_config({"bootstrap.servers": setup["lab"].bootstrap}, "0.9.0.1"))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            d = admin.describe_consumer_groups([setup["group"]])[setup["group"]].result()
+            if d.members:
+                return
+            time.sleep(0.3)
+        raise AssertionError("the revived consumer never joined")
+
+    try:
+        dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve", before_commit=revive))
+    finally:
+        if "t" in member:
+            member["t"].stop()
+    assert states(dr)["execute"] == "failed"
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+    refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
+    assert "live member(s) (clients: revived-1); it must be Empty or Dead" in refused[0]["message"]
+
+
+def test_one_destructive_runbook_per_cluster(dag, setup, tmp_path):
+    lock = ClusterLock(tmp_path / "locks", "labtest")
+    lock.acquire("other_dag/other_run", "other_dag", "other_run")
+    dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve"))
+    st = states(dr)
+    assert st["lock"] == "failed" and st["execute"] in ("upstream_failed", "skipped")
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+    refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
+    assert "locked by another destructive runbook: DAG 'other_dag' run 'other_run'" in refused[0]["message"]
+    assert lock.holder()["owner"] == "other_dag/other_run"  # not released by the refused run

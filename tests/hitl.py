@@ -1,0 +1,74 @@
+"""Answering approval tasks in tests.
+
+Under dag.test() an approval task waits forever (its timeout is not applied), so tests answer it
+the way Airflow's REST route PATCH .../hitlDetails does: write the response on the hitl_detail row
+and resume the parked task instance (handle_event_submit), in one transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class Answerer(threading.Thread):
+    """Waits for the first unanswered approval of `dag_id` and answers it.
+
+    `before_commit(body)` runs after the response is written and before it is committed: the
+    approver has answered, the task cannot resume yet (a test edits the stored plan there).
+    """
+
+    def __init__(self, dag_id: str, answer: str = "Approve", user: str = "admin", before_commit=None,
+                 timeout: float = 180):
+        super().__init__(daemon=True, name=f"answer-{dag_id}")
+        self.dag_id, self.answer, self.user = dag_id, answer, user
+        self.before_commit = before_commit
+        self.timeout = timeout
+        self.body: str | None = None
+        self.subject: str | None = None
+        self.assignees = None
+        self.error: BaseException | None = None
+        self.answered = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+
+    def _run(self) -> None:
+        from sqlalchemy import select
+
+        from airflow._shared.timezones import timezone
+        from airflow.models.hitl import HITLDetail
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.models.trigger import handle_event_submit
+        from airflow.triggers.base import TriggerEvent
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            with create_session() as session:
+                row = session.scalars(
+                    select(HITLDetail).join(TI, TI.id == HITLDetail.ti_id)
+                    .where(TI.dag_id == self.dag_id, HITLDetail.responded_at.is_(None),
+                           TI.state.in_([TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED]))
+                ).first()
+                if row is not None:
+                    ti = session.get(TI, row.ti_id)
+                    self.body, self.subject, self.assignees = row.body, row.subject, row.assignees
+                    row.responded_by = {"id": self.user, "name": self.user}
+                    row.responded_at = timezone.utcnow()
+                    row.chosen_options = [self.answer]
+                    row.params_input = {}
+                    session.add(row)
+                    handle_event_submit(TriggerEvent(row.as_resume_event_payload()), task_instance=ti,
+                                        session=session)
+                    if self.before_commit:
+                        self.before_commit(self.body)
+                    session.commit()
+                    self.answered.set()
+                    return
+            time.sleep(0.5)
+        raise TimeoutError(f"no approval of {self.dag_id} to answer within {self.timeout}s")
