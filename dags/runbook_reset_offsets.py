@@ -51,6 +51,8 @@ with DAG(
                         description="earliest | latest | offset N | skip N | restore"),
         "offsets": Param({}, type="object", description="for target restore: {partition: offset}"),
         "dry_run": Param(True, type="boolean", description="plan and render only (default)"),
+        "approval_timeout": Param(4 * 3600, type="integer", minimum=10,
+                                  description="seconds to wait for an approver; no answer = Reject"),
         "fleet_file": Param(settings.fleet_file(), type="string"),
         "data_root": Param(settings.data_root(), type="string"),
     },

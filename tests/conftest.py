@@ -25,6 +25,7 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+os.environ["FLEET_AIRFLOW_PORT"] = "38080"  # the tests' own Airflow api-server (the demo uses 28080)
 os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
 
 from fleetkit.lab import Lab, LabSpec  # noqa: E402
@@ -83,6 +84,23 @@ def airflow_db():
                          capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return TEST_AIRFLOW_HOME
+
+
+@pytest.fixture(scope="session")
+def airflow_server(airflow_db, lab, tmp_path_factory):
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:38080 using the
+    tests' home and lab; stopped by PID at the end of the session."""
+    from fleet_airflow import services
+
+    locks = tmp_path_factory.mktemp("locks")
+    os.environ["FLEET_LOCK_DIR"] = str(locks)
+    os.environ["AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL"] = "3"
+    try:
+        services.up(write_env_file=False)
+        yield services
+    finally:
+        for line in services.down():
+            print(line)
 
 
 @pytest.fixture

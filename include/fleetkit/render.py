@@ -28,8 +28,9 @@ _MD_PUNCT = re.compile(r"([!\"#$%'()*+,\-./:;=?@\[\\\]^_`{|}~])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]")
 
 
-def visible_controls(text: str) -> str:
+def visible_controls(text) -> str:
     """Control characters as visible escapes: a newline becomes the two characters \\n."""
+    text = "" if text is None else str(text)
     def rep(m: re.Match) -> str:
         c = m.group(0)
         return {"\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(c, f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}")

@@ -158,6 +158,50 @@ def cmd_trigger(args) -> int:
     return 1 if failed else 0
 
 
+# -- audit -----------------------------------------------------------------------------------
+def cmd_audit_list(args) -> int:
+    from fleetkit import audit
+    from fleetkit.datasets import DataRoot
+
+    from fleet_airflow import settings
+
+    rows = audit.records(DataRoot(args.data_root or settings.data_root()), args.cluster, args.run)
+    for r in rows[-args.limit:]:
+        print(audit.describe(r))
+        if args.details:
+            print("    " + json.dumps(r["details"], sort_keys=True))
+    if not rows:
+        print("no audit records")
+    return 0
+
+
+def cmd_audit_rollback(args) -> int:
+    from fleetkit import audit
+    from fleetkit.datasets import DataRoot
+
+    from fleet_airflow import services, settings
+
+    rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id)
+    rollback = (rec["details"] or {}).get("rollback") or {}
+    conf = rollback.get("conf")
+    if rec["event"] != "executed" or not conf:
+        print(f"error: record {args.record_id} ({rec['event']}) holds no rollback; roll back from the "
+              "'executed' record of the run", file=sys.stderr)
+        return 2
+    conf = dict(conf, dry_run=not args.execute)
+    if args.data_root:
+        conf["data_root"] = args.data_root
+    print(f"rollback of {rec['action']} run {rec['run_id']} on cluster {rec['cluster']}:")
+    print(f"  {rollback['dag_id']} conf {json.dumps(conf, sort_keys=True)}")
+    if args.print_only:
+        return 0
+    _airflow_context()
+    run = services.api("POST", f"/api/v2/dags/{rollback['dag_id']}/dagRuns", {"logical_date": None, "conf": conf})
+    print(f"triggered {rollback['dag_id']} run {run['dag_run_id']} "
+          f"({'approval required' if args.execute else 'dry run: plan only'})")
+    return 0
+
+
 # -- collect ---------------------------------------------------------------------------------
 def cmd_collect(args) -> int:
     _airflow_context()
@@ -231,6 +275,22 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--wait", action="store_true", help="wait for each run to finish")
     t.add_argument("--timeout", type=float, default=600)
     t.set_defaults(func=cmd_trigger)
+
+    au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
+    au_sub = au.add_subparsers(dest="audit_command", required=True)
+    al = au_sub.add_parser("list", help="audit records, oldest first")
+    al.add_argument("--cluster")
+    al.add_argument("--run", help="a DAG run id")
+    al.add_argument("--limit", type=int, default=50)
+    al.add_argument("--details", action="store_true", help="print each record's details (before/after)")
+    al.add_argument("--data-root")
+    al.set_defaults(func=cmd_audit_list)
+    ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record")
+    ar.add_argument("record_id")
+    ar.add_argument("--execute", action="store_true", help="not a dry run: the rollback itself waits for approval")
+    ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
+    ar.add_argument("--data-root")
+    ar.set_defaults(func=cmd_audit_rollback)
 
     c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")

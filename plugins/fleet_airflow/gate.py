@@ -114,6 +114,8 @@ class PlanApprovalOperator(ApprovalOperator):
 
     def execute(self, context):
         params = context["params"]
+        if params.get("approval_timeout"):
+            self.response_timeout = dt.timedelta(seconds=int(params["approval_timeout"]))
         cluster = _cluster(params)
         plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
         self.subject = f"{self.action.name} on cluster {cluster.name}: {plan['title']}"[:250]

@@ -22,16 +22,12 @@ from fleetkit import procs
 from fleetkit.errors import FleetError
 from fleetkit.lab import LabSpec
 
-from fleet_airflow.settings import REPO_ROOT, airflow_env_file
+from fleet_airflow.settings import REPO_ROOT, airflow_env_file, airflow_home
 
 API_HOST = "127.0.0.1"
-API_PORT = 28080
+API_PORT = int(os.environ.get("FLEET_AIRFLOW_PORT", "28080"))
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = ("admin", "approver")
-
-
-def airflow_home() -> Path:
-    return Path(os.environ.get("AIRFLOW_HOME") or REPO_ROOT / ".airflow")
 
 
 def ensure_env_file(lab: LabSpec | None = None) -> Path:
@@ -66,12 +62,18 @@ def ensure_env_file(lab: LabSpec | None = None) -> Path:
     tmp.write_text("\n".join(lines) + "\n")
     os.chmod(tmp, 0o600)
     tmp.replace(env_file)
+    ensure_passwords()
+    return env_file
 
-    pw_file = home / "simple_auth_manager_passwords.json.generated"
+
+def ensure_passwords() -> dict[str, str]:
+    """The UI users' passwords (SimpleAuthManager), generated once per Airflow home."""
+    pw_file = airflow_home() / "simple_auth_manager_passwords.json.generated"
     if not pw_file.exists():
+        pw_file.parent.mkdir(parents=True, exist_ok=True)
         pw_file.write_text(json.dumps({u: secrets.token_urlsafe(12) for u in USERS}))
         os.chmod(pw_file, 0o600)
-    return env_file
+    return passwords()
 
 
 def passwords() -> dict[str, str]:
@@ -88,6 +90,9 @@ def _env() -> dict[str, str]:
     load_airflow_env()
     env = dict(os.environ)
     env["PATH"] = f"{REPO_ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    base = f"http://{API_HOST}:{API_PORT}"
+    env.update({"AIRFLOW__API__PORT": str(API_PORT), "AIRFLOW__API__BASE_URL": base,
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/"})
     return env
 
 
@@ -109,8 +114,10 @@ def _marker() -> str:
     return "airflow"
 
 
-def up(timeout: float = 180) -> None:
-    ensure_env_file()
+def up(timeout: float = 180, write_env_file: bool = True) -> None:
+    if write_env_file:
+        ensure_env_file()
+    ensure_passwords()
     env = _env()
     migrate()
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)

@@ -27,8 +27,13 @@ def retention_days() -> int:
     return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
 
 
+def airflow_home() -> Path:
+    return Path(os.environ.get("AIRFLOW_HOME") or REPO_ROOT / ".airflow")
+
+
 def airflow_env_file() -> Path:
-    return REPO_ROOT / ".airflow" / "airflow.env"
+    """The generated env file of the Airflow home in use (.airflow/airflow.env for the demo)."""
+    return airflow_home() / "airflow.env"
 
 
 def load_airflow_env() -> None:

@@ -1,0 +1,166 @@
+"""The approval gate under a real Airflow: REST approval (no database write), the timeout under the
+real scheduler, and a person clicking Approve in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.error
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fleetkit import audit
+from fleetkit.datasets import DataRoot
+from fleetkit.kafka import client_config
+from fleetkit.lab_traffic import commit, produce, wait_topic
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+DAG_ID = "runbook_reset_offsets"
+pytestmark = pytest.mark.airflow
+
+
+def q(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def offsets(bootstrap, group, topic):
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, "0.9.0.1"))
+    fut = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])])
+    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
+
+
+def wait_for(fn, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = fn()
+            if last:
+                return last
+        except urllib.error.HTTPError as e:
+            last = e
+        time.sleep(1)
+    raise AssertionError(f"{what} not reached in {timeout}s (last: {last})")
+
+
+@pytest.fixture
+def case(lab, airflow_server, tmp_path, unique):
+    topic, group = unique("ui"), unique("ui-group")
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
+    commit(lab.bootstrap, group, {(topic, 0): 2, (topic, 1): 2, (topic, 2): 2})
+    api = airflow_server.api
+    wait_for(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 120, "the DAG parsed by the dag-processor")
+    api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0", "target": "offset 7",
+            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data")}
+    return {"api": api, "topic": topic, "group": group, "conf": conf, "lab": lab,
+            "root": DataRoot(tmp_path / "data")}
+
+
+def trigger(case, **overrides) -> str:
+    run = case["api"]("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
+                      {"logical_date": None, "conf": dict(case["conf"], **overrides)})
+    return run["dag_run_id"]
+
+
+def pending_approval(case, run_id):
+    res = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/hitlDetails?response_received=false")
+    return res["hitl_details"][0] if res.get("hitl_details") else None
+
+
+def finished(case, run_id):
+    state = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}")["state"]
+    return state if state in ("success", "failed") else None
+
+
+def test_approve_through_the_rest_api(case):
+    run_id = trigger(case)
+    detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    assert "reset_offsets on cluster labtest" in detail["subject"]
+    assert "Plan digest: `sha256:" in detail["body"] and "| 0 | 2 | 0 | 10 | 7 | 8 | 3 |" in detail["body"]
+    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+
+    case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
+                {"chosen_options": ["Approve"], "params_input": {}})
+    with pytest.raises(urllib.error.HTTPError) as again:  # an answered request cannot be answered twice
+        case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
+                    {"chosen_options": ["Reject"], "params_input": {}})
+    assert again.value.code == 409
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
+    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
+    events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", run_id)]
+    assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
+
+
+def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
+    run_id = trigger(case, approval_timeout=15)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    assert wait_for(lambda: finished(case, run_id), 120, "the timeout to resolve the run") == "success"
+    tis = {t["task_id"]: t["state"] for t in
+           case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+    assert tis["approve"] == "success" and tis["execute"] == "skipped"
+    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    recs = audit.records(case["root"], "labtest", run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("rejected", "timeout")]
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.fail("chromium is not installed: `make setup` installs Debian's chromium and chromium-driver")
+
+
+def test_a_person_approves_in_the_browser(case):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    run_id = trigger(case, target="skip 3")
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = _chromium()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+                 "--window-size=1400,1800", f"--user-data-dir={case['root'].path}/chrome-profile"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    ARTIFACTS.mkdir(exist_ok=True)
+    base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    try:
+        wait = WebDriverWait(driver, 60)
+        from fleet_airflow import services
+
+        password = services.passwords()["admin"]
+        driver.get(f"{base}/auth/login/")
+        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        driver.find_element(By.NAME, "password").send_keys(password)
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "/auth/login" not in d.current_url)
+
+        driver.get(f"{base}/dags/{DAG_ID}/runs/{q(run_id)}/tasks/approve/required_actions")
+        wait.until(EC.presence_of_element_located((By.XPATH, "//*[contains(., 'Plan digest')]")))
+        page = driver.find_element(By.TAG_NAME, "body").text
+        assert "What will change" in page and f"{case['topic']}-0" in page
+        driver.save_screenshot(str(ARTIFACTS / "approval-page.png"))
+        button = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Approve']")))
+        button.click()
+        assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
+        driver.save_screenshot(str(ARTIFACTS / "approval-done.png"))
+    finally:
+        driver.quit()
+    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
+    recs = audit.records(case["root"], "labtest", run_id)
+    assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "admin"), ("executed", "admin")]

@@ -1,0 +1,104 @@
+"""Pure parts of the approval gate: plan digests, locks, reset targets, audit, the CLI's rollback."""
+
+import json
+
+import pytest
+
+from fleetkit import audit, plans
+from fleetkit.datasets import DataRoot
+from fleetkit.locks import ClusterLock, ClusterLocked
+from fleetkit.offsets_reset import ResetError, Target, new_offset, parse_partitions, parse_target
+
+PLAN = {"action": "reset_offsets", "cluster": "lab", "title": "t", "preconditions": [],
+        "changes": [{"target": "t-0", "before": 1, "after": 2}], "rollback": {"how": "x"}}
+
+
+def test_digest_is_canonical_and_changes_with_any_edit(tmp_path):
+    reordered = json.loads(json.dumps(PLAN, sort_keys=False))
+    assert plans.digest(PLAN) == plans.digest(dict(reversed(list(reordered.items()))))
+    path, d = plans.store(tmp_path, "dag", "manual__2026-01-01T00:00:00+00:00", PLAN)
+    assert path.name == "plan.json" and "+" not in str(path) and ":" not in path.parent.name
+    loaded, d2 = plans.load(tmp_path, "dag", "manual__2026-01-01T00:00:00+00:00")
+    assert loaded == PLAN and d2 == d and d.startswith("sha256:") and len(d) == 7 + 64
+    edited = dict(PLAN, changes=[{"target": "t-0", "before": 1, "after": 3}])
+    path.write_text(json.dumps(edited))
+    assert plans.load(tmp_path, "dag", "manual__2026-01-01T00:00:00+00:00")[1] != d
+
+
+def test_plan_errors(tmp_path):
+    with pytest.raises(plans.PlanError, match="missing rollback"):
+        plans.validate({k: v for k, v in PLAN.items() if k != "rollback"})
+    with pytest.raises(plans.PlanError, match="no stored plan"):
+        plans.load(tmp_path, "dag", "run")
+
+
+def test_lock_is_exclusive_reentrant_and_released_only_by_its_owner(tmp_path):
+    a, b = ClusterLock(tmp_path, "lab"), ClusterLock(tmp_path, "lab")
+    a.acquire("dag/run1", "dag", "run1")
+    a.acquire("dag/run1", "dag", "run1")  # a retried task of the same run
+    with pytest.raises(ClusterLocked, match="locked by another destructive runbook: DAG 'dag' run 'run1'"):
+        b.acquire("dag/run2", "dag", "run2")
+    assert b.release("dag/run2") is False and a.holder()["run_id"] == "run1"
+    assert a.release("dag/run1") is True and a.holder() is None
+    b.acquire("dag/run2")
+    assert ClusterLock(tmp_path, "other").holder() is None  # per cluster
+
+
+@pytest.mark.parametrize("text, target", [
+    ("earliest", Target("earliest")), ("LATEST", Target("latest")), ("offset 42", Target("offset", 42)),
+    (" skip 1 ", Target("skip", 1)), ("restore", None),
+])
+def test_parse_target(text, target):
+    if target is None:
+        assert parse_target(text, {"0": "5", 1: 7}) == Target("restore", offsets={0: 5, 1: 7})
+    else:
+        assert parse_target(text) == target
+
+
+@pytest.mark.parametrize("text, message", [
+    ("skip 0", "positive"), ("skip -1", "positive"), ("offset -3", "cannot be negative"), ("middle", "is not one of"),
+    ("restore", "needs the offsets param"), ("", "is not one of"), ("offset 1; rm -rf /", "is not one of"),
+])
+def test_parse_target_errors(text, message):
+    with pytest.raises(ResetError, match=message):
+        parse_target(text)
+
+
+def test_partitions_and_new_offsets():
+    assert parse_partitions("all") is None and parse_partitions(None) is None and parse_partitions("") is None
+    assert parse_partitions("2, 0,2") == [0, 2] and parse_partitions([1]) == [1]
+    with pytest.raises(ResetError, match="partition numbers"):
+        parse_partitions("zero")
+    assert new_offset(Target("skip", 1), 0, 41, 0, 100) == 42
+    assert new_offset(Target("earliest"), 0, 41, 5, 100) == 5
+    assert new_offset(Target("latest"), 0, None, 5, 100) == 100
+    with pytest.raises(ResetError, match="no committed offset to skip"):
+        new_offset(Target("skip", 1), 0, None, 0, 100)
+    with pytest.raises(ResetError, match=r"outside the log \[5, 100\]"):
+        new_offset(Target("offset", 3), 0, 10, 5, 100)
+
+
+def test_audit_records_and_cli_rollback(tmp_path, capsys):
+    from fleet_airflow.cli import main
+
+    root = DataRoot(tmp_path)
+    conf = {"cluster": "lab", "group": "g; x", "topic": "t", "target": "restore", "offsets": {"0": 3}, "dry_run": True}
+    audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+                 event="planned", digest="sha256:1", message="plan")
+    rec = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+                       event="executed", actor="alice", digest="sha256:1", message="done",
+                       details={"rollback": {"dag_id": "runbook_reset_offsets", "conf": conf}})
+    with pytest.raises(ValueError, match="unknown audit event"):
+        audit.record(root, cluster="lab", dag_id="d", run_id="r", action="a", event="exploded")
+    assert [r["event"] for r in audit.records(root, "lab", "r1")] == ["planned", "executed"]
+
+    assert main(["audit", "list", "--data-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "executed" in out and "by alice" in out
+
+    assert main(["audit", "rollback", rec["record_id"], "--print-only", "--data-root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    printed = json.loads(out.split(" conf ", 1)[1])
+    assert printed == dict(conf, data_root=str(tmp_path), dry_run=True)
+    first = audit.records(root, "lab", "r1")[0]["record_id"]
+    assert main(["audit", "rollback", first, "--print-only", "--data-root", str(tmp_path)]) == 2
