@@ -156,7 +156,7 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         ],
         "rollback": {
             "how": ("Trigger runbook_reset_offsets with target 'restore' and the previous offsets "
-                    "(or `fleetctl audit rollback RECORD_ID`)." if previous else
+                    "(or fleetctl audit rollback RECORD_ID)." if previous else
                     "The group had no committed offsets before: there is nothing to restore."),
             "dag_id": DAG_ID, "conf": rollback_conf if previous else None,
         },
