@@ -103,6 +103,17 @@ def airflow_server(airflow_db, lab, tmp_path_factory):
             print(line)
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """A local[2] Spark session for DataFrame-level tests."""
+    sys.path.insert(0, str(REPO / "spark_jobs"))
+    from jobs_common import session
+
+    s = session("tests", "local[2]")
+    yield s
+    s.stop()
+
+
 @pytest.fixture
 def data_root(tmp_path) -> str:
     return str(tmp_path / "data")

@@ -1,0 +1,215 @@
+"""Find partitions whose consumer offsets are stuck, and groups caught in rebalance storms.
+
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/stuck_partitions.py --snapshots SNAPSHOTS --out DIR
+        [--window 15m] [--as-of 2026-01-01T00:00:00Z] [--lag-growth-ratio 0.05]
+        [--offsets-retention 1440m] [--data-root ROOT]
+
+SNAPSHOTS: a JSON Lines file or a folder (e.g. the dataset root) of Parquet / JSON Lines
+offsets_snapshots rows. Writes DIR/findings.jsonl (one object per partition in the input) and
+DIR/groups.jsonl (one per group); with --data-root also appends them as Parquet datasets
+`stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck (one definition); this job
+computes the facts they need with window functions and applies them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
+from jobs_common import (  # noqa: E402
+    SNAPSHOT_SCHEMA, iso, parse_ts, read_rows, session, write_dataset, write_jsonl,
+)
+
+from pyspark.sql import DataFrame, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+from fleetkit import stuck  # noqa: E402
+
+KEYS = ["cluster", "group", "topic", "partition"]
+
+_VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType())])
+
+
+def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
+    """One row per (cluster, group, topic, partition) of the input with the facts of
+    fleetkit.stuck.Features over the window (snapshots = 0 when the window has no commit)."""
+    lo = as_of - window
+    in_window = snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
+    commits = in_window.filter(F.col("committed_offset").isNotNull())
+    w = Window.partitionBy(*KEYS).orderBy("observed_at")
+    commits = (commits
+               .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
+               .withColumn("prev_committed", F.lag("committed_offset").over(w))
+               .withColumn("prev_lag", F.lag("lag").over(w))
+               .withColumn("is_first", F.row_number().over(w) == 1))
+    ts = F.col("observed_at")
+    agg = commits.groupBy(*KEYS).agg(
+        F.count(F.lit(1)).alias("snapshots"),
+        F.min(ts).alias("first_at"), F.max(ts).alias("last_at"),
+        F.max_by("committed_offset", ts).alias("latest_committed"),
+        F.max_by("log_start_offset", ts).alias("latest_log_start"),
+        F.max_by("log_end_offset", ts).alias("latest_log_end"),
+        F.max_by("assigned", ts).alias("latest_assigned"),
+        F.min_by("committed_offset", ts).alias("first_committed"),
+        F.min_by("log_end_offset", ts).alias("first_log_end"),
+        F.coalesce(F.max(F.col("committed_offset") < F.col("prev_committed")), F.lit(False)).alias("rewound"),
+        (F.min("committed_offset") == F.max("committed_offset")).alias("never_moved"),
+        F.coalesce(F.min(F.when(F.col("is_first"), F.lit(True))
+                          .otherwise(F.coalesce(F.col("lag") >= F.col("prev_lag"), F.lit(False)))),
+                   F.lit(True)).alias("lag_never_decreased"),
+    ).withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double"))
+    keys = snapshots.select(*KEYS).distinct()
+    return (keys.join(agg, KEYS, "left")
+            .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
+            .withColumn("span_seconds", F.coalesce(F.col("span_seconds"), F.lit(0.0)))
+            .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
+            .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
+            .withColumn("lag_never_decreased", F.coalesce(F.col("lag_never_decreased"), F.lit(False))))
+
+
+def _classifier(window_seconds: float, ratio: float):
+    fields = [f.name for f in stuck.Features.__dataclass_fields__.values()]
+
+    @F.udf(returnType=_VERDICT, useArrow=True)
+    def classify(*values):
+        return stuck.classify(stuck.Features(*values), window_seconds, ratio)
+
+    return classify, fields
+
+
+def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.timedelta, ratio: float,
+                        last_change: DataFrame, retention: dt.timedelta) -> DataFrame:
+    classify, fields = _classifier(window.total_seconds(), ratio)
+    verdict = classify(*[F.col(f) for f in fields])
+    out = (features.withColumn("verdict", verdict)
+           .join(last_change, KEYS, "left")
+           .select(
+               *KEYS,
+               F.col("verdict.status").alias("status"),
+               (F.col("latest_log_end") - F.col("latest_committed")).alias("lag"),
+               F.col("latest_committed").alias("committed_offset"),
+               F.col("latest_log_start").alias("log_start_offset"),
+               F.col("latest_log_end").alias("log_end_offset"),
+               F.col("latest_assigned").alias("assigned"),
+               F.lit(as_of - window).alias("window_start"), F.lit(as_of).alias("window_end"),
+               F.col("snapshots"),
+               F.col("verdict.reason").alias("reason"),
+               F.col("unchanged_since"),
+           ))
+    expires = F.col("unchanged_since") + F.expr(f"INTERVAL {int(retention.total_seconds())} SECONDS")
+    return (out
+            .withColumn("offset_expires_at", F.when(F.col("status") == "STOPPED", expires))
+            .withColumn("expires_in_seconds",
+                        F.when(F.col("status") == "STOPPED",
+                               F.col("offset_expires_at").cast("long") - F.lit(int(as_of.timestamp())))))
+
+
+def last_change(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
+    """Since when each partition's latest committed offset has been the same (its age: what
+    offsets.retention.minutes counts from when the commit timestamp is not known)."""
+    commits = snapshots.filter(F.col("committed_offset").isNotNull() & (F.col("observed_at") <= F.lit(as_of)))
+    latest = commits.groupBy(*KEYS).agg(F.max_by("committed_offset", "observed_at").alias("_latest"))
+    joined = commits.join(latest, KEYS)
+    changed = (joined.filter(F.col("committed_offset") != F.col("_latest"))
+               .groupBy(*KEYS).agg(F.max("observed_at").alias("_last_other")))
+    return (joined.filter(F.col("committed_offset") == F.col("_latest"))
+            .join(changed, KEYS, "left")
+            .filter(F.col("_last_other").isNull() | (F.col("observed_at") > F.col("_last_other")))
+            .groupBy(*KEYS).agg(F.min("observed_at").alias("unchanged_since")))
+
+
+def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
+    status_rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
+    by_status = findings.groupBy("cluster", "group", "status").agg(F.count(F.lit(1)).alias("n"))
+    counts = by_status.groupBy("cluster", "group").agg(
+        F.map_from_entries(F.collect_list(F.struct("status", "n"))).alias("counts"))
+    ranked = (findings.withColumn("rank", status_rank).filter(F.col("rank") > 0)
+              .groupBy("cluster", "group").agg(F.min("rank").alias("rank")))
+    lag = findings.groupBy("cluster", "group").agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
+    lo = as_of - window
+    states = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
+              .groupBy("cluster", "group", "observed_at").agg(F.first("group_state", ignorenulls=True).alias("state")))
+    storm = states.groupBy("cluster", "group").agg(
+        F.count(F.lit(1)).alias("times"),
+        F.sum(F.when(F.col("state").isin(*stuck.REBALANCING), 1).otherwise(0)).alias("rebalancing"))
+    order = F.array(*[F.lit(s) for s in stuck.GROUP_ORDER])
+    return (counts.join(lag, ["cluster", "group"]).join(ranked, ["cluster", "group"], "left")
+            .join(storm, ["cluster", "group"], "left")
+            .select("cluster", "group",
+                    F.coalesce(F.element_at(order, F.col("rank").cast("int")), F.lit("OK")).alias("status"),
+                    "total_lag", "counts",
+                    F.coalesce((F.col("times") >= 3) & (F.col("rebalancing") * 2 >= F.col("times")),
+                               F.lit(False)).alias("rebalance_storm")))
+
+
+def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | None = None,
+             ratio: float = stuck.DEFAULT_LAG_GROWTH_RATIO,
+             retention: dt.timedelta = stuck.DEFAULT_OFFSETS_RETENTION) -> tuple[DataFrame, DataFrame, dt.datetime]:
+    """The whole job as DataFrame -> (findings, groups, as_of)."""
+    if as_of is None:
+        newest = snapshots.agg(F.max("observed_at")).first()[0]
+        if newest is None:
+            raise SystemExit("the snapshots hold no rows")
+        as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
+    feats = partition_features(snapshots, as_of, window)
+    findings = classify_partitions(feats, as_of, window, ratio, last_change(snapshots, as_of), retention)
+    findings = findings.cache()
+    groups = group_findings(findings, snapshots, as_of, window)
+    return findings, groups, as_of
+
+
+def for_json(findings: DataFrame) -> DataFrame:
+    return (findings
+            .withColumn("window_start", iso(F.col("window_start")))
+            .withColumn("window_end", iso(F.col("window_end")))
+            .withColumn("unchanged_since", iso(F.col("unchanged_since")))
+            .withColumn("offset_expires_at", iso(F.col("offset_expires_at"))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--snapshots", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--window", default="15m")
+    ap.add_argument("--as-of")
+    ap.add_argument("--lag-growth-ratio", type=float, default=stuck.DEFAULT_LAG_GROWTH_RATIO)
+    ap.add_argument("--offsets-retention", default="1440m", help="the brokers' offsets.retention.minutes")
+    ap.add_argument("--data-root", help="also append the results as Parquet datasets here")
+    ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
+    args = ap.parse_args(argv)
+    try:
+        window = stuck.parse_duration(args.window)
+        retention = stuck.parse_duration(args.offsets_retention)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    if not 0 <= args.lag_growth_ratio <= 1:
+        raise SystemExit(f"--lag-growth-ratio {args.lag_growth_ratio} must be between 0 and 1")
+    as_of = parse_ts(args.as_of) if args.as_of else None
+
+    t0 = time.monotonic()
+    spark = session("stuck_partitions", args.master)
+    snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at",))
+    findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
+    out = Path(args.out)
+    n_find = write_jsonl(for_json(findings), str(out / "findings.jsonl"))
+    n_groups = write_jsonl(groups, str(out / "groups.jsonl"))
+    if args.data_root:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        write_dataset(findings, args.data_root, "stuck_findings", stamp)
+        write_dataset(groups, args.data_root, "stuck_groups", stamp)
+    summary = {r["status"]: r["n"] for r in findings.groupBy("status").agg(F.count(F.lit(1)).alias("n")).collect()}
+    print(json.dumps({"as_of": as_of.isoformat().replace("+00:00", "Z"), "window_seconds": window.total_seconds(),
+                      "partitions": n_find, "groups": n_groups, "statuses": summary,
+                      "seconds": round(time.monotonic() - t0, 1), "out": str(out)}), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The stuck_partitions Spark job: the rule table through Spark, the file contract, spark-submit."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fleetkit.datasets import SCHEMAS
+from tests.stuck_cases import CASES, WINDOW
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "spark_jobs"))
+pytestmark = pytest.mark.spark
+
+AS_OF = dt.datetime(2026, 2, 1, 0, 0, tzinfo=dt.timezone.utc)
+
+
+def case_rows() -> list[dict]:
+    """Every case as its own group, shifted so that its last snapshot is at AS_OF."""
+    rows = []
+    for number, name, case, _, _ in CASES:
+        shift = AS_OF - max(r["observed_at"] for r in case)
+        for r in case:
+            rows.append({"cluster": "c1", "group": f"case-{number:02d}", "topic": "t", "partition": 0,
+                         "member_client_id": None, "member_host": None, **r,
+                         "observed_at": r["observed_at"] + shift})
+    return rows
+
+
+def to_jsonl(rows, path: Path) -> Path:
+    with open(path, "w") as f:
+        for r in rows:
+            f.write(json.dumps({**r, "observed_at": r["observed_at"].isoformat().replace("+00:00", "Z")}) + "\n")
+    return path
+
+
+def test_rule_table_through_spark(spark):
+    from stuck_partitions import evaluate
+
+    from jobs_common import SNAPSHOT_SCHEMA
+
+    df = spark.createDataFrame([tuple(r.get(f.name) for f in SNAPSHOT_SCHEMA.fields) for r in case_rows()],
+                               SNAPSHOT_SCHEMA)
+    findings, groups, as_of = evaluate(df, WINDOW)
+    assert as_of == AS_OF
+    got = {r["group"]: r["status"] for r in findings.collect()}
+    for number, name, _, expected, why in CASES:
+        assert got[f"case-{number:02d}"] == expected, f"case {number} ({name}): {why}"
+
+
+def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path):
+    from stuck_partitions import main
+
+    # a folder: JSON Lines + Parquet (the dataset layout), plus files every reader must skip
+    base = tmp_path / "in" / "offsets_snapshots" / "cluster=c1" / "date=2026-02-01"
+    base.mkdir(parents=True)
+    rows = case_rows()
+    half = len(rows) // 2
+    to_jsonl(rows[:half], base / "part-1.jsonl")
+    table = pa.Table.from_pylist([dict(r, partition=r["partition"]) for r in rows[half:]],
+                                 schema=SCHEMAS["offsets_snapshots"])
+    pq.write_table(table, base / "part-2.parquet")
+    (base / "_tmp-half.parquet").write_bytes(b"not parquet")
+    (base / ".hidden.jsonl").write_text("{broken")
+    assert main(["--snapshots", str(tmp_path / "in"), "--out", str(tmp_path / "out"), "--window", "10m",
+                 "--master", "local[2]"]) == 0
+    findings = [json.loads(x) for x in (tmp_path / "out" / "findings.jsonl").read_text().splitlines()]
+    assert len(findings) == len(CASES)
+    by_group = {f["group"]: f for f in findings}
+    for key in ("cluster", "group", "topic", "partition", "status", "lag", "committed_offset", "log_end_offset",
+                "window_start", "window_end", "snapshots", "reason"):
+        assert all(key in f for f in findings), key
+    no_commit = by_group["case-01"]
+    assert no_commit["status"] == "NO_COMMIT" and no_commit["lag"] is None and no_commit["snapshots"] == 0
+    stalled = by_group["case-08"]
+    assert (stalled["status"], stalled["lag"], stalled["committed_offset"], stalled["log_end_offset"],
+            stalled["snapshots"]) == ("STALLED", 48, 42, 90, 4)
+    assert stalled["window_end"] == "2026-02-01T00:00:00.000000Z"
+    assert stalled["window_start"] == "2026-01-31T23:50:00.000000Z"
+    stopped = by_group["case-09"]
+    # unchanged since its first sighting (300 s before as_of); expires 1440 minutes after that
+    assert stopped["unchanged_since"] == "2026-01-31T23:55:00.000000Z"
+    assert stopped["offset_expires_at"] == "2026-02-01T23:55:00.000000Z"
+    assert stopped["expires_in_seconds"] == 86400 - 300
+    groups = [json.loads(x) for x in (tmp_path / "out" / "groups.jsonl").read_text().splitlines()]
+    g = {x["group"]: x for x in groups}
+    assert g["case-08"]["status"] == "STALLED" and g["case-08"]["counts"] == {"STALLED": 1}
+    assert g["case-01"]["status"] == "OK" and g["case-01"]["total_lag"] == 0
+    assert g["case-11"]["rebalance_storm"] is True   # PreparingRebalance in 3 of 3 snapshot times
+    assert g["case-08"]["rebalance_storm"] is False
+
+
+def test_group_rollup_ranks_worst_first(spark, tmp_path):
+    from stuck_partitions import main
+
+    t = AS_OF
+    rows = []
+    for p, (c, e) in enumerate([(10, 10), (5, 50), (7, 70)]):  # OK, STALLED (assigned), STOPPED (not)
+        for i in range(4):
+            rows.append({"cluster": "c1", "group": "g", "topic": "t", "partition": p,
+                         "observed_at": t - dt.timedelta(seconds=100 * i), "committed_offset": c,
+                         "log_start_offset": 0, "log_end_offset": e, "group_state": "Stable", "assigned": p == 1,
+                         "member_client_id": None, "member_host": None})
+    main(["--snapshots", str(to_jsonl(rows, tmp_path / "s.jsonl")), "--out", str(tmp_path / "o"), "--window", "10m",
+          "--master", "local[2]", "--data-root", str(tmp_path / "data")])
+    g = json.loads((tmp_path / "o" / "groups.jsonl").read_text())
+    assert g["status"] == "STOPPED" and g["total_lag"] == 0 + 45 + 63
+    assert g["counts"] == {"OK": 1, "STALLED": 1, "STOPPED": 1}
+    assert list((tmp_path / "data" / "stuck_findings").glob("date=*/run=*/*.parquet"))
+
+
+def test_bad_input_is_named(spark, tmp_path):
+    from stuck_partitions import main
+
+    with pytest.raises(SystemExit, match="does not exist"):
+        main(["--snapshots", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
+    with pytest.raises(SystemExit, match="not like 15m"):
+        main(["--snapshots", str(tmp_path), "--out", str(tmp_path / "o"), "--window", "soon"])
+    with pytest.raises(SystemExit, match="not an ISO-8601 time"):
+        main(["--snapshots", str(tmp_path), "--out", str(tmp_path / "o"), "--as-of", "yesterday"])
+
+
+def test_spark_submit_entry_point(tmp_path):
+    rows = case_rows()
+    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
+    out = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                          str(REPO / "spark_jobs" / "stuck_partitions.py"),
+                          "--snapshots", str(to_jsonl(rows, tmp_path / "s.jsonl")), "--out", str(tmp_path / "o"),
+                          "--window", "10m", "--as-of", "2026-02-01T00:00:00Z"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["partitions"] == len(CASES)
+    assert summary["statuses"]["STALLED"] == sum(1 for c in CASES if c[3] == "STALLED")
