@@ -4,35 +4,48 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, task
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
 from fleet_airflow.operators.collect import CollectClusterOperator
+from fleet_airflow.operators.report import StuckReportOperator
 
 DOC = """
 ### Fleet maintenance (scheduled, read-only)
 
-Every 5 minutes, for **every cluster in the fleet file**, collects:
+Every 5 minutes, for **every cluster in the fleet file**:
 
-* `offsets_snapshots`: per group x partition, the committed offset, log start / end, the group
-  state and whether a live member is assigned the partition;
-* `partition_state`: leader, ISR, leader epoch of `__consumer_offsets` and of every topic a group
-  consumes (from ZooKeeper on ZooKeeper-mode clusters);
-* `group_coordinators`: which broker coordinates each group, or the error it answers.
+1. **collect** (one mapped task per cluster):
+   * `offsets_snapshots`: per group x partition, the committed offset, log start / end, the group
+     state and whether a live member is assigned the partition;
+   * `partition_state`: leader, ISR, leader epoch of `__consumer_offsets` and of every topic a group
+     consumes (from ZooKeeper on ZooKeeper-mode clusters);
+   * `group_coordinators`: which broker coordinates each group, or the error it answers.
 
-Groups are those the cluster lists, plus those seen before, plus those named in the fleet file
-(Kafka 0.9 forgets a group whose last member left, but its offsets stay: a stopped group must not
-vanish from the data). Rows go to Parquet under the data root, one collection all-or-nothing.
+   Groups are those the cluster lists, plus those seen before, plus those named in the fleet file
+   (Kafka 0.9 forgets a group whose last member left, but its offsets stay). A cluster that does not
+   answer fails only its own `collect` task (the log names the cluster and its bootstrap servers).
+2. **analyse_stuck** (Spark, `spark_jobs/stuck_partitions.py`, master from the `spark_default`
+   connection): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
+   OK, INSUFFICIENT_DATA, REWOUND, STALLED (alive, offset frozen: a poison record), STOPPED (no live
+   member), LAGGING (falling behind production); groups get their worst status and a rebalance-storm
+   flag. Runs even when a cluster's collection failed.
+3. **report_stuck**: HTML + Markdown report (per-cluster summary, every flagged partition with its
+   reason and a lag-over-time chart, how long until a STOPPED group's offsets expire), linked from
+   the task (**Stuck report** button) and logged; STOPPED / STALLED / OUT_OF_RANGE partitions and
+   rebalance storms fire the alert notifier (log; e-mail when the fleet file sets `alerts:`).
 
-This DAG **never changes a cluster**. A cluster that does not answer fails only its own
-`collect` task (the log names the cluster and its bootstrap servers).
-
-Settings: `FLEET_FILE` (default `include/fleets/lab.yaml`), `FLEET_DATA_ROOT` (default `data/`).
+This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
+collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention` (the brokers'
+offsets.retention.minutes), `fleet_file`, `data_root`.
 """
+
+RUN_OUT = "{{ params.data_root }}/reports/stuck/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 
 with DAG(
     dag_id="fleet_maintenance",
-    description="Collect fleet state every 5 minutes (read-only)",
+    description="Collect fleet state, find stuck offsets, report (read-only)",
     schedule="*/5 * * * *",
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
@@ -40,7 +53,16 @@ with DAG(
     doc_md=DOC,
     tags=["fleet", "maintenance", "read-only"],
     default_args={"retries": 0},
-    params={"fleet_file": settings.fleet_file(), "data_root": settings.data_root()},
+    params={
+        "fleet_file": Param(settings.fleet_file(), type="string"),
+        "data_root": Param(settings.data_root(), type="string"),
+        "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$", description="analysis window"),
+        "snapshot_interval": Param("5m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$",
+                                   description="time between collections (the schedule); a window should "
+                                               "hold at least 3"),
+        "lag_growth_ratio": Param(0.05, type="number", minimum=0, maximum=1),
+        "offsets_retention": Param("1440m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
+    },
 ) as dag:
 
     @task
@@ -57,3 +79,33 @@ with DAG(
         map_index_template="{{ task.cluster }}",
         execution_timeout=dt.timedelta(minutes=10),
     ).expand(cluster=list_clusters())
+
+    analyse = SparkSubmitOperator(
+        task_id="analyse_stuck",
+        conn_id="spark_default",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "stuck_partitions.py"),
+        name="stuck_partitions",
+        application_args=[
+            "--snapshots", "{{ params.data_root }}/offsets_snapshots",
+            "--out", RUN_OUT,
+            "--window", "{{ params.window }}",
+            "--lag-growth-ratio", "{{ params.lag_growth_ratio }}",
+            "--offsets-retention", "{{ params.offsets_retention }}",
+            "--data-root", "{{ params.data_root }}",
+            "--recent-days", "2",
+        ],
+        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+        env_vars=settings.spark_env(),
+        trigger_rule="all_done",
+        execution_timeout=dt.timedelta(minutes=20),
+    )
+
+    report = StuckReportOperator(
+        task_id="report_stuck",
+        out_dir=RUN_OUT,
+        fleet_file="{{ params.fleet_file }}",
+        data_root="{{ params.data_root }}",
+        window="{{ params.window }}",
+    )
+
+    collect >> analyse >> report

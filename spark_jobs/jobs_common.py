@@ -56,9 +56,10 @@ def session(app: str, master: str | None = None) -> SparkSession:
     return spark
 
 
-def data_files(path: str) -> tuple[list[str], list[str]]:
+def data_files(path: str, since: dt.date | None = None) -> tuple[list[str], list[str]]:
     """(parquet files, JSON Lines files) under a file or folder, recursively, skipping names that
-    start with _ or . (temporary files of atomic writes, hidden files, _state folders)."""
+    start with _ or . (temporary files of atomic writes, hidden files, _state folders), and, with
+    `since`, date=YYYY-MM-DD folders older than it."""
     p = Path(path)
     if not p.exists():
         raise SystemExit(f"input {path!r} does not exist")
@@ -67,16 +68,26 @@ def data_files(path: str) -> tuple[list[str], list[str]]:
     else:
         files = []
         for root, dirs, names in os.walk(p):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not _too_old(d, since))
             files.extend(Path(root) / n for n in sorted(names) if not n.startswith(("_", ".")))
     parquet = [str(f) for f in files if f.suffix == ".parquet"]
     jsonl = [str(f) for f in files if f.suffix in (".jsonl", ".json")]
     return parquet, jsonl
 
 
-def read_rows(spark: SparkSession, path: str, schema: T.StructType, ts_fields: tuple[str, ...]) -> DataFrame:
+def _too_old(folder: str, since: dt.date | None) -> bool:
+    if since is None or not folder.startswith("date="):
+        return False
+    try:
+        return dt.date.fromisoformat(folder[5:]) < since
+    except ValueError:
+        return False
+
+
+def read_rows(spark: SparkSession, path: str, schema: T.StructType, ts_fields: tuple[str, ...],
+              since: dt.date | None = None) -> DataFrame:
     """Parquet and JSON Lines rows of one schema; JSON timestamps are ISO-8601 strings ending in Z."""
-    parquet, jsonl = data_files(path)
+    parquet, jsonl = data_files(path, since)
     if not parquet and not jsonl:
         raise SystemExit(f"input {path!r} holds no .parquet or .jsonl files")
     frames = []

@@ -6,7 +6,8 @@
 
 SNAPSHOTS: a JSON Lines file or a folder (e.g. the dataset root) of Parquet / JSON Lines
 offsets_snapshots rows. Writes DIR/findings.jsonl (one object per partition in the input) and
-DIR/groups.jsonl (one per group); with --data-root also appends them as Parquet datasets
+DIR/groups.jsonl (one per group) and DIR/series.jsonl (lag over the window of every flagged
+partition, for the report's charts); with --data-root also appends them as Parquet datasets
 `stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck (one definition); this job
 computes the facts they need with window functions and applies them.
 """
@@ -38,39 +39,51 @@ _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField(
 
 def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
     """One row per (cluster, group, topic, partition) of the input with the facts of
-    fleetkit.stuck.Features over the window (snapshots = 0 when the window has no commit)."""
+    fleetkit.stuck.Features over the window (snapshots = 0 when the window has no commit), plus
+    `unchanged_since`: when the latest committed offset was first seen (over the whole input up to
+    as_of), what offsets.retention counts from when the commit time is unknown.
+
+    One sort and one aggregation: window facts are conditional aggregates over in-window rows;
+    comparisons only pair consecutive in-window snapshots."""
     lo = as_of - window
-    in_window = snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-    commits = in_window.filter(F.col("committed_offset").isNotNull())
+    ts = F.col("observed_at")
+    commits = snapshots.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
     w = Window.partitionBy(*KEYS).orderBy("observed_at")
     commits = (commits
+               .withColumn("in_w", ts >= F.lit(lo))
                .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
                .withColumn("prev_committed", F.lag("committed_offset").over(w))
                .withColumn("prev_lag", F.lag("lag").over(w))
-               .withColumn("is_first", F.row_number().over(w) == 1))
-    ts = F.col("observed_at")
+               .withColumn("pair", F.col("in_w") & F.coalesce(F.lag("in_w").over(w), F.lit(False)))
+               .withColumn("run_start", F.when(F.col("prev_committed").isNull()
+                                               | (F.col("prev_committed") != F.col("committed_offset")), ts)))
+    in_w = F.col("in_w")
+    wts = F.when(in_w, ts)
     agg = commits.groupBy(*KEYS).agg(
-        F.count(F.lit(1)).alias("snapshots"),
-        F.min(ts).alias("first_at"), F.max(ts).alias("last_at"),
-        F.max_by("committed_offset", ts).alias("latest_committed"),
-        F.max_by("log_start_offset", ts).alias("latest_log_start"),
-        F.max_by("log_end_offset", ts).alias("latest_log_end"),
-        F.max_by("assigned", ts).alias("latest_assigned"),
-        F.min_by("committed_offset", ts).alias("first_committed"),
-        F.min_by("log_end_offset", ts).alias("first_log_end"),
-        F.coalesce(F.max(F.col("committed_offset") < F.col("prev_committed")), F.lit(False)).alias("rewound"),
-        (F.min("committed_offset") == F.max("committed_offset")).alias("never_moved"),
-        F.coalesce(F.min(F.when(F.col("is_first"), F.lit(True))
-                          .otherwise(F.coalesce(F.col("lag") >= F.col("prev_lag"), F.lit(False)))),
-                   F.lit(True)).alias("lag_never_decreased"),
+        F.count(F.when(in_w, 1)).alias("snapshots"),
+        F.min(wts).alias("first_at"), F.max(wts).alias("last_at"),
+        F.max_by("committed_offset", wts).alias("latest_committed"),
+        F.max_by("log_start_offset", wts).alias("latest_log_start"),
+        F.max_by("log_end_offset", wts).alias("latest_log_end"),
+        F.max_by("assigned", wts).alias("latest_assigned"),
+        F.min_by("committed_offset", wts).alias("first_committed"),
+        F.min_by("log_end_offset", wts).alias("first_log_end"),
+        F.max(F.when(F.col("pair"), F.col("committed_offset") < F.col("prev_committed"))).alias("rewound"),
+        (F.min(F.when(in_w, F.col("committed_offset"))) == F.max(F.when(in_w, F.col("committed_offset"))))
+        .alias("never_moved"),
+        F.min(F.when(F.col("pair"), F.coalesce(F.col("lag") >= F.col("prev_lag"), F.lit(False))))
+        .alias("lag_never_decreased"),
+        F.max("run_start").alias("unchanged_since"),
     ).withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double"))
     keys = snapshots.select(*KEYS).distinct()
+    windowed = F.col("snapshots") > 0
     return (keys.join(agg, KEYS, "left")
             .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
-            .withColumn("span_seconds", F.coalesce(F.col("span_seconds"), F.lit(0.0)))
+            .withColumn("span_seconds", F.when(windowed, F.col("span_seconds")).otherwise(F.lit(0.0)))
             .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
             .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
-            .withColumn("lag_never_decreased", F.coalesce(F.col("lag_never_decreased"), F.lit(False))))
+            .withColumn("lag_never_decreased",
+                        F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True))).otherwise(F.lit(False))))
 
 
 def _classifier(window_seconds: float, ratio: float):
@@ -84,11 +97,10 @@ def _classifier(window_seconds: float, ratio: float):
 
 
 def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.timedelta, ratio: float,
-                        last_change: DataFrame, retention: dt.timedelta) -> DataFrame:
+                        retention: dt.timedelta) -> DataFrame:
     classify, fields = _classifier(window.total_seconds(), ratio)
     verdict = classify(*[F.col(f) for f in fields])
     out = (features.withColumn("verdict", verdict)
-           .join(last_change, KEYS, "left")
            .select(
                *KEYS,
                F.col("verdict.status").alias("status"),
@@ -108,20 +120,6 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
             .withColumn("expires_in_seconds",
                         F.when(F.col("status") == "STOPPED",
                                F.col("offset_expires_at").cast("long") - F.lit(int(as_of.timestamp())))))
-
-
-def last_change(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
-    """Since when each partition's latest committed offset has been the same (its age: what
-    offsets.retention.minutes counts from when the commit timestamp is not known)."""
-    commits = snapshots.filter(F.col("committed_offset").isNotNull() & (F.col("observed_at") <= F.lit(as_of)))
-    latest = commits.groupBy(*KEYS).agg(F.max_by("committed_offset", "observed_at").alias("_latest"))
-    joined = commits.join(latest, KEYS)
-    changed = (joined.filter(F.col("committed_offset") != F.col("_latest"))
-               .groupBy(*KEYS).agg(F.max("observed_at").alias("_last_other")))
-    return (joined.filter(F.col("committed_offset") == F.col("_latest"))
-            .join(changed, KEYS, "left")
-            .filter(F.col("_last_other").isNull() | (F.col("observed_at") > F.col("_last_other")))
-            .groupBy(*KEYS).agg(F.min("observed_at").alias("unchanged_since")))
 
 
 def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
@@ -158,10 +156,31 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
             raise SystemExit("the snapshots hold no rows")
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
     feats = partition_features(snapshots, as_of, window)
-    findings = classify_partitions(feats, as_of, window, ratio, last_change(snapshots, as_of), retention)
+    findings = classify_partitions(feats, as_of, window, ratio, retention)
     findings = findings.cache()
     groups = group_findings(findings, snapshots, as_of, window)
     return findings, groups, as_of
+
+
+SERIES_LIMIT = 500
+
+
+def lag_series(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
+               limit: int = SERIES_LIMIT) -> DataFrame:
+    """Lag over the window of the flagged partitions the report charts (the `limit` worst by
+    status, then lag)."""
+    rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
+    flagged = (findings.filter(F.col("status").isin(*stuck.GROUP_ORDER[:-1]))
+               .orderBy(rank, F.col("lag").desc_nulls_last()).limit(limit).select(*KEYS, "status"))
+    lo = as_of - window
+    rows = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
+            .join(flagged, KEYS)
+            .select(*KEYS, "status", "observed_at",
+                    (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
+                    "committed_offset", "log_end_offset"))
+    return rows.groupBy(*KEYS, "status").agg(
+        F.sort_array(F.collect_list(F.struct(iso(F.col("observed_at")).alias("t"), "lag", "committed_offset",
+                                             "log_end_offset"))).alias("points"))
 
 
 def for_json(findings: DataFrame) -> DataFrame:
@@ -181,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lag-growth-ratio", type=float, default=stuck.DEFAULT_LAG_GROWTH_RATIO)
     ap.add_argument("--offsets-retention", default="1440m", help="the brokers' offsets.retention.minutes")
     ap.add_argument("--data-root", help="also append the results as Parquet datasets here")
+    ap.add_argument("--recent-days", type=int, help="read only date=YYYY-MM-DD folders of the last N days")
     ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     args = ap.parse_args(argv)
     try:
@@ -194,11 +214,15 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.monotonic()
     spark = session("stuck_partitions", args.master)
-    snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at",))
+    since = None
+    if args.recent_days:
+        since = (as_of or dt.datetime.now(dt.timezone.utc)).date() - dt.timedelta(days=args.recent_days)
+    snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at",), since)
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
     out = Path(args.out)
     n_find = write_jsonl(for_json(findings), str(out / "findings.jsonl"))
     n_groups = write_jsonl(groups, str(out / "groups.jsonl"))
+    write_jsonl(lag_series(findings, snapshots, as_of, window), str(out / "series.jsonl"))
     if args.data_root:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         write_dataset(findings, args.data_root, "stuck_findings", stamp)

@@ -32,6 +32,7 @@ from fleetkit.lab import Lab, LabSpec  # noqa: E402
 
 TEST_LAB = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181, broker_base_port=39092)
 os.environ.update(TEST_LAB.connection_env())
+os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
 TEST_FLEET_FILE = Path(TEST_LAB.lab_dir) / "fleet.yaml"
 os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
 

@@ -157,9 +157,21 @@ def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
     return WriteResult(files={d: f for d, _, f in staged}, rows={d: len(r) for d, r in rows.items()})
 
 
-def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None) -> pa.Table:
-    """All committed rows of a dataset (for tests, small reports and the CLI; Spark reads at scale)."""
+def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None,
+                 since: dt.date | None = None) -> pa.Table:
+    """All committed rows of a dataset (for tests, small reports and the CLI; Spark reads at scale),
+    optionally only from date partitions on or after `since`."""
     files = root.files(dataset, cluster)
+    if since is not None:
+        def day_of(path: str) -> dt.date | None:
+            for part in path.split("/"):
+                if part.startswith("date="):
+                    try:
+                        return dt.date.fromisoformat(part[5:])
+                    except ValueError:
+                        return None
+            return None
+        files = [f for f in files if (day_of(f) or since) >= since]
     if not files:
         return SCHEMAS[dataset].empty_table()
     tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset]) for f in files]

@@ -23,6 +23,10 @@ A fleet file is YAML::
             access: local                      # local | ssh
             ssh_conn_id: broker0_ssh           # with access: ssh
 
+    alerts:                              # optional: besides the task log, e-mail alerts
+      smtp_conn_id: smtp_default
+      to: [oncall@example.com]
+
 Credentials never live here: they live in Airflow connections.
 """
 
@@ -102,9 +106,19 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class AlertSettings:
+    """Where alerts go besides the task log: e-mail through an Airflow SMTP connection."""
+
+    smtp_conn_id: str | None = None
+    to: tuple[str, ...] = ()
+    subject_prefix: str = "[kafka-fleet]"
+
+
+@dataclass(frozen=True)
 class Fleet:
     path: str
     clusters: tuple[Cluster, ...]
+    alerts: AlertSettings = field(default_factory=AlertSettings)
 
     def cluster(self, name: str) -> Cluster:
         for c in self.clusters:
@@ -269,7 +283,7 @@ def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) 
     except yaml.YAMLError as e:
         raise FleetConfigError(f"{path}: not valid YAML: {e}") from None
     doc = f.mapping(doc, "top level")
-    f.unknown(doc, {"version", "clusters"}, "top level")
+    f.unknown(doc, {"version", "clusters", "alerts"}, "top level")
     version = doc.get("version", 1)
     if version != 1:
         raise f.fail("version", f"unsupported fleet file version {version!r} (this toolkit reads version 1)")
@@ -285,7 +299,22 @@ def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) 
             raise f.fail(f"clusters[{i}].name", f"cluster name {c.name!r} appears twice")
         names.add(c.name)
         clusters.append(c)
-    return Fleet(path=path, clusters=tuple(clusters))
+    alerts = AlertSettings()
+    if doc.get("alerts") is not None:
+        araw = f.mapping(doc["alerts"], "alerts")
+        f.unknown(araw, {"smtp_conn_id", "to", "subject_prefix"}, "alerts")
+        smtp = araw.get("smtp_conn_id")
+        if smtp is not None:
+            smtp = f.string(smtp, "alerts.smtp_conn_id", CONN_ID_RE, "connection id")
+        to = f.strings(araw.get("to"), "alerts.to")
+        if smtp and not to:
+            raise f.fail("alerts.to", "an smtp_conn_id needs at least one recipient")
+        for i, addr in enumerate(to):
+            if "@" not in addr or any(c in addr for c in " \r\n,;"):
+                raise f.fail(f"alerts.to[{i}]", f"{addr!r} is not an e-mail address")
+        alerts = AlertSettings(smtp_conn_id=smtp, to=to,
+                               subject_prefix=str(araw.get("subject_prefix", "[kafka-fleet]")))
+    return Fleet(path=path, clusters=tuple(clusters), alerts=alerts)
 
 
 def load_fleet(path: str | os.PathLike) -> Fleet:

@@ -300,5 +300,34 @@ class KafkaCluster:
                                      f"{error_name(e)}") from None
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}
 
+    def record_at(self, topic: str, partition: int, offset: int, timeout: float = 10.0) -> dict | None:
+        """The record at an offset: offset, timestamp (None on 0.9, whose messages carry none),
+        key (shown escaped, truncated) and value size -- never the value itself."""
+        import uuid
+
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
+
+        c = Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
+                                           "enable.auto.commit": False, "auto.offset.reset": "error"}))
+        try:
+            c.assign([TopicPartition(topic, partition, offset)])
+            import time as _t
+
+            deadline = _t.monotonic() + timeout
+            while _t.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    return {"offset": offset, "error": msg.error().name()}
+                ts_type, ts = msg.timestamp()
+                key = msg.key()
+                return {"offset": msg.offset(), "timestamp": None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+                        "key": None if key is None else repr(key[:120]) + ("..." if len(key) > 120 else ""),
+                        "size": len(msg.value() or b"")}
+            return None
+        finally:
+            c.close()
+
     def close(self) -> None:
         self._admin = None

@@ -308,23 +308,38 @@ class Lab:
         zk.start(timeout=15)
         return zk
 
+    def create_topic(self, topic: str, partitions: int = 3, replication: int = 1, config: dict | None = None,
+                     zk=None) -> bool:
+        """Create a topic the way 0.9's AdminUtils.createTopic does (config znode, then the assignment
+        znode the controller acts on). 0.9 has no CreateTopics request. False if it exists."""
+        own = zk is None
+        zk = zk or self.zk_client()
+        try:
+            if zk.exists(f"/brokers/topics/{topic}"):
+                return False
+            n = self.spec.brokers
+            assignment = {str(p): [(p + r) % n for r in range(min(replication, n))] for p in range(partitions)}
+            zk.ensure_path("/config/topics")
+            if not zk.exists(f"/config/topics/{topic}"):
+                zk.create(f"/config/topics/{topic}", json.dumps(
+                    {"version": 1, "config": {k: str(v) for k, v in (config or {}).items()}}).encode())
+            zk.ensure_path("/brokers/topics")
+            zk.create(f"/brokers/topics/{topic}", json.dumps({"version": 1, "partitions": assignment}).encode())
+            return True
+        finally:
+            if own:
+                zk.stop()
+                zk.close()
+
     def _ensure_offsets_topic(self) -> None:
         """0.9 creates __consumer_offsets with min(replication factor, live brokers) replicas on first
-        use; create it up front with every broker as a replica (what AdminUtils.createTopic writes)."""
+        use; create it up front with every broker as a replica."""
         zk = self.zk_client()
         try:
-            n = self.spec.brokers
-            rf = min(3, n)
-            if not zk.exists(f"/brokers/topics/{OFFSETS_TOPIC}"):
-                assignment = {str(p): [(p + r) % n for r in range(rf)] for p in range(OFFSETS_PARTITIONS)}
-                config = {"version": 1, "config": {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                                                    "segment.bytes": str(100 * 1024 * 1024)}}
-                zk.ensure_path("/config/topics")
-                if not zk.exists(f"/config/topics/{OFFSETS_TOPIC}"):
-                    zk.create(f"/config/topics/{OFFSETS_TOPIC}", json.dumps(config).encode())
-                zk.ensure_path("/brokers/topics")
-                zk.create(f"/brokers/topics/{OFFSETS_TOPIC}",
-                          json.dumps({"version": 1, "partitions": assignment}).encode())
+            rf = min(3, self.spec.brokers)
+            if self.create_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf,
+                                 {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                                  "segment.bytes": 100 * 1024 * 1024}, zk=zk):
                 log.info("created %s with %d partitions x %d replicas", OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf)
 
             def all_led() -> bool:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fleetkit import offsets_reset
+from fleetkit import offsets_reset, stuck
+from fleetkit.datasets import DataRoot
+from fleetkit.diagnose import diagnose_partition, evidence_items
 
 from fleet_airflow.gate import ClusterContext, GateAction
 
@@ -25,5 +27,32 @@ RESET_OFFSETS = GateAction(
     check=lambda ctx, plan: offsets_reset.check_preconditions(ctx.kafka, plan),
     execute=lambda ctx, plan: offsets_reset.execute(ctx.kafka, plan),
     verify=lambda ctx, plan: offsets_reset.verify(ctx.kafka, plan),
+    details_table=_reset_table,
+)
+
+
+def _stuck_plan(ctx: ClusterContext, params: dict) -> dict:
+    """Diagnose the partition, then plan 'skip N records' for its group (the poison-record fix)."""
+    from fleet_airflow import settings
+
+    partition = int(params["partition"])
+    window = stuck.parse_duration(params.get("window") or "15m")
+    d = diagnose_partition(ctx.kafka, DataRoot(params.get("data_root") or settings.data_root()), ctx.cluster.name,
+                           params["group"], params["topic"], partition, window)
+    plan = offsets_reset.build_plan(ctx.kafka, ctx.cluster.name, params["group"], params["topic"], str(partition),
+                                    f"skip {int(params.get('skip') or 1)}")
+    plan["title"] = (f"Skip {int(params.get('skip') or 1)} record(s) of {params['topic']}-{partition} for group "
+                     f"{params['group']} (stuck at offset {d['committed_offset']}, {d['status']})")
+    plan["evidence"] = evidence_items(d)
+    plan["details"]["diagnosis"] = d
+    return plan
+
+
+STUCK_SKIP = GateAction(
+    name="skip_poison_records",
+    plan=_stuck_plan,
+    check=RESET_OFFSETS.check,
+    execute=RESET_OFFSETS.execute,
+    verify=RESET_OFFSETS.verify,
     details_table=_reset_table,
 )

@@ -27,6 +27,16 @@ def retention_days() -> int:
     return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
 
 
+def spark_env() -> dict[str, str]:
+    """Environment of spark-submit from Airflow: the venv's bin first (the pip-installed
+    spark-submit finds Spark through the first python3 on PATH), loopback only."""
+    venv_bin = str(REPO_ROOT / ".venv" / "bin")
+    path = os.environ.get("PATH", "")
+    return {"PATH": f"{venv_bin}:{path}" if not path.startswith(venv_bin) else path,
+            "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
+            **({"JAVA_HOME": os.environ["JAVA_HOME"]} if os.environ.get("JAVA_HOME") else {})}
+
+
 def airflow_home() -> Path:
     return Path(os.environ.get("AIRFLOW_HOME") or REPO_ROOT / ".airflow")
 

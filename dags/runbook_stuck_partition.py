@@ -1,0 +1,52 @@
+"""runbook_stuck_partition: diagnose a stuck partition and offer the poison-record fix."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param
+
+from fleet_airflow import settings
+from fleet_airflow.actions import STUCK_SKIP
+from fleet_airflow.gate import approval_gate
+
+DOC = """
+### Stuck partition (incident runbook)
+
+For a partition the maintenance report flags STALLED (alive, offset frozen: usually a **poison
+record** the consumer fails on and retries forever) or STOPPED.
+
+**plan** diagnoses from the latest snapshots and the live cluster: the rules' verdict and reason,
+the group's state and members, committed / log start / log end / lag, and the record at the
+committed offset (its offset, timestamp (none on 0.9), key and size; never its value). With
+`dry_run` (the default) the run stops there: that is the diagnosis.
+
+The fix offered through the approval gate: **skip `skip` record(s)** (default 1) for the group.
+Stop the group's consumers first: the execution refuses while the group has live members, or if
+its committed offset moved since the plan. Approve in Browse > Required Actions; the audit records
+the previous offset and `fleetctl audit rollback RECORD_ID` moves it back.
+"""
+
+with DAG(
+    dag_id="runbook_stuck_partition",
+    description="Diagnose a stuck partition; skip a poison record (approval required)",
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    doc_md=DOC,
+    tags=["fleet", "runbook", "destructive"],
+    default_args={"retries": 0},
+    params={
+        "cluster": Param("lab", type="string", minLength=1),
+        "group": Param("", type="string", minLength=1),
+        "topic": Param("", type="string", minLength=1),
+        "partition": Param(0, type="integer", minimum=0),
+        "skip": Param(1, type="integer", minimum=1, description="records to skip forward"),
+        "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
+        "dry_run": Param(True, type="boolean", description="diagnose and plan only (default)"),
+        "approval_timeout": Param(4 * 3600, type="integer", minimum=10),
+        "fleet_file": Param(settings.fleet_file(), type="string"),
+        "data_root": Param(settings.data_root(), type="string"),
+    },
+) as dag:
+    approval_gate(STUCK_SKIP)

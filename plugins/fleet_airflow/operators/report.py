@@ -1,0 +1,87 @@
+"""StuckReportOperator: render the stuck-partitions report of a run, log it, link it, alert."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from airflow.providers.common.compat.sdk import BaseOperator, BaseOperatorLink
+
+from fleetkit.fleet import load_fleet
+from fleetkit.stuck_report import StuckReport
+
+from fleet_airflow.notifiers import FleetAlertNotifier
+
+REPORT_XCOM_KEY = "report_url"
+
+
+class StuckReportLink(BaseOperatorLink):
+    """'Stuck report' button on the task: the HTML report, served by the api-server (/fleet-reports)."""
+
+    name = "Stuck report"
+    xcom_key = REPORT_XCOM_KEY
+
+    def get_link(self, operator, *, ti_key) -> str:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        return XCom.get_value(ti_key=ti_key, key=REPORT_XCOM_KEY) or ""
+
+
+def report_url(html_path: Path, data_root: str) -> str:
+    """The report's URL under the api-server's /fleet-reports app (relative to <data root>/reports)."""
+    from fleet_airflow import services
+
+    try:
+        rel = html_path.resolve().relative_to((Path(data_root) / "reports").resolve())
+    except ValueError:
+        return html_path.resolve().as_uri()
+    return f"http://{services.API_HOST}:{services.API_PORT}/fleet-reports/{rel.as_posix()}"
+
+
+class StuckReportOperator(BaseOperator):
+    """Render report.html / report.md next to the job's output, log the summary and every
+    flagged partition, push the report link, copy it to reports/stuck/latest, and alert."""
+
+    template_fields: Sequence[str] = ("out_dir", "fleet_file", "data_root", "window")
+    operator_extra_links = (StuckReportLink(),)
+
+    def __init__(self, *, out_dir: str, fleet_file: str, data_root: str, window: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.out_dir, self.fleet_file, self.data_root, self.window = out_dir, fleet_file, data_root, window
+
+    def _publish_latest(self, run_dir: Path) -> None:
+        import shutil
+
+        latest = Path(self.data_root) / "reports" / "stuck" / "latest"
+        if run_dir.resolve() == latest.resolve():
+            return
+        latest.mkdir(parents=True, exist_ok=True)
+        for name in ("report.html", "report.md"):
+            tmp = latest / f".{name}.tmp"
+            shutil.copyfile(run_dir / name, tmp)
+            tmp.replace(latest / name)
+
+    def execute(self, context) -> dict:
+        report = StuckReport.load(self.out_dir, self.window)
+        if not report.findings:
+            self.log.warning("no findings in %s (did the analysis run?)", self.out_dir)
+        html_path, md_path = report.render(self.out_dir)
+        url = report_url(html_path, self.data_root)
+        self._publish_latest(html_path.parent)
+        context["ti"].xcom_push(key=REPORT_XCOM_KEY, value=url)
+        self.log.info("stuck-partitions report: %s (Markdown %s, link %s)", html_path, md_path, url)
+        for c in report.clusters():
+            self.log.info("cluster %s: %d partition(s): %s; rebalance storms: %s", c["cluster"], c["partitions"],
+                          ", ".join(f"{k} {v}" for k, v in c["counts"].items()), ", ".join(c["storms"]) or "none")
+        flagged = report.flagged()
+        for f in flagged:
+            self.log.warning("%s %s group %r %s-%s lag %s%s: %s", f["status"], f["cluster"], f["group"], f["topic"],
+                             f["partition"], f["lag"],
+                             f" (offset expires in {f['expires_in']})" if f.get("expires_in") else "", f["reason"])
+        alerts = report.alerts()
+        if alerts:
+            settings = load_fleet(self.fleet_file).alerts
+            FleetAlertNotifier(title=f"{len(alerts)} stuck partition(s) / rebalance storm(s)", lines=alerts,
+                               settings=settings)(context)
+        return {"html": str(html_path), "markdown": str(md_path), "url": url, "flagged": len(flagged),
+                "alerts": len(alerts)}

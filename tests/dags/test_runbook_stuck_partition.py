@@ -1,0 +1,72 @@
+"""runbook_stuck_partition on the real lab: a consumer stuck on a poison record is diagnosed (the
+record at its committed offset shown, never its value), and skipping the record through the
+approval gate moves the group past it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetkit import audit, plans
+from fleetkit.datasets import DataRoot
+from fleetkit.lab_traffic import POISON, ConsumerThread, not_poison, produce, producer, wait_topic
+
+from fleet_airflow import clusters
+from tests.dags.test_runbook_reset_offsets import offsets, states
+from tests.hitl import Answerer
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "runbook_stuck_partition"
+pytestmark = [pytest.mark.airflow, pytest.mark.lab]
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags")).get_dag(DAG_ID)
+
+
+def test_diagnose_and_skip_the_poison_record(dag, lab, tmp_path, unique, monkeypatch):
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    topic, group = unique("poisoned"), unique("stuck-consumer")
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 3, 1: 2, 2: 2})
+    p = producer(lab.bootstrap)
+    p.produce(topic, value=POISON, key=b"poison-key", partition=0)
+    p.flush(10)
+    produce(lab.bootstrap, topic, {0: 4})  # records behind the poison one
+
+    data = tmp_path / "data"
+    member = ConsumerThread(lab.bootstrap, group, [topic], handle=not_poison, client_id="stuck-1")
+    member.start()
+    try:
+        time.sleep(8)
+        clusters.collect(lab.cluster, str(data))
+        time.sleep(32)
+        clusters.collect(lab.cluster, str(data))
+    finally:
+        member.stop()
+    assert offsets(lab, group, topic) == {0: 3, 1: 2, 2: 2}  # frozen at the poison record
+
+    conf = {"cluster": "labtest", "group": group, "topic": topic, "partition": 0, "skip": 1, "window": "1m",
+            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(data)}
+    answer = Answerer(DAG_ID, "Approve")
+    answer.start()
+    dr = dag.test(run_conf=conf)
+    answer.join(5)
+    assert answer.error is None
+    assert dr.state == "success", states(dr)
+    assert offsets(lab, group, topic) == {0: 4, 1: 2, 2: 2}
+
+    body = answer.body
+    assert "**status**: STALLED" in body
+    assert f"offset 3, timestamp None, key b'poison-key', {len(POISON)} bytes" in body.replace("\\", "")
+    assert POISON.decode() not in body.replace("\\", "")  # never the value
+    assert "stuck\\-1@127\\.0\\.0\\.1" in body or "none \\(no live members\\)" in body
+    plan, _ = plans.load(data / "plans", DAG_ID, dr.run_id)
+    assert plan["details"]["diagnosis"]["record_at_committed_offset"]["offset"] == 3
+    events = [r["event"] for r in audit.records(DataRoot(data), "labtest", dr.run_id)]
+    assert events == ["planned", "approved", "executed", "verified"]

@@ -1,0 +1,51 @@
+"""The stuck report: rendering (escaped names, charts, expiry), alerts, the log notifier."""
+
+import json
+
+from fleetkit.stuck_report import StuckReport, humanize, sparkline
+
+HOSTILE = "<script>alert(1)</script> [x](http://e) `t`"
+
+
+def _write(tmp_path, findings, groups, series=()):
+    for name, rows in (("findings", findings), ("groups", groups), ("series", series)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
+    f = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED", "lag": 40,
+          "committed_offset": 10, "log_end_offset": 50, "reason": "No live member.", "expires_in_seconds": 3 * 3600 + 120,
+          "offset_expires_at": "2026-01-02T00:00:00.000000Z"},
+         {"cluster": "c1", "group": "ok", "topic": "t", "partition": 1, "status": "OK", "lag": 0,
+          "committed_offset": 5, "log_end_offset": 5, "reason": "Caught up (lag 0)."}]
+    g = [{"cluster": "c1", "group": HOSTILE, "status": "STOPPED", "total_lag": 40, "counts": {"STOPPED": 1},
+          "rebalance_storm": True}]
+    s = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED",
+          "points": [{"t": "a", "lag": 10}, {"t": "b", "lag": 40}]}]
+    _write(tmp_path, f, g, s)
+    report = StuckReport.load(tmp_path, "2m")
+    html_path, md_path = report.render(tmp_path)
+    html = html_path.read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    assert "<svg" in html and "Committed offset expires in 3h 2m" in html
+    md = md_path.read_text()
+    assert "](http" not in md and "\\[x\\]" in md
+    alerts = report.alerts()
+    assert any(a.startswith("STOPPED c1 group") and "expires in 3h 2m" in a for a in alerts)
+    assert any(a.startswith("REBALANCE_STORM c1") for a in alerts)
+    assert len(alerts) == 2  # the OK partition does not alert
+
+
+def test_helpers():
+    assert sparkline([{"lag": 1}]) == ""
+    svg = sparkline([{"lag": 0}, {"lag": 5}, {"lag": None}, {"lag": 10}])
+    assert svg.startswith("<svg") and "lag from 0 to 10" in svg
+    assert humanize(90061) == "1d 1h" and humanize(59) == "0m" and humanize(None) == "unknown"
+
+
+def test_log_notifier_logs_every_line(caplog):
+    from fleet_airflow.notifiers import FleetAlertNotifier
+
+    n = FleetAlertNotifier(title="2 stuck", lines=["STALLED a", "STOPPED b"])
+    n.notify({})
+    assert n.sent == ["log"]
