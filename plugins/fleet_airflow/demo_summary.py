@@ -16,7 +16,7 @@ def main() -> None:
     print("=" * 72)
     print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
     print(f"login          admin / {pw.get('admin', '(see .airflow/simple_auth_manager_passwords.json.generated)')}")
-    print(f"DAG            fleet_maintenance (every 5 minutes; triggered 3 times now)")
+    print(f"DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
     print(f"datasets       {root.uri}")
     for name in SCHEMAS:
         files = root.files(name)
@@ -32,6 +32,19 @@ def main() -> None:
             rows = [r for r in latest if r["group"] == group]
             lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
             print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
+    latest = root.join("reports", "stuck", "latest", "report.md")
+    if root.exists(latest):
+        from fleetkit.stuck_report import StuckReport
+
+        run_dirs = sorted((p for p in (__import__("pathlib").Path(root.path) / "reports" / "stuck").iterdir()
+                           if p.is_dir() and p.name != "latest"), key=lambda p: p.stat().st_mtime)
+        if run_dirs:
+            rep = StuckReport.load(run_dirs[-1])
+            print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/latest/report.html")
+            print(f"               {run_dirs[-1] / 'report.html'}")
+            for f in rep.flagged()[:10]:
+                print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
+    print("runbooks       runbook_stuck_partition, runbook_reset_offsets (dry run by default; approval required)")
     print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
     print("=" * 72)
 
