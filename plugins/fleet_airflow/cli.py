@@ -158,6 +158,37 @@ def cmd_trigger(args) -> int:
     return 1 if failed else 0
 
 
+# -- offsets --------------------------------------------------------------------------------
+def cmd_offsets_decode(args) -> int:
+    from fleetkit.offsets_codec import DecodeError, decode
+
+    try:
+        key = bytes.fromhex(args.key)
+        value = bytes.fromhex(args.value) if args.value is not None else None
+    except ValueError as e:
+        print(f"error: --key/--value must be hex: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = decode(key, value, "record")
+    except DecodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.pop("kind", None)
+    print(json.dumps(out, ensure_ascii=False))
+    return 0
+
+
+def cmd_offsets_capacity(args) -> int:
+    from fleetkit.cleaner import capacity
+
+    try:
+        print(json.dumps(capacity(args.dedupe_buffer_size, args.threads, args.load_factor)))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 # -- audit -----------------------------------------------------------------------------------
 def cmd_audit_list(args) -> int:
     from fleetkit import audit
@@ -275,6 +306,18 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--wait", action="store_true", help="wait for each run to finish")
     t.add_argument("--timeout", type=float, default=600)
     t.set_defaults(func=cmd_trigger)
+
+    o = sub.add_parser("offsets", help="__consumer_offsets: decode records, cleaner capacity")
+    o_sub = o.add_subparsers(dest="offsets_command", required=True)
+    od = o_sub.add_parser("decode", help="decode one __consumer_offsets record given as hex")
+    od.add_argument("--key", required=True, help="the record key, hex")
+    od.add_argument("--value", help="the record value, hex (absent: a tombstone)")
+    od.set_defaults(func=cmd_offsets_decode)
+    oc = o_sub.add_parser("cleaner-capacity", help="how many keys one log-cleaner pass can map")
+    oc.add_argument("--dedupe-buffer-size", type=int, required=True, help="log.cleaner.dedupe.buffer.size, bytes")
+    oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")
+    oc.add_argument("--load-factor", type=float, default=0.9, help="log.cleaner.io.buffer.load.factor")
+    oc.set_defaults(func=cmd_offsets_capacity)
 
     au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
     au_sub = au.add_subparsers(dest="audit_command", required=True)
