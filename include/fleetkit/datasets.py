@@ -42,6 +42,26 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("observed_at", TS), ("leader", pa.int32()), ("isr", pa.list_(pa.int32())),
         ("leader_epoch", pa.int32()), ("controller_epoch", pa.int32()), ("source", pa.string()),
     ]),
+    "offsets_topic_records": pa.schema([
+        ("cluster", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("observed_at", TS),
+        ("key_version", pa.int16()), ("group", pa.string()), ("topic", pa.string()),
+        ("topic_partition", pa.int32()), ("value_version", pa.int16()), ("committed_offset", pa.int64()),
+        ("leader_epoch", pa.int32()), ("metadata", pa.string()), ("commit_timestamp", pa.int64()),
+        ("expire_timestamp", pa.int64()), ("tombstone", pa.bool_()), ("size_bytes", pa.int32()),
+        ("generation", pa.int32()), ("protocol_type", pa.string()), ("protocol", pa.string()),
+        ("leader", pa.string()),
+        ("members", pa.list_(pa.struct([("client_id", pa.string()), ("client_host", pa.string()),
+                                        ("member_id", pa.string())]))),
+    ]),
+    "segment_inventory": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS), ("base_offset", pa.int64()), ("size_bytes", pa.int64()),
+        ("modified_at", TS), ("is_active", pa.bool_()),
+    ]),
+    "cleaner_checkpoints": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS), ("checkpoint_offset", pa.int64()),
+    ]),
     "audit": pa.schema([
         ("cluster", pa.string()), ("observed_at", TS), ("record_id", pa.string()),
         ("dag_id", pa.string()), ("run_id", pa.string()), ("action", pa.string()),
@@ -125,36 +145,62 @@ class WriteResult:
     rows: dict[str, int]
 
 
+class Staging:
+    """Files staged under `_tmp-` names (invisible to readers), renamed into place together by
+    commit(); abort() removes them. A collection uses one Staging: all of it lands, or none."""
+
+    def __init__(self, root: DataRoot, cluster: str, observed_at: dt.datetime):
+        self.root, self.cluster = root, cluster
+        self.day = observed_at.astimezone(dt.timezone.utc).date()
+        self.stamp = observed_at.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        self.batch = uuid.uuid4().hex[:12]
+        self.staged: list[tuple[str, str, str]] = []
+        self.rows: dict[str, int] = {}
+
+    def add(self, dataset: str, rows: list[Mapping]) -> None:
+        table = table_from_rows(dataset, list(rows))
+        folder = self.root.partition_dir(dataset, self.cluster, self.day)
+        self.root.fs.create_dir(folder, recursive=True)
+        n = sum(1 for d, _, _ in self.staged if d == dataset)
+        suffix = f"-{n}" if n else ""
+        final = f"{folder}/part-{self.stamp}-{self.batch}{suffix}.parquet"
+        tmp = f"{folder}/_tmp-{self.stamp}-{self.batch}{suffix}.parquet"
+        try:
+            pq.write_table(table, tmp, filesystem=self.root.fs, compression="zstd")
+        except BaseException:
+            self._delete(tmp)
+            raise
+        self.staged.append((dataset, tmp, final))
+        self.rows[dataset] = self.rows.get(dataset, 0) + len(table)
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.root.fs.delete_file(path)
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        for _, tmp, _ in self.staged:
+            self._delete(tmp)
+        self.staged = []
+
+    def commit(self) -> WriteResult:
+        for _, tmp, final in self.staged:
+            self.root.fs.move(tmp, final)
+        return WriteResult(files={d: f for d, _, f in self.staged}, rows=dict(self.rows))
+
+
 def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
                      rows: Mapping[str, list[Mapping]]) -> WriteResult:
-    """Write one collection's rows (dataset -> rows) all-or-nothing.
-
-    Every dataset's file is staged under a `_tmp-` name first; only when all are written are
-    they renamed into place. On any failure the staged files are removed and nothing is visible.
-    """
-    day = observed_at.astimezone(dt.timezone.utc).date()
-    stamp = observed_at.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    batch = uuid.uuid4().hex[:12]
-    staged: list[tuple[str, str, str]] = []
+    """Write one collection's rows (dataset -> rows) all-or-nothing."""
+    staging = Staging(root, cluster, observed_at)
     try:
         for dataset, drows in rows.items():
-            table = table_from_rows(dataset, list(drows))
-            folder = root.partition_dir(dataset, cluster, day)
-            root.fs.create_dir(folder, recursive=True)
-            final = f"{folder}/part-{stamp}-{batch}.parquet"
-            tmp = f"{folder}/_tmp-{stamp}-{batch}.parquet"
-            pq.write_table(table, tmp, filesystem=root.fs, compression="zstd")
-            staged.append((dataset, tmp, final))
+            staging.add(dataset, drows)
     except BaseException:
-        for _, tmp, _ in staged:
-            try:
-                root.fs.delete_file(tmp)
-            except OSError:
-                pass
+        staging.abort()
         raise
-    for _, tmp, final in staged:
-        root.fs.move(tmp, final)
-    return WriteResult(files={d: f for d, _, f in staged}, rows={d: len(r) for d, r in rows.items()})
+    return staging.commit()
 
 
 def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None,

@@ -55,7 +55,8 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
     dag = dagbag.get_dag("fleet_maintenance")
     dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data)})
     assert dr.state == "success", _states(dr)
-    assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success"}
+    assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
+                           ("analyse_stuck", -1): "success", ("report_stuck", -1): "success"}
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
     assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
 
@@ -75,6 +76,7 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
     states = _states(dr)
     assert states[("collect", 0)] == "success"   # labtest
     assert states[("collect", 1)] == "failed"    # down
+    assert states[("analyse_stuck", -1)] == "success"  # the analysis still runs on what was collected
     assert dr.state == "failed"
     root = DataRoot(data)
     assert root.files("offsets_snapshots", "labtest") and not root.files("offsets_snapshots", "down")

@@ -1,0 +1,155 @@
+"""Lossless segment-trimming plans for unhealthy __consumer_offsets partitions.
+
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/trim_plan.py --data-root ROOT --fleet FILE --health DIR
+        --out DIR [--partitions 3,7 | all-unhealthy]
+
+For each unhealthy partition replica (from offsets_health's health.jsonl): the segments to
+quarantine (every rolled segment but the newest one; never the active one), the bytes freed, and
+the live keys whose newest record sits only in those segments -- the offsets that would vanish.
+Those are re-committed after the trim (for groups that are Empty); active groups are listed for
+the operator; group-metadata keys in removed segments are listed (those groups will rebalance).
+Writes DIR/trim_plan.json (one plan per cluster, the data the runbook executes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from jobs_common import session  # noqa: E402
+from offsets_health import latest_inventory, newest_per_key, read_dataset  # noqa: E402
+
+from pyspark.sql import DataFrame, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+INACTIVE_STATES = ("Empty", "Dead")
+
+
+def quarantine_segments(segments: DataFrame, targets: DataFrame) -> DataFrame:
+    """Per targeted (cluster, broker, partition): rolled segments except the newest rolled one."""
+    latest = latest_inventory(segments).join(targets, ["cluster", "broker", "partition"])
+    w = Window.partitionBy("cluster", "broker", "partition").orderBy(F.col("base_offset").desc())
+    ranked = latest.withColumn("_rank", F.row_number().over(w))  # 1 = active, 2 = newest rolled
+    return ranked.withColumn("quarantine", ~F.col("is_active") & (F.col("_rank") > 2)).drop("_rank")
+
+
+def lost_keys(records: DataFrame, cutoffs: DataFrame) -> DataFrame:
+    """Live keys whose newest record lies below the partition's cutoff (removed by the trim)."""
+    newest = newest_per_key(records).filter(~F.col("tombstone"))
+    return newest.join(cutoffs, ["cluster", "partition"]).filter(F.col("offset") < F.col("cutoff"))
+
+
+def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_states: DataFrame | None,
+          partitions: list[int] | None) -> dict:
+    unhealthy = health.filter(F.col("verdict") != "HEALTHY")
+    if partitions is not None:
+        unhealthy = health.filter(F.col("partition").isin(partitions))
+    targets = unhealthy.select("cluster", "broker", "partition").distinct()
+    segs = quarantine_segments(segments, targets).cache()
+    kept = segs.filter(~F.col("quarantine")).groupBy("cluster", "broker", "partition").agg(
+        F.min("base_offset").alias("oldest_kept"))
+    # a key is lost if any trimmed replica loses it (leadership may move): the highest cutoff counts
+    cutoffs = (segs.filter(F.col("quarantine")).select("cluster", "broker", "partition").distinct()
+               .join(kept, ["cluster", "broker", "partition"])
+               .groupBy("cluster", "partition").agg(F.max("oldest_kept").alias("cutoff")))
+    lost = lost_keys(records, cutoffs).cache()
+    commits = lost.filter(F.col("key_version") != 2)
+    if group_states is not None:
+        commits = commits.join(group_states, ["cluster", "group"], "left")
+    else:
+        commits = commits.withColumn("group_state", F.lit(None).cast("string"))
+
+    plans: dict[str, dict] = {}
+    for r in segs.orderBy("cluster", "partition", "broker", "base_offset").collect():
+        c = plans.setdefault(r["cluster"], {"cluster": r["cluster"], "partitions": {}})
+        p = c["partitions"].setdefault(r["partition"], {"partition": r["partition"], "replicas": {},
+                                                        "recommit": [], "active_groups": [],
+                                                        "group_metadata_lost": []})
+        b = p["replicas"].setdefault(str(r["broker"]), {"broker": r["broker"], "log_dir": r["log_dir"],
+                                                        "quarantine": [], "kept": [], "bytes_freed": 0})
+        seg = {"base_offset": r["base_offset"], "size_bytes": r["size_bytes"], "is_active": r["is_active"],
+               "modified_at": r["modified_at"].isoformat() if r["modified_at"] else None}
+        if r["quarantine"]:
+            b["quarantine"].append(seg)
+            b["bytes_freed"] += r["size_bytes"]
+        else:
+            b["kept"].append(seg)
+    for r in commits.orderBy("cluster", "partition", "group", "topic", "topic_partition").collect():
+        p = plans[r["cluster"]]["partitions"].get(r["partition"])
+        if p is None:
+            continue
+        item = {"group": r["group"], "topic": r["topic"], "partition": r["topic_partition"],
+                "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
+                "group_state": r["group_state"]}
+        (p["recommit"] if r["group_state"] in INACTIVE_STATES else p["active_groups"]).append(item)
+    for r in lost.filter(F.col("key_version") == 2).orderBy("cluster", "partition", "group").collect():
+        p = plans[r["cluster"]]["partitions"].get(r["partition"])
+        if p is not None:
+            p["group_metadata_lost"].append({"group": r["group"], "generation": r["generation"],
+                                             "record_offset": r["offset"]})
+    health_rows = {(r["cluster"], r["broker"], r["partition"]): r.asDict() for r in unhealthy.collect()}
+    for c in plans.values():
+        for p in c["partitions"].values():
+            for b in p["replicas"].values():
+                h = health_rows.get((c["cluster"], b["broker"], p["partition"]), {})
+                b["verdict"], b["reason"] = h.get("verdict"), h.get("reason")
+                b["fix"] = json.loads(h["fix"]) if h.get("fix") else None
+        c["partitions"] = [c["partitions"][k] for k in sorted(c["partitions"])]
+        for p in c["partitions"]:
+            p["replicas"] = [p["replicas"][k] for k in sorted(p["replicas"], key=int)]
+    return plans
+
+
+def group_states_frame(spark, root: str) -> DataFrame | None:
+    try:
+        gc = read_dataset(spark, root, "group_coordinators")
+    except SystemExit:
+        return None
+    return gc.groupBy("cluster", "group").agg(F.max_by("state", "observed_at").alias("group_state"))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-root", required=True)
+    ap.add_argument("--health", required=True, help="the folder holding offsets_health's health.jsonl")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--partitions", default="all-unhealthy", help="'all-unhealthy' or partition numbers like 3,7")
+    ap.add_argument("--master")
+    args = ap.parse_args(argv)
+    parts = None
+    if args.partitions != "all-unhealthy":
+        try:
+            parts = sorted({int(p) for p in args.partitions.split(",") if p.strip()})
+        except ValueError:
+            raise SystemExit(f"--partitions {args.partitions!r} must be 'all-unhealthy' or numbers like 3,7") from None
+    health_file = Path(args.health) / "health.jsonl"
+    if not health_file.exists():
+        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
+    t0 = time.monotonic()
+    spark = session("trim_plan", args.master)
+    health = spark.read.json(str(health_file))
+    plans = build(read_dataset(spark, args.data_root, "offsets_topic_records"),
+                  read_dataset(spark, args.data_root, "segment_inventory"), health,
+                  group_states_frame(spark, args.data_root), parts)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".trim_plan.json.tmp"
+    tmp.write_text(json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
+    tmp.replace(out / "trim_plan.json")
+    summary = {c: {"partitions": len(p["partitions"]),
+                   "segments": sum(len(b["quarantine"]) for q in p["partitions"] for b in q["replicas"]),
+                   "bytes_freed": sum(b["bytes_freed"] for q in p["partitions"] for b in q["replicas"]),
+                   "recommit": sum(len(q["recommit"]) for q in p["partitions"]),
+                   "active_groups": sum(len(q["active_groups"]) for q in p["partitions"])}
+               for c, p in plans.items()}
+    print(json.dumps({"plans": summary, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
