@@ -77,6 +77,16 @@ def pending_approval(case, run_id):
     return res["hitl_details"][0] if res.get("hitl_details") else None
 
 
+def settle(case, run_id):
+    """Wait until the approval task is parked in awaiting_input, then a few seconds more: Airflow
+    3.3.2's scheduler marks the task failed if the answer resumes it before the scheduler has
+    processed the executor event of the parking run (an answer within about a second of the
+    request). A person never answers that fast; a script must wait like this."""
+    wait_for(lambda: case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve")
+             ["state"] == "awaiting_input", 60, "the approval task to park")
+    time.sleep(6)
+
+
 def finished(case, run_id):
     state = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}")["state"]
     return state if state in ("success", "failed") else None
@@ -89,6 +99,7 @@ def test_approve_through_the_rest_api(case):
     assert "Plan digest: `sha256:" in detail["body"] and "| 0 | 2 | 0 | 10 | 7 | 8 | 3 |" in detail["body"]
     assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
 
+    settle(case, run_id)
     case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
                 {"chosen_options": ["Approve"], "params_input": {}})
     with pytest.raises(urllib.error.HTTPError) as again:  # an answered request cannot be answered twice
@@ -129,6 +140,7 @@ def test_a_person_approves_in_the_browser(case):
 
     run_id = trigger(case, target="skip 3")
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
 
     opts = webdriver.ChromeOptions()
     opts.binary_location = _chromium()
