@@ -74,7 +74,8 @@ demo: setup
 	$(FLEETCTL) airflow up
 	$(FLEETCTL) lab traffic start
 	@echo "letting traffic flow for 20s ..."; sleep 20
-	$(FLEETCTL) trigger fleet_maintenance --wait --times 4 --interval 15 --conf '{"window": "2m", "snapshot_interval": "20s"}' 
+	$(FLEETCTL) trigger fleet_maintenance --wait --times 3 --interval 15 --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "never"}'
+	$(FLEETCTL) trigger fleet_maintenance --wait --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "always"}' 
 	@$(BIN)/python -m fleet_airflow.demo_summary
 
 stop:

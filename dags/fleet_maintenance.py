@@ -8,7 +8,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
-from fleet_airflow.operators.collect import CollectClusterOperator
+from fleet_airflow.operators.collect import CollectClusterOperator, CollectOffsetsTopicOperator
+from fleet_airflow.operators.offsets_report import OffsetsHealthReportOperator
 from fleet_airflow.operators.report import StuckReportOperator
 
 DOC = """
@@ -36,6 +37,12 @@ Every 5 minutes, for **every cluster in the fleet file**:
    the task (**Stuck report** button) and logged; STOPPED / STALLED / OUT_OF_RANGE partitions and
    rebalance storms fire the alert notifier (log; e-mail when the fleet file sets `alerts:`).
 
+4. **collect_offsets** (mapped per cluster): new `__consumer_offsets` records (incremental) and the
+   segment inventory / cleaner checkpoints of the brokers' log dirs; then, hourly (param
+   `offsets_health`: hourly | always | never), **offsets_health** and **trim_plan** (Spark) and
+   **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
+   fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
+
 This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
 collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention` (the brokers'
 offsets.retention.minutes), `fleet_file`, `data_root`.
@@ -62,6 +69,8 @@ with DAG(
                                                "hold at least 3"),
         "lag_growth_ratio": Param(0.05, type="number", minimum=0, maximum=1),
         "offsets_retention": Param("1440m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
+        "offsets_health": Param("hourly", type="string", enum=["hourly", "always", "never"],
+                                description="when to analyse __consumer_offsets (the collection always runs)"),
     },
 ) as dag:
 
@@ -71,6 +80,7 @@ with DAG(
 
         return load_fleet(params["fleet_file"]).names
 
+    clusters = list_clusters()
     collect = CollectClusterOperator.partial(
         task_id="collect",
         fleet_file="{{ params.fleet_file }}",
@@ -78,7 +88,7 @@ with DAG(
         retention_days=settings.retention_days(),
         map_index_template="{{ task.cluster }}",
         execution_timeout=dt.timedelta(minutes=10),
-    ).expand(cluster=list_clusters())
+    ).expand(cluster=clusters)
 
     analyse = SparkSubmitOperator(
         task_id="analyse_stuck",
@@ -109,3 +119,33 @@ with DAG(
     )
 
     collect >> analyse >> report
+
+    collect_offsets = CollectOffsetsTopicOperator.partial(
+        task_id="collect_offsets",
+        fleet_file="{{ params.fleet_file }}",
+        data_root="{{ params.data_root }}",
+        map_index_template="{{ task.cluster }}",
+        execution_timeout=dt.timedelta(minutes=30),
+    ).expand(cluster=clusters)
+
+    @task.short_circuit(trigger_rule="all_done")
+    def health_due(params=None, logical_date=None, dag_run=None) -> bool:
+        mode = params["offsets_health"]
+        when = logical_date or dag_run.run_after
+        return mode == "always" or (mode == "hourly" and when.minute < 5)
+
+    OFFSETS_OUT = "{{ params.data_root }}/reports/offsets/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+    health = SparkSubmitOperator(
+        task_id="offsets_health", conn_id="spark_default", name="offsets_health",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "offsets_health.py"),
+        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+                          "--out", OFFSETS_OUT],
+        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30))
+    trim_plan = SparkSubmitOperator(
+        task_id="trim_plan", conn_id="spark_default", name="trim_plan",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "trim_plan.py"),
+        application_args=["--data-root", "{{ params.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
+        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30))
+    report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
+                                                 fleet_file="{{ params.fleet_file }}")
+    collect_offsets >> health_due() >> health >> trim_plan >> report_offsets

@@ -49,10 +49,13 @@ def record_key(df: DataFrame) -> DataFrame:
 
 
 def newest_per_key(records: DataFrame) -> DataFrame:
-    """Each key's newest record (records deduplicated by position first: re-reads append again)."""
-    recs = record_key(records.dropDuplicates(["cluster", "partition", "offset"]))
-    w = Window.partitionBy("cluster", "partition", "rkey").orderBy(F.col("offset").desc())
-    return recs.withColumn("_rn", F.row_number().over(w)).filter(F.col("_rn") == 1).drop("_rn")
+    """Each key's newest record: a hash aggregation (max_by over the offset), no sort. Records read
+    twice (a collector restart) are identical, so duplicates do not change the answer."""
+    recs = record_key(records)
+    cols = [c for c in recs.columns if c not in ("cluster", "partition", "rkey")]
+    newest = recs.groupBy("cluster", "partition", "rkey").agg(
+        F.max_by(F.struct(*cols), F.col("offset")).alias("_r"))
+    return newest.select("cluster", "partition", "rkey", *[F.col(f"_r.{c}").alias(c) for c in cols])
 
 
 def record_facts(records: DataFrame) -> DataFrame:

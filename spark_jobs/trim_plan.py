@@ -58,10 +58,17 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
                .groupBy("cluster", "partition").agg(F.max("oldest_kept").alias("cutoff")))
     lost = lost_keys(records, cutoffs).cache()
     commits = lost.filter(F.col("key_version") != 2)
+    # is the group active? its newest group-metadata record (members, not a tombstone) says so; the
+    # collected coordinator state, when there is one, wins. The executor re-checks live before it commits.
+    gm = (newest_per_key(records).filter(F.col("key_version") == 2)
+          .select("cluster", "group", F.when(~F.col("tombstone") & (F.size("members") > 0), F.lit("Stable"))
+                  .otherwise(F.lit("Empty")).alias("metadata_state")))
+    commits = commits.join(gm, ["cluster", "group"], "left")
     if group_states is not None:
         commits = commits.join(group_states, ["cluster", "group"], "left")
     else:
         commits = commits.withColumn("group_state", F.lit(None).cast("string"))
+    commits = commits.withColumn("group_state", F.coalesce("group_state", "metadata_state", F.lit("Empty")))
 
     plans: dict[str, dict] = {}
     for r in segs.orderBy("cluster", "partition", "broker", "base_offset").collect():
@@ -86,6 +93,13 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
                 "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
                 "group_state": r["group_state"]}
         (p["recommit"] if r["group_state"] in INACTIVE_STATES else p["active_groups"]).append(item)
+    live_groups = (newest_per_key(records).filter(~F.col("tombstone") & (F.col("key_version") != 2))
+                   .join(cutoffs.select("cluster", "partition"), ["cluster", "partition"])
+                   .select("cluster", "partition", "group").distinct())
+    for r in live_groups.orderBy("cluster", "partition", "group").collect():
+        p = plans.get(r["cluster"], {}).get("partitions", {}).get(r["partition"])
+        if p is not None:
+            p.setdefault("groups", []).append(r["group"])
     for r in lost.filter(F.col("key_version") == 2).orderBy("cluster", "partition", "group").collect():
         p = plans[r["cluster"]]["partitions"].get(r["partition"])
         if p is not None:

@@ -72,6 +72,8 @@ def state_name(state) -> str:
 
 def error_name(exc: BaseException) -> str:
     """Kafka's error code name (e.g. NOT_COORDINATOR) for an exception from confluent-kafka."""
+    if isinstance(exc, TimeoutError):
+        return "TIMED_OUT"
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0].name()
     if isinstance(exc, KafkaError):
@@ -128,6 +130,12 @@ def strip_host(host: str | None) -> str:
     return h
 
 
+def _remaining(deadline: float) -> float:
+    import time
+
+    return max(0.1, deadline - time.monotonic())
+
+
 class KafkaCluster:
     """Reads one cluster. `config` is a librdkafka config dict (see client_config)."""
 
@@ -182,8 +190,8 @@ class KafkaCluster:
     # -- groups ---------------------------------------------------------------------------
     def list_groups(self) -> list[tuple[str, str]]:
         try:
-            res = self.admin.list_consumer_groups(request_timeout=self.timeout).result()
-        except KafkaException as e:
+            res = self.admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
             raise self._unreachable("ListGroups", e) from None
         if res.errors and not res.valid:
             raise self._unreachable("ListGroups", res.errors[0])
@@ -203,8 +211,8 @@ class KafkaCluster:
 
     def _description(self, group: str, fut: Future) -> GroupDescription:
         try:
-            d = fut.result()
-        except KafkaException as e:
+            d = fut.result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
             return GroupDescription(group=group, state="Unknown", coordinator_id=None, error=error_name(e))
         members = []
         for m in d.members:
@@ -230,10 +238,13 @@ class KafkaCluster:
             futures.update(self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
         out: dict[str, dict[tuple[str, int], int | None] | str] = {}
+        import time
+
+        deadline = time.monotonic() + self.timeout + 5  # one deadline for all: the requests run concurrently
         for g, fut in futures.items():
             try:
-                res = fut.result()
-            except KafkaException as e:
+                res = fut.result(timeout=_remaining(deadline))
+            except (KafkaException, TimeoutError) as e:
                 out[g] = error_name(e)
                 continue
             offs: dict[tuple[str, int], int | None] = {}
@@ -258,10 +269,13 @@ class KafkaCluster:
             except KafkaException as e:
                 raise self._unreachable("ListOffsets", e) from None
             res = {}
+            import time
+
+            deadline = time.monotonic() + self.timeout + 5
             for tp, fut in futs.items():
                 try:
-                    res[(tp.topic, tp.partition)] = (fut.result().offset, None)
-                except KafkaException as e:
+                    res[(tp.topic, tp.partition)] = (fut.result(timeout=_remaining(deadline)).offset, None)
+                except (KafkaException, TimeoutError) as e:
                     res[(tp.topic, tp.partition)] = (None, error_name(e))
             results[spec_name] = res
         for key in parts:
@@ -270,9 +284,26 @@ class KafkaCluster:
             out[key] = (start, end, err1 or err2)
         return out
 
-    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    RETRIABLE = ("NOT_COORDINATOR", "NOT_COORDINATOR_FOR_GROUP", "COORDINATOR_LOAD_IN_PROGRESS",
+                 "COORDINATOR_NOT_AVAILABLE", "GROUP_COORDINATOR_NOT_AVAILABLE", "GROUP_LOAD_IN_PROGRESS",
+                 "_TIMED_OUT", "_TRANSPORT", "TIMED_OUT")
+
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int], retry_for: float = 0.0) -> None:
         """Commit offsets for a group without joining it (the group must have no live members:
-        the coordinator rejects a simple commit for a group that is rebalancing or stable)."""
+        the coordinator rejects a simple commit for a group that is rebalancing or stable).
+        With retry_for, coordinator errors (a partition still loading) are retried that long."""
+        import time
+
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                return self._commit_once(group, offsets)
+            except ClusterUnreachable as e:
+                if time.monotonic() >= deadline or not any(code in str(e) for code in self.RETRIABLE):
+                    raise
+                time.sleep(0.5)
+
+    def _commit_once(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         from confluent_kafka import Consumer
 
         c = Consumer(dict(self.config, **{"group.id": group, "enable.auto.commit": False}))
@@ -294,8 +325,8 @@ class KafkaCluster:
             [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])],
             request_timeout=self.timeout)
         try:
-            res = next(iter(futs.values())).result()
-        except KafkaException as e:
+            res = next(iter(futs.values())).result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
             raise ClusterUnreachable(f"cluster {self.name!r}: offsets of group {group!r} not readable: "
                                      f"{error_name(e)}") from None
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}

@@ -82,6 +82,9 @@ class LabSpec:
     chroot: str = "/kafka"
     broker_heap: str = "512m"
     broker_overrides: dict = field(default_factory=dict)
+    #: segment.bytes of __consumer_offsets, set as a topic config when the lab creates the topic
+    #: (0.9 ignores the broker's offsets.topic.segment.bytes; a topic override works)
+    offsets_segment_bytes: int = 100 * 1024 * 1024
 
     @property
     def path(self) -> Path:
@@ -169,6 +172,8 @@ class LabSpec:
             "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "auto.leader.rebalance.enable": "false",
             "controlled.shutdown.enable": "true",
+            "controlled.shutdown.max.retries": "2",
+            "controlled.shutdown.retry.backoff.ms": "1000",
             "log.cleaner.enable": "true",
             # 32 MiB keeps three brokers within their 512 MiB heaps (the 128 MiB default would
             # take a quarter of each); the fleet file states it, as 0.9 cannot report it.
@@ -331,6 +336,33 @@ class Lab:
                 zk.stop()
                 zk.close()
 
+    def set_topic_config(self, topic: str, config: dict, zk=None) -> None:
+        """What `kafka.admin.ConfigCommand --entity-type topics --alter --add-config` does on 0.9:
+        merge into /config/topics/<topic>, then announce it under /config/changes so brokers apply it."""
+        own = zk is None
+        zk = zk or self.zk_client()
+        try:
+            path = f"/config/topics/{topic}"
+            zk.ensure_path("/config/topics")
+            current = {"version": 1, "config": {}}
+            if zk.exists(path):
+                current = json.loads(zk.get(path)[0] or b"{}") or current
+            merged = dict(current.get("config", {}), **{k: str(v) for k, v in config.items()})
+            if merged == current.get("config"):
+                return
+            doc = json.dumps({"version": 1, "config": merged}).encode()
+            if zk.exists(path):
+                zk.set(path, doc)
+            else:
+                zk.create(path, doc)
+            zk.ensure_path("/config/changes")
+            zk.create("/config/changes/config_change_", json.dumps(
+                {"version": 1, "entity_type": "topics", "entity_name": topic}).encode(), sequence=True)
+        finally:
+            if own:
+                zk.stop()
+                zk.close()
+
     def _ensure_offsets_topic(self) -> None:
         """0.9 creates __consumer_offsets with min(replication factor, live brokers) replicas on first
         use; create it up front with every broker as a replica."""
@@ -339,8 +371,11 @@ class Lab:
             rf = min(3, self.spec.brokers)
             if self.create_topic(OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf,
                                  {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                                  "segment.bytes": 100 * 1024 * 1024}, zk=zk):
+                                  "segment.bytes": self.spec.offsets_segment_bytes}, zk=zk):
                 log.info("created %s with %d partitions x %d replicas", OFFSETS_TOPIC, OFFSETS_PARTITIONS, rf)
+            # if a client made the broker create it first (100 MiB segments), the override still applies
+            self.set_topic_config(OFFSETS_TOPIC, {"cleanup.policy": "compact",
+                                                  "segment.bytes": self.spec.offsets_segment_bytes}, zk=zk)
 
             def all_led() -> bool:
                 for p in range(OFFSETS_PARTITIONS):

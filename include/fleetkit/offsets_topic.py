@@ -72,66 +72,76 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
     res = RecordsResult(rows=[], positions=dict(positions))
     c = Consumer(dict(kafka.config, **{"group.id": f"fleetkit-offsets-reader-{uuid.uuid4().hex}",
                                         "enable.auto.commit": False, "enable.partition.eof": True,
-                                        "fetch.message.max.bytes": 8 * 1024 * 1024}))
+                                        "fetch.message.max.bytes": 8 * 1024 * 1024,
+                                        "fetch.wait.max.ms": 100}))
+    pos: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for p in partitions:
+        start, end, err = logs[(OFFSETS_TOPIC, p)]
+        if err or start is None or end is None:
+            res.problems.append(f"{OFFSETS_TOPIC}-{p}: log offsets not readable ({err}); skipped")
+            continue
+        at = positions.get(p, start)
+        if at < start:
+            res.restarted.append(p)
+            log.warning("%s-%d: log start %d moved past the saved position %d: reading again from the start",
+                        OFFSETS_TOPIC, p, start, at)
+            at = start
+        res.positions[p] = at
+        if at < end:
+            pos[p], ends[p] = at, end
+    read = 0
     try:
-        for p in partitions:
-            start, end, err = logs[(OFFSETS_TOPIC, p)]
-            if err or start is None or end is None:
-                res.problems.append(f"{OFFSETS_TOPIC}-{p}: log offsets not readable ({err}); skipped")
-                continue
-            pos = positions.get(p, start)
-            if pos < start:
-                res.restarted.append(p)
-                log.warning("%s-%d: log start %d moved past the saved position %d: reading again from the start",
-                            OFFSETS_TOPIC, p, start, pos)
-                pos = start
-            if pos >= end:
-                res.positions[p] = pos
-                continue
-            c.assign([TopicPartition(OFFSETS_TOPIC, p, pos)])
-            read = 0
-            while pos < end and (max_records is None or read < max_records):
-                msgs = c.consume(num_messages=min(5000, end - pos + 1), timeout=2)
-                if not msgs:
-                    res.problems.append(f"{OFFSETS_TOPIC}-{p}: no data at offset {pos} within 2 s (end {end}); "
+        if pos:
+            c.assign([TopicPartition(OFFSETS_TOPIC, p, o) for p, o in pos.items()])
+        active = set(pos)
+        while active and (max_records is None or read < max_records):
+            msgs = c.consume(num_messages=5000, timeout=2)
+            if not msgs:
+                for p in sorted(active):
+                    res.problems.append(f"{OFFSETS_TOPIC}-{p}: no data at offset {pos[p]} within 2 s (end {ends[p]}); "
                                         "stopped there, the next run resumes")
-                    break
-                eof = False
-                for m in msgs:
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            eof = True  # the records up to the end were compacted away, or all read
-                        continue
-                    off = m.offset()
-                    if off >= end:
-                        pos = end
-                        break
-                    try:
-                        row = record_row(cluster, p, off, observed_at, m.key(), m.value())
-                    except DecodeError as e:
-                        res.problems.append(str(e))
-                        row = None
-                        pos = off + 1
-                        continue
-                    if row is None:
-                        res.other_versions += 1
-                    else:
-                        res.rows.append(row)
-                        if sink is not None and len(res.rows) >= CHUNK_ROWS:
-                            sink(res.rows)
-                            res.rows = []
-                    pos = off + 1
-                    read += 1
-                    if read % progress_every == 0:
-                        log.info("%s-%d: %d records read, at offset %d of %d", OFFSETS_TOPIC, p, read, pos, end)
-                if eof and pos < end:
-                    pos = end
-            res.positions[p] = pos
-            c.unassign()
+                break
+            for m in msgs:
+                p = m.partition()
+                if p not in active:
+                    continue
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pos[p] = max(pos[p], ends[p])  # the rest was compacted away, or all read
+                        active.discard(p)
+                    continue
+                off = m.offset()
+                if off >= ends[p]:
+                    pos[p] = ends[p]
+                    active.discard(p)
+                    continue
+                try:
+                    row = record_row(cluster, p, off, observed_at, m.key(), m.value())
+                except DecodeError as e:
+                    res.problems.append(str(e))
+                    row = None
+                    pos[p] = off + 1
+                    continue
+                pos[p] = off + 1
+                read += 1
+                if row is None:
+                    res.other_versions += 1
+                else:
+                    res.rows.append(row)
+                    if sink is not None and len(res.rows) >= CHUNK_ROWS:
+                        sink(res.rows)
+                        res.rows = []
+                if read % progress_every == 0:
+                    log.info("%s: %d records read (%d partition(s) still behind their end)", OFFSETS_TOPIC, read,
+                             len(active))
+                if pos[p] >= ends[p]:
+                    active.discard(p)
     except KafkaException as e:
         res.problems.append(f"reading {OFFSETS_TOPIC} failed: {e}")
     finally:
         c.close()
+    res.positions.update(pos)
     if sink is not None and res.rows:
         sink(res.rows)
         res.rows = []

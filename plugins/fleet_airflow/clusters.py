@@ -82,3 +82,20 @@ def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout:
         # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
         raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
                                  f"{type(e).__name__}: {e}") from e
+
+
+def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int] | None = None,
+                          timeout: float = 15.0):
+    """Read new __consumer_offsets records and the segment inventory of one cluster (all or nothing)."""
+    from fleetkit.offsets_topic import collect_offsets_topic as collect_records
+
+    kafka = kafka_for(cluster, timeout=timeout)
+    try:
+        return collect_records(cluster, kafka, DataRoot(data_root), partitions)
+    except (ClusterUnreachable, FleetConfigError):
+        raise
+    except Exception as e:
+        raise ClusterUnreachable(f"__consumer_offsets collection of cluster {cluster.name!r} failed, nothing "
+                                 f"written: {type(e).__name__}: {e}") from e
+    finally:
+        kafka.close()

@@ -59,7 +59,7 @@ class GateAction:
     plan: Callable[[ClusterContext, dict], dict]
     check: Callable[[ClusterContext, dict], list[str]]
     execute: Callable[[ClusterContext, dict], dict]
-    verify: Callable[[ClusterContext, dict], list[str]]
+    verify: Callable[[ClusterContext, dict, dict], list[str]]  # (ctx, plan, execute's result)
     details_table: Callable[[dict], dict | None] = lambda plan: None
 
 
@@ -148,7 +148,8 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     def plan_task(**context) -> dict:
         params = context["params"]
         try:
-            plan = _with_cluster(params, lambda ctx: action.plan(ctx, params))
+            run_params = dict(params, _dag_id=context["dag"].dag_id, _run_id=context["run_id"])
+            plan = _with_cluster(params, lambda ctx: action.plan(ctx, run_params))
             plan.update(dag_id=context["dag"].dag_id, run_id=context["run_id"])
             path, digest = plans.store(plans_root(params), context["dag"].dag_id, context["run_id"], plan)
         except FleetError as e:
@@ -224,7 +225,8 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     def verify_task(**context) -> str:
         params = context["params"]
         plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
-        problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan))
+        result = context["ti"].xcom_pull(task_ids="execute") or {}
+        problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan, result))
         if problems:
             _audit(params, context, action.name, "verify_failed", digest=digest, message="; ".join(problems),
                    details={"problems": problems, "rollback": plan["rollback"]})

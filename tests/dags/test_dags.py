@@ -53,10 +53,20 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
     data = tmp_path / "data"
 
     dag = dagbag.get_dag("fleet_maintenance")
-    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data)})
+    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "always"})
     assert dr.state == "success", _states(dr)
     assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
-                           ("analyse_stuck", -1): "success", ("report_stuck", -1): "success"}
+                           ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
+                           ("collect_offsets", 0): "success", ("health_due", -1): "success",
+                           ("offsets_health", -1): "success", ("trim_plan", -1): "success",
+                           ("report_offsets", -1): "success"}
+    # the offsets pipeline saw this group's commits in __consumer_offsets and judged every replica
+    recs = [r for r in read_dataset(DataRoot(data), "offsets_topic_records").to_pylist() if r["group"] == group]
+    assert sorted((r["topic_partition"], r["committed_offset"]) for r in recs if r["key_version"] == 1) == [(0, 6), (2, 0)]
+    out = next((data / "reports" / "offsets").iterdir())
+    health = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
+    assert len(health) == 150 and {h["verdict"] for h in health} == {"HEALTHY"}  # 50 partitions x 3 replicas
+    assert "No plan: every partition is healthy." in (out / "offsets_health.md").read_text()
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
     assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
 
@@ -72,7 +82,7 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
     data = tmp_path / "data"
 
     dag = dagbag.get_dag("fleet_maintenance")
-    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data)})
+    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "never"})
     states = _states(dr)
     assert states[("collect", 0)] == "success"   # labtest
     assert states[("collect", 1)] == "failed"    # down

@@ -69,7 +69,8 @@ def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, un
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))
     data = tmp_path / "data"
-    conf = {"fleet_file": str(fleet_file), "data_root": str(data), "window": "2m", "snapshot_interval": "20s"}
+    conf = {"fleet_file": str(fleet_file), "data_root": str(data), "window": "2m", "snapshot_interval": "20s",
+            "offsets_health": "never"}
     try:
         time.sleep(10)  # consumers join and catch up; the poison consumer hits its record
         runs = []

@@ -45,3 +45,33 @@ class CollectClusterOperator(BaseOperator):
         return {"cluster": res.cluster, "observed_at": res.observed_at.isoformat(),
                 "groups": len(res.groups), "rows": {k: len(v) for k, v in res.rows.items()},
                 "problems": res.problems[:50], "seconds": round(res.seconds, 2)}
+
+
+class CollectOffsetsTopicOperator(BaseOperator):
+    """Read one cluster's new __consumer_offsets records (incrementally) and the segment inventory
+    and cleaner checkpoints of its brokers' log dirs; append them to the datasets, all or nothing."""
+
+    template_fields: Sequence[str] = ("fleet_file", "cluster", "data_root", "partitions")
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, fleet_file: str, cluster: str, data_root: str, partitions: str = "all", **kwargs):
+        super().__init__(**kwargs)
+        self.fleet_file, self.cluster, self.data_root, self.partitions = fleet_file, cluster, data_root, partitions
+
+    def execute(self, context) -> dict[str, Any]:
+        from fleet_airflow import clusters
+
+        try:
+            cluster = load_fleet(self.fleet_file).cluster(self.cluster)
+            parts = None
+            if self.partitions not in ("all", "", None, "all-unhealthy"):
+                parts = sorted({int(p) for p in str(self.partitions).split(",") if p.strip()})
+            res = clusters.collect_offsets_topic(cluster, self.data_root, parts)
+        except ValueError:
+            raise AirflowException(f"partitions {self.partitions!r} must be 'all' or numbers like 3,7") from None
+        except FleetError as e:
+            raise AirflowException(str(e)) from None
+        for p in res.problems[:100]:
+            self.log.warning("cluster %s: %s", self.cluster, p)
+        return {"cluster": self.cluster, "records": res.records_written, "other_versions": res.other_versions,
+                "restarted": res.restarted, "problems": len(res.problems), "seconds": round(res.seconds, 1)}

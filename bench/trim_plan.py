@@ -1,0 +1,123 @@
+"""Benchmark: offsets_health + trim_plan for one 10M-record __consumer_offsets partition on local[2].
+
+    .venv/bin/python bench/trim_plan.py [--records 10000000] [--keys 100000]
+
+Generates the datasets a bloated partition yields (10M offset-commit records over 100,000 keys,
+~80 segments on one broker, cleaner checkpoint 0), then times `spark-submit --master local[2]`
+of spark_jobs/offsets_health.py and spark_jobs/trim_plan.py end to end (Spark start included),
+sampling the peak RSS of the process tree. Target (issue 5): the plan in at most 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include")]
+
+
+def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
+    from pyspark.sql import functions as F
+
+    from fleetkit.datasets import DataRoot, write_collection
+    from jobs_common import session
+
+    spark = session("bench-generate", "local[2]")
+    now = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
+    out = root / "offsets_topic_records" / "cluster=bench" / "date=2026-02-01"
+    (spark.range(records)
+     .select(F.lit("bench").alias("cluster"), F.lit(7).cast("int").alias("partition"), F.col("id").alias("offset"),
+             F.lit(now).alias("observed_at"), F.lit(1).cast("smallint").alias("key_version"),
+             F.concat(F.lit("group-"), (F.col("id") % (keys // 10)).cast("string")).alias("group"),
+             F.lit("orders").alias("topic"), (F.col("id") % 10).cast("int").alias("topic_partition"),
+             F.lit(1).cast("smallint").alias("value_version"), F.col("id").alias("committed_offset"),
+             F.lit(None).cast("int").alias("leader_epoch"), F.lit("").alias("metadata"),
+             F.lit(0).cast("long").alias("commit_timestamp"), F.lit(0).cast("long").alias("expire_timestamp"),
+             F.lit(False).alias("tombstone"), F.lit(68).cast("int").alias("size_bytes"),
+             F.lit(None).cast("int").alias("generation"), F.lit(None).cast("string").alias("protocol_type"),
+             F.lit(None).cast("string").alias("protocol"), F.lit(None).cast("string").alias("leader"),
+             F.lit(None).cast("array<struct<client_id:string,client_host:string,member_id:string>>").alias("members"))
+     .repartition(8).write.parquet(str(out)))
+    spark.stop()
+    segs = [{"cluster": "bench", "broker": 0, "log_dir": "/data", "topic": "__consumer_offsets", "partition": 7,
+             "observed_at": now, "base_offset": b, "size_bytes": min(per_segment, records - b) * 68,
+             "modified_at": now, "is_active": b + per_segment >= records}
+            for b in range(0, records, per_segment)]
+    cps = [{"cluster": "bench", "broker": 0, "log_dir": "/data", "topic": "__consumer_offsets", "partition": 7,
+            "observed_at": now, "checkpoint_offset": 0}]
+    write_collection(DataRoot(root), "bench", now, {"segment_inventory": segs, "cleaner_checkpoints": cps})
+
+
+def timed(argv: list[str]) -> tuple[float, float, str]:
+    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
+    peak = 0
+    t0 = time.monotonic()
+    proc = subprocess.Popen(["spark-submit", "--master", "local[2]", "--driver-memory", "4g",
+                             "--conf", "spark.ui.enabled=false", *argv],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    stop = threading.Event()
+
+    def sample():
+        nonlocal peak
+        root = psutil.Process(proc.pid)
+        while not stop.is_set():
+            try:
+                peak = max(peak, sum(p.memory_info().rss for p in [root] + root.children(recursive=True)))
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    out, err = proc.communicate()
+    stop.set()
+    if proc.returncode:
+        raise SystemExit(err[-4000:])
+    return time.monotonic() - t0, peak / 2**30, out.strip().splitlines()[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=10_000_000)
+    ap.add_argument("--keys", type=int, default=100_000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-trim-"))
+    try:
+        t = time.monotonic()
+        generate(work / "data", args.records, args.keys, 123_000)
+        print(f"generated {args.records:,} records in {time.monotonic() - t:.0f}s", flush=True)
+        fleet = work / "fleet.yaml"
+        fleet.write_text(yaml.safe_dump({"version": 1, "clusters": [{
+            "name": "bench", "kafka_version": "0.9.0.1", "kafka_conn_id": "bench",
+            "cleaner": {"dedupe_buffer_size": 2 * 1024 * 1024, "threads": 1}}]}))
+        h_s, h_gb, h_out = timed([str(REPO / "spark_jobs" / "offsets_health.py"), "--data-root", str(work / "data"),
+                                  "--fleet", str(fleet), "--out", str(work / "out")])
+        print(f"offsets_health: {h_s:.1f}s, peak {h_gb:.2f} GB, {h_out}", flush=True)
+        p_s, p_gb, p_out = timed([str(REPO / "spark_jobs" / "trim_plan.py"), "--data-root", str(work / "data"),
+                                  "--health", str(work / "out"), "--out", str(work / "out")])
+        print(f"trim_plan: {p_s:.1f}s, peak {p_gb:.2f} GB, {p_out}", flush=True)
+        plan = json.loads((work / "out" / "trim_plan.json").read_text())
+        segs = sum(len(r["quarantine"]) for c in plan for p in c["partitions"] for r in p["replicas"])
+        print(f"RESULT {args.records:,} records: health {h_s:.0f}s + plan {p_s:.0f}s "
+              f"({args.records / p_s:,.0f} records/s in the plan), {segs} segments to quarantine, "
+              f"peak {max(h_gb, p_gb):.2f} GB; plan <= 120s: {'MET' if p_s <= 120 else 'MISSED'}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

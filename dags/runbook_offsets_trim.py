@@ -1,0 +1,81 @@
+"""runbook_offsets_trim: lossless trimming of bloated __consumer_offsets partitions."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG, Param
+
+from fleet_airflow import settings
+from fleet_airflow.actions import TRIM_OFFSETS
+from fleet_airflow.gate import approval_gate
+from fleet_airflow.operators.collect import CollectOffsetsTopicOperator
+
+DOC = """
+### Trim bloated `__consumer_offsets` partitions (incident runbook, destructive)
+
+The incident: on a broker before 0.10.1 the log cleaner dies on a segment holding more messages
+than its dedupe map fits (KAFKA-3894), `__consumer_offsets` is never compacted again, grows to
+hundreds of GB, and a new leader spends hours loading it while its groups get "not coordinator".
+Deleting old segments by hand silently drops the newest committed offset of every group that has
+not committed since. This runbook does it without losing an offset:
+
+1. **collect_offsets**: new `__consumer_offsets` records (incremental) and the segment inventory;
+2. **offsets_health** (Spark): verdict per replica (HEALTHY, BLOATED, CLEANER_STALLED,
+   OVER_CAPACITY) with the cleaner setting that fixes it;
+3. **trim_plan** (Spark): per unhealthy replica the segments to quarantine (all rolled segments
+   but the newest; never the active one), the bytes freed, and the live keys whose newest record
+   is only in them: offsets of Empty groups are re-committed after the trim, those of active groups
+   listed, group-metadata keys listed (those groups rebalance). A shell runbook per broker
+   (`runbook-broker-N.sh`, every path quoted) is written next to the plan;
+4. **plan / approve** (the approval gate, dry run by default);
+5. **execute** (lab fleet): re-checks the segments and the ISR, applies the cleaner fix, then broker
+   by broker, **followers first and the current leader last**: stop, move the segment files (with
+   SHA-256) to the quarantine, start, wait for the ISR; then re-commits;
+6. **verify**: every group's committed offsets read after the trim equal those read before.
+
+Roll back: stop the broker, move the files back (each quarantine folder has `manifest.json`).
+Params: `cluster`, `partitions` (`all-unhealthy` or `3,7`), `dry_run` (default true).
+"""
+
+OUT = "{{ params.data_root }}/reports/trim/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+
+with DAG(
+    dag_id="runbook_offsets_trim",
+    description="Trim bloated __consumer_offsets partitions without losing an offset (approval required)",
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    doc_md=DOC,
+    tags=["fleet", "runbook", "destructive"],
+    default_args={"retries": 0},
+    params={
+        "cluster": Param("lab", type="string", minLength=1),
+        "partitions": Param("all-unhealthy", type="string", pattern=r"^(all-unhealthy|\d+(,\d+)*)$"),
+        "min_bloat_bytes": Param(64 * 1024 * 1024, type="integer", minimum=0),
+        "bloat_ratio": Param(10.0, type="number", minimum=1),
+        "dry_run": Param(True, type="boolean"),
+        "approval_timeout": Param(4 * 3600, type="integer", minimum=10),
+        "fleet_file": Param(settings.fleet_file(), type="string"),
+        "data_root": Param(settings.data_root(), type="string"),
+    },
+) as dag:
+    collect = CollectOffsetsTopicOperator(
+        task_id="collect_offsets", fleet_file="{{ params.fleet_file }}", cluster="{{ params.cluster }}",
+        data_root="{{ params.data_root }}", partitions="all")
+    health = SparkSubmitOperator(
+        task_id="offsets_health", conn_id="spark_default", name="offsets_health",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "offsets_health.py"),
+        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+                          "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
+                          "--min-bloat-bytes", "{{ params.min_bloat_bytes }}"],
+        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env())
+    plan = SparkSubmitOperator(
+        task_id="trim_plan", conn_id="spark_default", name="trim_plan",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "trim_plan.py"),
+        application_args=["--data-root", "{{ params.data_root }}", "--health", OUT, "--out", OUT,
+                          "--partitions", "{{ params.partitions }}"],
+        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env())
+    first, _ = approval_gate(TRIM_OFFSETS)
+    collect >> health >> plan >> first
