@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
-
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include")]
+sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "bench")]
+
+from measure import run_measured  # noqa: E402
 
 
 def generate(out: Path, partitions: int, snapshots: int) -> None:
@@ -61,36 +58,11 @@ def generate(out: Path, partitions: int, snapshots: int) -> None:
 
 
 def timed_job(snapshots: Path, out: Path) -> dict:
-    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
-    argv = ["spark-submit", "--master", "local[2]", "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
-            str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
-            "--window", "15m"]
-    peak = 0
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    stop = threading.Event()
-
-    def sample():
-        nonlocal peak
-        root = psutil.Process(proc.pid)
-        while not stop.is_set():
-            try:
-                procs = [root] + root.children(recursive=True)
-                peak = max(peak, sum(p.memory_info().rss for p in procs if p.is_running()))
-            except psutil.Error:
-                pass
-            time.sleep(0.2)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    stdout, stderr = proc.communicate()
-    wall = time.monotonic() - t0
-    stop.set()
-    th.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"job failed:\n{stderr[-4000:]}")
-    summary = json.loads(stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, "peak_gb": peak / 2**30, "summary": summary}
+    wall, peak_gb, stdout = run_measured(
+        ["spark-submit", "--master", "local[2]", "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
+         str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
+         "--window", "15m"])
+    return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
 
 
 def main() -> int:

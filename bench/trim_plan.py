@@ -13,20 +13,18 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include")]
+sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "bench")]
+
+from measure import run_measured  # noqa: E402
 
 
 def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
@@ -62,31 +60,9 @@ def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
 
 
 def timed(argv: list[str]) -> tuple[float, float, str]:
-    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
-    peak = 0
-    t0 = time.monotonic()
-    proc = subprocess.Popen(["spark-submit", "--master", "local[2]", "--driver-memory", "4g",
-                             "--conf", "spark.ui.enabled=false", *argv],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    stop = threading.Event()
-
-    def sample():
-        nonlocal peak
-        root = psutil.Process(proc.pid)
-        while not stop.is_set():
-            try:
-                peak = max(peak, sum(p.memory_info().rss for p in [root] + root.children(recursive=True)))
-            except psutil.Error:
-                pass
-            time.sleep(0.2)
-
-    th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    out, err = proc.communicate()
-    stop.set()
-    if proc.returncode:
-        raise SystemExit(err[-4000:])
-    return time.monotonic() - t0, peak / 2**30, out.strip().splitlines()[-1]
+    wall, peak_gb, out = run_measured(["spark-submit", "--master", "local[2]", "--driver-memory", "4g",
+                                       "--conf", "spark.ui.enabled=false", *argv])
+    return wall, peak_gb, out.strip().splitlines()[-1]
 
 
 def main() -> int:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
 from fleet_airflow import settings
 from fleet_airflow.actions import TRIM_OFFSETS
-from fleet_airflow.gate import approval_gate
+from fleet_airflow.gate import approval_gate, runbook_dag_args
 from fleet_airflow.operators.collect import CollectOffsetsTopicOperator
 
 DOC = """
@@ -41,26 +39,16 @@ Params: `cluster`, `partitions` (`all-unhealthy` or `3,7`), `dry_run` (default t
 
 OUT = "{{ params.data_root }}/reports/trim/{{ run_id | replace(':', '_') | replace('+', '_') }}"
 
-with DAG(
-    dag_id="runbook_offsets_trim",
-    description="Trim bloated __consumer_offsets partitions without losing an offset (approval required)",
-    schedule=None,
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    catchup=False,
-    doc_md=DOC,
-    tags=["fleet", "runbook", "destructive"],
-    default_args={"retries": 0},
-    params={
-        "cluster": Param("lab", type="string", minLength=1),
+with DAG(**runbook_dag_args(
+    "runbook_offsets_trim",
+    "Trim bloated __consumer_offsets partitions without losing an offset (approval required)",
+    DOC,
+    {
         "partitions": Param("all-unhealthy", type="string", pattern=r"^(all-unhealthy|\d+(,\d+)*)$"),
         "min_bloat_bytes": Param(64 * 1024 * 1024, type="integer", minimum=0),
         "bloat_ratio": Param(10.0, type="number", minimum=1),
-        "dry_run": Param(True, type="boolean"),
-        "approval_timeout": Param(4 * 3600, type="integer", minimum=10),
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
     },
-) as dag:
+)) as dag:
     collect = CollectOffsetsTopicOperator(
         task_id="collect_offsets", fleet_file="{{ params.fleet_file }}", cluster="{{ params.cluster }}",
         data_root="{{ params.data_root }}", partitions="all")

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from airflow.sdk import DAG, Param
 
-from fleet_airflow import settings
 from fleet_airflow.actions import RESET_OFFSETS
-from fleet_airflow.gate import approval_gate
+from fleet_airflow.gate import approval_gate, runbook_dag_args
 
 DOC = """
 ### Reset a consumer group's offsets (incident runbook, destructive)
@@ -32,29 +29,17 @@ is still Empty/Dead with the same committed offsets) -> `verify` (reads the offs
 `fleetctl audit rollback RECORD_ID` triggers this runbook with target `restore`.
 """
 
-with DAG(
-    dag_id="runbook_reset_offsets",
-    description="Reset a stopped consumer group's committed offsets (approval required)",
-    schedule=None,
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    catchup=False,
-    max_active_runs=4,
-    doc_md=DOC,
-    tags=["fleet", "runbook", "destructive"],
-    default_args={"retries": 0},
-    params={
-        "cluster": Param("lab", type="string", minLength=1, description="cluster name from the fleet file"),
+with DAG(**runbook_dag_args(
+    "runbook_reset_offsets",
+    "Reset a stopped consumer group's committed offsets (approval required)",
+    DOC,
+    {
         "group": Param("", type="string", minLength=1, description="consumer group id (exactly as the cluster has it)"),
         "topic": Param("", type="string", minLength=1, description="topic"),
         "partitions": Param("all", type="string", description="'all' or partition numbers like 0,2"),
-        "target": Param("skip 1", type="string",
-                        description="earliest | latest | offset N | skip N | restore"),
+        "target": Param("skip 1", type="string", description="earliest | latest | offset N | skip N | restore"),
         "offsets": Param({}, type="object", description="for target restore: {partition: offset}"),
-        "dry_run": Param(True, type="boolean", description="plan and render only (default)"),
-        "approval_timeout": Param(4 * 3600, type="integer", minimum=10,
-                                  description="seconds to wait for an approver; no answer = Reject"),
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
     },
-) as dag:
+    max_active_runs=4,
+)) as dag:
     approval_gate(RESET_OFFSETS)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 from airflow.sdk import DAG, Param
 
-from fleet_airflow import settings
 from fleet_airflow.actions import STUCK_SKIP
-from fleet_airflow.gate import approval_gate
+from fleet_airflow.gate import approval_gate, runbook_dag_args
 
 DOC = """
 ### Stuck partition (incident runbook)
@@ -27,26 +24,16 @@ its committed offset moved since the plan. Approve in Browse > Required Actions;
 the previous offset and `fleetctl audit rollback RECORD_ID` moves it back.
 """
 
-with DAG(
-    dag_id="runbook_stuck_partition",
-    description="Diagnose a stuck partition; skip a poison record (approval required)",
-    schedule=None,
-    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
-    catchup=False,
-    doc_md=DOC,
-    tags=["fleet", "runbook", "destructive"],
-    default_args={"retries": 0},
-    params={
-        "cluster": Param("lab", type="string", minLength=1),
+with DAG(**runbook_dag_args(
+    "runbook_stuck_partition",
+    "Diagnose a stuck partition; skip a poison record (approval required)",
+    DOC,
+    {
         "group": Param("", type="string", minLength=1),
         "topic": Param("", type="string", minLength=1),
         "partition": Param(0, type="integer", minimum=0),
         "skip": Param(1, type="integer", minimum=1, description="records to skip forward"),
         "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
-        "dry_run": Param(True, type="boolean", description="diagnose and plan only (default)"),
-        "approval_timeout": Param(4 * 3600, type="integer", minimum=10),
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
     },
-) as dag:
+)) as dag:
     approval_gate(STUCK_SKIP)

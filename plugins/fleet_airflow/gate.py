@@ -100,6 +100,31 @@ def _audit(params: dict, context, action: str, event: str, **kw) -> dict:
                         dag_id=context["dag"].dag_id, run_id=context["run_id"], action=action, event=event, **kw)
 
 
+# -- runbook DAGs ------------------------------------------------------------------------------
+def runbook_dag_args(dag_id: str, description: str, doc_md: str, params: dict, **overrides) -> dict:
+    """The keyword arguments every destructive runbook DAG shares (manual trigger, no retries), with
+    the gate's own params (cluster, dry_run, approval_timeout, fleet_file, data_root) after the
+    runbook's (which come first in the trigger form)."""
+    from airflow.sdk import Param
+
+    gate_params = {
+        "dry_run": Param(True, type="boolean", description="plan and render only (default)"),
+        "approval_timeout": Param(int(DEFAULT_RESPONSE_TIMEOUT.total_seconds()), type="integer", minimum=10,
+                                  description="seconds to wait for an approver; no answer = Reject"),
+        "fleet_file": Param(settings.fleet_file(), type="string"),
+        "data_root": Param(settings.data_root(), type="string"),
+    }
+    args = {
+        "dag_id": dag_id, "description": description, "doc_md": doc_md, "schedule": None,
+        "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "catchup": False,
+        "tags": ["fleet", "runbook", "destructive"], "default_args": {"retries": 0},
+        "params": {"cluster": Param("lab", type="string", minLength=1, description="cluster name from the fleet file"),
+                   **params, **gate_params},
+    }
+    args.update(overrides)
+    return args
+
+
 # -- the approval operator -------------------------------------------------------------------
 class PlanApprovalOperator(ApprovalOperator):
     """ApprovalOperator showing a stored plan: subject and body are built from the plan file at run
