@@ -152,8 +152,8 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
     """The whole job as DataFrame -> (findings, groups, as_of)."""
     if as_of is None:
         newest = snapshots.agg(F.max("observed_at")).first()[0]
-        if newest is None:
-            raise SystemExit("the snapshots hold no rows")
+        # no rows (a cluster with no groups yet): judge "now", which yields empty results
+        newest = newest or dt.datetime.now(dt.timezone.utc)
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
     feats = partition_features(snapshots, as_of, window)
     findings = classify_partitions(feats, as_of, window, ratio, retention)

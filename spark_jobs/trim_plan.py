@@ -37,10 +37,10 @@ def quarantine_segments(segments: DataFrame, targets: DataFrame) -> DataFrame:
     return ranked.withColumn("quarantine", ~F.col("is_active") & (F.col("_rank") > 2)).drop("_rank")
 
 
-def lost_keys(records: DataFrame, cutoffs: DataFrame) -> DataFrame:
-    """Live keys whose newest record lies below the partition's cutoff (removed by the trim)."""
-    newest = newest_per_key(records).filter(~F.col("tombstone"))
-    return newest.join(cutoffs, ["cluster", "partition"]).filter(F.col("offset") < F.col("cutoff"))
+def lost_keys(newest: DataFrame, cutoffs: DataFrame) -> DataFrame:
+    """Live keys (newest record per key, not a tombstone) below the partition's cutoff: removed by the trim."""
+    return (newest.filter(~F.col("tombstone")).join(cutoffs, ["cluster", "partition"])
+            .filter(F.col("offset") < F.col("cutoff")))
 
 
 def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_states: DataFrame | None,
@@ -56,11 +56,14 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
     cutoffs = (segs.filter(F.col("quarantine")).select("cluster", "broker", "partition").distinct()
                .join(kept, ["cluster", "broker", "partition"])
                .groupBy("cluster", "partition").agg(F.max("oldest_kept").alias("cutoff")))
-    lost = lost_keys(records, cutoffs).cache()
+    # one aggregation of the records serves every question below (lost keys, live groups, group state)
+    relevant = records.join(F.broadcast(cutoffs.select("cluster", "partition")), ["cluster", "partition"])
+    newest = newest_per_key(relevant).cache()
+    lost = lost_keys(newest, cutoffs).cache()
     commits = lost.filter(F.col("key_version") != 2)
     # is the group active? its newest group-metadata record (members, not a tombstone) says so; the
     # collected coordinator state, when there is one, wins. The executor re-checks live before it commits.
-    gm = (newest_per_key(records).filter(F.col("key_version") == 2)
+    gm = (newest.filter(F.col("key_version") == 2)
           .select("cluster", "group", F.when(~F.col("tombstone") & (F.size("members") > 0), F.lit("Stable"))
                   .otherwise(F.lit("Empty")).alias("metadata_state")))
     commits = commits.join(gm, ["cluster", "group"], "left")
@@ -93,8 +96,7 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
                 "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
                 "group_state": r["group_state"]}
         (p["recommit"] if r["group_state"] in INACTIVE_STATES else p["active_groups"]).append(item)
-    live_groups = (newest_per_key(records).filter(~F.col("tombstone") & (F.col("key_version") != 2))
-                   .join(cutoffs.select("cluster", "partition"), ["cluster", "partition"])
+    live_groups = (newest.filter(~F.col("tombstone") & (F.col("key_version") != 2))
                    .select("cluster", "partition", "group").distinct())
     for r in live_groups.orderBy("cluster", "partition", "group").collect():
         p = plans.get(r["cluster"], {}).get("partitions", {}).get(r["partition"])

@@ -140,3 +140,15 @@ def test_spark_submit_entry_point(tmp_path):
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["partitions"] == len(CASES)
     assert summary["statuses"]["STALLED"] == sum(1 for c in CASES if c[3] == "STALLED")
+
+
+def test_no_rows_gives_empty_results_not_an_error(spark, tmp_path):
+    """A cluster with no groups yet: the collection writes a file with no rows; the job must not fail."""
+    from stuck_partitions import main
+
+    folder = tmp_path / "in" / "cluster=c1" / "date=2026-02-01"
+    folder.mkdir(parents=True)
+    pq.write_table(SCHEMAS["offsets_snapshots"].empty_table(), folder / "part-1.parquet")
+    assert main(["--snapshots", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "--master", "local[2]"]) == 0
+    assert (tmp_path / "o" / "findings.jsonl").read_text() == ""
+    assert (tmp_path / "o" / "groups.jsonl").read_text() == ""
