@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
@@ -42,6 +43,9 @@ Every 5 minutes, for **every cluster in the fleet file**:
    `offsets_health`: hourly | always | never), **offsets_health** and **trim_plan** (Spark) and
    **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
    fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
+
+`all_clusters_collected` fails (upstream_failed) when any cluster's collection failed, so the run
+shows as failed while the analyses still ran on the clusters that answered.
 
 This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
 collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention` (the brokers'
@@ -149,3 +153,6 @@ with DAG(
     report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ params.fleet_file }}")
     collect_offsets >> health_due() >> health >> trim_plan >> report_offsets
+
+    # the analyses run on whatever was collected; this marks the run failed when a cluster was not
+    [collect, collect_offsets] >> EmptyOperator(task_id="all_clusters_collected")

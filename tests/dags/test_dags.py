@@ -59,7 +59,7 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
                            ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
                            ("collect_offsets", 0): "success", ("health_due", -1): "success",
                            ("offsets_health", -1): "success", ("trim_plan", -1): "success",
-                           ("report_offsets", -1): "success"}
+                           ("report_offsets", -1): "success", ("all_clusters_collected", -1): "success"}
     # the offsets pipeline saw this group's commits in __consumer_offsets and judged every replica
     recs = [r for r in read_dataset(DataRoot(data), "offsets_topic_records").to_pylist() if r["group"] == group]
     assert sorted((r["topic_partition"], r["committed_offset"]) for r in recs if r["key_version"] == 1) == [(0, 6), (2, 0)]
@@ -87,6 +87,8 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
     assert states[("collect", 0)] == "success"   # labtest
     assert states[("collect", 1)] == "failed"    # down
     assert states[("analyse_stuck", -1)] == "success"  # the analysis still runs on what was collected
+    assert states[("report_stuck", -1)] == "success"
+    assert states[("all_clusters_collected", -1)] == "upstream_failed"
     assert dr.state == "failed"
     root = DataRoot(data)
     assert root.files("offsets_snapshots", "labtest") and not root.files("offsets_snapshots", "down")
