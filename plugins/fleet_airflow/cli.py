@@ -189,6 +189,18 @@ def cmd_offsets_capacity(args) -> int:
     return 0
 
 
+# -- coordinator ----------------------------------------------------------------------------
+def cmd_coordinator_partition(args) -> int:
+    from fleetkit.coordinator import partition_for
+
+    if args.partitions <= 0:
+        print(f"error: --partitions must be positive, got {args.partitions}", file=sys.stderr)
+        return 2
+    for g in args.groups:
+        print(f"{g}\t{partition_for(g, args.partitions)}")
+    return 0
+
+
 # -- audit -----------------------------------------------------------------------------------
 def cmd_audit_list(args) -> int:
     from fleetkit import audit
@@ -318,6 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")
     oc.add_argument("--load-factor", type=float, default=0.9, help="log.cleaner.io.buffer.load.factor")
     oc.set_defaults(func=cmd_offsets_capacity)
+
+    co = sub.add_parser("coordinator", help="which __consumer_offsets partition coordinates a group")
+    co_sub = co.add_subparsers(dest="coordinator_command", required=True)
+    cp = co_sub.add_parser("partition", help="group -> partition, as Kafka computes it (Java hashCode, Utils.abs)")
+    cp.add_argument("groups", nargs="+", metavar="GROUP")
+    cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
+    cp.set_defaults(func=cmd_coordinator_partition)
 
     au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
     au_sub = au.add_subparsers(dest="audit_command", required=True)

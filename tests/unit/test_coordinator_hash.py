@@ -23,3 +23,12 @@ def test_abs_is_not_the_mask():
 def test_bad_partition_count():
     with pytest.raises(ValueError, match="must be positive"):
         partition_for("g", 0)
+
+
+def test_cli_prints_group_tab_partition(capsys):
+    from fleet_airflow.cli import main
+
+    assert main(["coordinator", "partition", "my-group", "polygenelubricants", "x; rm -rf / #", "--partitions", "50"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["my-group\t12", "polygenelubricants\t0",
+                                                    f"x; rm -rf / #\t{partition_for('x; rm -rf / #', 50)}"]
+    assert main(["coordinator", "partition", "g", "--partitions", "0"]) == 2
