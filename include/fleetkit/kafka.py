@@ -8,6 +8,7 @@ cluster except through the explicit commit helper used by runbooks.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -131,8 +132,6 @@ def strip_host(host: str | None) -> str:
 
 
 def _remaining(deadline: float) -> float:
-    import time
-
     return max(0.1, deadline - time.monotonic())
 
 
@@ -238,8 +237,6 @@ class KafkaCluster:
             futures.update(self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
         out: dict[str, dict[tuple[str, int], int | None] | str] = {}
-        import time
-
         deadline = time.monotonic() + self.timeout + 5  # one deadline for all: the requests run concurrently
         for g, fut in futures.items():
             try:
@@ -269,8 +266,6 @@ class KafkaCluster:
             except KafkaException as e:
                 raise self._unreachable("ListOffsets", e) from None
             res = {}
-            import time
-
             deadline = time.monotonic() + self.timeout + 5
             for tp, fut in futs.items():
                 try:
@@ -292,8 +287,6 @@ class KafkaCluster:
         """Commit offsets for a group without joining it (the group must have no live members:
         the coordinator rejects a simple commit for a group that is rebalancing or stable).
         With retry_for, coordinator errors (a partition still loading) are retried that long."""
-        import time
-
         deadline = time.monotonic() + retry_for
         while True:
             try:
@@ -342,10 +335,8 @@ class KafkaCluster:
                                            "enable.auto.commit": False, "auto.offset.reset": "error"}))
         try:
             c.assign([TopicPartition(topic, partition, offset)])
-            import time as _t
-
-            deadline = _t.monotonic() + timeout
-            while _t.monotonic() < deadline:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
                 msg = c.poll(0.5)
                 if msg is None:
                     continue

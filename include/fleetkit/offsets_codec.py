@@ -17,7 +17,6 @@ from dataclasses import dataclass
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_KEY01 = struct.Struct(">h")
 
 OTHER_KEY_VERSIONS = range(3, 25)
 KNOWN_KEY_KINDS = {0: "offset_commit", 1: "offset_commit", 2: "group_metadata"}
@@ -38,23 +37,20 @@ class Reader:
             raise DecodeError(f"{self.what}: truncated reading {field} at byte {self.pos} "
                               f"(needs {n}, {len(self.data) - self.pos} left)")
 
-    def i16(self, field: str) -> int:
-        self._need(2, field)
-        v = _I16.unpack_from(self.data, self.pos)[0]
-        self.pos += 2
+    def _fixed(self, fmt: struct.Struct, field: str) -> int:
+        self._need(fmt.size, field)
+        v = fmt.unpack_from(self.data, self.pos)[0]
+        self.pos += fmt.size
         return v
+
+    def i16(self, field: str) -> int:
+        return self._fixed(_I16, field)
 
     def i32(self, field: str) -> int:
-        self._need(4, field)
-        v = _I32.unpack_from(self.data, self.pos)[0]
-        self.pos += 4
-        return v
+        return self._fixed(_I32, field)
 
     def i64(self, field: str) -> int:
-        self._need(8, field)
-        v = _I64.unpack_from(self.data, self.pos)[0]
-        self.pos += 8
-        return v
+        return self._fixed(_I64, field)
 
     def uvarint(self, field: str) -> int:
         shift = result = 0
