@@ -1,6 +1,8 @@
 """Shared fixtures. The environment is set here, before anything imports Airflow:
 the tests use their own Airflow home (.airflow-test, SQLite) and their own lab fleet
 (.lab-test, ZooKeeper 32181, brokers 39092-39094), so they never touch the demo's.
+FLEET_TEST_PORT_OFFSET (default 0) shifts every test port, so two checkouts can run their suites
+side by side.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-os.environ["FLEET_AIRFLOW_PORT"] = "38080"  # the tests' own Airflow api-server (the demo uses 28080)
+PORT_OFFSET = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
+os.environ["FLEET_AIRFLOW_PORT"] = str(38080 + PORT_OFFSET)  # the tests' own api-server (the demo uses 28080)
 os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
 
 from fleetkit.lab import Lab, LabSpec  # noqa: E402
 
-TEST_LAB = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181, broker_base_port=39092)
+TEST_LAB = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181 + PORT_OFFSET,
+                   broker_base_port=39092 + PORT_OFFSET)
 os.environ.update(TEST_LAB.connection_env())
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
 TEST_FLEET_FILE = Path(TEST_LAB.lab_dir) / "fleet.yaml"
