@@ -141,16 +141,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
             })
 
-    coordinators = []
-    for g in groups:
-        d = descs.get(g)
-        coordinators.append({
-            "cluster": cluster.name, "group": g, "observed_at": observed_at,
-            "coordinator_id": d.coordinator_id if d else None, "error": d.error if d else "NO_ANSWER",
-            "state": d.state if d else "Unknown", "members": len(d.members) if d else None,
-        })
-        if d is not None and d.error:
-            problems.append(f"group {g!r}: describe answered {d.error}")
+    coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems)
 
     topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
     partition_rows = _partition_state(cluster, kafka, zk, topics, observed_at, problems)
@@ -162,6 +153,51 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
         groups=groups, problems=problems,
         known_groups=update_known_groups(known_groups, listed, with_offsets, observed_at),
     )
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs: dict | None,
+                     observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+    """group_coordinators rows: the coordinator the cluster names for each group and the error the
+    group's lookup or that coordinator's describe answers (kafka_wire). Falls back to the admin
+    client's describe (coordinator known only when describe succeeds) for non-PLAINTEXT clusters."""
+    answers = kafka.coordinators(groups)
+    if answers is None and descs is None:
+        descs = kafka.describe_groups(groups)
+    rows = []
+    for g in groups:
+        d = (descs or {}).get(g)
+        a = answers.get(g) if answers is not None else None
+        if a is not None:
+            coordinator, error = a.coordinator_id, a.error
+            state = d.state if d is not None and not d.error else (a.state or "Unknown")
+            members = len(d.members) if d is not None and not d.error else (len(a.members) if not a.error else None)
+        else:
+            coordinator = d.coordinator_id if d else None
+            error = d.error if d else "NO_ANSWER"
+            state, members = (d.state, len(d.members)) if d else ("Unknown", None)
+        rows.append({"cluster": cluster, "group": g, "observed_at": observed_at, "coordinator_id": coordinator,
+                     "error": error, "state": state, "members": members})
+        if error:
+            problems.append(f"group {g!r}: coordinator {coordinator if coordinator is not None else '?'} "
+                            f"answered {error}")
+    return rows
+
+
+def collect_coordinators(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                         groups: list[str] | None = None, now: dt.datetime | None = None) -> CollectionResult:
+    """The light collection behind the ownership check: group_coordinators and the
+    __consumer_offsets partition_state only (seconds, so it can repeat while a partition loads)."""
+    t0 = time.monotonic()
+    problems: list[str] = []
+    if groups is None:
+        groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups))
+    observed_at = now or utcnow()
+    rows = {"group_coordinators": coordinator_rows(cluster.name, kafka, groups, None, observed_at, problems),
+            "partition_state": _partition_state(cluster, kafka, zk, [OFFSETS_TOPIC], observed_at, problems)}
+    result = CollectionResult(cluster=cluster.name, observed_at=observed_at, rows=rows, groups=groups,
+                              problems=problems, known_groups={})
     result.seconds = time.monotonic() - t0
     return result
 

@@ -159,6 +159,19 @@ class KafkaCluster:
             f"cluster {self.name!r} (bootstrap servers {self.bootstrap}) did not answer {what}: {exc}"
         )
 
+    # -- coordinators ---------------------------------------------------------------------
+    def coordinators(self, groups: Iterable[str]) -> dict[str, "kafka_wire.Answer"] | None:
+        """Who the cluster names as each group's coordinator and what that broker answers
+        (kafka_wire). None when the listener is not PLAINTEXT (use describe_groups instead)."""
+        from fleetkit import kafka_wire
+
+        if not kafka_wire.supported(self.config):
+            return None
+        try:
+            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout)
+        except ConnectionError as e:
+            raise self._unreachable("the coordinator lookup", e) from None
+
     # -- metadata -------------------------------------------------------------------------
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
         try:

@@ -201,6 +201,31 @@ def cmd_coordinator_partition(args) -> int:
     return 0
 
 
+def cmd_coordinator_who(args) -> int:
+    _airflow_context()
+    from fleetkit.fleet import load_fleet
+    from fleetkit.ownership import who
+    from fleetkit.render import visible_controls
+
+    from fleet_airflow import clusters, settings
+
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    with clusters.connected(cluster) as (kafka, zk):
+        try:
+            rows = who(kafka, zk, args.groups)
+        except LookupError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    for r in rows:
+        isr = ",".join(str(b) for b in r["isr"])
+        answer = r["error"] or r["state"] or "?"
+        print(f"{visible_controls(r['group'])}\t{r['partition']}\tleader={r['leader']}\tisr={isr}\t"
+              f"leader_epoch={r['leader_epoch'] if r['leader_epoch'] is not None else '?'}\t"
+              f"coordinator={r['coordinator_id'] if r['coordinator_id'] is not None else '?'}\t"
+              f"answer={answer}\tverdict={r['verdict']}")
+    return 0 if all(r["verdict"] == "OK" for r in rows) else 3
+
+
 # -- audit -----------------------------------------------------------------------------------
 def cmd_audit_list(args) -> int:
     from fleetkit import audit
@@ -337,6 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("groups", nargs="+", metavar="GROUP")
     cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
     cp.set_defaults(func=cmd_coordinator_partition)
+    cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
+                                       "and what it answers (exit 3 when a group is not OK)")
+    cw.add_argument("groups", nargs="+", metavar="GROUP")
+    cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    cw.set_defaults(func=cmd_coordinator_who)
 
     au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
     au_sub = au.add_subparsers(dest="audit_command", required=True)

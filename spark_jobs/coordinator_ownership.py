@@ -1,0 +1,274 @@
+"""Group-coordinator ownership: per group and per __consumer_offsets partition, over a window.
+
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/coordinator_ownership.py --data-root ROOT --out DIR
+        [--window 1h] [--as-of 2026-01-01T00:00:00Z] [--load-stuck 5m] [--health HEALTH.jsonl]
+        [--cluster NAME]
+
+Reads the datasets group_coordinators and partition_state (topic __consumer_offsets) under ROOT,
+joins every observation of a group with the leader of its partition at the same instant (the
+partition computed as Kafka does: fleetkit.coordinator, vectorised) and writes
+
+* DIR/groups.jsonl, one object per group: its partition, the expected coordinator (the leader),
+  the coordinator the cluster named and what it answered, the verdict (OK, MISMATCH, LOADING,
+  UNAVAILABLE; the rules are fleetkit.ownership's), and since when it has not been OK;
+* DIR/partitions.jsonl, one object per partition: leader, ISR and epoch now, the leader-epoch
+  changes in the window, the groups hashed onto it by verdict and the affected ones, how long they
+  have been LOADING / UNAVAILABLE since the last change, when they recovered, the partition's size
+  and health (with --health, the offsets-health job's health.jsonl) and its verdict, LOAD_STUCK
+  past the threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
+from jobs_common import iso, parse_ts, read_rows, session, write_jsonl  # noqa: E402
+
+from pyspark.sql import Column, DataFrame, Window  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+from fleetkit import ownership  # noqa: E402
+from fleetkit.offsets_topic import OFFSETS_TOPIC  # noqa: E402
+from fleetkit.stuck import parse_duration  # noqa: E402
+
+COORDINATOR_SCHEMA = T.StructType([
+    T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
+    T.StructField("observed_at", T.TimestampType()), T.StructField("coordinator_id", T.IntegerType()),
+    T.StructField("error", T.StringType()), T.StructField("state", T.StringType()),
+    T.StructField("members", T.IntegerType()),
+])
+STATE_SCHEMA = T.StructType([
+    T.StructField("cluster", T.StringType()), T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()), T.StructField("observed_at", T.TimestampType()),
+    T.StructField("leader", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
+    T.StructField("leader_epoch", T.IntegerType()), T.StructField("controller_epoch", T.IntegerType()),
+    T.StructField("source", T.StringType()),
+])
+AFFECTED_LIMIT = 50
+
+
+@F.pandas_udf(T.IntegerType())
+def group_partition(groups, counts):
+    """fleetkit.coordinator.partitions_for over an Arrow batch (one numpy pass per partition count)."""
+    import numpy as np
+    import pandas as pd
+
+    from fleetkit.coordinator import partitions_for
+
+    out = np.zeros(len(groups), dtype=np.int32)
+    for n in counts.unique():
+        mask = (counts == n).to_numpy()
+        out[mask] = partitions_for(groups[mask].tolist(), int(n))
+    return pd.Series(out)
+
+
+def verdict_column(coordinator: Column, error: Column, leader: Column) -> Column:
+    """fleetkit.ownership.RULES as one column expression (same order, first match wins)."""
+    o = ownership
+    return (F.when(leader.isNull() | (leader < 0), F.lit(o.UNAVAILABLE))
+            .when(error.isNotNull() & (error.isin(*o.UNAVAILABLE_ERRORS) | coordinator.isNull()), F.lit(o.UNAVAILABLE))
+            .when((error == o.LOAD_IN_PROGRESS) | ((error == o.NOT_COORDINATOR) & (coordinator == leader)),
+                  F.lit(o.LOADING))
+            .when(coordinator.isNotNull() & (coordinator != leader), F.lit(o.MISMATCH))
+            .when(error.isNotNull() | coordinator.isNull(), F.lit(o.UNAVAILABLE))
+            .otherwise(F.lit(o.OK)))
+
+
+def severity_column(verdict: Column) -> Column:
+    expr = F.lit(len(ownership.SEVERITY))
+    for i, v in reversed(list(enumerate(ownership.SEVERITY))):
+        expr = F.when(verdict == v, F.lit(i)).otherwise(expr)
+    return expr
+
+
+def offsets_states(states: DataFrame) -> DataFrame:
+    return (states.filter(F.col("topic") == OFFSETS_TOPIC)
+            .select("cluster", "observed_at", "partition", "leader", "isr", "leader_epoch"))
+
+
+def observations(coordinators: DataFrame, states: DataFrame) -> DataFrame:
+    """Every group observation with its partition, that partition's leader then, and the verdict."""
+    counts = states.groupBy("cluster").agg((F.max("partition") + 1).alias("partitions"))
+    groups = (coordinators.select("cluster", "group").distinct()
+              .join(F.broadcast(counts), "cluster")
+              .withColumn("partition", group_partition(F.col("group"), F.col("partitions")))
+              .drop("partitions"))
+    return (coordinators.join(F.broadcast(groups), ["cluster", "group"])
+            .join(F.broadcast(states), ["cluster", "observed_at", "partition"], "left")
+            .withColumn("verdict", verdict_column(F.col("coordinator_id"), F.col("error"), F.col("leader"))))
+
+
+def per_group(obs: DataFrame) -> DataFrame:
+    ok = F.col("verdict") == ownership.OK
+    last = F.max_by(F.struct("observed_at", "partition", "verdict", "coordinator_id", "leader", "error", "state",
+                             "members", "leader_epoch"), "observed_at")
+    agg = obs.groupBy("cluster", "group").agg(
+        last.alias("last"), F.max(F.when(ok, F.col("observed_at"))).alias("last_ok_at"),
+        F.collect_list(F.when(~ok, F.col("observed_at"))).alias("bad_times"),
+        F.count(F.lit(1)).alias("observations"), F.sum(F.when(ok, 0).otherwise(1)).alias("not_ok_observations"))
+    since = F.when(F.col("last.verdict") != ownership.OK, F.array_min(F.filter(
+        "bad_times", lambda t: F.col("last_ok_at").isNull() | (t > F.col("last_ok_at")))))
+    return (agg.withColumn("not_ok_since", since)
+            .select("cluster", "group", F.col("last.partition").alias("partition"),
+                    F.col("last.verdict").alias("verdict"), F.col("last.observed_at").alias("observed_at"),
+                    F.col("last.leader").alias("expected_coordinator"), F.col("last.coordinator_id").alias("coordinator_id"),
+                    F.col("last.error").alias("error"), F.col("last.state").alias("state"),
+                    F.col("last.members").alias("members"), F.col("last.leader_epoch").alias("leader_epoch"),
+                    "not_ok_since",
+                    (F.unix_timestamp(F.col("last.observed_at")) - F.unix_timestamp("not_ok_since")).alias("not_ok_seconds"),
+                    "last_ok_at", "observations", "not_ok_observations"))
+
+
+def leader_history(states: DataFrame) -> DataFrame:
+    """Per partition: its state at the latest observation and the leader changes in the input
+    (a change = the leader epoch, or where it is unknown the leader, differs from the previous
+    observation's; first seen at that observation)."""
+    w = Window.partitionBy("cluster", "partition").orderBy("observed_at")
+    marked = (states.withColumn("prev_epoch", F.lag("leader_epoch").over(w))
+              .withColumn("prev_leader", F.lag("leader").over(w))
+              .withColumn("first", F.row_number().over(w) == 1))
+    changed = ~F.col("first") & (F.coalesce(F.col("leader_epoch") != F.col("prev_epoch"), F.lit(False))
+                                 | (F.col("leader_epoch").isNull() & (F.col("leader") != F.col("prev_leader"))))
+    change = F.struct(F.col("observed_at").alias("at"), F.col("prev_leader").alias("from_leader"),
+                      F.col("leader").alias("to_leader"), F.col("prev_epoch").alias("from_epoch"),
+                      F.col("leader_epoch").alias("to_epoch"), F.col("isr").alias("isr"))
+    return (marked.groupBy("cluster", "partition").agg(
+        F.max_by(F.struct("observed_at", "leader", "isr", "leader_epoch"), "observed_at").alias("now"),
+        F.array_sort(F.collect_list(F.when(changed, change))).alias("changes"),
+        F.max(F.when(changed, F.col("observed_at"))).alias("last_change_at"))
+        .select("cluster", "partition", F.col("now.observed_at").alias("observed_at"), F.col("now.leader").alias("leader"),
+                F.col("now.isr").alias("isr"), F.col("now.leader_epoch").alias("leader_epoch"), "changes",
+                "last_change_at"))
+
+
+def per_partition(obs: DataFrame, groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
+                  health: DataFrame | None = None) -> DataFrame:
+    hist = leader_history(states)
+    v = F.col("verdict")
+    stats = groups.groupBy("cluster", "partition").agg(
+        F.count(F.lit(1)).alias("groups"),
+        *[F.sum(F.when(v == name, 1).otherwise(0)).alias(name.lower())
+          for name in (ownership.OK, ownership.MISMATCH, ownership.LOADING, ownership.UNAVAILABLE)],
+        F.min(severity_column(v)).alias("severity"),
+        F.slice(F.array_sort(F.collect_list(F.when(v != ownership.OK, F.col("group")))), 1, AFFECTED_LIMIT)
+        .alias("affected_groups"),
+        F.min("not_ok_since").alias("not_ok_since"))
+    # per snapshot of the partition: were all its groups OK? (the first all-OK snapshot after the
+    # last change is when the partition recovered)
+    snaps = obs.groupBy("cluster", "partition", "observed_at").agg(
+        F.min(F.when(v == ownership.OK, 1).otherwise(0)).alias("all_ok"))
+    recovery = (snaps.join(hist.select("cluster", "partition", "last_change_at"), ["cluster", "partition"])
+                .filter(F.col("observed_at") >= F.col("last_change_at"))
+                .groupBy("cluster", "partition").agg(
+                    F.min(F.when(F.col("all_ok") == 1, F.col("observed_at"))).alias("recovered_at"),
+                    F.max(1 - F.col("all_ok")).alias("disturbed_after_change")))
+    out = (hist.join(stats, ["cluster", "partition"], "left").join(recovery, ["cluster", "partition"], "left")
+           .fillna({"groups": 0, "ok": 0, "mismatch": 0, "loading": 0, "unavailable": 0}))
+    current = F.when(F.col("severity").isNull(),
+                     F.when(F.col("leader").isNull() | (F.col("leader") < 0), F.lit(ownership.UNAVAILABLE))
+                     .otherwise(F.lit(ownership.NO_GROUPS)))
+    for i, name in enumerate(ownership.SEVERITY):
+        current = current.when(F.col("severity") == i, F.lit(name))
+    waiting = F.col("current").isin(ownership.LOADING, ownership.UNAVAILABLE)
+    start = F.coalesce(F.col("last_change_at"), F.col("not_ok_since"))
+    stuck_for = F.when(waiting, F.unix_timestamp("observed_at") - F.unix_timestamp(start))
+    out = (out.withColumn("current", current)
+           .withColumn("not_ok_seconds", stuck_for)
+           .withColumn("verdict", F.when(waiting & (F.col("leader") >= 0) & (F.col("not_ok_seconds") > load_stuck_seconds),
+                                         F.lit(ownership.LOAD_STUCK)).otherwise(F.col("current")))
+           .withColumn("recovery_seconds", F.unix_timestamp("recovered_at") - F.unix_timestamp("last_change_at"))
+           .withColumn("changes_in_window", F.size("changes")))
+    if health is not None:
+        h = health.select("cluster", "partition", F.col("broker").alias("leader"),
+                          F.col("disk_bytes").alias("size_bytes"), F.col("verdict").alias("health"),
+                          F.col("records").alias("records"))
+        out = out.join(h, ["cluster", "partition", "leader"], "left")
+    else:
+        out = (out.withColumn("size_bytes", F.lit(None).cast("long")).withColumn("health", F.lit(None).cast("string"))
+               .withColumn("records", F.lit(None).cast("long")))
+    return out.select("cluster", "partition", "verdict", "leader", "isr", "leader_epoch", "observed_at",
+                      "changes_in_window", "changes", "last_change_at", "groups", "ok", "mismatch", "loading",
+                      "unavailable", "affected_groups", "not_ok_since", "not_ok_seconds", "recovered_at",
+                      "recovery_seconds", "size_bytes", "records", "health")
+
+
+def evaluate(coordinators: DataFrame, states: DataFrame, as_of: dt.datetime | None, window: dt.timedelta,
+             load_stuck_seconds: int, health: DataFrame | None = None) -> tuple[DataFrame, DataFrame, dt.datetime]:
+    """(groups, partitions, as_of): the pure transform behind the job."""
+    states = offsets_states(states)
+    if as_of is None:
+        as_of = coordinators.agg(F.max("observed_at")).first()[0] or dt.datetime.now(dt.timezone.utc)
+        if as_of.tzinfo is None:
+            as_of = as_of.replace(tzinfo=dt.timezone.utc)
+    lo, ts = as_of - window, F.col("observed_at")
+    coordinators = coordinators.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
+    states = states.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
+    obs = observations(coordinators, states)
+    groups = per_group(obs)
+    return groups, per_partition(obs, groups, states, load_stuck_seconds, health), as_of
+
+
+def for_json(df: DataFrame) -> DataFrame:
+    """Timestamps as ISO-8601 Z strings."""
+    cols = []
+    for f in df.schema.fields:
+        if isinstance(f.dataType, T.TimestampType):
+            cols.append(iso(F.col(f.name)).alias(f.name))
+        elif f.name == "changes":
+            cols.append(F.transform(f.name, lambda c: c.withField("at", iso(c["at"]))).alias(f.name))
+        else:
+            cols.append(F.col(f.name))
+    return df.select(*cols)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-root", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--window", default="1h")
+    ap.add_argument("--as-of")
+    ap.add_argument("--load-stuck", default=f"{ownership.DEFAULT_LOAD_STUCK_SECONDS}s",
+                    help="a partition whose groups are LOADING/UNAVAILABLE this long after a leader change is LOAD_STUCK")
+    ap.add_argument("--health", help="health.jsonl of the offsets-health job (size and health per partition)")
+    ap.add_argument("--cluster", help="only this cluster")
+    ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
+    args = ap.parse_args(argv)
+    try:
+        window, stuck = parse_duration(args.window), parse_duration(args.load_stuck)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    as_of = parse_ts(args.as_of) if args.as_of else None
+    t0 = time.monotonic()
+    spark = session("coordinator_ownership", args.master)
+    since = ((as_of or dt.datetime.now(dt.timezone.utc)) - window).date()
+    root = Path(args.data_root)
+    coordinators = read_rows(spark, str(root / "group_coordinators"), COORDINATOR_SCHEMA, ("observed_at",), since)
+    states = read_rows(spark, str(root / "partition_state"), STATE_SCHEMA, ("observed_at",), since)
+    if args.cluster:
+        coordinators = coordinators.filter(F.col("cluster") == args.cluster)
+        states = states.filter(F.col("cluster") == args.cluster)
+    health = None
+    if args.health and Path(args.health).exists():
+        health = spark.read.json(args.health)
+    groups, partitions, as_of = evaluate(coordinators, states, as_of, window, int(stuck.total_seconds()), health)
+    out = Path(args.out)
+    groups = groups.cache()
+    n_groups = write_jsonl(for_json(groups), str(out / "groups.jsonl"))
+    n_parts = write_jsonl(for_json(partitions), str(out / "partitions.jsonl"))
+    verdicts = {r["verdict"]: r["n"] for r in groups.groupBy("verdict").agg(F.count(F.lit(1)).alias("n")).collect()}
+    print(json.dumps({"as_of": as_of.isoformat().replace("+00:00", "Z"), "window_seconds": window.total_seconds(),
+                      "groups": n_groups, "partitions": n_parts, "verdicts": verdicts,
+                      "seconds": round(time.monotonic() - t0, 1), "out": str(out)}), flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

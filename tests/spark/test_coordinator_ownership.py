@@ -1,0 +1,113 @@
+"""The ownership job's transform on a local[2] session: rules parity with fleetkit.ownership, and a
+leader change seen through loading, recovery, a stuck load, a mismatch and a leaderless partition."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+
+import pytest
+
+from fleetkit import ownership
+from fleetkit.coordinator import partition_for
+
+pytestmark = pytest.mark.spark
+
+T0 = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def at(minutes: float) -> dt.datetime:
+    return T0 + dt.timedelta(minutes=minutes)
+
+
+def naive(minutes: float) -> dt.datetime:
+    """Spark hands timestamps back as naive UTC (the session time zone is UTC)."""
+    return at(minutes).replace(tzinfo=None)
+
+
+def test_verdict_column_equals_the_rules(spark):
+    from coordinator_ownership import verdict_column
+    from pyspark.sql import functions as F
+
+    errors = [None, "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+              "COORDINATOR_UNREACHABLE", "NO_ANSWER", "INVALID_GROUP_ID"]
+    cases = list(itertools.product([None, 0, 1], errors, [None, -1, 0, 1]))
+    df = spark.createDataFrame(cases, "coordinator_id int, error string, leader int")
+    got = df.withColumn("v", verdict_column(F.col("coordinator_id"), F.col("error"), F.col("leader"))).collect()
+    assert len(got) == len(cases)
+    for r in got:
+        assert r["v"] == ownership.verdict(r["coordinator_id"], r["error"], r["leader"]), r
+    # the table of the issue, spelled out
+    assert ownership.verdict(1, None, 1) == "OK"
+    assert ownership.verdict(2, None, 1) == "MISMATCH"
+    assert ownership.verdict(2, "NOT_COORDINATOR", 1) == "MISMATCH"
+    assert ownership.verdict(1, "NOT_COORDINATOR", 1) == "LOADING"
+    assert ownership.verdict(1, "COORDINATOR_LOAD_IN_PROGRESS", 1) == "LOADING"
+    assert ownership.verdict(None, "COORDINATOR_NOT_AVAILABLE", 1) == "UNAVAILABLE"
+    assert ownership.verdict(1, None, -1) == "UNAVAILABLE"
+    assert ownership.verdict(1, "COORDINATOR_UNREACHABLE", 1) == "UNAVAILABLE"
+
+
+def _groups_on(partition: int, count: int, n: int, prefix: str) -> list[str]:
+    out, i = [], 0
+    while len(out) < n:
+        g = f"{prefix} ü😀 '{i}'"
+        if partition_for(g, count) == partition:
+            out.append(g)
+        i += 1
+    return out
+
+
+def test_leader_change_loading_recovery_stuck_mismatch(spark):
+    from coordinator_ownership import COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
+
+    n = 4  # __consumer_offsets partitions
+    recovering = _groups_on(1, n, 3, "rec")
+    stuck = _groups_on(2, n, 2, "stk")
+    steady = _groups_on(0, n, 2, "ok")
+    orphan = _groups_on(3, n, 1, "orph")
+    times = [at(m) for m in (0, 1, 2, 8)]
+    states, coords = [], []
+    for i, t in enumerate(times):
+        leaders = {0: (0, 3), 1: (0, 5) if i == 0 else (1, 6), 2: (2, 7) if i == 0 else (0, 8), 3: (-1, 2)}
+        for p, (leader, epoch) in leaders.items():
+            states.append(("c", "__consumer_offsets", p, t, leader, [0, 1, 2], epoch, 1, "zookeeper"))
+        states.append(("c", "other", 0, t, 2, [2], 0, 1, "zookeeper"))  # not the offsets topic: ignored
+        for g in steady:
+            coords.append(("c", g, t, 0 if g == steady[0] else 2, None, "Stable", 1))  # steady[1]: MISMATCH
+        for g in recovering:
+            loading = i == 1
+            coords.append(("c", g, t, 0 if i == 0 else 1, "NOT_COORDINATOR" if loading else None,
+                           "Unknown" if loading else "Stable", None if loading else 1))
+        for g in stuck:
+            coords.append(("c", g, t, 2 if i == 0 else 0, None if i == 0 else "NOT_COORDINATOR",
+                           "Stable" if i == 0 else "Unknown", 1 if i == 0 else None))
+        for g in orphan:
+            coords.append(("c", g, t, None, "COORDINATOR_NOT_AVAILABLE", "Unknown", None))
+    groups, parts, as_of = evaluate(spark.createDataFrame(coords, COORDINATOR_SCHEMA),
+                                    spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 300)
+    assert as_of == at(8)
+    g = {r["group"]: r for r in groups.collect()}
+    assert {x: g[x]["verdict"] for x in steady} == {steady[0]: "OK", steady[1]: "MISMATCH"}
+    assert g[steady[1]]["expected_coordinator"] == 0 and g[steady[1]]["coordinator_id"] == 2
+    assert all(g[x]["verdict"] == "OK" and g[x]["partition"] == 1 and g[x]["not_ok_since"] is None for x in recovering)
+    assert all(g[x]["verdict"] == "LOADING" and g[x]["not_ok_since"] == naive(1) and g[x]["not_ok_seconds"] == 420
+               for x in stuck)
+    assert g[orphan[0]]["verdict"] == "UNAVAILABLE"
+
+    p = {r["partition"]: r for r in parts.collect()}
+    assert set(p) == {0, 1, 2, 3}
+    assert p[1]["verdict"] == "OK" and p[1]["changes_in_window"] == 1
+    change = p[1]["changes"][0]
+    assert (change["at"], change["from_leader"], change["to_leader"], change["from_epoch"], change["to_epoch"]) == \
+        (naive(1), 0, 1, 5, 6)
+    assert p[1]["recovered_at"] == naive(2) and p[1]["recovery_seconds"] == 60
+    assert p[2]["verdict"] == "LOAD_STUCK" and p[2]["not_ok_seconds"] == 420 and p[2]["recovered_at"] is None
+    assert p[2]["affected_groups"] == sorted(stuck) and p[2]["loading"] == 2
+    assert p[0]["verdict"] == "MISMATCH" and p[0]["changes_in_window"] == 0 and p[0]["mismatch"] == 1
+    assert p[3]["verdict"] == "UNAVAILABLE" and p[3]["leader"] == -1
+
+    # the same input with a 10-minute threshold: partition 2 is still loading, not stuck
+    _, parts10, _ = evaluate(spark.createDataFrame(coords, COORDINATOR_SCHEMA),
+                             spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 600)
+    assert {r["partition"]: r["verdict"] for r in parts10.collect()}[2] == "LOADING"
