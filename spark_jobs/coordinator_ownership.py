@@ -105,25 +105,72 @@ def observations(coordinators: DataFrame, states: DataFrame) -> DataFrame:
             .withColumn("verdict", verdict_column(F.col("coordinator_id"), F.col("error"), F.col("leader"))))
 
 
-def per_group(obs: DataFrame) -> DataFrame:
-    ok = F.col("verdict") == ownership.OK
-    last = F.max_by(F.struct("observed_at", "partition", "verdict", "coordinator_id", "leader", "error", "state",
-                             "members", "leader_epoch"), "observed_at")
-    agg = obs.groupBy("cluster", "group").agg(
-        last.alias("last"), F.max(F.when(ok, F.col("observed_at"))).alias("last_ok_at"),
-        F.collect_list(F.when(~ok, F.col("observed_at"))).alias("bad_times"),
-        F.count(F.lit(1)).alias("observations"), F.sum(F.when(ok, 0).otherwise(1)).alias("not_ok_observations"))
-    since = F.when(F.col("last.verdict") != ownership.OK, F.array_min(F.filter(
-        "bad_times", lambda t: F.col("last_ok_at").isNull() | (t > F.col("last_ok_at")))))
-    return (agg.withColumn("not_ok_since", since)
-            .select("cluster", "group", F.col("last.partition").alias("partition"),
-                    F.col("last.verdict").alias("verdict"), F.col("last.observed_at").alias("observed_at"),
-                    F.col("last.leader").alias("expected_coordinator"), F.col("last.coordinator_id").alias("coordinator_id"),
-                    F.col("last.error").alias("error"), F.col("last.state").alias("state"),
-                    F.col("last.members").alias("members"), F.col("last.leader_epoch").alias("leader_epoch"),
-                    "not_ok_since",
-                    (F.unix_timestamp(F.col("last.observed_at")) - F.unix_timestamp("not_ok_since")).alias("not_ok_seconds"),
-                    "last_ok_at", "observations", "not_ok_observations"))
+def _code(col: Column, names: tuple[str, ...]) -> Column:
+    """A string column as a small int (index in `names`, -1 for any other non-null value), so the
+    per-group aggregation keeps fixed-width buffers and runs as a hash aggregation."""
+    expr = F.when(col.isNull(), F.lit(None).cast("int")).otherwise(F.lit(-1))
+    for i, n in reversed(list(enumerate(names))):
+        expr = F.when(col == n, F.lit(i)).otherwise(expr)
+    return expr
+
+
+def _name(code: Column, names: tuple[str, ...], other: str) -> Column:
+    expr = F.when(code.isNull(), F.lit(None).cast("string")).otherwise(F.lit(other))
+    for i, n in reversed(list(enumerate(names))):
+        expr = F.when(code == i, F.lit(n)).otherwise(expr)
+    return expr
+
+
+ERROR_NAMES = tuple(dict.fromkeys(
+    (ownership.LOAD_IN_PROGRESS, ownership.NOT_COORDINATOR, *ownership.UNAVAILABLE_ERRORS, "INVALID_GROUP_ID",
+     "GROUP_AUTHORIZATION_FAILED", "UNKNOWN_SERVER_ERROR", "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT")))
+STATE_NAMES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+
+
+def per_group(obs: DataFrame, snapshot_times: DataFrame) -> DataFrame:
+    """One row per group: its latest observation and since when it has not been OK.
+
+    Only fixed-width aggregates (max, min, max_by of ints), so Spark hash-aggregates 28.8M rows
+    without sorting them. `not_ok_since` is the first collection after the group's last OK one
+    (exact when the group is seen in every collection); `ok_again_at` the first collection after
+    its last not-OK one."""
+    ts, ok = F.col("observed_at"), F.col("verdict") == ownership.OK
+    latest = lambda c: F.max_by(c, ts)  # noqa: E731
+    agg = (obs.withColumn("sev", severity_column(F.col("verdict")))
+           .withColumn("err", _code(F.col("error"), ERROR_NAMES))
+           .withColumn("st", _code(F.col("state"), STATE_NAMES))
+           .groupBy("cluster", "group").agg(
+               F.max(ts).alias("observed_at"), F.max("partition").alias("partition"),
+               latest(F.col("sev")).alias("sev"), latest(F.col("coordinator_id")).alias("coordinator_id"),
+               latest(F.col("leader")).alias("expected_coordinator"), latest(F.col("err")).alias("err"),
+               latest(F.col("st")).alias("st"), latest(F.col("members")).alias("members"),
+               latest(F.col("leader_epoch")).alias("leader_epoch"),
+               F.max(F.when(ok, ts)).alias("last_ok_at"), F.min(F.when(~ok, ts)).alias("first_bad_at"),
+               F.max(F.when(~ok, ts)).alias("last_bad_at"),
+               F.count(F.lit(1)).alias("observations"), F.sum(F.when(ok, 0).otherwise(1)).alias("not_ok_observations")))
+    verdict = F.lit(None).cast("string")
+    for i, name in reversed(list(enumerate(ownership.SEVERITY))):
+        verdict = F.when(F.col("sev") == i, F.lit(name)).otherwise(verdict)
+    agg = (agg.withColumn("verdict", verdict)
+           .withColumn("error", _name(F.col("err"), ERROR_NAMES, "OTHER_ERROR"))
+           .withColumn("state", _name(F.col("st"), STATE_NAMES, "Unknown"))
+           .cache())  # one row per group, read twice below: aggregate the observations once
+    # the few groups that were ever not OK: the collection after their last OK / last not-OK one
+    times = F.broadcast(snapshot_times.withColumnRenamed("observed_at", "t"))
+    touched = agg.filter(F.col("last_bad_at").isNotNull()).select("cluster", "group", "last_ok_at", "last_bad_at")
+    after = (touched.join(times, "cluster")
+             .groupBy("cluster", "group").agg(
+                 F.min(F.when(F.col("last_ok_at").isNotNull() & (F.col("t") > F.col("last_ok_at")), F.col("t")))
+                 .alias("after_last_ok"),
+                 F.min(F.when(F.col("t") > F.col("last_bad_at"), F.col("t"))).alias("ok_again_at")))
+    out = agg.join(after, ["cluster", "group"], "left")
+    since = F.when(F.col("verdict") != ownership.OK,
+                   F.when(F.col("last_ok_at").isNull(), F.col("first_bad_at")).otherwise(F.col("after_last_ok")))
+    return (out.withColumn("not_ok_since", since)
+            .select("cluster", "group", "partition", "verdict", "observed_at", "expected_coordinator",
+                    "coordinator_id", "error", "state", "members", "leader_epoch", "not_ok_since",
+                    (F.unix_timestamp("observed_at") - F.unix_timestamp("not_ok_since")).alias("not_ok_seconds"),
+                    "last_ok_at", "last_bad_at", "ok_again_at", "observations", "not_ok_observations"))
 
 
 def leader_history(states: DataFrame) -> DataFrame:
@@ -148,7 +195,7 @@ def leader_history(states: DataFrame) -> DataFrame:
                 "last_change_at"))
 
 
-def per_partition(obs: DataFrame, groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
+def per_partition(groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
                   health: DataFrame | None = None) -> DataFrame:
     hist = leader_history(states)
     v = F.col("verdict")
@@ -160,15 +207,14 @@ def per_partition(obs: DataFrame, groups: DataFrame, states: DataFrame, load_stu
         F.slice(F.array_sort(F.collect_list(F.when(v != ownership.OK, F.col("group")))), 1, AFFECTED_LIMIT)
         .alias("affected_groups"),
         F.min("not_ok_since").alias("not_ok_since"))
-    # per snapshot of the partition: were all its groups OK? (the first all-OK snapshot after the
-    # last change is when the partition recovered)
-    snaps = obs.groupBy("cluster", "partition", "observed_at").agg(
-        F.min(F.when(v == ownership.OK, 1).otherwise(0)).alias("all_ok"))
-    recovery = (snaps.join(hist.select("cluster", "partition", "last_change_at"), ["cluster", "partition"])
-                .filter(F.col("observed_at") >= F.col("last_change_at"))
+    # recovered: every group OK now; at the latest of the change and the moment the last group
+    # disturbed after it was seen OK again
+    recovery = (groups.join(hist.select("cluster", "partition", "last_change_at"), ["cluster", "partition"])
                 .groupBy("cluster", "partition").agg(
-                    F.min(F.when(F.col("all_ok") == 1, F.col("observed_at"))).alias("recovered_at"),
-                    F.max(1 - F.col("all_ok")).alias("disturbed_after_change")))
+                    F.max(F.when(F.col("last_bad_at") >= F.col("last_change_at"),
+                                 F.coalesce(F.col("ok_again_at"), F.lit(None)))).alias("last_recovery"),
+                    F.max((F.col("last_bad_at") >= F.col("last_change_at")).cast("int")).alias("disturbed_after_change"),
+                    F.min(F.when(F.col("verdict") == ownership.OK, 1).otherwise(0)).alias("all_ok_now")))
     out = (hist.join(stats, ["cluster", "partition"], "left").join(recovery, ["cluster", "partition"], "left")
            .fillna({"groups": 0, "ok": 0, "mismatch": 0, "loading": 0, "unavailable": 0}))
     current = F.when(F.col("severity").isNull(),
@@ -183,6 +229,9 @@ def per_partition(obs: DataFrame, groups: DataFrame, states: DataFrame, load_stu
            .withColumn("not_ok_seconds", stuck_for)
            .withColumn("verdict", F.when(waiting & (F.col("leader") >= 0) & (F.col("not_ok_seconds") > load_stuck_seconds),
                                          F.lit(ownership.LOAD_STUCK)).otherwise(F.col("current")))
+           .withColumn("recovered_at", F.when(F.col("last_change_at").isNotNull()
+                                              & (F.coalesce(F.col("all_ok_now"), F.lit(1)) == 1),
+                                              F.greatest(F.col("last_change_at"), F.col("last_recovery"))))
            .withColumn("recovery_seconds", F.unix_timestamp("recovered_at") - F.unix_timestamp("last_change_at"))
            .withColumn("changes_in_window", F.size("changes")))
     if health is not None:
@@ -211,8 +260,8 @@ def evaluate(coordinators: DataFrame, states: DataFrame, as_of: dt.datetime | No
     coordinators = coordinators.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
     states = states.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
     obs = observations(coordinators, states)
-    groups = per_group(obs)
-    return groups, per_partition(obs, groups, states, load_stuck_seconds, health), as_of
+    groups = per_group(obs, states.select("cluster", "observed_at").distinct())
+    return groups, per_partition(groups, states, load_stuck_seconds, health), as_of
 
 
 def for_json(df: DataFrame) -> DataFrame:
@@ -255,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         coordinators = coordinators.filter(F.col("cluster") == args.cluster)
         states = states.filter(F.col("cluster") == args.cluster)
     health = None
-    if args.health and Path(args.health).exists():
+    if args.health and Path(args.health).is_file():
         health = spark.read.json(args.health)
     groups, partitions, as_of = evaluate(coordinators, states, as_of, window, int(stuck.total_seconds()), health)
     out = Path(args.out)

@@ -38,6 +38,8 @@ SNAPSHOT_SCHEMA = T.StructType([
 
 def session(app: str, master: str | None = None) -> SparkSession:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers (pandas UDFs) run the driver's interpreter, whatever python3 PATH finds first
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = (SparkSession.builder.appName(app)
          .config("spark.ui.enabled", "false")
          .config("spark.sql.session.timeZone", "UTC")

@@ -39,6 +39,8 @@ os.environ.update(TEST_LAB.connection_env())
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
 TEST_FLEET_FILE = Path(TEST_LAB.lab_dir) / "fleet.yaml"
 os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
+# runs that take the default data root (e.g. started by an asset watcher) never write the demo's ./data
+os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
 
 
 class LabHandle:

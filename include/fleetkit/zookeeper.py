@@ -55,16 +55,24 @@ class ZooKeeperCluster:
     """A kazoo client for one cluster's ZooKeeper, chroot applied."""
 
     def __init__(self, name: str, hosts: str, chroot: str = "", auth_data: list | None = None,
-                 timeout: float = 10.0, client: KazooClient | None = None):
+                 timeout: float = 10.0, client: KazooClient | None = None, persistent: bool = False):
+        """persistent: keep reconnecting forever (a long-lived watcher) instead of giving up after
+        three connection attempts (a collection, which must fail fast and say so)."""
         self.name = name
         self.hosts = hosts
         self.chroot = chroot
         self.timeout = timeout
+        self.auth_data = auth_data
         self._own_client = client is None
+        retry = ({"max_tries": -1, "delay": 0.2, "max_delay": 5} if persistent
+                 else {"max_tries": 3, "delay": 0.2})
         self.client = client or KazooClient(hosts=join_chroot(hosts, chroot), timeout=timeout,
-                                            auth_data=auth_data or None,
-                                            connection_retry={"max_tries": 3, "delay": 0.2},
+                                            auth_data=auth_data or None, connection_retry=retry,
                                             command_retry={"max_tries": 3, "delay": 0.2})
+
+    def persistent(self) -> "ZooKeeperCluster":
+        """A new, not yet started client to the same ZooKeeper that never stops reconnecting."""
+        return ZooKeeperCluster(self.name, self.hosts, self.chroot, self.auth_data, self.timeout, persistent=True)
 
     def __enter__(self) -> "ZooKeeperCluster":
         self.start()

@@ -259,3 +259,52 @@ TRIM_OFFSETS = GateAction(
     verify=_trim_verify,
     details_table=_trim_table,
 )
+
+
+# -- coordinator recovery ----------------------------------------------------------------------
+def _lab_control(ctx: ClusterContext):
+    from fleetkit import trim
+
+    return trim.lab_control_for([d for b in ctx.cluster.brokers for d in b.log_dirs])
+
+
+def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
+    from fleetkit import recovery
+    from fleet_airflow import settings
+
+    return recovery.build_plan(ctx.cluster, ctx.kafka, ctx.zk, params.get("data_root") or settings.data_root(),
+                               params, lab_control=_lab_control(ctx))
+
+
+def _recovery_table(plan: dict) -> dict:
+    d = plan["details"]
+    return {"header": ["partition", "leader", "leader epoch", "ISR", "replicas", "groups checked"],
+            "rows": [[d["partition"], d["leader"], d["leader_epoch"], d["isr"], d["replicas"], len(d["groups"])]]}
+
+
+def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
+    from fleetkit import recovery
+
+    return recovery.verify(ctx.kafka, ctx.zk, plan)
+
+
+def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
+    from fleetkit import recovery
+
+    return recovery.check(ctx.zk, plan)
+
+
+def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
+    from fleetkit import recovery
+
+    return recovery.execute(ctx.zk, plan, _lab_control(ctx))
+
+
+COORDINATOR_RECOVERY = GateAction(
+    name="coordinator_recovery",
+    plan=_recovery_plan,
+    check=_recovery_check,
+    execute=_recovery_execute,
+    verify=_recovery_verify,
+    details_table=_recovery_table,
+)

@@ -406,5 +406,24 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def console_main() -> int:
+    """The `fleetctl` command: stdout carries only what the command prints (tab-separated lines
+    scripts parse); Airflow's and the libraries' logs go to stderr, warnings and up unless -v."""
+    import warnings
+
+    verbose = any(a in ("-v", "--verbose") for a in sys.argv[1:])
+    if not verbose:
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+    _airflow_context()
+    try:
+        import airflow  # noqa: F401 - configures Airflow's logging (to stdout) ...
+        from airflow._shared.logging import configure_logging
+
+        configure_logging(output=sys.stderr, log_level="DEBUG" if verbose else "WARNING", colors=False)  # ... moved
+    except Exception:  # noqa: BLE001 - an Airflow without that helper keeps its own logging
+        pass
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

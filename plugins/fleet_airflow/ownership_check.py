@@ -1,0 +1,84 @@
+"""The ownership check DAG's steps that are not Spark: which clusters a run checks (from the
+leader-change events that scheduled it, or its params), and the report."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from fleetkit.render import render
+
+log = logging.getLogger(__name__)
+
+WATCH_ASSET_PREFIX = "kafka_leader_change__"
+
+
+def asset_name(cluster: str) -> str:
+    return f"{WATCH_ASSET_PREFIX}{cluster}"
+
+
+def asset_uri(cluster: str) -> str:
+    from urllib.parse import quote
+
+    return f"x-kafka-leader-change://{quote(cluster, safe='')}"
+
+
+def events_from_context(context) -> list[dict]:
+    """The watch payloads ({"cluster", "changes", "observed_at"}) of the asset events behind this run."""
+    out = []
+    events = context.get("triggering_asset_events") or {}
+    for _asset, evs in events.items():
+        for ev in evs:
+            payload = (getattr(ev, "extra", None) or {}).get("payload")
+            if isinstance(payload, dict) and payload.get("cluster"):
+                out.append(payload)
+    return out
+
+
+def clusters_to_check(params: dict, events: list[dict], fleet_names: list[str]) -> list[str]:
+    if events:
+        return sorted({e["cluster"] for e in events})
+    wanted = params.get("cluster") or "all"
+    if wanted == "all":
+        return fleet_names
+    if wanted not in fleet_names:
+        raise ValueError(f"cluster {wanted!r} is not in the fleet file (clusters: {', '.join(fleet_names)})")
+    return [wanted]
+
+
+def newest_health(data_root: str) -> str | None:
+    """The newest offsets-health result (reports/offsets/<run>/health.jsonl), if any."""
+    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
+    return str(found[-1]) if found else None
+
+
+def _jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_stuck: str) -> dict:
+    """Render report.md from the job's groups.jsonl / partitions.jsonl, copy it to
+    reports/coordinator/latest, and return a summary (what needs a person)."""
+    out = Path(out_dir)
+    groups = _jsonl(out / "groups.jsonl")
+    partitions = _jsonl(out / "partitions.jsonl")
+    flagged = [p for p in partitions if p["verdict"] not in ("OK", "NO_GROUPS") or p["changes_in_window"]]
+    flagged.sort(key=lambda p: (p["verdict"] == "OK", p["cluster"], p["partition"]))
+    bad_groups = sorted((g for g in groups if g["verdict"] != "OK"), key=lambda g: (g["cluster"], g["partition"], g["group"]))
+    text = render("coordinator_report.md.j2", partitions=flagged, groups=bad_groups[:500], total_groups=len(groups),
+                  hidden_groups=max(0, len(bad_groups) - 500), events=events, passes=passes, load_stuck=load_stuck)
+    (out / "report.md").write_text(text, encoding="utf-8")
+    latest = Path(data_root) / "reports" / "coordinator" / "latest"
+    latest.mkdir(parents=True, exist_ok=True)
+    for name in ("report.md", "groups.jsonl", "partitions.jsonl"):
+        if (out / name).exists():
+            shutil.copyfile(out / name, latest / name)
+    stuck = [p for p in partitions if p["verdict"] in ("LOAD_STUCK", "MISMATCH")]
+    return {"report": str(out / "report.md"), "groups": len(groups), "not_ok_groups": len(bad_groups),
+            "partitions_flagged": [(p["cluster"], p["partition"], p["verdict"]) for p in flagged],
+            "needs_recovery": [{"cluster": p["cluster"], "partition": p["partition"], "verdict": p["verdict"]}
+                               for p in stuck]}

@@ -1,0 +1,161 @@
+"""Coordinator ownership against the real 3-broker lab: the computed partition's leader is the
+coordinator the cluster names, for 200 random group names; the leader-change watch (the trigger
+the triggerer runs) fires on a leader change and keeps working after its ZooKeeper session is
+lost; moving leadership through /admin works and is verified."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import Counter
+
+import pytest
+from kazoo.client import KazooClient
+
+from fleetkit import leadership
+from fleetkit.coordinator import partition_for
+from fleetkit.kafka import KafkaCluster, client_config
+from fleetkit.ownership import who
+from fleetkit.zookeeper import ZooKeeperCluster
+
+pytestmark = pytest.mark.lab
+OFFSETS = "__consumer_offsets"
+
+
+def _zk(lab) -> ZooKeeperCluster:
+    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
+
+
+def balance_leaders(lab) -> dict[int, int]:
+    """Preferred-replica election for every offsets partition: leaders spread over the 3 brokers."""
+    with _zk(lab) as zk:
+        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+        states, _ = zk.partition_states([OFFSETS])
+    return {s.partition: s.leader for s in states}
+
+
+def random_name(rnd: random.Random) -> str:
+    pools = ["abcdefghijklmnopqrstuvwxyz0123456789-_.", "äöüßéçñ", "漢字仮名", "😀🧨𝄞🐘", " '\"$`;|&<>\\/"]
+    body = "".join(rnd.choice(rnd.choice(pools)) for _ in range(rnd.randint(1, 30)))
+    return f"{body}-{uuid.uuid4().hex[:4]}"
+
+
+def test_200_random_groups_are_coordinated_by_their_partition_leader(lab):
+    leaders = balance_leaders(lab)
+    assert len(set(leaders.values())) == 3, leaders  # otherwise the check below proves little
+    rnd = random.Random(20261121)
+    groups = [random_name(rnd) for _ in range(200)]
+    assert any(any(ord(c) > 0xFFFF for c in g) for g in groups) and any(not g.isascii() for g in groups)
+    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    with _zk(lab) as zk:
+        rows = who(kafka, zk, groups)
+    # an independent reading of the same thing: librdkafka's own coordinator lookup (describe)
+    described = kafka.describe_groups(groups)
+    kafka.close()
+    expected_brokers = Counter()
+    for g, r in zip(groups, rows):
+        p = partition_for(g, 50)
+        assert r["partition"] == p and r["partitions"] == 50
+        assert r["leader"] == leaders[p]
+        assert r["coordinator_id"] == leaders[p], (g, r)
+        assert described[g].coordinator_id == leaders[p], (g, described[g])
+        assert r["verdict"] == "OK" and r["error"] is None
+        expected_brokers[leaders[p]] += 1
+    assert len(expected_brokers) == 3
+
+
+def test_cli_who_prints_partition_leader_and_answer(lab):
+    """The installed fleetctl: stdout holds exactly one tab-separated line per group."""
+    import subprocess
+    from pathlib import Path
+
+    balance_leaders(lab)
+    group = "who; rm -rf / 'ü😀'"
+    fleetctl = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "fleetctl"
+    proc = subprocess.run([str(fleetctl), "coordinator", "who", group, "--fleet", str(lab.fleet_file),
+                           "--cluster", "labtest"], capture_output=True, text=True, timeout=120)
+    out = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and len(out) == 1, (proc.stdout, proc.stderr[-2000:])
+    fields = out[0].split("\t")
+    with _zk(lab) as zk:
+        st = leadership.state(zk, OFFSETS, partition_for(group, 50))
+    assert fields[0] == group and fields[1] == str(partition_for(group, 50))
+    assert fields[2:] == [f"leader={st.leader}", f"isr={','.join(map(str, st.isr))}", f"leader_epoch={st.leader_epoch}",
+                          f"coordinator={st.leader}", "answer=Dead", "verdict=OK"]
+
+
+def _expire_session(client: KazooClient, hosts: str) -> None:
+    """The classic way to expire a ZooKeeper session from outside: attach a second client to the
+    same session id and password, then close it."""
+    sid, pwd = client.client_id
+    other = KazooClient(hosts=hosts, client_id=(sid, pwd))
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
+def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
+    from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
+
+    balance_leaders(lab)
+
+    async def scenario():
+        trigger = LeaderChangeTrigger(cluster="labtest", fleet_file=str(lab.fleet_file), reconcile_seconds=600)
+        events = trigger.run()
+        pending = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(2)
+        assert not pending.done(), "no leader changed, yet the watch fired"
+        results = []
+        for round_ in ("first", "after session loss"):
+            if round_ == "after session loss":
+                _expire_session(trigger.watch.zk.client, f"127.0.0.1:{lab.spec.zk_port}")
+                deadline = time.monotonic() + 30
+                while trigger.watch.sessions < 2 and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
+                assert trigger.watch.sessions == 2, "the watch did not re-establish a session"
+            with _zk(lab) as zk:
+                p = 7 if round_ == "first" else 8
+                st = leadership.state(zk, OFFSETS, p)
+                target = next(b for b in st.isr if b != st.leader)
+                t0 = time.monotonic()
+                await asyncio.to_thread(leadership.move_leader, zk, OFFSETS, p, target)
+            event = await asyncio.wait_for(pending, timeout=20)
+            latency = time.monotonic() - t0
+            print(f"watch fired {latency:.2f}s after the leader change ({round_})")
+            changes = {c["partition"]: c for c in event.payload["changes"]}
+            assert p in changes and changes[p]["from_leader"] == st.leader and changes[p]["to_leader"] == target
+            assert changes[p]["to_epoch"] > changes[p]["from_epoch"] == st.leader_epoch
+            assert latency < 10
+            results.append(latency)
+            pending = asyncio.ensure_future(events.__anext__())
+        pending.cancel()
+        await events.aclose()
+        return results
+
+    asyncio.run(scenario())
+    balance_leaders(lab)
+
+
+def test_move_leader_refuses_a_replica_outside_the_isr_and_a_busy_controller(lab):
+    balance_leaders(lab)
+    with _zk(lab) as zk:
+        with pytest.raises(Exception, match="not in the ISR"):
+            leadership.move_leader(zk, OFFSETS, 3, 99)
+        zk.client.create(leadership.ELECTION, b'{"version":1,"partitions":[]}')
+        try:
+            # the controller removes an election it has processed; create ours after it is gone
+            deadline = time.monotonic() + 10
+            while zk.client.exists(leadership.ELECTION) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            if zk.client.exists(leadership.ELECTION):
+                zk.client.delete(leadership.ELECTION)
+        before = leadership.assignment(zk, OFFSETS)[3]
+        st = leadership.state(zk, OFFSETS, 3)
+        target = next(b for b in st.isr if b != st.leader)
+        res = leadership.move_leader(zk, OFFSETS, 3, target)
+        assert res["leader_after"] == target and res["replicas_after"][0] == target
+        assert sorted(res["replicas_after"]) == sorted(before)
+    balance_leaders(lab)

@@ -1,0 +1,113 @@
+"""The leader-change watch under a real Airflow (api-server, scheduler, dag-processor, triggerer):
+stopping the broker that leads a __consumer_offsets partition makes the trigger in the triggerer
+emit an asset event, the scheduler starts coordinator_ownership (nothing here creates the run),
+and its report shows the epoch change, the groups on that partition and their recovery."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetkit import leadership
+from fleetkit.coordinator import partition_for
+from fleetkit.lab_traffic import commit, wait_topic
+from fleetkit.zookeeper import ZooKeeperCluster
+
+from tests.ui.test_approval_server import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "coordinator_ownership"
+OFFSETS = "__consumer_offsets"
+pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]
+
+
+def _zk(lab) -> ZooKeeperCluster:
+    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
+
+
+def _balance(lab) -> None:
+    with _zk(lab) as zk:
+        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+
+
+def _groups_on(partition: int, n: int, stamp: str) -> list[str]:
+    out, i = [], 0
+    while len(out) < n:
+        g = f"watch 'ü😀' $(x) #{i} {stamp}"
+        if partition_for(g, 50) == partition:
+            out.append(g)
+        i += 1
+    return out
+
+
+def _ts(text: str) -> float:
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_server, unique):
+    api = airflow_server.api
+    wait_for(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 180, "the DAG parsed by the dag-processor")
+    api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    triggerer_log = Path(airflow_server.airflow_home()) / "logs" / "triggerer.out"
+    wait_for(lambda: "watching 50 __consumer_offsets partition states of cluster labtest"
+             in triggerer_log.read_text(errors="replace"), 180, "the leader-change trigger running in the triggerer")
+    time.sleep(3)
+
+    _balance(lab)
+    with _zk(lab) as zk:
+        states, _ = zk.partition_states([OFFSETS])
+    leaders = {s.partition: s for s in states}
+    p = 5
+    victim = leaders[p].leader
+    topic = unique("watch")
+    wait_topic(lab.bootstrap, topic)
+    groups = _groups_on(p, 3, unique("g"))
+    for g in groups:
+        commit(lab.bootstrap, g, {(topic, 0): 1})
+    before = {r["dag_run_id"] for r in api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]}
+
+    t0 = time.time()
+    lab.lab.stop_broker(victim)
+    try:
+        def new_run():
+            runs = api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]
+            fresh = [r for r in runs if r["dag_run_id"] not in before]
+            return fresh[0] if fresh else None
+
+        run = wait_for(new_run, 60, "a coordinator_ownership run started by the watch")
+        started = _ts(run["queued_at"] or run["start_date"])
+        print(f"the check was queued {started - t0:.1f}s after broker {victim} (leader of partition {p}) stopped")
+        assert run["run_type"] == "asset_triggered", run
+        assert started - t0 < 15
+
+        done = wait_for(lambda: (lambda r: r if r["state"] in ("success", "failed") else None)(
+            api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")), 300, "the check run finished")
+        assert done["state"] == "success", done
+    finally:
+        lab.lab.start_broker(victim)
+        _balance(lab)
+
+    out = Path(lab_data_root()) / "reports" / "coordinator" / run["dag_run_id"].replace(":", "_").replace("+", "_")
+    parts = {r["partition"]: r for r in map(json.loads, (out / "partitions.jsonl").read_text().splitlines())
+             if r["cluster"] == "labtest"}
+    changed = parts[p]
+    last = changed["changes"][-1]
+    assert last["from_leader"] == victim and last["to_leader"] != victim and last["to_epoch"] > last["from_epoch"]
+    assert changed["verdict"] == "OK" and changed["leader"] == last["to_leader"]
+    assert changed["recovered_at"] is not None and changed["groups"] >= 3
+    rows = {r["group"]: r for r in map(json.loads, (out / "groups.jsonl").read_text().splitlines())}
+    for g in groups:
+        assert rows[g]["partition"] == p and rows[g]["verdict"] == "OK"
+        assert rows[g]["expected_coordinator"] == rows[g]["coordinator_id"] == last["to_leader"]
+    report = (out / "report.md").read_text()
+    assert "Started by the leader-change watch" in report and f"partition {p} leader {victim}" in report
+
+
+def lab_data_root() -> str:
+    import os
+
+    return os.environ["FLEET_DATA_ROOT"]
