@@ -95,13 +95,14 @@ with DAG(
     def which_clusters(params=None, **context) -> dict:
         from fleetkit.fleet import load_fleet
 
-        from fleet_airflow.ownership_check import clusters_to_check, events_from_context, newest_health
+        from fleet_airflow.ownership_check import clusters_to_check, events_from_context, newest_health, record_changes
 
         events = events_from_context(context)
         for e in events:
             log.warning("leader change on cluster %s: %s", e["cluster"],
                         "; ".join(f"partition {c['partition']} leader {c['from_leader']} -> {c['to_leader']} "
                                   f"(epoch {c['from_epoch']} -> {c['to_epoch']})" for c in e["changes"]))
+        record_changes(params["data_root"], events)
         names = clusters_to_check(params, events, load_fleet(params["fleet_file"]).names)
         return {"clusters": names, "events": events, "health": newest_health(params["data_root"]) or ""}
 

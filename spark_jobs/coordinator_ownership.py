@@ -173,31 +173,60 @@ def per_group(obs: DataFrame, snapshot_times: DataFrame) -> DataFrame:
                     "last_ok_at", "last_bad_at", "ok_again_at", "observations", "not_ok_observations"))
 
 
-def leader_history(states: DataFrame) -> DataFrame:
-    """Per partition: its state at the latest observation and the leader changes in the input
-    (a change = the leader epoch, or where it is unknown the leader, differs from the previous
-    observation's; first seen at that observation)."""
+CHANGE_SCHEMA = T.StructType([
+    T.StructField("cluster", T.StringType()), T.StructField("partition", T.IntegerType()),
+    T.StructField("observed_at", T.TimestampType()), T.StructField("from_leader", T.IntegerType()),
+    T.StructField("to_leader", T.IntegerType()), T.StructField("from_epoch", T.IntegerType()),
+    T.StructField("to_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
+    T.StructField("source", T.StringType()),
+])
+
+
+CHANGE_STRUCT = T.StructType([
+    T.StructField("at", T.TimestampType()), T.StructField("from_leader", T.IntegerType()),
+    T.StructField("to_leader", T.IntegerType()), T.StructField("from_epoch", T.IntegerType()),
+    T.StructField("to_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
+])
+
+
+def leader_history(states: DataFrame, watched: DataFrame | None = None) -> DataFrame:
+    """Per partition: its state at the latest observation and its leader changes: those the
+    leader-change watch saw as they happened (`watched`, dataset leader_changes) and those between
+    consecutive collections (the leader epoch, or where it is unknown the leader, differs from the
+    previous observation's). One change seen both ways counts once, at its earliest time."""
     w = Window.partitionBy("cluster", "partition").orderBy("observed_at")
-    marked = (states.withColumn("prev_epoch", F.lag("leader_epoch").over(w))
-              .withColumn("prev_leader", F.lag("leader").over(w))
+    marked = (states.withColumn("from_epoch", F.lag("leader_epoch").over(w))
+              .withColumn("from_leader", F.lag("leader").over(w))
               .withColumn("first", F.row_number().over(w) == 1))
-    changed = ~F.col("first") & (F.coalesce(F.col("leader_epoch") != F.col("prev_epoch"), F.lit(False))
-                                 | (F.col("leader_epoch").isNull() & (F.col("leader") != F.col("prev_leader"))))
-    change = F.struct(F.col("observed_at").alias("at"), F.col("prev_leader").alias("from_leader"),
-                      F.col("leader").alias("to_leader"), F.col("prev_epoch").alias("from_epoch"),
-                      F.col("leader_epoch").alias("to_epoch"), F.col("isr").alias("isr"))
-    return (marked.groupBy("cluster", "partition").agg(
-        F.max_by(F.struct("observed_at", "leader", "isr", "leader_epoch"), "observed_at").alias("now"),
-        F.array_sort(F.collect_list(F.when(changed, change))).alias("changes"),
-        F.max(F.when(changed, F.col("observed_at"))).alias("last_change_at"))
-        .select("cluster", "partition", F.col("now.observed_at").alias("observed_at"), F.col("now.leader").alias("leader"),
-                F.col("now.isr").alias("isr"), F.col("now.leader_epoch").alias("leader_epoch"), "changes",
-                "last_change_at"))
+    changed = ~F.col("first") & (F.coalesce(F.col("leader_epoch") != F.col("from_epoch"), F.lit(False))
+                                 | (F.col("leader_epoch").isNull() & (F.col("leader") != F.col("from_leader"))))
+    cols = ["cluster", "partition", "at", "from_leader", "to_leader", "from_epoch", "to_epoch", "isr"]
+    changes = (marked.filter(changed)
+               .select("cluster", "partition", F.col("observed_at").alias("at"), "from_leader",
+                       F.col("leader").alias("to_leader"), "from_epoch", F.col("leader_epoch").alias("to_epoch"), "isr"))
+    if watched is not None:
+        changes = changes.unionByName(watched.select(*[F.col("observed_at").alias("at") if c == "at" else c
+                                                       for c in cols]))
+    change = F.struct(*[F.col(c) for c in cols[2:]])
+    changes = (changes.groupBy("cluster", "partition", F.coalesce(F.col("to_epoch"), F.lit(-1)).alias("k"), "to_leader")
+               .agg(F.min_by(change, F.col("at")).alias("c"))
+               .groupBy("cluster", "partition")
+               .agg(F.array_sort(F.collect_list("c")).alias("changes"), F.max("c.at").alias("last_change_at")))
+    now = states.groupBy("cluster", "partition").agg(
+        F.max_by(F.struct("observed_at", "leader", "isr", "leader_epoch"), "observed_at").alias("now"))
+    return (now.join(changes, ["cluster", "partition"], "left")
+            .select("cluster", "partition", F.col("now.observed_at").alias("observed_at"),
+                    F.col("now.leader").alias("leader"), F.col("now.isr").alias("isr"),
+                    F.col("now.leader_epoch").alias("leader_epoch"),
+                    F.coalesce(F.col("changes"), F.array().cast(T.ArrayType(CHANGE_STRUCT))).alias("changes"),
+                    "last_change_at"))
+
+
 
 
 def per_partition(groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
-                  health: DataFrame | None = None) -> DataFrame:
-    hist = leader_history(states)
+                  health: DataFrame | None = None, watched: DataFrame | None = None) -> DataFrame:
+    hist = leader_history(states, watched)
     v = F.col("verdict")
     stats = groups.groupBy("cluster", "partition").agg(
         F.count(F.lit(1)).alias("groups"),
@@ -249,7 +278,8 @@ def per_partition(groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
 
 
 def evaluate(coordinators: DataFrame, states: DataFrame, as_of: dt.datetime | None, window: dt.timedelta,
-             load_stuck_seconds: int, health: DataFrame | None = None) -> tuple[DataFrame, DataFrame, dt.datetime]:
+             load_stuck_seconds: int, health: DataFrame | None = None,
+             watched: DataFrame | None = None) -> tuple[DataFrame, DataFrame, dt.datetime]:
     """(groups, partitions, as_of): the pure transform behind the job."""
     states = offsets_states(states)
     if as_of is None:
@@ -259,9 +289,11 @@ def evaluate(coordinators: DataFrame, states: DataFrame, as_of: dt.datetime | No
     lo, ts = as_of - window, F.col("observed_at")
     coordinators = coordinators.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
     states = states.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
+    if watched is not None:
+        watched = watched.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
     obs = observations(coordinators, states)
     groups = per_group(obs, states.select("cluster", "observed_at").distinct())
-    return groups, per_partition(groups, states, load_stuck_seconds, health), as_of
+    return groups, per_partition(groups, states, load_stuck_seconds, health, watched), as_of
 
 
 def for_json(df: DataFrame) -> DataFrame:
@@ -303,10 +335,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster:
         coordinators = coordinators.filter(F.col("cluster") == args.cluster)
         states = states.filter(F.col("cluster") == args.cluster)
+    watched = None
+    if (root / "leader_changes").is_dir():
+        from jobs_common import data_files
+
+        if any(data_files(str(root / "leader_changes"), since)):
+            watched = read_rows(spark, str(root / "leader_changes"), CHANGE_SCHEMA, ("observed_at",), since)
+            if args.cluster:
+                watched = watched.filter(F.col("cluster") == args.cluster)
     health = None
     if args.health and Path(args.health).is_file():
         health = spark.read.json(args.health)
-    groups, partitions, as_of = evaluate(coordinators, states, as_of, window, int(stuck.total_seconds()), health)
+    groups, partitions, as_of = evaluate(coordinators, states, as_of, window, int(stuck.total_seconds()), health,
+                                         watched)
     out = Path(args.out)
     groups = groups.cache()
     n_groups = write_jsonl(for_json(groups), str(out / "groups.jsonl"))

@@ -68,6 +68,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("event", pa.string()), ("actor", pa.string()), ("digest", pa.string()),
         ("message", pa.string()), ("details", pa.string()),
     ]),
+    "leader_changes": pa.schema([  # seen by the leader-change watch as they happened
+        ("cluster", pa.string()), ("partition", pa.int32()), ("observed_at", TS),
+        ("from_leader", pa.int32()), ("to_leader", pa.int32()), ("from_epoch", pa.int32()),
+        ("to_epoch", pa.int32()), ("isr", pa.list_(pa.int32())), ("source", pa.string()),
+    ]),
     "group_coordinators": pa.schema([
         ("cluster", pa.string()), ("group", pa.string()), ("observed_at", TS),
         ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),

@@ -82,3 +82,22 @@ def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_
             "partitions_flagged": [(p["cluster"], p["partition"], p["verdict"]) for p in flagged],
             "needs_recovery": [{"cluster": p["cluster"], "partition": p["partition"], "verdict": p["verdict"]}
                                for p in stuck]}
+
+
+def record_changes(data_root: str, events: list[dict]) -> int:
+    """Append the watch's leader changes to the leader_changes dataset (the job joins them with the
+    collected partition states: the watch knows the state BEFORE the change and when it happened)."""
+    import datetime as dt
+
+    from fleetkit.datasets import DataRoot, write_collection
+
+    root, n = DataRoot(data_root), 0
+    for e in events:
+        seen = dt.datetime.fromisoformat(e["observed_at"].replace("Z", "+00:00"))
+        rows = [{"cluster": e["cluster"], "partition": c["partition"], "observed_at": seen,
+                 "from_leader": c["from_leader"], "to_leader": c["to_leader"], "from_epoch": c["from_epoch"],
+                 "to_epoch": c["to_epoch"], "isr": c["isr"], "source": "watch"} for c in e["changes"]]
+        if rows:
+            write_collection(root, e["cluster"], seen, {"leader_changes": rows})
+            n += len(rows)
+    return n

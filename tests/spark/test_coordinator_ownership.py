@@ -59,7 +59,7 @@ def _groups_on(partition: int, count: int, n: int, prefix: str) -> list[str]:
 
 
 def test_leader_change_loading_recovery_stuck_mismatch(spark):
-    from coordinator_ownership import COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
+    from coordinator_ownership import CHANGE_SCHEMA, COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
 
     n = 4  # __consumer_offsets partitions
     recovering = _groups_on(1, n, 3, "rec")
@@ -84,8 +84,14 @@ def test_leader_change_loading_recovery_stuck_mismatch(spark):
                            "Stable" if i == 0 else "Unknown", 1 if i == 0 else None))
         for g in orphan:
             coords.append(("c", g, t, None, "COORDINATOR_NOT_AVAILABLE", "Unknown", None))
+    # what the leader-change watch saw as it happened: partition 1's change, earlier than the next
+    # collection saw it (counted once, at the watch's time), and a change of partition 0 between
+    # two collections that no collection saw (epoch 2 -> 3 before the first one)
+    watched = spark.createDataFrame([("c", 1, at(0.9), 0, 1, 5, 6, [1, 2], "watch"),
+                                     ("c", 0, at(-0.5), 1, 0, 2, 3, [0, 1], "watch")], CHANGE_SCHEMA)
     groups, parts, as_of = evaluate(spark.createDataFrame(coords, COORDINATOR_SCHEMA),
-                                    spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 300)
+                                    spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 300,
+                                    watched=watched)
     assert as_of == at(8)
     g = {r["group"]: r for r in groups.collect()}
     assert {x: g[x]["verdict"] for x in steady} == {steady[0]: "OK", steady[1]: "MISMATCH"}
@@ -100,11 +106,12 @@ def test_leader_change_loading_recovery_stuck_mismatch(spark):
     assert p[1]["verdict"] == "OK" and p[1]["changes_in_window"] == 1
     change = p[1]["changes"][0]
     assert (change["at"], change["from_leader"], change["to_leader"], change["from_epoch"], change["to_epoch"]) == \
-        (naive(1), 0, 1, 5, 6)
-    assert p[1]["recovered_at"] == naive(2) and p[1]["recovery_seconds"] == 60
+        (naive(0.9), 0, 1, 5, 6)
+    assert p[1]["recovered_at"] == naive(2) and p[1]["recovery_seconds"] == 66
     assert p[2]["verdict"] == "LOAD_STUCK" and p[2]["not_ok_seconds"] == 420 and p[2]["recovered_at"] is None
     assert p[2]["affected_groups"] == sorted(stuck) and p[2]["loading"] == 2
-    assert p[0]["verdict"] == "MISMATCH" and p[0]["changes_in_window"] == 0 and p[0]["mismatch"] == 1
+    assert p[0]["verdict"] == "MISMATCH" and p[0]["mismatch"] == 1
+    assert [(c["from_leader"], c["to_leader"], c["at"]) for c in p[0]["changes"]] == [(1, 0, naive(-0.5))]
     assert p[3]["verdict"] == "UNAVAILABLE" and p[3]["leader"] == -1
 
     # the same input with a 10-minute threshold: partition 2 is still loading, not stuck

@@ -14,7 +14,7 @@ import pytest
 
 from fleetkit import leadership
 from fleetkit.coordinator import partition_for
-from fleetkit.lab_traffic import commit, wait_topic
+from fleetkit.lab_traffic import ConsumerThread, produce, wait_topic
 from fleetkit.zookeeper import ZooKeeperCluster
 
 from tests.ui.test_approval_server import wait_for
@@ -65,9 +65,12 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     victim = leaders[p].leader
     topic = unique("watch")
     wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
     groups = _groups_on(p, 3, unique("g"))
-    for g in groups:
-        commit(lab.bootstrap, g, {(topic, 0): 1})
+    members = [ConsumerThread(lab.bootstrap, g, [topic], client_id=f"watch-{i}") for i, g in enumerate(groups)]
+    for m in members:
+        m.start()
+    wait_for(lambda: all(d.state == "Stable" for d in _describe(lab, groups).values()), 90, "the groups Stable")
     before = {r["dag_run_id"] for r in api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]}
 
     t0 = time.time()
@@ -75,8 +78,9 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     try:
         def new_run():
             runs = api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]
-            fresh = [r for r in runs if r["dag_run_id"] not in before]
-            return fresh[0] if fresh else None
+            # runs queued after the stop (the leader balancing before it starts runs of its own)
+            fresh = [r for r in runs if r["dag_run_id"] not in before and _ts(r["queued_at"]) >= t0 - 0.5]
+            return min(fresh, key=lambda r: r["queued_at"]) if fresh else None
 
         run = wait_for(new_run, 60, "a coordinator_ownership run started by the watch")
         started = _ts(run["queued_at"] or run["start_date"])
@@ -88,6 +92,8 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
             api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")), 300, "the check run finished")
         assert done["state"] == "success", done
     finally:
+        for m in members:
+            m.stop()
         lab.lab.start_broker(victim)
         _balance(lab)
 
@@ -105,6 +111,16 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
         assert rows[g]["expected_coordinator"] == rows[g]["coordinator_id"] == last["to_leader"]
     report = (out / "report.md").read_text()
     assert "Started by the leader-change watch" in report and f"partition {p} leader {victim}" in report
+
+
+def _describe(lab, groups):
+    from fleetkit.kafka import KafkaCluster, client_config
+
+    k = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    try:
+        return k.describe_groups(groups)
+    finally:
+        k.close()
 
 
 def lab_data_root() -> str:
