@@ -7,6 +7,7 @@ and resume the parked task instance (handle_event_submit), in one transaction.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -29,6 +30,7 @@ class Answerer(threading.Thread):
         self.assignees = None
         self.error: BaseException | None = None
         self.answered = threading.Event()
+        self.created = time.time()
 
     def run(self) -> None:
         try:
@@ -53,6 +55,8 @@ class Answerer(threading.Thread):
                 row = session.scalars(
                     select(HITLDetail).join(TI, TI.id == HITLDetail.ti_id)
                     .where(TI.dag_id == self.dag_id, HITLDetail.responded_at.is_(None),
+                           # only this test's run: a run left waiting by an interrupted session is not ours
+                           TI.start_date >= dt.datetime.fromtimestamp(self.created - 5, dt.timezone.utc),
                            TI.state.in_([TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED]))
                 ).first()
                 if row is not None:

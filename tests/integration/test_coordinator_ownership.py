@@ -131,6 +131,10 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
             results.append(latency)
             pending = asyncio.ensure_future(events.__anext__())
         pending.cancel()
+        try:
+            await pending
+        except (asyncio.CancelledError, StopAsyncIteration):
+            pass
         await events.aclose()
         return results
 

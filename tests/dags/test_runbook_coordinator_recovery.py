@@ -1,0 +1,154 @@
+"""runbook_coordinator_recovery through the approval gate, with dag.test() against the real lab:
+a live group's coordinator moves to another in-sync replica and the group is served again; dry run
+changes nothing; a leader that moved between plan and approval makes the executor refuse; the
+trim hand-over starts runbook_offsets_trim without touching the cluster."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetkit import audit, leadership, plans
+from fleetkit.coordinator import partition_for
+from fleetkit.datasets import DataRoot
+from fleetkit.lab_traffic import ConsumerThread, produce, wait_topic
+from fleetkit.zookeeper import ZooKeeperCluster
+
+from tests.hitl import Answerer
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "runbook_coordinator_recovery"
+OFFSETS = "__consumer_offsets"
+pytestmark = [pytest.mark.airflow, pytest.mark.lab]
+
+
+@pytest.fixture(scope="module")
+def dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag.get_dag(DAG_ID)
+
+
+def _zk(lab) -> ZooKeeperCluster:
+    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
+
+
+@pytest.fixture
+def live_group(lab, tmp_path, unique, monkeypatch):
+    """A group with a live member, leaders balanced, the group's partition and its state."""
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    with _zk(lab) as zk:
+        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+    topic, group = unique("rec"), unique("recovery 'ü😀' $x")
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 3, 1: 3, 2: 3})
+    member = ConsumerThread(lab.bootstrap, group, [topic], client_id="recovery-1")
+    member.start()
+    time.sleep(3)
+    p = partition_for(group, 50)
+    with _zk(lab) as zk:
+        st = leadership.state(zk, OFFSETS, p)
+    conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
+            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data"),
+            "evidence_report": ""}
+    yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data")}
+    member.stop()
+    with _zk(lab) as zk:
+        leadership.preferred_election(zk, [(OFFSETS, q) for q in range(50)])
+
+
+def run(dag, conf, answerer=None):
+    if answerer is not None:
+        answerer.start()
+    dr = dag.test(run_conf=conf)
+    if answerer is not None:
+        answerer.join(5)
+        assert answerer.error is None, answerer.error
+    return dr
+
+
+def states(dr):
+    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
+
+
+def test_dry_run_is_the_default_and_changes_nothing(dag, lab, live_group):
+    """First in this module: dag.test() keeps a run's conf in the DAG's params, so a default is only
+    a default before any run set it."""
+    conf = dict(live_group["conf"])
+    del conf["dry_run"]
+    dr = run(dag, conf)
+    st = states(dr)
+    assert st["plan"] == "success" and st["dry_run_stop"] == "success" and st["execute"] == "skipped"
+    assert st["start_trim_runbook"] == "skipped"
+    with _zk(lab) as zk:
+        now = leadership.state(zk, OFFSETS, live_group["partition"])
+    assert (now.leader, now.leader_epoch) == (live_group["state"].leader, live_group["state"].leader_epoch)
+
+
+def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, live_group):
+    p, before = live_group["partition"], live_group["state"]
+    answer = Answerer(DAG_ID, "Approve")
+    dr = run(dag, live_group["conf"], answer)
+    assert dr.state == "success", states(dr)
+    with _zk(lab) as zk:
+        after = leadership.state(zk, OFFSETS, p)
+        replicas = leadership.assignment(zk, OFFSETS)[p]
+    target = next(b for b in before.isr if b != before.leader)
+    assert after.leader == target and after.leader_epoch > before.leader_epoch and replicas[0] == target
+    # the approver saw the evidence: expected vs named coordinator for the group, the partition
+    shown = answer.body.replace("\\", "")  # the body is Markdown-escaped
+    assert f"partition**: {OFFSETS}-{p} (of 50)" in shown
+    assert f"expected coordinator {before.leader}, named {before.leader}, answers Stable: OK" in shown
+    recs = audit.records(live_group["root"], "labtest", dr.run_id)
+    assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+    res = recs[2]["details"]["result"]
+    assert res["leader_before"] == before.leader and res["leader_after"] == target
+    assert recs[2]["details"]["rollback"]["conf"]["target_broker"] == before.leader
+    # the group is served by its new coordinator (verify waited for that; check it independently)
+    from fleetkit.kafka import KafkaCluster, client_config
+
+    k = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    try:
+        d = k.describe_groups([live_group["group"]])[live_group["group"]]
+    finally:
+        k.close()
+    assert d.coordinator_id == target and d.error is None
+
+
+def test_a_leader_change_after_the_plan_is_refused(dag, lab, live_group):
+    p, before = live_group["partition"], live_group["state"]
+
+    failures = []
+
+    def move_meanwhile(_body):  # the approver answers; before the executor runs, the leader moves
+        try:
+            with _zk(lab) as zk:
+                other = [b for b in before.isr if b != before.leader][-1]
+                leadership.move_leader(zk, OFFSETS, p, other)
+        except Exception as e:  # noqa: BLE001 - reported below (raising here would leave the run waiting)
+            failures.append(repr(e))
+
+    dr = run(dag, live_group["conf"], Answerer(DAG_ID, "Approve", before_commit=move_meanwhile))
+    assert failures == []
+    assert states(dr)["execute"] == "failed"
+    recs = audit.records(live_group["root"], "labtest", dr.run_id)
+    assert recs[-1]["event"] == "refused" and "changed since the plan" in recs[-1]["message"]
+
+
+def test_group_and_partition_must_agree(dag, live_group):
+    conf = dict(live_group["conf"], partition=(live_group["partition"] + 1) % 50)
+    dr = run(dag, conf)
+    assert states(dr)["plan"] == "failed"
+
+
+def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, live_group):
+    conf = dict(live_group["conf"], action="trim_handover", dry_run=True)
+    dr = run(dag, conf)
+    st = states(dr)
+    assert st["start_trim_runbook"] == "success" and st["dry_run_stop"] == "skipped", st
+    plan, _ = plans.load(Path(conf["data_root"]) / "plans", DAG_ID, dr.run_id)
+    assert plan["changes"] == [] and plan["details"]["partition"] == live_group["partition"]
