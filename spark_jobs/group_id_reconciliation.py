@@ -17,7 +17,7 @@ match wins (the rules of fleetkit.group_ids.classify, as column expressions):
   OK               everything else (a znode without live member younger than the grace period)
 
 Writes DIR/findings.jsonl (every finding that is not OK: cluster, path, class, reason, group,
-groups, client_host, client_id, member_ids, znode_group, znode_version, mtime, age_seconds) and
+groups, client_host, client_id, member_ids, znode_group, znode_version, ctime_ms, mtime, age_seconds) and
 DIR/summary.json (counts per cluster and class); prints the summary as one JSON line. Roots and
 grace periods per cluster come from the fleet file's group_id_mappings sections.
 """
@@ -87,14 +87,15 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
                      F.col("problem").alias("reason"), "group", F.array("group").alias("groups"), "client_host",
                      "client_id", F.array("member_id").alias("member_ids"),
                      F.lit(None).cast("string").alias("znode_group"), F.lit(None).cast("int").alias("znode_version"),
-                     F.lit(None).cast("timestamp").alias("mtime"), F.lit(None).cast("double").alias("age_seconds")))
+                     F.lit(None).cast("long").alias("ctime_ms"), F.lit(None).cast("timestamp").alias("mtime"), F.lit(None).cast("double").alias("age_seconds")))
     live = (m.filter(F.col("problem").isNull())
             .groupBy("cluster", "name")
             .agg(F.array_sort(F.collect_set("group")).alias("groups"),
                  F.first("client_host").alias("m_host"), F.first("client_id").alias("m_client_id"),
                  F.array_sort(F.collect_list("member_id")).alias("member_ids")))
     z = (mappings.select("cluster", "path", F.element_at(F.split("path", "/"), -1).alias("name"),
-                         F.col("group").alias("znode_group"), "znode_version", "mtime",
+                         F.col("group").alias("znode_group"), "znode_version",
+                         F.unix_millis("ctime").alias("ctime_ms"), "mtime",
                          (F.col("observed_at").cast("double") - F.col("mtime").cast("double")).alias("age_seconds"),
                          F.col("client_host").alias("z_host"), F.col("client_id").alias("z_client_id")))
     j = live.join(z, ["cluster", "name"], "full_outer").join(cfg, "cluster", "left")
@@ -127,7 +128,7 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
                    F.coalesce("m_host", "z_host").alias("client_host"),
                    F.coalesce("m_client_id", "z_client_id").alias("client_id"),
                    F.coalesce(F.col("member_ids"), F.array().cast("array<string>")).alias("member_ids"),
-                   "znode_group", "znode_version", "mtime", "age_seconds"))
+                   "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds"))
     return out.unionByName(unrep)
 
 

@@ -148,7 +148,8 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
             unrepresentable.append({"path": None, "class": "UNREPRESENTABLE", "reason": problem,
                                     "group": m["group"], "groups": [m["group"]], "client_host": m.get("client_host"),
                                     "client_id": m.get("client_id"), "member_ids": [m.get("member_id")],
-                                    "znode_group": None, "znode_version": None, "mtime": None, "age_seconds": None})
+                                    "znode_group": None, "znode_version": None, "ctime_ms": None, "mtime": None,
+                                    "age_seconds": None})
             continue
         name = znode_name(m["client_host"], m["client_id"])
         e = by_name.setdefault(name, {"groups": set(), "member_ids": [], "client_host": m["client_host"],
@@ -175,8 +176,13 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
                     "client_host": host, "client_id": cid, "member_ids": sorted(x for x in (mem or {}).get("member_ids", []) if x),
                     "znode_group": z["group"] if z else None,
                     "znode_version": z["znode_version"] if z else None,
+                    "ctime_ms": _ms(z["ctime"]) if z and z.get("ctime") is not None else None,
                     "mtime": z["mtime"] if z else None, "age_seconds": age})
     return out + unrepresentable
+
+
+def _ms(ts: dt.datetime) -> int:
+    return round(ts.timestamp() * 1000)
 
 
 def ops_for(findings: Iterable[dict], classes: Iterable[str]) -> list[dict]:
@@ -195,9 +201,10 @@ def ops_for(findings: Iterable[dict], classes: Iterable[str]) -> list[dict]:
         if f["class"] == "MISSING":
             op.update(before=None, after=f["group"], version=None)
         elif f["class"] == "MISMATCHED":
-            op.update(before=f["znode_group"], after=f["group"], version=int(f["znode_version"]))
+            op.update(before=f["znode_group"], after=f["group"], version=int(f["znode_version"]),
+                      ctime_ms=f.get("ctime_ms"))
         else:
-            op.update(before=f["znode_group"], after=None, version=int(f["znode_version"]))
+            op.update(before=f["znode_group"], after=None, version=int(f["znode_version"]), ctime_ms=f.get("ctime_ms"))
         ops.append(op)
     return sorted(ops, key=lambda o: (o["op"], o["path"]))
 
@@ -275,7 +282,7 @@ def read_mappings(client, root: str, cluster: str, observed_at: dt.datetime, win
             rows.append({"cluster": cluster, "observed_at": observed_at, "path": join_path(root, name),
                          "client_host": host, "client_id": cid,
                          "group": (data or b"").decode("utf-8", errors="replace"),
-                         "znode_version": stat.version, "ctime": _ts(stat.created), "mtime": _ts(stat.last_modified)})
+                         "znode_version": stat.version, "ctime": _ts(stat.ctime / 1000), "mtime": _ts(stat.mtime / 1000)})
     return rows, problems
 
 
@@ -374,7 +381,8 @@ def _send(client, op: dict, acl):
 
 def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | None = None,
           window: int = 256, timeout: float = 30.0,
-          on_progress: Callable[[int], None] | None = None) -> ApplyResult:
+          on_progress: Callable[[int], None] | None = None,
+          on_sent: Callable[[int], None] | None = None) -> ApplyResult:
     """Run conditional writes, `window` in flight. Raises ApplyInterrupted (with the exact result)
     when the connection or session is lost: nothing more is sent, in-flight writes end up in
     `unknown` (the next collection sees what really happened)."""
@@ -389,7 +397,16 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
             if res.interrupted:
                 res.not_started.extend(ops[i:])
                 break
-            chunk = ops[i:i + window]
+            try:
+                chunk, stale = _same_incarnation(client, ops[i:i + window], timeout)
+            except _LOST as e:
+                res.interrupted = f"{type(e).__name__} {e}".strip()
+                res.not_started.extend(ops[i:])
+                journal.write([{**o, "status": "not_sent"} for o in ops[i:]])
+                break
+            for s_ in stale:
+                res.skipped.append(s_)
+            journal.write(stale, sync=False)
             journal.write([{**o, "status": "intent"} for o in chunk])
             futs = []
             for o in chunk:
@@ -398,6 +415,8 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
                 except _LOST as e:  # the client refuses to send once the connection is gone
                     res.interrupted = res.interrupted or f"{type(e).__name__} {e}".strip()
                     futs.append((o, None))
+            if on_sent:
+                on_sent(done_count + len(futs))
             outcomes = []
             for o, fut in futs:
                 if fut is None:
@@ -441,6 +460,25 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
                                f"write(s) done, {len(res.unknown)} with unknown outcome, {len(res.not_started)} "
                                f"not sent; the journal {res.journal} records each", res)
     return res
+
+
+def _same_incarnation(client, ops: list[dict], timeout: float) -> tuple[list[dict], list[dict]]:
+    """Split set/delete ops into (still the znode that was read, skipped): ZooKeeper's version check
+    alone cannot tell a znode from one deleted and re-created since (both at version 0), its ctime
+    can. Read right before the conditional write, in the same pipeline."""
+    checks = [(o, client.exists_async(o["path"])) for o in ops if o["op"] in ("set", "delete") and o.get("ctime_ms")]
+    gone: dict[int, str] = {}
+    for o, fut in checks:
+        stat = fut.get(timeout=timeout)
+        if stat is None:
+            gone[o["seq"]] = _RACE[NoNodeError]
+        elif stat.ctime != o["ctime_ms"]:
+            gone[o["seq"]] = "the znode was deleted and re-created since it was read: not touched"
+        elif stat.version != o["version"]:
+            gone[o["seq"]] = _RACE[BadVersionError]
+    keep = [o for o in ops if o["seq"] not in gone]
+    skipped = [{**o, "status": "skipped", "reason": gone[o["seq"]]} for o in ops if o["seq"] in gone]
+    return keep, skipped
 
 
 def _root_acl(client, root: str, journal: Journal):
