@@ -564,3 +564,46 @@ def collect_and_write(cluster, kafka, zk_client, data_root) -> MappingCollection
     write_collection(data_root, cluster.name, c.observed_at, {"group_id_mappings": c.mappings,
                                                               "group_members": c.members})
     return c
+
+
+# -- the report -------------------------------------------------------------------------------
+def load_findings(out_dir: str | os.PathLike) -> tuple[list[dict], dict]:
+    """(findings, summary) written by the Spark job into out_dir."""
+    out = Path(out_dir)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {"clusters": {}}
+    findings = []
+    if (out / "findings.jsonl").exists():
+        with open(out / "findings.jsonl", encoding="utf-8") as f:
+            findings = [json.loads(line) for line in f if line.strip()]
+    return findings, summary
+
+
+def render_report(out_dir: str | os.PathLike, max_rows: int = 2000) -> Path:
+    """report.md next to the job's output (every cluster-supplied value escaped)."""
+    from fleetkit.render import render
+
+    findings, summary = load_findings(out_dir)
+    clusters = [{"cluster": c, "counts": sorted(v.items(), key=lambda kv: CLASSES.index(kv[0]) if kv[0] in CLASSES else 99)}
+                for c, v in sorted(summary.get("clusters", {}).items())]
+    path = Path(out_dir) / "report.md"
+    path.write_text(render("group_ids.md.j2", clusters=clusters, findings=findings, shown=max_rows,
+                           truncated=len(findings) > max_rows), encoding="utf-8")
+    return path
+
+
+def journal_path(data_root: str | os.PathLike, dag_id: str, run_id: str, cluster: str) -> Path:
+    """Where a run's apply journal lives: <data root>/journals/group_ids/<dag>/<run>/<cluster>.jsonl."""
+    from fleetkit.plans import safe_component
+
+    return (Path(data_root) / "journals" / "group_ids" / safe_component(dag_id) / safe_component(run_id) /
+            f"{safe_component(cluster)}.jsonl")
+
+
+def record_interrupted(data_root: str, cluster: str, dag_id: str, run_id: str, action: str, exc: ApplyInterrupted,
+                       actor: str | None = None) -> None:
+    """An interrupted apply still leaves an audit record of exactly what it did."""
+    from fleetkit import audit
+    from fleetkit.datasets import DataRoot
+
+    audit.record(DataRoot(data_root), cluster=cluster, dag_id=dag_id, run_id=run_id, action=action, event="executed",
+                 actor=actor, message=f"INTERRUPTED: {exc}", details={"result": exc.result.to_dict(), "partial": True})
