@@ -15,7 +15,7 @@ file's `group_id_mappings`) and the live members now, classifies every path (UNR
 CONFLICT, MISMATCHED, MISSING, STALE, OK; see `group_id_reconciliation`) and plans the writes of
 the chosen `classes` (default `MISMATCHED,STALE`; add `MISSING` to create those too).
 
-**Params**: `cluster`, `classes`, `dry_run` (default **true**: plan and render only).
+**Params**: `cluster`, `classes`, `rollback_run`, `dry_run` (default **true**: plan and render only).
 
 **Flow**: `plan` (every path with before -> after and the znode version read) -> `dry_run_stop` ->
 `approve` (Browse > Required Actions; no answer in 4 h = Reject) -> `lock` -> `execute` -> `verify`
@@ -27,7 +27,9 @@ session lost mid-way leaves an exact record (also in the audit). CONFLICT and UN
 findings are listed and never written.
 
 **Roll back**: the `executed` audit record holds before/after and versions of every changed path:
-`fleetctl groupids rollback RECORD_ID` (dry run) / `--execute`.
+`fleetctl audit rollback RECORD_ID` (dry run) / `--execute` triggers this runbook with
+`rollback_run` = that run: deleted znodes are re-created with their previous data, overwritten
+ones set back, each conditional on the version the run left, behind an approval again.
 """
 
 with DAG(**runbook_dag_args(
@@ -35,6 +37,9 @@ with DAG(**runbook_dag_args(
     "Overwrite MISMATCHED / delete STALE KoP group-id mappings (approval required)",
     DOC,
     {"classes": Param("MISMATCHED,STALE", type="string", pattern=r"^\s*[A-Za-z]+(\s*,\s*[A-Za-z]+)*\s*$",
-                      description="classes to write: MISMATCHED, STALE, MISSING (comma separated)")},
+                      description="classes to write: MISMATCHED, STALE, MISSING (comma separated)"),
+     "rollback_run": Param("", type="string",
+                           description="roll back the writes of this earlier run of this runbook instead "
+                                       "(set by fleetctl audit rollback)")},
 )) as dag:
     approval_gate(GROUP_ID_RECONCILE)

@@ -113,6 +113,17 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
         done = {c["path"]: (c["op"], c["before"], c["after"]) for c in recs[2]["details"]["result"]["changed_paths"]}
         assert done[p[mism]] == ("set", "wrong-group", group) and done[p["gone-1"]] == ("delete", gone_group, None)
+
+        # 4. roll back from the executed record (what fleetctl audit rollback triggers), approved
+        rollback = recs[2]["details"]["rollback"]
+        assert rollback["dag_id"] == rb.dag_id and rollback["conf"]["rollback_run"] == dr.run_id
+        answer = Answerer(rb.dag_id, "Approve", user="admin")
+        answer.start()
+        dr = rb.test(run_conf=dict(rollback["conf"], dry_run=False, **conf))
+        answer.join(5)
+        assert answer.error is None and dr.state == "success", _states(dr)
+        assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.get(p["gone-1"])[0].decode() == gone_group
+        assert zk.get(p[miss])[0].decode() == group  # the unattended create was another run: untouched
     finally:
         for t in threads:
             t.stop_event.set()
