@@ -55,6 +55,9 @@ MEMBERS_SCHEMA = T.StructType([
 CONFIG_SCHEMA = T.StructType([T.StructField("cluster", T.StringType()), T.StructField("root", T.StringType()),
                               T.StructField("grace_seconds", T.DoubleType())])
 
+_Z_COLS = [("path", "string"), ("znode_group", "string"), ("znode_version", "int"), ("ctime_ms", "long"),
+           ("mtime", "timestamp"), ("age_seconds", "double"), ("z_host", "string"), ("z_client_id", "string")]
+
 SLASH_REASON = "the client id holds '/', which cannot be part of a znode name (KoP cannot write it either)"
 HOST_REASON = "the coordinator reports no client host for this member"
 CHAR_REASON = "ZooKeeper refuses a character of this client id in a znode name"
@@ -67,6 +70,44 @@ def latest(mappings: DataFrame, members: DataFrame) -> tuple[DataFrame, DataFram
               .groupBy("cluster").agg(F.max("observed_at").alias("observed_at")))
     b = F.broadcast(newest)
     return mappings.join(b, ["cluster", "observed_at"], "left_semi"), members.join(b, ["cluster", "observed_at"], "left_semi")
+
+
+def newest_from_stats(files: list[str]) -> dict[str, object] | None:
+    """cluster -> newest observed_at from the Parquet footers alone (no scan), or None when a file
+    lacks the statistics or mixes clusters in a row group (then latest() aggregates)."""
+    import pyarrow.parquet as pq
+
+    newest: dict[str, object] = {}
+    for f in files:
+        md = pq.ParquetFile(f).metadata
+        names = [md.schema.column(i).name for i in range(md.num_columns)]
+        try:
+            ci, oi = names.index("cluster"), names.index("observed_at")
+        except ValueError:
+            return None
+        for rg in range(md.num_row_groups):
+            row_group = md.row_group(rg)
+            if row_group.num_rows == 0:
+                continue
+            cs, os_ = row_group.column(ci).statistics, row_group.column(oi).statistics
+            if cs is None or os_ is None or not cs.has_min_max or not os_.has_min_max or cs.min != cs.max:
+                return None
+            c = cs.min.decode() if isinstance(cs.min, bytes) else cs.min
+            if c not in newest or os_.max > newest[c]:
+                newest[c] = os_.max
+    return newest
+
+
+def latest_by_stats(mappings: DataFrame, members: DataFrame, newest: dict) -> tuple[DataFrame, DataFrame]:
+    """latest() with the newest collection known from the footers: a filter Parquet pushes down,
+    so older collections are skipped, not read."""
+    if not newest:
+        return mappings.limit(0), members.limit(0)
+    cond = None
+    for c, ts in newest.items():
+        one = (F.col("cluster") == F.lit(c)) & (F.col("observed_at") == F.lit(ts))
+        cond = one if cond is None else cond | one
+    return mappings.filter(cond), members.filter(cond)
 
 
 def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None = None,
@@ -88,18 +129,25 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
                      "client_id", F.array("member_id").alias("member_ids"),
                      F.lit(None).cast("string").alias("znode_group"), F.lit(None).cast("int").alias("znode_version"),
                      F.lit(None).cast("long").alias("ctime_ms"), F.lit(None).cast("timestamp").alias("mtime"), F.lit(None).cast("double").alias("age_seconds")))
-    live = (m.filter(F.col("problem").isNull())
-            .groupBy("cluster", "name")
-            .agg(F.array_sort(F.collect_set("group")).alias("groups"),
-                 F.first("client_host").alias("m_host"), F.first("client_id").alias("m_client_id"),
-                 F.array_sort(F.collect_list("member_id")).alias("member_ids")))
-    z = (mappings.select("cluster", "path", F.element_at(F.split("path", "/"), -1).alias("name"),
-                         F.col("group").alias("znode_group"), "znode_version",
-                         F.unix_millis("ctime").alias("ctime_ms"), "mtime",
-                         (F.col("observed_at").cast("double") - F.col("mtime").cast("double")).alias("age_seconds"),
-                         F.col("client_host").alias("z_host"), F.col("client_id").alias("z_client_id")))
-    j = live.join(z, ["cluster", "name"], "full_outer").join(cfg, "cluster", "left")
-    n = F.greatest(F.coalesce(F.size("groups"), F.lit(0)), F.lit(0))
+    # one shuffle: members and znodes keyed by (cluster, name), aggregated together
+    mem_side = (m.filter(F.col("problem").isNull())
+                .select("cluster", "name", F.col("group").alias("m_group"), F.col("client_host").alias("m_host"),
+                        F.col("client_id").alias("m_client_id"), "member_id",
+                        *[F.lit(None).cast(t).alias(c) for c, t in _Z_COLS]))
+    z_side = mappings.select(
+        "cluster", F.element_at(F.split("path", "/"), -1).alias("name"),
+        *[F.lit(None).cast("string").alias(c) for c in ("m_group", "m_host", "m_client_id", "member_id")],
+        "path", F.col("group").alias("znode_group"), "znode_version", F.unix_millis("ctime").alias("ctime_ms"),
+        "mtime", (F.col("observed_at").cast("double") - F.col("mtime").cast("double")).alias("age_seconds"),
+        F.col("client_host").alias("z_host"), F.col("client_id").alias("z_client_id"))
+    j = (mem_side.unionByName(z_side).groupBy("cluster", "name").agg(
+        F.array_sort(F.collect_set("m_group")).alias("groups"),
+        F.first("m_host", ignorenulls=True).alias("m_host"),
+        F.first("m_client_id", ignorenulls=True).alias("m_client_id"),
+        F.array_sort(F.collect_list("member_id")).alias("member_ids"),
+        *[F.first(c, ignorenulls=True).alias(c) for c, _ in _Z_COLS])
+        .join(cfg, "cluster", "left"))
+    n = F.size("groups")  # collect_set of no value: an empty array
     has_z = F.col("path").isNotNull()
     grace = F.coalesce(F.col("grace_seconds"), F.lit(float(default_grace)))
     cls = (F.when(n > 1, "CONFLICT")
@@ -193,7 +241,13 @@ def main(argv=None) -> int:
     if args.cluster:
         mappings = mappings.filter(F.col("cluster").isin(args.cluster))
         members = members.filter(F.col("cluster").isin(args.cluster))
-    mappings, members = latest(mappings, members)
+    newest = None
+    files = [data_files(p) for p in (mappings_path, members_path) if Path(p).exists()]
+    if all(not jsonl for _, jsonl in files):
+        newest = newest_from_stats([f for parquet, _ in files for f in parquet])
+    if newest is not None and args.cluster:
+        newest = {c: t for c, t in newest.items() if c in args.cluster}
+    mappings, members = latest(mappings, members) if newest is None else latest_by_stats(mappings, members, newest)
     findings = classify(mappings, members, fleet_config(spark, args.fleet), args.root, grace).persist()
     counts: dict[str, dict[str, int]] = {}
     for r in findings.groupBy("cluster", "class").count().collect():
