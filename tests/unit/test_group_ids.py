@@ -119,3 +119,17 @@ def test_fleet_group_id_mappings_errors_name_file_and_field(section, field, msg)
 def test_fleet_group_id_mappings_need_zookeeper():
     with pytest.raises(FleetConfigError, match="needs the cluster's zookeeper section"):
         parse_fleet("version: 1\nclusters:\n  - {name: c1, kafka_conn_id: k, group_id_mappings: {}}\n", "f.yaml", Path("/"))
+
+
+def test_report_escapes_hostile_names(tmp_path):
+    import json
+
+    hostile = "x | [link](http://evil.example) `code` <b>\n# head"
+    f = {"cluster": "c1", "path": f"/client_group_id/10.0.0.7-{hostile}", "class": "MISSING", "reason": "r",
+         "group": hostile, "groups": [hostile], "client_host": "10.0.0.7", "client_id": hostile, "member_ids": [],
+         "znode_group": None, "znode_version": None, "ctime_ms": None, "mtime": None, "age_seconds": None}
+    (tmp_path / "findings.jsonl").write_text(json.dumps(f) + "\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"clusters": {"c1": {"MISSING": 1, "OK": 3}}}))
+    text = gi.render_report(tmp_path).read_text()
+    assert "| MISSING | 1 |" in text and "| OK | 3 |" in text
+    assert "[link](" not in text and "<b>" not in text and "`code`" not in text and "\n# head" not in text
