@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
