@@ -28,6 +28,8 @@ Hourly, for every cluster whose fleet file entry has a `group_id_mappings` secti
    UNREPRESENTABLE (client id with `/` or characters ZooKeeper refuses: reported), CONFLICT (one
    ip-clientId live in two groups: reported, never written), MISMATCHED, MISSING, STALE (no live
    member, unmodified for longer than the grace), OK.
+   Runs even when a cluster's collection failed; a cluster whose newest collection is older than
+   30 minutes is left out (never judged on old data).
 3. **report**: `reports/group_ids/<run>/report.md` and the task log list every finding.
 4. **create_missing**: creates the MISSING mappings of clusters with `create_missing_unattended: true`
    (members re-read first; a create fails if the node appeared meanwhile: skipped, reported), journal
@@ -72,9 +74,10 @@ with DAG(
         task_id="diff", conn_id="spark_default", name="group_id_reconciliation",
         application=str(settings.REPO_ROOT / "spark_jobs" / "group_id_reconciliation.py"),
         application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
-                          "--out", RUN_OUT],
+                          "--out", RUN_OUT, "--max-age", "30m"],
         conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
         env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30),
+        trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
     )
     report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT)
     create = CreateMissingGroupIdsOperator(
@@ -83,3 +86,5 @@ with DAG(
         execution_timeout=dt.timedelta(minutes=30),
     )
     collect >> diff >> report >> create
+    # the diff runs on whatever was collected; this marks the run failed when a cluster was not
+    collect >> EmptyOperator(task_id="all_clusters_collected")

@@ -98,6 +98,12 @@ def newest_from_stats(files: list[str]) -> dict[str, object] | None:
     return newest
 
 
+def _utc(ts):
+    import datetime as dt
+
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=dt.timezone.utc)
+
+
 def latest_by_stats(mappings: DataFrame, members: DataFrame, newest: dict) -> tuple[DataFrame, DataFrame]:
     """latest() with the newest collection known from the footers: a filter Parquet pushes down,
     so older collections are skipped, not read."""
@@ -222,14 +228,20 @@ def main(argv=None) -> int:
     ap.add_argument("--root", default=DEFAULT_GROUP_ID_ROOT, help="root of clusters the fleet file does not configure")
     ap.add_argument("--grace", default="1h", help="grace of clusters the fleet file does not configure")
     ap.add_argument("--cluster", action="append", help="only these clusters (repeatable)")
+    ap.add_argument("--max-age", help="ignore clusters whose newest collection is older than this (e.g. 30m): a "
+                                      "cluster whose collection just failed is not judged on old data")
     ap.add_argument("--master")
     args = ap.parse_args(argv)
     if not args.data_root and not (args.mappings and args.members):
         raise SystemExit("give --data-root, or both --mappings and --members")
     try:
         grace = parse_duration_seconds(args.grace)
+        max_age = parse_duration_seconds(args.max_age) if args.max_age else None
     except ValueError as e:
-        raise SystemExit(f"--grace: {e}") from None
+        raise SystemExit(f"--grace / --max-age: {e}") from None
+    import datetime as dt
+
+    cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=max_age) if max_age is not None else None
     mappings_path = args.mappings or str(Path(args.data_root) / "group_id_mappings")
     members_path = args.members or str(Path(args.data_root) / "group_members")
     t0 = time.monotonic()
@@ -247,6 +259,14 @@ def main(argv=None) -> int:
         newest = newest_from_stats([f for parquet, _ in files for f in parquet])
     if newest is not None and args.cluster:
         newest = {c: t for c, t in newest.items() if c in args.cluster}
+    too_old: list[str] = []
+    if cutoff is not None:
+        if newest is not None:
+            too_old = sorted(c for c, t in newest.items() if _utc(t) < cutoff)
+            newest = {c: t for c, t in newest.items() if c not in too_old}
+        else:
+            mappings = mappings.filter(F.col("observed_at") >= F.lit(cutoff))
+            members = members.filter(F.col("observed_at") >= F.lit(cutoff))
     mappings, members = latest(mappings, members) if newest is None else latest_by_stats(mappings, members, newest)
     findings = classify(mappings, members, fleet_config(spark, args.fleet), args.root, grace).persist()
     counts: dict[str, dict[str, int]] = {}
@@ -255,7 +275,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     n = write_jsonl(findings.filter(F.col("class") != "OK").withColumn("mtime", iso(F.col("mtime")))
                     .orderBy("cluster", "class", "path"), str(out / "findings.jsonl"))
-    summary = {"clusters": counts, "findings": n, "seconds": round(time.monotonic() - t0, 1)}
+    summary = {"clusters": counts, "findings": n, "seconds": round(time.monotonic() - t0, 1),
+               "skipped_old_collections": too_old}
     tmp = out / ".summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
     tmp.replace(out / "summary.json")

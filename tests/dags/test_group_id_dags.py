@@ -73,6 +73,9 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         # 1. the scheduled run: report everything, create only the MISSING mapping
         dr = dagbag.get_dag("group_id_reconciliation").test(run_conf=conf)
         assert dr.state == "success", _states(dr)
+        assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
+                               ("report", -1): "success", ("create_missing", -1): "success",
+                               ("all_clusters_collected", -1): "success"}
         out = next((data / "reports" / "group_ids").iterdir())
         findings = {f["path"]: f for f in map(json.loads, (out / "findings.jsonl").read_text().splitlines())}
         assert (findings[p[miss]]["class"], findings[p[miss]]["group"]) == ("MISSING", group)

@@ -40,7 +40,8 @@ def test_case_table_through_spark(spark):
 
 
 def test_spark_submit_reads_the_datasets_newest_collection(tmp_path):
-    """Two collections of one cluster: only the newest counts (a znode deleted since is gone)."""
+    """Three collections of one cluster: only the newest counts (a znode deleted since is gone); a
+    cluster whose newest collection is older than --max-age is left out."""
     root = DataRoot(tmp_path / "data")
     import datetime as dt
 
@@ -54,13 +55,20 @@ def test_spark_submit_reads_the_datasets_newest_collection(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("version: 1\nclusters:\n  - name: lab\n    kafka_conn_id: k\n    zookeeper: {conn_id: z}\n"
                      f"    group_id_mappings: {{root: {ROOT}, grace: 1h}}\n")
+    # another cluster whose newest collection is old (its last collection failed): left out
+    recent = dt.datetime.now(dt.timezone.utc)
+    write_collection(root, "lab", recent, {"group_id_mappings": [dict(zn[0], observed_at=recent)],
+                                           "group_members": [dict(r, observed_at=recent) for r in mem]})
+    old_rows = [dict(r, cluster="down", observed_at=old) for r in mem]
+    write_collection(root, "down", old, {"group_id_mappings": [], "group_members": old_rows})
     out = tmp_path / "out"
     proc = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
                            str(REPO / "spark_jobs" / "group_id_reconciliation.py"), "--data-root", str(tmp_path / "data"),
-                           "--fleet", str(fleet), "--out", str(out)], capture_output=True, text=True)
+                           "--fleet", str(fleet), "--out", str(out), "--max-age", "30m"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["clusters"] == {"lab": {"MISMATCHED": 1}} and summary["findings"] == 1
+    assert summary["skipped_old_collections"] == ["down"]
     (f,) = [json.loads(x) for x in (out / "findings.jsonl").read_text().splitlines()]
     assert (f["path"], f["class"], f["group"], f["znode_group"], f["znode_version"], f["client_id"]) == \
         ("/client_group_id/10.0.0.7-c1", "MISMATCHED", "g1", "g0", 3, "c1")
