@@ -22,11 +22,16 @@ from fleetkit.group_ids import join_path, znode_name
 def kop_write(zk, root: str, client_host: str, client_id: str, group: str) -> str:
     """What KoP does on FindCoordinator: create the mapping, or overwrite it (no version check)."""
     path = join_path(root, znode_name(client_host, client_id))
-    try:
-        zk.create(path, group.encode("utf-8"), makepath=True)
-    except NodeExistsError:
-        zk.set(path, group.encode("utf-8"))
-    return path
+    while True:
+        try:
+            zk.create(path, group.encode("utf-8"), makepath=True)
+            return path
+        except NodeExistsError:
+            try:
+                zk.set(path, group.encode("utf-8"))
+                return path
+            except NoNodeError:
+                continue
 
 
 def kop_delete(zk, root: str, client_host: str, client_id: str) -> None:
@@ -64,10 +69,16 @@ class ConcurrentKoP(threading.Thread):
                     self.last[path] = None
                 else:
                     data = f"kop-{kind}-{self.writes}"
-                    try:
-                        self.zk.create(path, data.encode(), makepath=True)
-                    except NodeExistsError:
-                        self.zk.set(path, data.encode())
+                    while True:  # create or overwrite, whatever the reconciliation does meanwhile
+                        try:
+                            self.zk.create(path, data.encode(), makepath=True)
+                            break
+                        except NodeExistsError:
+                            try:
+                                self.zk.set(path, data.encode())
+                                break
+                            except NoNodeError:
+                                continue
                     self.last[path] = data
                 self.writes += 1
                 if self.pause:
