@@ -239,3 +239,21 @@ def test_missing_root_and_digest_acl(lab, root):
         authed.delete(root, recursive=True) if authed.exists(root) else None
         authed.stop()
         anon.stop()
+
+
+def test_fleetctl_groupids_diff_prints_findings_and_writes_nothing(lab, zk, root, tmp_path, capsys):
+    import yaml
+
+    from fleet_airflow import cli
+
+    kop_write(zk, root, "10.4.0.1", "gone 'x' $(y)", "g\nnewline")
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet["clusters"][0]["group_id_mappings"] = {"root": root, "grace": "0s"}
+    f = tmp_path / "fleet.yaml"
+    f.write_text(yaml.safe_dump(fleet))
+    time.sleep(0.05)
+    assert cli.main(["groupids", "diff", "--fleet", str(f), "--cluster", "labtest"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("STALE\t"))
+    assert line.split("\t")[:5] == ["STALE", f"{root}/10.4.0.1-gone 'x' $(y)", "-", "g\\nnewline", "0"]
+    assert zk.exists(f"{root}/10.4.0.1-gone 'x' $(y)") is not None  # a diff never writes
