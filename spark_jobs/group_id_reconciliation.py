@@ -14,6 +14,7 @@ match wins (the rules of fleetkit.group_ids.classify, as column expressions):
   MISMATCHED       the znode holds another group than the live member's
   MISSING          a live member has no znode
   STALE            no live member and the znode not modified for longer than the grace period
+                   (never when the znode's group could not be described: its members are unknown)
   OK               everything else (a znode without live member younger than the grace period)
 
 Writes DIR/findings.jsonl (every finding that is not OK: cluster, path, class, reason, group,
@@ -128,7 +129,10 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
     problem = (F.when(host_missing, F.lit(HOST_REASON))
                .when(name.contains("/"), F.lit(SLASH_REASON))
                .when(name.rlike(group_ids.FORBIDDEN_JAVA_REGEX), F.lit(CHAR_REASON)))
-    m = members.withColumn("problem", problem).withColumn("name", name)
+    marker = F.col("member_id").isNull() & F.col("client_id").isNull() & F.col("client_host").isNull()
+    unknown = (members.filter(marker).select("cluster", F.col("group").alias("znode_group")).distinct()
+               .withColumn("group_unknown", F.lit(True)))
+    m = members.filter(~marker).withColumn("problem", problem).withColumn("name", name)
     unrep = (m.filter(F.col("problem").isNotNull())
              .select("cluster", F.lit(None).cast("string").alias("path"), F.lit("UNREPRESENTABLE").alias("class"),
                      F.col("problem").alias("reason"), "group", F.array("group").alias("groups"), "client_host",
@@ -152,7 +156,8 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
         F.first("m_client_id", ignorenulls=True).alias("m_client_id"),
         F.array_sort(F.collect_list("member_id")).alias("member_ids"),
         *[F.first(c, ignorenulls=True).alias(c) for c, _ in _Z_COLS])
-        .join(cfg, "cluster", "left"))
+        .join(cfg, "cluster", "left")
+        .join(F.broadcast(unknown), ["cluster", "znode_group"], "left"))
     n = F.size("groups")  # collect_set of no value: an empty array
     has_z = F.col("path").isNotNull()
     grace = F.coalesce(F.col("grace_seconds"), F.lit(float(default_grace)))
@@ -160,6 +165,7 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
            .when((n == 1) & has_z & (F.col("znode_group") != F.col("groups")[0]), "MISMATCHED")
            .when((n == 1) & ~has_z, "MISSING")
            .when(n == 1, "OK")
+           .when(has_z & F.coalesce(F.col("group_unknown"), F.lit(False)), "OK")
            .when(has_z & (F.col("age_seconds") > grace), "STALE")
            .otherwise("OK"))
     reason = (F.when(F.col("class") == "CONFLICT",

@@ -48,6 +48,9 @@ CASES = [
      "not a KoP name at all, no member matches it, old: STALE (deleted only behind approval)"),
     (16, "member without host", [("g1", "", "c1")], {}, {"member:c1": "UNREPRESENTABLE"},
      "no IP, no path"),
+    (18, "old znode of a group that could not be described", [("gx", None, None), ("g1", "10.0.0.7", "c2")],
+     {"10.0.0.7-c1": ("gx", 99999), "10.0.0.7-c2": ("g1", 5)}, {"10.0.0.7-c1": "OK", "10.0.0.7-c2": "OK"},
+     "its coordinator was loading: its members are unknown, so its mappings are not stale"),
     (17, "znode exactly at the grace", [], {"10.0.0.7-c1": ("g1", 3600)}, {"10.0.0.7-c1": "OK"},
      "STALE needs longer than the grace period"),
 ]
@@ -56,7 +59,7 @@ CASES = [
 def rows(number: int, members, znodes) -> tuple[list[dict], list[dict]]:
     cluster = f"case-{number:02d}"
     mem = [{"cluster": cluster, "observed_at": AS_OF, "group": g, "client_host": h, "client_id": c,
-            "member_id": f"{c}-{i}"} for i, (g, h, c) in enumerate(members)]
+            "member_id": None if h is None and c is None else f"{c}-{i}"} for i, (g, h, c) in enumerate(members)]
     zn = [{"cluster": cluster, "observed_at": AS_OF, "path": f"{ROOT}/{name}", "client_host": name.partition("-")[0],
            "client_id": name.partition("-")[2], "group": g, "znode_version": 3,
            "ctime": AS_OF - dt.timedelta(seconds=age + 100), "mtime": AS_OF - dt.timedelta(seconds=age)}

@@ -79,7 +79,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("client_id", pa.string()), ("group", pa.string()), ("znode_version", pa.int32()),
         ("ctime", TS), ("mtime", TS),
     ]),
-    # live members of every group the cluster lists (the truth the mappings are reconciled against)
+    # live members of every group the cluster lists (the truth the mappings are reconciled against);
+    # a row with member_id, client_id and client_host null: the group could not be described
     "group_members": pa.schema([
         ("cluster", pa.string()), ("observed_at", TS), ("group", pa.string()), ("client_id", pa.string()),
         ("client_host", pa.string()), ("member_id", pa.string()),

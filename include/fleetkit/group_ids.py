@@ -113,6 +113,7 @@ class PathFacts:
     znode_group: str | None = None               # the znode's data; None: no znode
     age_seconds: float | None = None             # observed_at - mtime of the znode
     problem: str | None = None                   # name_problem of the member, when it has one
+    group_unknown: bool = False                  # the znode's group could not be described (members unknown)
 
 
 def classify(f: PathFacts, grace_seconds: float) -> tuple[str, str]:
@@ -130,6 +131,8 @@ def classify(f: PathFacts, grace_seconds: float) -> tuple[str, str]:
             return "MISMATCHED", "the znode holds another group than the live member's"
         return "OK", "mapping matches the live member"
     if f.znode_group is not None:
+        if f.group_unknown:
+            return "OK", "its group could not be described: its members are unknown, nothing is judged stale"
         if f.age_seconds is not None and f.age_seconds > grace_seconds:
             return "STALE", f"no live member and not modified for {f.age_seconds:.0f} s (grace {grace_seconds:.0f} s)"
         return "OK", "no live member, but modified within the grace period"
@@ -142,7 +145,11 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
     the reference the Spark job is tested against, and what the runbook plans with (one cluster)."""
     by_name: dict[str, dict] = {}
     unrepresentable: list[dict] = []
+    members = list(members)
+    unknown = unknown_groups(members)
     for m in members:
+        if is_unknown_marker(m):
+            continue
         problem = name_problem(m.get("client_host"), m.get("client_id"))
         if problem:
             unrepresentable.append({"path": None, "class": "UNREPRESENTABLE", "reason": problem,
@@ -167,7 +174,8 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
             ref = as_of or z["observed_at"]
             age = (ref - z["mtime"]).total_seconds()
         facts = PathFacts(member_groups=frozenset(mem["groups"]) if mem else frozenset(),
-                          znode_group=z["group"] if z else None, age_seconds=age)
+                          znode_group=z["group"] if z else None, age_seconds=age,
+                          group_unknown=bool(z) and z["group"] in unknown)
         cls, reason = classify(facts, grace_seconds)
         host, cid = (mem["client_host"], mem["client_id"]) if mem else split_name(name)
         groups = sorted(mem["groups"]) if mem else []
@@ -183,6 +191,15 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
 
 def _ms(ts: dt.datetime) -> int:
     return round(ts.timestamp() * 1000)
+
+
+def is_unknown_marker(m: dict) -> bool:
+    """A group_members row without member id and client id: the group could not be described."""
+    return m.get("member_id") is None and m.get("client_id") is None and m.get("client_host") is None
+
+
+def unknown_groups(members: Iterable[dict]) -> set[str]:
+    return {m["group"] for m in members if is_unknown_marker(m)}
 
 
 def ops_for(findings: Iterable[dict], classes: Iterable[str]) -> list[dict]:
@@ -214,13 +231,19 @@ def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict
     acting: a STALE path whose client came back, or a MISSING/MISMATCHED path whose member left or
     moved to another group, is not written."""
     now: dict[str, set] = {}
+    members = list(members)
+    unknown = unknown_groups(members)
     for m in members:
+        if is_unknown_marker(m):
+            continue
         if name_problem(m.get("client_host"), m.get("client_id")) is None:
             now.setdefault(znode_name(m["client_host"], m["client_id"]), set()).add(m["group"])
     keep, dropped = [], []
     for op in ops:
         groups = now.get(op["path"].rsplit("/", 1)[-1], set())
-        if op["op"] == "delete" and groups:
+        if ({op.get("before"), op.get("after")} - {None}) & unknown:
+            dropped.append(dict(op, status="skipped", reason="the group could not be described now (members unknown)"))
+        elif op["op"] == "delete" and groups:
             dropped.append(dict(op, status="skipped", reason=f"a live member appeared (groups {sorted(groups)})"))
         elif op["op"] in ("create", "set") and groups != {op["after"]}:
             dropped.append(dict(op, status="skipped",
@@ -288,13 +311,17 @@ def read_mappings(client, root: str, cluster: str, observed_at: dt.datetime, win
 
 def read_members(kafka, cluster: str, observed_at: dt.datetime) -> tuple[list[dict], list[str]]:
     """Live members of every group the cluster lists (group_members rows): client id and client host
-    (Kafka's leading slash and any port stripped: the mapping path uses the bare IP)."""
+    (Kafka's leading slash and any port stripped: the mapping path uses the bare IP). A group that
+    cannot be described (e.g. its coordinator is loading) gets one row with member id, client id and
+    host null: its members are unknown, so no mapping of it is judged stale."""
     problems: list[str] = []
     groups = [g for g, _ in kafka.list_groups()]
     rows = []
     for g, d in sorted(kafka.describe_groups(groups).items()):
         if d.error:
             problems.append(f"group {g!r} could not be described: {d.error}")
+            rows.append({"cluster": cluster, "observed_at": observed_at, "group": g, "client_id": None,
+                         "client_host": None, "member_id": None})
             continue
         for m in d.members:
             rows.append({"cluster": cluster, "observed_at": observed_at, "group": g, "client_id": m.client_id,

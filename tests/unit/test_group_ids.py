@@ -133,3 +133,12 @@ def test_report_escapes_hostile_names(tmp_path):
     text = gi.render_report(tmp_path).read_text()
     assert "| MISSING | 1 |" in text and "| OK | 3 |" in text
     assert "[link](" not in text and "<b>" not in text and "`code`" not in text and "\n# head" not in text
+
+
+def test_recheck_skips_ops_of_groups_that_cannot_be_described_now():
+    findings, mem = _findings()
+    ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
+    now = mem + [{"group": "gx", "client_host": None, "client_id": None, "member_id": None}]
+    keep, dropped = gi.recheck_members(ops, now)
+    assert [o["path"] for o in dropped] == ["/client_group_id/10.0.0.7-old"]
+    assert "could not be described" in dropped[0]["reason"] and len(keep) == 2
