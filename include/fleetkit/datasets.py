@@ -78,6 +78,18 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),
         ("members", pa.int32()),
     ]),
+    # KoP-style client-to-group mapping znodes (<root>/<ip>-<clientId> = group id), fleetkit.group_ids
+    "group_id_mappings": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("path", pa.string()), ("client_host", pa.string()),
+        ("client_id", pa.string()), ("group", pa.string()), ("znode_version", pa.int32()),
+        ("ctime", TS), ("mtime", TS),
+    ]),
+    # live members of every group the cluster lists (the truth the mappings are reconciled against);
+    # a row with member_id, client_id and client_host null: the group could not be described
+    "group_members": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("group", pa.string()), ("client_id", pa.string()),
+        ("client_host", pa.string()), ("member_id", pa.string()),
+    ]),
 }
 
 GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")

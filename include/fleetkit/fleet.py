@@ -22,6 +22,10 @@ A fleet file is YAML::
             log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file
             access: local                      # local | ssh
             ssh_conn_id: broker0_ssh           # with access: ssh
+        group_id_mappings:               # optional: KoP client-to-group znodes in this ZooKeeper
+          root: /client_group_id         # below the chroot; default /client_group_id
+          create_missing_unattended: true  # the scheduled DAG creates MISSING mappings itself
+          grace: 1h                      # a znode without live member older than this is STALE
 
     alerts:                              # optional: besides the task log, e-mail alerts
       smtp_conn_id: smtp_default
@@ -73,6 +77,19 @@ class ZooKeeperSettings:
     chroot: str = ""
 
 
+DEFAULT_GROUP_ID_ROOT = "/client_group_id"
+DEFAULT_GROUP_ID_GRACE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class GroupIdMappingSettings:
+    """KoP-style client-to-group mappings (<root>/<ip>-<clientId> = group id) to reconcile."""
+
+    root: str = DEFAULT_GROUP_ID_ROOT
+    create_missing_unattended: bool = True
+    grace_seconds: float = DEFAULT_GROUP_ID_GRACE_SECONDS
+
+
 @dataclass(frozen=True)
 class Cluster:
     name: str
@@ -84,6 +101,7 @@ class Cluster:
     approvers: tuple[str, ...] = ()
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
     brokers: tuple[Broker, ...] = ()
+    group_id_mappings: GroupIdMappingSettings | None = None  # None: no KoP mappings, skipped
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -194,7 +212,7 @@ class _Field:
 def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     raw = f.mapping(raw, where)
     allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
-               "groups", "approvers", "cleaner", "brokers"}
+               "groups", "approvers", "cleaner", "brokers", "group_id_mappings"}
     f.unknown(raw, allowed, where)
     for required in ("name", "kafka_conn_id"):
         if required not in raw:
@@ -263,6 +281,10 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
             log_dirs = tuple(str((base_dir / d).resolve()) if not os.path.isabs(d) else d for d in log_dirs)
         brokers.append(Broker(id=bid, log_dirs=log_dirs, access=access, ssh_conn_id=ssh_conn_id))
 
+    gim = None
+    if raw.get("group_id_mappings") is not None:
+        gim = _parse_group_id_mappings(f, raw["group_id_mappings"], f"{where}.group_id_mappings", zk)
+
     return Cluster(
         name=name,
         kafka_conn_id=kafka_conn_id,
@@ -273,7 +295,48 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         approvers=f.strings(raw.get("approvers"), f"{where}.approvers"),
         cleaner=cleaner,
         brokers=tuple(brokers),
+        group_id_mappings=gim,
     )
+
+
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+
+
+def parse_duration_seconds(text: Any) -> float:
+    """'90s', '15m', '1h', '1d' or a number of seconds -> seconds. ValueError otherwise."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = _DURATION_RE.match(str(text).strip().lower())
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 90s, 15m, 1h or 1d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSettings | None) -> GroupIdMappingSettings:
+    if raw is True:
+        raw = {}
+    raw = f.mapping(raw, where)
+    f.unknown(raw, {"root", "create_missing_unattended", "grace"}, where)
+    if zk is None:
+        raise f.fail(where, "needs the cluster's zookeeper section (the mappings live in its ZooKeeper)")
+    root = raw.get("root", DEFAULT_GROUP_ID_ROOT)
+    root = f.string(root, f"{where}.root")
+    if not root.startswith("/") or (root != "/" and root.endswith("/")) or "//" in root or root == "/":
+        raise f.fail(f"{where}.root", f"{root!r} must look like /client_group_id (leading slash, no trailing slash)")
+    if any(part in (".", "..") for part in root.split("/")[1:]):
+        raise f.fail(f"{where}.root", f"{root!r} must not hold . or .. components")
+    unattended = raw.get("create_missing_unattended", True)
+    if not isinstance(unattended, bool):
+        raise f.fail(f"{where}.create_missing_unattended", f"expected true or false, got {unattended!r}")
+    try:
+        grace = parse_duration_seconds(raw.get("grace", "1h"))
+    except ValueError as e:
+        raise f.fail(f"{where}.grace", str(e)) from None
+    if grace < 0:
+        raise f.fail(f"{where}.grace", f"must be >= 0, got {grace}")
+    return GroupIdMappingSettings(root=root, create_missing_unattended=unattended, grace_seconds=grace)
 
 
 def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) -> Fleet:

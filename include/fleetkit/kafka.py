@@ -7,6 +7,8 @@ cluster except through the explicit commit helper used by runbooks.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 import time
 from concurrent.futures import Future
@@ -17,6 +19,9 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from fleetkit.errors import ClusterUnreachable
+
+if TYPE_CHECKING:
+    from fleetkit import kafka_wire
 
 log = logging.getLogger(__name__)
 

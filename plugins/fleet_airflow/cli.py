@@ -295,6 +295,39 @@ def cmd_collect(args) -> int:
     return 1 if failed else 0
 
 
+# -- group-id mappings -------------------------------------------------------------------------
+def cmd_groupids_diff(args) -> int:
+    """Read a cluster's KoP mappings and live members now and print the findings (never writes)."""
+    _airflow_context()
+    from fleetkit import group_ids
+    from fleetkit.fleet import load_fleet
+    from fleetkit.render import visible_controls
+
+    from fleet_airflow import clusters, settings
+
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    cfg = cluster.group_id_mappings
+    if cfg is None:
+        print(f"error: cluster {cluster.name!r} has no group_id_mappings section in the fleet file", file=sys.stderr)
+        return 2
+    with clusters.connected(cluster) as (kafka, zk):
+        coll = group_ids.collect(cluster, kafka, zk.client)
+    findings = group_ids.diff(coll.mappings, coll.members, cfg.root, cfg.grace_seconds)
+    print(coll.summary())
+    for p in coll.problems:
+        print(f"  problem: {visible_controls(p)}")
+    counts = {k: sum(1 for f in findings if f["class"] == k) for k in group_ids.CLASSES}
+    print("  ".join(f"{k} {v}" for k, v in counts.items()))
+    for f in findings:
+        if f["class"] != "OK" or args.all:
+            group = f["group"] if f["group"] is not None else ",".join(f["groups"])
+            print("\t".join(visible_controls(x) for x in (f["class"], f["path"] or "-", group or "-",
+                                                        f["znode_group"] if f["znode_group"] is not None else "-",
+                                                        "-" if f["znode_version"] is None else f["znode_version"],
+                                                        f["reason"])))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetctl", description="Kafka fleet maintenance toolkit")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -384,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
     ar.add_argument("--data-root")
     ar.set_defaults(func=cmd_audit_rollback)
+
+    g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
+    g_sub = g.add_subparsers(dest="groupids_command", required=True)
+    gd = g_sub.add_parser("diff", help="read mappings and live members now, print the findings (writes nothing)")
+    gd.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    gd.add_argument("--cluster", required=True)
+    gd.add_argument("--all", action="store_true", help="print OK paths too")
+    gd.set_defaults(func=cmd_groupids_diff)
 
     c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")

@@ -142,3 +142,20 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
             if not not_ok or time.monotonic() - t0 + interval > settle_seconds:
                 return passes
             time.sleep(interval)
+
+
+def collect_group_ids(cluster: Cluster, data_root: str, timeout: float = 15.0):
+    """Read one cluster's KoP client-to-group mappings and live members into the datasets
+    group_id_mappings / group_members (all or nothing)."""
+    from fleetkit import group_ids
+
+    try:
+        with connected(cluster, timeout=timeout) as (kafka, zk):
+            if zk is None:
+                raise FleetConfigError(f"cluster {cluster.name!r} has no zookeeper section: no mappings to read")
+            return group_ids.collect_and_write(cluster, kafka, zk.client, DataRoot(data_root))
+    except (ClusterUnreachable, FleetConfigError, group_ids.ReconcileError):
+        raise
+    except Exception as e:
+        raise ClusterUnreachable(f"group-id mapping collection of cluster {cluster.name!r} failed, nothing written: "
+                                 f"{type(e).__name__}: {e}") from e

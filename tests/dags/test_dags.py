@@ -24,6 +24,7 @@ def dagbag(airflow_db):
 def test_dagbag_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert "fleet_maintenance" in dagbag.dag_ids
+    assert {"group_id_reconciliation", "runbook_group_id_reconciliation"} <= set(dagbag.dag_ids)
     for dag_id in dagbag.dag_ids:
         dag = dagbag.get_dag(dag_id)
         assert dag.doc_md and len(dag.doc_md) > 200, f"{dag_id} needs doc_md"
@@ -33,6 +34,13 @@ def test_fleet_maintenance_schedule(dagbag):
     dag = dagbag.get_dag("fleet_maintenance")
     assert dag.schedule == "*/5 * * * *"
     assert dag.catchup is False
+
+
+def test_group_id_reconciliation_schedule(dagbag):
+    dag = dagbag.get_dag("group_id_reconciliation")
+    assert dag.schedule == "@hourly" and dag.catchup is False
+    runbook = dagbag.get_dag("runbook_group_id_reconciliation")
+    assert runbook.schedule is None and runbook.params["dry_run"] is True
 
 
 def _states(dr):

@@ -1,0 +1,90 @@
+"""group_id_reconciliation: reconcile KoP client-to-group mappings with the live members (hourly)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Param, task
+
+from fleet_airflow import settings
+from fleet_airflow.operators.group_ids import CollectGroupIdsOperator, CreateMissingGroupIdsOperator, GroupIdReportOperator
+
+DOC = """
+### Group-id reconciliation (scheduled; writes only MISSING mappings, and only where allowed)
+
+KoP-style brokers keep one znode per consumer client, `<root>/<ip>-<clientId>` = the group id
+(UTF-8). Broker restarts and deletes racing newer writes leave live consumers without a mapping
+(their metrics lose the group) and stale znodes behind. The coordinators' member lists are the truth.
+
+Hourly, for every cluster whose fleet file entry has a `group_id_mappings` section
+(`root`, default `/client_group_id` below the chroot; `create_missing_unattended`; `grace`, default `1h`):
+
+1. **collect** (mapped per cluster): every child of the root with data, version, ctime, mtime (read
+   concurrently) -> `group_id_mappings`; every listed group's live members (client id, bare client
+   host) -> `group_members`. All or nothing.
+2. **diff** (Spark, `spark_jobs/group_id_reconciliation.py`): per path, first match wins:
+   UNREPRESENTABLE (client id with `/` or characters ZooKeeper refuses: reported), CONFLICT (one
+   ip-clientId live in two groups: reported, never written), MISMATCHED, MISSING, STALE (no live
+   member, unmodified for longer than the grace), OK.
+   Runs even when a cluster's collection failed; a cluster whose newest collection is older than
+   30 minutes is left out (never judged on old data).
+3. **report**: `reports/group_ids/<run>/report.md` and the task log list every finding.
+4. **create_missing**: creates the MISSING mappings of clusters with `create_missing_unattended: true`
+   (members re-read first; a create fails if the node appeared meanwhile: skipped, reported), journal
+   under `journals/group_ids/`, audit record with every path created.
+
+MISMATCHED overwrites and STALE deletes are destructive: `runbook_group_id_reconciliation` plans
+them and waits for an approval. Params: `create_missing` (false: report only), `fleet_file`, `data_root`.
+"""
+
+RUN_OUT = "{{ params.data_root }}/reports/group_ids/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+
+with DAG(
+    dag_id="group_id_reconciliation",
+    description="Reconcile KoP client-to-group mapping znodes with the live group members",
+    schedule="@hourly",
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["fleet", "maintenance", "kop"],
+    default_args={"retries": 0},
+    params={
+        "fleet_file": Param(settings.fleet_file(), type="string"),
+        "data_root": Param(settings.data_root(), type="string"),
+        "create_missing": Param(True, type="boolean",
+                                description="create MISSING mappings where the fleet file allows it unattended"),
+    },
+) as dag:
+
+    @task
+    def list_clusters(params=None) -> list[str]:
+        from fleetkit.fleet import load_fleet
+
+        return [c.name for c in load_fleet(params["fleet_file"]).clusters if c.group_id_mappings is not None]
+
+    clusters = list_clusters()
+    collect = CollectGroupIdsOperator.partial(
+        task_id="collect", fleet_file="{{ params.fleet_file }}", data_root="{{ params.data_root }}",
+        map_index_template="{{ task.cluster }}", execution_timeout=dt.timedelta(minutes=15),
+    ).expand(cluster=clusters)
+    diff = SparkSubmitOperator(
+        task_id="diff", conn_id="spark_default", name="group_id_reconciliation",
+        application=str(settings.REPO_ROOT / "spark_jobs" / "group_id_reconciliation.py"),
+        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+                          "--out", RUN_OUT, "--max-age", "30m"],
+        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
+        env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30),
+        trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
+    )
+    report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT)
+    create = CreateMissingGroupIdsOperator(
+        task_id="create_missing", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}",
+        data_root="{{ params.data_root }}", enabled="{{ params.create_missing }}",
+        execution_timeout=dt.timedelta(minutes=30),
+    )
+    collect >> diff >> report >> create
+    # the diff runs on whatever was collected; this marks the run failed when a cluster was not
+    collect >> EmptyOperator(task_id="all_clusters_collected")

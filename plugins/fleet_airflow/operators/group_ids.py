@@ -1,0 +1,130 @@
+"""Operators of the group-id reconciliation (KoP client-to-group mappings, fleetkit.group_ids)."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
+
+from fleetkit.errors import FleetError
+from fleetkit.fleet import load_fleet
+
+CREATE_ACTION = "create_missing_group_ids"
+
+
+class CollectGroupIdsOperator(BaseOperator):
+    """Read one cluster's mapping znodes (every child of its root, concurrently) and the live members
+    of every group; append them to group_id_mappings / group_members, all or nothing."""
+
+    template_fields: Sequence[str] = ("fleet_file", "cluster", "data_root")
+    ui_color = "#e8f1fb"
+
+    def __init__(self, *, fleet_file: str, cluster: str, data_root: str, **kwargs):
+        super().__init__(**kwargs)
+        self.fleet_file, self.cluster, self.data_root = fleet_file, cluster, data_root
+
+    def execute(self, context) -> dict[str, Any]:
+        from fleet_airflow import clusters
+
+        try:
+            cluster = load_fleet(self.fleet_file).cluster(self.cluster)
+            res = clusters.collect_group_ids(cluster, self.data_root)
+        except FleetError as e:
+            raise AirflowException(str(e)) from None
+        self.log.info("%s", res.summary())
+        for p in res.problems[:100]:
+            self.log.warning("cluster %s: %s", self.cluster, p)
+        return {"cluster": res.cluster, "observed_at": res.observed_at.isoformat(), "mappings": len(res.mappings),
+                "members": len(res.members), "problems": res.problems[:50], "seconds": round(res.seconds, 2)}
+
+
+class GroupIdReportOperator(BaseOperator):
+    """Render report.md from the Spark job's findings, log the counts and every finding."""
+
+    template_fields: Sequence[str] = ("out_dir",)
+
+    def __init__(self, *, out_dir: str, **kwargs):
+        super().__init__(**kwargs)
+        self.out_dir = out_dir
+
+    def execute(self, context) -> dict:
+        from fleetkit import group_ids
+
+        findings, summary = group_ids.load_findings(self.out_dir)
+        path = group_ids.render_report(self.out_dir)
+        self.log.info("group-id report: %s", path)
+        for cluster, counts in sorted(summary.get("clusters", {}).items()):
+            self.log.info("cluster %s: %s", cluster, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        for f in findings[:500]:
+            self.log.warning("%s %s path %r group %r znode holds %r (version %s): %s", f["class"], f["cluster"],
+                             f["path"], f["group"] if f["group"] is not None else f["groups"], f["znode_group"],
+                             f["znode_version"], f["reason"])
+        return {"report": str(path), "findings": len(findings), "clusters": summary.get("clusters", {})}
+
+
+class CreateMissingGroupIdsOperator(BaseOperator):
+    """The unattended repair: create the MISSING mappings of clusters whose fleet file allows it
+    (group_id_mappings.create_missing_unattended). Members are re-read right before; every create
+    fails if the node appeared meanwhile (skipped, reported); a journal records every write and the
+    audit the before/after of every path created. Never overwrites or deletes anything."""
+
+    template_fields: Sequence[str] = ("out_dir", "fleet_file", "data_root", "enabled")
+
+    def __init__(self, *, out_dir: str, fleet_file: str, data_root: str, enabled: Any = True, **kwargs):
+        super().__init__(**kwargs)
+        self.out_dir, self.fleet_file, self.data_root, self.enabled = out_dir, fleet_file, data_root, enabled
+
+    def execute(self, context) -> dict:
+        from fleetkit import audit, group_ids
+        from fleetkit.datasets import DataRoot
+
+        from fleet_airflow import clusters
+
+        if str(self.enabled).lower() in ("false", "0", "no", "off"):
+            self.log.info("create_missing is off for this run: nothing written")
+            return {}
+        findings, _ = group_ids.load_findings(self.out_dir)
+        fleet = load_fleet(self.fleet_file)
+        dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        out, failed = {}, []
+        for cluster in fleet.clusters:
+            cfg = cluster.group_id_mappings
+            mine = [f for f in findings if f["cluster"] == cluster.name]
+            ops = group_ids.ops_for(mine, ["MISSING"])
+            if cfg is None or not ops:
+                continue
+            if not cfg.create_missing_unattended:
+                self.log.info("cluster %s: %d MISSING mapping(s) left for the runbook (create_missing_unattended "
+                              "is false)", cluster.name, len(ops))
+                continue
+            journal = group_ids.journal_path(self.data_root, dag_id, run_id, cluster.name)
+            try:
+                with clusters.connected(cluster) as (kafka, zk):
+                    members, _ = group_ids.read_members(kafka, cluster.name, None)
+                    ops, dropped = group_ids.recheck_members(ops, members)
+                    res = group_ids.apply(zk.client, ops, cfg.root, journal)
+            except group_ids.ApplyInterrupted as e:
+                group_ids.record_interrupted(self.data_root, cluster.name, dag_id, run_id, CREATE_ACTION, e,
+                                             actor="scheduler")
+                self.log.error("cluster %s: %s", cluster.name, e)
+                failed.append(cluster.name)
+                continue
+            except FleetError as e:
+                self.log.error("cluster %s: %s", cluster.name, e)
+                failed.append(cluster.name)
+                continue
+            res.skipped.extend(dropped)
+            for s in res.skipped:
+                self.log.warning("cluster %s: skipped %s %r: %s", cluster.name, s["op"], s["path"], s["reason"])
+            for c in res.changed:
+                self.log.info("cluster %s: created %r = %r", cluster.name, c["path"], c["after"])
+            audit.record(DataRoot(self.data_root), cluster=cluster.name, dag_id=dag_id, run_id=run_id,
+                         action=CREATE_ACTION, event="executed", actor="scheduler",
+                         message=f"created {len(res.changed)} missing mapping(s), skipped {len(res.skipped)}, "
+                                 f"refused {len(res.errors)}",
+                         details={"result": res.to_dict()})
+            out[cluster.name] = res.summary()
+        if failed:
+            raise AirflowException(f"creating missing mappings failed on cluster(s) {', '.join(failed)} "
+                                   "(the audit and the journal record what was done)")
+        return out

@@ -1,0 +1,137 @@
+"""group_id_reconciliation (scheduled) and runbook_group_id_reconciliation (approval gate) with
+dag.test() against the real lab: real consumers, real ZooKeeper. The mappings are seeded by
+tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kazoo.client import KazooClient
+
+from fleetkit import audit, plans
+from fleetkit.datasets import DataRoot
+from fleetkit.kafka import KafkaCluster, client_config
+from fleetkit.lab_traffic import ConsumerThread, wait_topic
+from fleetkit.render import md
+
+from tests.hitl import Answerer
+from tests.kop_standin import kop_write
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.airflow
+HOST = "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    return bag
+
+
+def _states(dr):
+    return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+
+
+def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_path, unique, monkeypatch):
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
+    zk = KazooClient(hosts=f"{lab.spec.zk_hosts}{lab.spec.chroot}", timeout=10)
+    zk.start(timeout=15)
+    topic = unique("kopdag")
+    wait_topic(lab.bootstrap, topic)
+    group = unique("dag grp 'q' $(x) ünï")
+    gone_group = unique("gone|grp")
+    miss, mism = f"miss-{uuid.uuid4().hex[:6]}", f"mism `{uuid.uuid4().hex[:6]}`"
+    kop_write(zk, root, HOST, mism, "wrong-group")
+    kop_write(zk, root, HOST, "gone-1", gone_group)
+    p = {name: f"{root}/{HOST}-{name}" for name in (miss, mism, "gone-1")}
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet["clusters"][0]["group_id_mappings"] = {"root": root, "grace": "2s", "create_missing_unattended": True}
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet, allow_unicode=True))
+    data = tmp_path / "data"
+    conf = {"fleet_file": str(fleet_file), "data_root": str(data)}
+    threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c) for c in (miss, mism)]
+    for t in threads:
+        t.start()
+    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    try:
+        deadline = time.monotonic() + 90
+        while {m.client_id for m in kafka.describe_groups([group])[group].members} != {miss, mism}:
+            assert time.monotonic() < deadline, "consumers never joined"
+            time.sleep(0.5)
+        time.sleep(2.5)  # gone-1 is now older than the 2 s grace
+
+        # 1. the scheduled run: report everything, create only the MISSING mapping
+        dr = dagbag.get_dag("group_id_reconciliation").test(run_conf=conf)
+        assert dr.state == "success", _states(dr)
+        assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
+                               ("report", -1): "success", ("create_missing", -1): "success",
+                               ("all_clusters_collected", -1): "success"}
+        out = next((data / "reports" / "group_ids").iterdir())
+        findings = {f["path"]: f for f in map(json.loads, (out / "findings.jsonl").read_text().splitlines())}
+        assert (findings[p[miss]]["class"], findings[p[miss]]["group"]) == ("MISSING", group)
+        assert (findings[p[mism]]["class"], findings[p[mism]]["znode_group"], findings[p[mism]]["znode_version"]) == \
+            ("MISMATCHED", "wrong-group", 0)
+        assert findings[p["gone-1"]]["class"] == "STALE"
+        assert md(p[mism]) in (out / "report.md").read_text()
+        assert zk.get(p[miss])[0].decode() == group          # created unattended
+        assert zk.get(p[mism])[0].decode() == "wrong-group"  # destructive: untouched
+        assert zk.exists(p["gone-1"]) is not None            # destructive: untouched
+        created = [r for r in audit.records(DataRoot(data), "labtest") if r["action"] == "create_missing_group_ids"]
+        assert len(created) == 1
+        changed = {c["path"]: (c["before"], c["after"]) for c in created[0]["details"]["result"]["changed_paths"]}
+        assert changed[p[miss]] == (None, group)
+
+        # 2. the runbook's dry run (the default) changes nothing
+        rb = dagbag.get_dag("runbook_group_id_reconciliation")
+        rconf = {"cluster": "labtest", **conf}
+        dr = rb.test(run_conf=rconf)
+        st = _states(dr)
+        assert st[("plan", -1)] == "success" and st[("approve", -1)] == "skipped"
+        plan, _ = plans.load(data / "plans", rb.dag_id, dr.run_id)
+        mine = {c["target"]: (c["before"], c["after"]) for c in plan["changes"] if c["target"] in p.values()}
+        assert mine == {p[mism]: ("wrong-group", group), p["gone-1"]: (gone_group, "(deleted)")}
+        assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.exists(p["gone-1"]) is not None
+
+        # 3. approved: overwrite and delete, each conditional on the version read
+        answer = Answerer(rb.dag_id, "Approve", user="admin")
+        answer.start()
+        dr = rb.test(run_conf=dict(rconf, dry_run=False))
+        answer.join(5)
+        assert answer.error is None and dr.state == "success", _states(dr)
+        assert md(p[mism]) in answer.body and md(group) in answer.body
+        assert zk.get(p[mism])[0].decode() == group and zk.get(p[mism])[1].version == 1
+        assert zk.exists(p["gone-1"]) is None
+        assert zk.get(p[miss])[0].decode() == group
+        recs = audit.records(DataRoot(data), "labtest", dr.run_id)
+        assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+        done = {c["path"]: (c["op"], c["before"], c["after"]) for c in recs[2]["details"]["result"]["changed_paths"]}
+        assert done[p[mism]] == ("set", "wrong-group", group) and done[p["gone-1"]] == ("delete", gone_group, None)
+
+        # 4. roll back from the executed record (what fleetctl audit rollback triggers), approved
+        rollback = recs[2]["details"]["rollback"]
+        assert rollback["dag_id"] == rb.dag_id and rollback["conf"]["rollback_run"] == dr.run_id
+        answer = Answerer(rb.dag_id, "Approve", user="admin")
+        answer.start()
+        dr = rb.test(run_conf=dict(rollback["conf"], dry_run=False, **conf))
+        answer.join(5)
+        assert answer.error is None and dr.state == "success", _states(dr)
+        assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.get(p["gone-1"])[0].decode() == gone_group
+        assert zk.get(p[miss])[0].decode() == group  # the unattended create was another run: untouched
+    finally:
+        for t in threads:
+            t.stop_event.set()
+        for t in threads:
+            t.join(15)
+        kafka.close()
+        zk.delete(root, recursive=True)
+        zk.stop()

@@ -1,0 +1,144 @@
+"""Group-id reconciliation, pure parts: the case table, names, plans, rechecks, rollback, fleet config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetkit import group_ids as gi
+from fleetkit.errors import FleetConfigError
+from fleetkit.fleet import parse_fleet
+from tests.group_id_cases import AS_OF, CASES, GRACE, ROOT, key, rows
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]:02d}-{c[1]}" for c in CASES])
+def test_case_table(case):
+    number, _, members, znodes, expected, why = case
+    zn, mem = rows(number, members, znodes)
+    got = {key(f): f["class"] for f in gi.diff(zn, mem, ROOT, GRACE)}
+    assert got == expected, why
+
+
+def test_findings_name_group_member_path_and_version():
+    zn, mem = rows(3, [("g1", "10.0.0.7", "c1")], {"10.0.0.7-c1": ("g0", 10)})
+    (f,) = gi.diff(zn, mem, ROOT, GRACE)
+    assert (f["path"], f["group"], f["client_host"], f["client_id"], f["znode_group"], f["znode_version"]) == \
+        ("/client_group_id/10.0.0.7-c1", "g1", "10.0.0.7", "c1", "g0", 3)
+    assert f["member_ids"] == ["c1-0"]
+
+
+@pytest.mark.parametrize("host,cid,ok", [
+    ("10.0.0.7", "c1", True), ("10.0.0.7", "", True), ("10.0.0.7", "a b'\"$;`|&<>", True), ("10.0.0.7", "ünï€", True),
+    ("10.0.0.7", "a/b", False), ("10.0.0.7", "x\n", False), ("10.0.0.7", "x\x7f", False), ("10.0.0.7", "\ue000", False),
+    ("10.0.0.7", "\ufff0", False), ("10.0.0.7", "🧨", False), ("", "c1", False), (None, "c1", False), ("10.0.0.7", None, False),
+])
+def test_name_problem(host, cid, ok):
+    assert (gi.name_problem(host, cid) is None) == ok
+
+
+def test_split_name_uses_the_first_dash():
+    assert gi.split_name("10.0.0.7-orders-consumer-1") == ("10.0.0.7", "orders-consumer-1")
+    assert gi.split_name("garbage") == ("garbage", "")
+
+
+def _findings():
+    members = [("g1", "10.0.0.7", "miss"), ("g1", "10.0.0.7", "mism"), ("g1", "10.0.0.7", "c"), ("g2", "10.0.0.7", "c")]
+    znodes = {"10.0.0.7-mism": ("g0", 10), "10.0.0.7-old": ("gx", 99999), "10.0.0.7-c": ("g1", 99999)}
+    zn, mem = rows(1, members, znodes)
+    return gi.diff(zn, mem, ROOT, GRACE), mem
+
+
+def test_ops_for_writes_only_what_is_asked_and_never_conflicts():
+    findings, _ = _findings()
+    ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
+    assert [(o["op"], o["path"], o["before"], o["after"], o["version"]) for o in ops] == [
+        ("create", "/client_group_id/10.0.0.7-miss", None, "g1", None),
+        ("delete", "/client_group_id/10.0.0.7-old", "gx", None, 3),
+        ("set", "/client_group_id/10.0.0.7-mism", "g0", "g1", 3),
+    ]
+    assert [o["op"] for o in gi.ops_for(findings, ["MISSING"])] == ["create"]
+    with pytest.raises(gi.ReconcileError):
+        gi.ops_for(findings, ["CONFLICT"])
+
+
+def test_recheck_members_drops_ops_the_members_no_longer_justify():
+    findings, mem = _findings()
+    ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
+    now = [m for m in mem if m["client_id"] != "miss"]  # the MISSING member left
+    now.append(dict(mem[0], client_id="old", group="gx"))  # the STALE path's client came back
+    keep, dropped = gi.recheck_members(ops, now)
+    assert [o["path"] for o in keep] == ["/client_group_id/10.0.0.7-mism"]
+    assert sorted(o["path"] for o in dropped) == ["/client_group_id/10.0.0.7-miss", "/client_group_id/10.0.0.7-old"]
+
+
+def test_rollback_ops_undo_each_change_conditionally():
+    changed = [{"op": "create", "path": "/r/a", "before": None, "after": "g", "new_version": 0},
+               {"op": "set", "path": "/r/b", "before": "g0", "after": "g1", "new_version": 4},
+               {"op": "delete", "path": "/r/c", "before": "gx", "after": None, "new_version": None}]
+    assert [(o["op"], o["path"], o["after"], o["version"]) for o in gi.rollback_ops(changed)] == [
+        ("delete", "/r/a", None, 0), ("set", "/r/b", "g0", 4), ("create", "/r/c", "gx", None)]
+
+
+BASE = """
+version: 1
+clusters:
+  - name: c1
+    kafka_conn_id: k
+    zookeeper: {conn_id: z, chroot: /kafka}
+"""
+
+
+def test_fleet_group_id_mappings_defaults_and_values():
+    c = parse_fleet(BASE, "f.yaml", Path("/")).cluster("c1")
+    assert c.group_id_mappings is None  # no section: the cluster has no KoP mappings, skipped
+    c = parse_fleet(BASE + "    group_id_mappings: {}\n", "f.yaml", Path("/")).cluster("c1")
+    assert (c.group_id_mappings.root, c.group_id_mappings.create_missing_unattended,
+            c.group_id_mappings.grace_seconds) == ("/client_group_id", True, 3600.0)
+    c = parse_fleet(BASE + "    group_id_mappings: {root: /kop/map, create_missing_unattended: false, grace: 90s}\n",
+                    "f.yaml", Path("/")).cluster("c1")
+    assert (c.group_id_mappings.root, c.group_id_mappings.create_missing_unattended,
+            c.group_id_mappings.grace_seconds) == ("/kop/map", False, 90.0)
+
+
+@pytest.mark.parametrize("section,field,msg", [
+    ("{root: client_group_id}", "root", "must look like"),
+    ("{root: /a/}", "root", "must look like"),
+    ("{root: /a/../b}", "root", ". or .."),
+    ("{grace: soon}", "grace", "is not a duration"),
+    ("{create_missing_unattended: 'yes'}", "create_missing_unattended", "expected true or false"),
+    ("{rooot: /x}", "group_id_mappings", "unknown field"),
+])
+def test_fleet_group_id_mappings_errors_name_file_and_field(section, field, msg):
+    with pytest.raises(FleetConfigError) as e:
+        parse_fleet(BASE + f"    group_id_mappings: {section}\n", "fleet.yaml", Path("/"))
+    assert str(e.value).startswith("fleet.yaml: clusters[c1].group_id_mappings") and field in str(e.value)
+    assert msg in str(e.value)
+
+
+def test_fleet_group_id_mappings_need_zookeeper():
+    with pytest.raises(FleetConfigError, match="needs the cluster's zookeeper section"):
+        parse_fleet("version: 1\nclusters:\n  - {name: c1, kafka_conn_id: k, group_id_mappings: {}}\n", "f.yaml", Path("/"))
+
+
+def test_report_escapes_hostile_names(tmp_path):
+    import json
+
+    hostile = "x | [link](http://evil.example) `code` <b>\n# head"
+    f = {"cluster": "c1", "path": f"/client_group_id/10.0.0.7-{hostile}", "class": "MISSING", "reason": "r",
+         "group": hostile, "groups": [hostile], "client_host": "10.0.0.7", "client_id": hostile, "member_ids": [],
+         "znode_group": None, "znode_version": None, "ctime_ms": None, "mtime": None, "age_seconds": None}
+    (tmp_path / "findings.jsonl").write_text(json.dumps(f) + "\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"clusters": {"c1": {"MISSING": 1, "OK": 3}}}))
+    text = gi.render_report(tmp_path).read_text()
+    assert "| MISSING | 1 |" in text and "| OK | 3 |" in text
+    assert "[link](" not in text and "<b>" not in text and "`code`" not in text and "\n# head" not in text
+
+
+def test_recheck_skips_ops_of_groups_that_cannot_be_described_now():
+    findings, mem = _findings()
+    ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
+    now = mem + [{"group": "gx", "client_host": None, "client_id": None, "member_id": None}]
+    keep, dropped = gi.recheck_members(ops, now)
+    assert [o["path"] for o in dropped] == ["/client_group_id/10.0.0.7-old"]
+    assert "could not be described" in dropped[0]["reason"] and len(keep) == 2
