@@ -177,7 +177,18 @@ def test_a_concurrent_kop_writer_is_never_overwritten_or_deleted(zk, root, lab):
     assert wrong == []
 
 
-def test_connection_lost_mid_apply_leaves_an_exact_record(zk, root, tmp_path):
+def _expire_session(client: KazooClient, hosts: str) -> None:
+    """Expire a client's ZooKeeper session from outside: a second client attaches to the same
+    session id and password, then closes it; the first one sees SESSION_EXPIRED and opens a new one."""
+    sid, pwd = client.client_id
+    other = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10)
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
+@pytest.mark.parametrize("loss", ["connection", "session"])
+def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_path, loss):
     ops = [{"op": "create", "class": "MISSING", "path": f"{root}/10.2.0.1-c{i:05d}", "before": None, "after": "g",
             "version": None} for i in range(4000)]
     zk.ensure_path(root)
@@ -187,14 +198,17 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(zk, root, tmp_path):
     def drop_connection(sent):
         if sent >= 1200 and not cut.is_set():
             cut.set()
-            zk._connection._socket.shutdown(socket.SHUT_RDWR)  # a real connection loss, the next window in flight
+            if loss == "connection":
+                zk._connection._socket.shutdown(socket.SHUT_RDWR)  # a real connection loss, the next window in flight
+            else:
+                _expire_session(zk, lab.spec.zk_hosts)  # the session (and everything in flight on it) is gone
 
     with pytest.raises(gi.ApplyInterrupted) as e:
         gi.apply(zk, ops, root, journal, window=200, on_sent=drop_connection)
     res = e.value.result
     assert res.interrupted and len(res.changed) >= 1000
     assert len(res.changed) + len(res.unknown) + len(res.not_started) + len(res.skipped) == 4000
-    deadline = time.monotonic() + 15  # kazoo reconnects by itself (same session)
+    deadline = time.monotonic() + 15  # kazoo reconnects by itself (same session, or a new one after expiry)
     while not zk.connected and time.monotonic() < deadline:
         time.sleep(0.2)
     present = set(zk.get_children(root))
