@@ -152,3 +152,18 @@ def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, liv
     assert st["start_trim_runbook"] == "success" and st["dry_run_stop"] == "skipped", st
     plan, _ = plans.load(Path(conf["data_root"]) / "plans", DAG_ID, dr.run_id)
     assert plan["changes"] == [] and plan["details"]["partition"] == live_group["partition"]
+
+
+def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, lab, live_group):
+    p, before = live_group["partition"], live_group["state"]
+    conf = dict(live_group["conf"], action="restart_broker")
+    dr = run(dag, conf, Answerer(DAG_ID, "Approve"))
+    assert dr.state == "success", states(dr)
+    recs = audit.records(live_group["root"], "labtest", dr.run_id)
+    assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+    assert recs[2]["details"]["result"]["restarted"] == before.leader
+    with _zk(lab) as zk:
+        now = leadership.state(zk, OFFSETS, p)
+        assert before.leader in zk.broker_ids() and before.leader in now.isr
+    # the controller moved leadership away while the broker was down (no automatic rebalance back)
+    assert now.leader_epoch > before.leader_epoch
