@@ -76,6 +76,7 @@ demo: setup
 	@echo "letting traffic flow for 20s ..."; sleep 20
 	$(FLEETCTL) trigger fleet_maintenance --wait --times 3 --interval 15 --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "never"}'
 	$(FLEETCTL) trigger fleet_maintenance --wait --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "always"}' 
+	$(FLEETCTL) trigger coordinator_ownership --wait --conf '{"cluster": "lab", "settle_seconds": 10}'
 	@$(BIN)/python -m fleet_airflow.demo_summary
 
 stop:

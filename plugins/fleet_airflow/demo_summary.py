@@ -47,8 +47,9 @@ def main() -> None:
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
     print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
-          "(try `.venv/bin/fleetctl lab stop-broker 1`); report: "
-          f"{root.uri}/reports/coordinator/latest/report.md; `.venv/bin/fleetctl coordinator who GROUP --cluster lab`")
+          "(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster lab` names: "
+          "`.venv/bin/fleetctl lab stop-broker N`); report: "
+          f"{root.uri}/reports/coordinator/latest/report.md")
     print(f"offsets health {root.uri}/reports/offsets/<run>/offsets_health.md (hourly, or offsets_health=always)")
     print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
     print("=" * 72)

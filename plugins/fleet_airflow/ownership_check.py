@@ -66,11 +66,16 @@ def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_
     out = Path(out_dir)
     groups = _jsonl(out / "groups.jsonl")
     partitions = _jsonl(out / "partitions.jsonl")
-    flagged = [p for p in partitions if p["verdict"] not in ("OK", "NO_GROUPS") or p["changes_in_window"]]
+    # a leader change or a problem; 0.9's controller also bumps the epoch when it only shrinks the
+    # ISR (a follower stopped): those partitions are counted, not listed
+    moved = lambda p: any(c["from_leader"] != c["to_leader"] for c in p["changes"] or [])  # noqa: E731
+    flagged = [p for p in partitions if p["verdict"] not in ("OK", "NO_GROUPS") or moved(p)]
+    isr_only = sum(1 for p in partitions if p["changes_in_window"] and p not in flagged)
     flagged.sort(key=lambda p: (p["verdict"] == "OK", p["cluster"], p["partition"]))
     bad_groups = sorted((g for g in groups if g["verdict"] != "OK"), key=lambda g: (g["cluster"], g["partition"], g["group"]))
     text = render("coordinator_report.md.j2", partitions=flagged, groups=bad_groups[:500], total_groups=len(groups),
-                  hidden_groups=max(0, len(bad_groups) - 500), events=events, passes=passes, load_stuck=load_stuck)
+                  hidden_groups=max(0, len(bad_groups) - 500), events=events, passes=passes, load_stuck=load_stuck,
+                  isr_only=isr_only)
     (out / "report.md").write_text(text, encoding="utf-8")
     latest = Path(data_root) / "reports" / "coordinator" / "latest"
     latest.mkdir(parents=True, exist_ok=True)
