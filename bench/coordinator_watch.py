@@ -49,7 +49,7 @@ def main() -> int:
     zk = ZooKeeperCluster("bench", f"127.0.0.1:{spec.zk_port}", "/kafka")
     zk.start()
     try:
-        leadership.preferred_election(zk, [("__consumer_offsets", p) for p in range(50)])
+        leadership.elect_preferred_leaders(zk, "__consumer_offsets")
         latencies = asyncio.run(scenario(zk, str(fleet_file), lab, args.moves))
     finally:
         zk.stop()
@@ -60,10 +60,9 @@ def main() -> int:
 
 
 async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
-    from kazoo.client import KazooClient
-
     from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
     from fleetkit import leadership
+    from fleetkit.lab import expire_zk_session
 
     trigger = LeaderChangeTrigger(cluster="bench", fleet_file=fleet_file, reconcile_seconds=600)
     events = trigger.run()
@@ -95,11 +94,7 @@ async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
     await measure(f"stop broker {victim} (controlled shutdown)", lambda: lab.stop_broker(victim))
     await asyncio.to_thread(lab.start_broker, victim)
     await asyncio.sleep(3)
-    sid, pwd = trigger.watch.zk.client.client_id
-    other = KazooClient(hosts=f"127.0.0.1:{lab.spec.zk_port}", client_id=(sid, pwd))
-    other.start(timeout=10)
-    other.stop()
-    other.close()
+    expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts)
     deadline = time.monotonic() + 30
     while trigger.watch.sessions < 2 and time.monotonic() < deadline:
         await asyncio.sleep(0.2)

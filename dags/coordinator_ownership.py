@@ -95,7 +95,9 @@ with DAG(
     def which_clusters(params=None, **context) -> dict:
         from fleetkit.fleet import load_fleet
 
-        from fleet_airflow.ownership_check import clusters_to_check, events_from_context, newest_health, record_changes
+        from fleetkit.offsets_health import newest_result
+
+        from fleet_airflow.ownership_check import clusters_to_check, events_from_context, record_changes
 
         events = events_from_context(context)
         for e in events:
@@ -104,7 +106,7 @@ with DAG(
                                   f"(epoch {c['from_epoch']} -> {c['to_epoch']})" for c in e["changes"]))
         record_changes(params["data_root"], events)
         names = clusters_to_check(params, events, load_fleet(params["fleet_file"]).names)
-        return {"clusters": names, "events": events, "health": newest_health(params["data_root"]) or ""}
+        return {"clusters": names, "events": events, "health": str(newest_result(params["data_root"]) or "")}
 
     @task(map_index_template="{{ cluster }}", execution_timeout=dt.timedelta(minutes=70))
     def collect(cluster: str, params=None) -> dict:

@@ -50,6 +50,12 @@ class LabHandle:
         self.fleet_file = fleet_file
         self.bootstrap = lab.spec.bootstrap
 
+    def zookeeper(self):
+        """A (not yet started) ZooKeeperCluster for the lab, chroot applied; use as a context manager."""
+        from fleetkit.zookeeper import ZooKeeperCluster
+
+        return ZooKeeperCluster(self.spec.name, self.spec.zk_hosts, self.spec.chroot)
+
     @property
     def fleet(self):
         from fleetkit.fleet import load_fleet

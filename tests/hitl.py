@@ -12,6 +12,21 @@ import threading
 import time
 
 
+def run_dag(dag, conf: dict, answerer: "Answerer | None" = None):
+    """dag.test() with the approval answered by `answerer` (started first, checked after)."""
+    if answerer is not None:
+        answerer.start()
+    dr = dag.test(run_conf=conf)
+    if answerer is not None:
+        answerer.join(5)
+        assert answerer.error is None, answerer.error
+    return dr
+
+
+def task_states(dr) -> dict:
+    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
+
+
 class Answerer(threading.Thread):
     """Waits for the first unanswered approval of `dag_id` and answers it.
 

@@ -95,6 +95,18 @@ SCHEMAS: dict[str, pa.Schema] = {
 GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
 
 
+def read_jsonl(path) -> list[dict]:
+    """The rows of a job's JSON Lines result file ([] when it does not exist)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

@@ -70,6 +70,19 @@ def ensure_kafka_dist() -> Path:
     return home
 
 
+def expire_zk_session(client, hosts: str) -> None:
+    """Fault injection: expire a kazoo client's ZooKeeper session from outside. A second client
+    attaches to the same session id and password, then closes it; the first one sees
+    SESSION_EXPIRED (its watches are gone) and opens a new session."""
+    from kazoo.client import KazooClient
+
+    sid, pwd = client.client_id
+    other = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10)
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
 @dataclass
 class LabSpec:
     """Where a lab lives and which ports it uses. The defaults are the demo lab."""

@@ -92,6 +92,12 @@ def preferred_election(zk: ZooKeeperCluster, partitions: list[tuple[str, int]], 
     _wait_gone(zk, ELECTION, timeout)
 
 
+def elect_preferred_leaders(zk: ZooKeeperCluster, topic: str, timeout: float = 60.0) -> None:
+    """A preferred-replica election for every partition of a topic (leaders back on the first
+    replica of each assignment: spread over the brokers when the assignment is)."""
+    preferred_election(zk, [(topic, p) for p in sorted(assignment(zk, topic))], timeout)
+
+
 def move_leader(zk: ZooKeeperCluster, topic: str, partition: int, target: int, timeout: float = 60.0) -> dict:
     """Make `target` (an in-sync replica) the leader: reorder, elect, wait until the state says so.
     Returns {"replicas_before", "replicas_after", "leader_before", "leader_after", "epoch_after"}."""

@@ -42,6 +42,14 @@ class HealthFacts:
     observations: int              # inventory observations in the history
 
 
+def newest_result(data_root):
+    """The newest offsets-health result, <data root>/reports/offsets/<run>/health.jsonl, if any."""
+    from pathlib import Path
+
+    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
 def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads: int = 1,
             load_factor: float = 0.9, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
             min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES) -> tuple[str, str, dict | None]:

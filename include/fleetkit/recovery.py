@@ -14,13 +14,12 @@ The actions, each planned, re-checked right before it runs, and verified:
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
-from fleetkit import leadership
+from fleetkit import leadership, offsets_health
 from fleetkit.coordinator import partition_for
-from fleetkit.datasets import DataRoot, iso_z, utcnow
+from fleetkit.datasets import DataRoot, iso_z, read_jsonl, utcnow
 from fleetkit.errors import FleetError
 from fleetkit.offsets_topic import OFFSETS_TOPIC
 from fleetkit.ownership import OK, who
@@ -88,28 +87,20 @@ def leader_history(root: DataRoot, cluster: str, partition: int, limit: int = HI
     return out[-limit:]
 
 
-def _jsonl(path: Path) -> list[dict]:
-    try:
-        return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
-    except OSError:
-        return []
-
-
 def ownership_facts(report_dir: Path, cluster: str, partition: int) -> tuple[dict | None, list[str]]:
     """(the partition's row of the newest ownership report, its affected groups)."""
-    for p in _jsonl(report_dir / "partitions.jsonl"):
+    for p in read_jsonl(report_dir / "partitions.jsonl"):
         if p["cluster"] == cluster and p["partition"] == partition:
             return p, list(p.get("affected_groups") or [])
     return None, []
 
 
 def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
-    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        return []
+    newest = offsets_health.newest_result(data_root)
     return [{"broker": h["broker"], "disk_bytes": h.get("disk_bytes"), "verdict": h.get("verdict"),
              "records": h.get("records")}
-            for h in _jsonl(found[-1]) if h.get("cluster") == cluster and h.get("partition") == partition]
+            for h in (read_jsonl(newest) if newest else [])
+            if h.get("cluster") == cluster and h.get("partition") == partition]
 
 
 def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=None) -> dict:

@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetkit import stuck
+from fleetkit.datasets import read_jsonl
 from fleetkit.render import render
 
 
 REPORT_LIMIT = 500  # partitions listed in a report; findings.jsonl has them all
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def sparkline(points: list[dict], width: int = 220, height: int = 40) -> str:

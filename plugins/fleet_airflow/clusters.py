@@ -110,7 +110,8 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
     Returns one summary per pass."""
     import time
 
-    from fleetkit.collect import collect_coordinators
+    from fleetkit.collect import collect_coordinators, state_path
+    from fleetkit.coordinator import partitions_for
     from fleetkit.datasets import write_collection
     from fleetkit.ownership import OK, verdict
 
@@ -119,15 +120,12 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
     t0 = time.monotonic()
     with connected(cluster, timeout=timeout) as (kafka, zk):
         groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups)
-                        | set((root.read_json(root.join("_state", f"cluster={cluster.name}", "known_groups.json"),
-                                              default={}) or {})))
+                        | set(root.read_json(state_path(root, cluster.name), default={}) or {}))
         while True:
             res = collect_coordinators(cluster, kafka, zk, groups=groups)
             write_collection(root, cluster.name, res.observed_at, res.rows)
             leaders = {r["partition"]: r["leader"] for r in res.rows["partition_state"]}
             count = (max(leaders) + 1) if leaders else 0
-            from fleetkit.coordinator import partitions_for
-
             parts = partitions_for(groups, count).tolist() if count else [None] * len(groups)
             not_ok = {}
             for row, p in zip(res.rows["group_coordinators"], parts):

@@ -3,11 +3,11 @@ leader-change events that scheduled it, or its params), and the report."""
 
 from __future__ import annotations
 
-import json
 import logging
 import shutil
 from pathlib import Path
 
+from fleetkit.datasets import read_jsonl
 from fleetkit.render import render
 
 log = logging.getLogger(__name__)
@@ -48,24 +48,12 @@ def clusters_to_check(params: dict, events: list[dict], fleet_names: list[str]) 
     return [wanted]
 
 
-def newest_health(data_root: str) -> str | None:
-    """The newest offsets-health result (reports/offsets/<run>/health.jsonl), if any."""
-    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
-    return str(found[-1]) if found else None
-
-
-def _jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_stuck: str) -> dict:
     """Render report.md from the job's groups.jsonl / partitions.jsonl, copy it to
     reports/coordinator/latest, and return a summary (what needs a person)."""
     out = Path(out_dir)
-    groups = _jsonl(out / "groups.jsonl")
-    partitions = _jsonl(out / "partitions.jsonl")
+    groups = read_jsonl(out / "groups.jsonl")
+    partitions = read_jsonl(out / "partitions.jsonl")
     # a leader change or a problem; 0.9's controller also bumps the epoch when it only shrinks the
     # ISR (a follower stopped): those partitions are counted, not listed
     moved = lambda p: any(c["from_leader"] != c["to_leader"] for c in p["changes"] or [])  # noqa: E731

@@ -14,9 +14,10 @@ from fleetkit import audit, leadership, plans
 from fleetkit.coordinator import partition_for
 from fleetkit.datasets import DataRoot
 from fleetkit.lab_traffic import ConsumerThread, produce, wait_topic
-from fleetkit.zookeeper import ZooKeeperCluster
 
 from tests.hitl import Answerer
+from tests.hitl import run_dag as run
+from tests.hitl import task_states as states
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "runbook_coordinator_recovery"
@@ -33,16 +34,12 @@ def dag(airflow_db):
     return bag.get_dag(DAG_ID)
 
 
-def _zk(lab) -> ZooKeeperCluster:
-    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
-
-
 @pytest.fixture
 def live_group(lab, tmp_path, unique, monkeypatch):
     """A group with a live member, leaders balanced, the group's partition and its state."""
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
-    with _zk(lab) as zk:
-        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+    with lab.zookeeper() as zk:
+        leadership.elect_preferred_leaders(zk, OFFSETS)
     topic, group = unique("rec"), unique("recovery 'ü😀' $x")
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 3, 1: 3, 2: 3})
@@ -50,29 +47,17 @@ def live_group(lab, tmp_path, unique, monkeypatch):
     member.start()
     time.sleep(3)
     p = partition_for(group, 50)
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         st = leadership.state(zk, OFFSETS, p)
     conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
             "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data"),
             "evidence_report": ""}
     yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data")}
     member.stop()
-    with _zk(lab) as zk:
-        leadership.preferred_election(zk, [(OFFSETS, q) for q in range(50)])
+    with lab.zookeeper() as zk:
+        leadership.elect_preferred_leaders(zk, OFFSETS)
 
 
-def run(dag, conf, answerer=None):
-    if answerer is not None:
-        answerer.start()
-    dr = dag.test(run_conf=conf)
-    if answerer is not None:
-        answerer.join(5)
-        assert answerer.error is None, answerer.error
-    return dr
-
-
-def states(dr):
-    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
 
 
 def test_dry_run_is_the_default_and_changes_nothing(dag, lab, live_group):
@@ -84,7 +69,7 @@ def test_dry_run_is_the_default_and_changes_nothing(dag, lab, live_group):
     st = states(dr)
     assert st["plan"] == "success" and st["dry_run_stop"] == "success" and st["execute"] == "skipped"
     assert st["start_trim_runbook"] == "skipped"
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         now = leadership.state(zk, OFFSETS, live_group["partition"])
     assert (now.leader, now.leader_epoch) == (live_group["state"].leader, live_group["state"].leader_epoch)
 
@@ -94,7 +79,7 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     answer = Answerer(DAG_ID, "Approve")
     dr = run(dag, live_group["conf"], answer)
     assert dr.state == "success", states(dr)
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         after = leadership.state(zk, OFFSETS, p)
         replicas = leadership.assignment(zk, OFFSETS)[p]
     target = next(b for b in before.isr if b != before.leader)
@@ -126,7 +111,7 @@ def test_a_leader_change_after_the_plan_is_refused(dag, lab, live_group):
 
     def move_meanwhile(_body):  # the approver answers; before the executor runs, the leader moves
         try:
-            with _zk(lab) as zk:
+            with lab.zookeeper() as zk:
                 other = [b for b in before.isr if b != before.leader][-1]
                 leadership.move_leader(zk, OFFSETS, p, other)
         except Exception as e:  # noqa: BLE001 - reported below (raising here would leave the run waiting)
@@ -162,7 +147,7 @@ def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, l
     recs = audit.records(live_group["root"], "labtest", dr.run_id)
     assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
     assert recs[2]["details"]["result"]["restarted"] == before.leader
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         now = leadership.state(zk, OFFSETS, p)
         assert before.leader in zk.broker_ids() and before.leader in now.isr
     # the controller moved leadership away while the broker was down (no automatic rebalance back)

@@ -21,6 +21,8 @@ from fleetkit.lab_traffic import ConsumerThread, commit, produce, wait_topic
 from fleetkit.locks import ClusterLock
 
 from tests.hitl import Answerer
+from tests.hitl import run_dag as run
+from tests.hitl import task_states as states
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "runbook_reset_offsets"
@@ -59,22 +61,10 @@ def offsets(lab, group, topic):
     return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
 
 
-def states(dr):
-    return {ti.task_id: ti.state for ti in dr.get_task_instances()}
-
 
 def events(root, run_id):
     return [r["event"] for r in audit.records(root, "labtest", run_id)]
 
-
-def run(dag, conf, answerer=None):
-    if answerer is not None:
-        answerer.start()
-    dr = dag.test(run_conf=conf)
-    if answerer is not None:
-        answerer.join(5)
-        assert answerer.error is None, answerer.error
-    return dr
 
 
 def test_dry_run_is_the_default_and_changes_nothing(dag, setup):

@@ -12,26 +12,21 @@ import uuid
 from collections import Counter
 
 import pytest
-from kazoo.client import KazooClient
 
 from fleetkit import leadership
 from fleetkit.coordinator import partition_for
 from fleetkit.kafka import KafkaCluster, client_config
 from fleetkit.ownership import who
-from fleetkit.zookeeper import ZooKeeperCluster
+from fleetkit.lab import expire_zk_session
 
 pytestmark = pytest.mark.lab
 OFFSETS = "__consumer_offsets"
 
 
-def _zk(lab) -> ZooKeeperCluster:
-    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
-
-
 def balance_leaders(lab) -> dict[int, int]:
     """Preferred-replica election for every offsets partition: leaders spread over the 3 brokers."""
-    with _zk(lab) as zk:
-        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+    with lab.zookeeper() as zk:
+        leadership.elect_preferred_leaders(zk, OFFSETS)
         states, _ = zk.partition_states([OFFSETS])
     return {s.partition: s.leader for s in states}
 
@@ -49,7 +44,7 @@ def test_200_random_groups_are_coordinated_by_their_partition_leader(lab):
     groups = [random_name(rnd) for _ in range(200)]
     assert any(any(ord(c) > 0xFFFF for c in g) for g in groups) and any(not g.isascii() for g in groups)
     kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         rows = who(kafka, zk, groups)
     # an independent reading of the same thing: librdkafka's own coordinator lookup (describe)
     described = kafka.describe_groups(groups)
@@ -79,21 +74,11 @@ def test_cli_who_prints_partition_leader_and_answer(lab):
     out = proc.stdout.strip().splitlines()
     assert proc.returncode == 0 and len(out) == 1, (proc.stdout, proc.stderr[-2000:])
     fields = out[0].split("\t")
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         st = leadership.state(zk, OFFSETS, partition_for(group, 50))
     assert fields[0] == group and fields[1] == str(partition_for(group, 50))
     assert fields[2:] == [f"leader={st.leader}", f"isr={','.join(map(str, st.isr))}", f"leader_epoch={st.leader_epoch}",
                           f"coordinator={st.leader}", "answer=Dead", "verdict=OK"]
-
-
-def _expire_session(client: KazooClient, hosts: str) -> None:
-    """The classic way to expire a ZooKeeper session from outside: attach a second client to the
-    same session id and password, then close it."""
-    sid, pwd = client.client_id
-    other = KazooClient(hosts=hosts, client_id=(sid, pwd))
-    other.start(timeout=10)
-    other.stop()
-    other.close()
 
 
 def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
@@ -110,12 +95,12 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
         results = []
         for round_ in ("first", "after session loss"):
             if round_ == "after session loss":
-                _expire_session(trigger.watch.zk.client, f"127.0.0.1:{lab.spec.zk_port}")
+                expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts)
                 deadline = time.monotonic() + 30
                 while trigger.watch.sessions < 2 and time.monotonic() < deadline:
                     await asyncio.sleep(0.2)
                 assert trigger.watch.sessions == 2, "the watch did not re-establish a session"
-            with _zk(lab) as zk:
+            with lab.zookeeper() as zk:
                 p = 7 if round_ == "first" else 8
                 st = leadership.state(zk, OFFSETS, p)
                 target = next(b for b in st.isr if b != st.leader)
@@ -144,7 +129,7 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
 
 def test_move_leader_refuses_a_replica_outside_the_isr_and_a_busy_controller(lab):
     balance_leaders(lab)
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         with pytest.raises(Exception, match="not in the ISR"):
             leadership.move_leader(zk, OFFSETS, 3, 99)
         zk.client.create(leadership.ELECTION, b'{"version":1,"partitions":[]}')

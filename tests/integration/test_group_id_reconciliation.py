@@ -16,6 +16,7 @@ from kazoo.security import make_digest_acl
 
 from fleetkit import group_ids as gi
 from fleetkit.kafka import KafkaCluster, client_config
+from fleetkit.lab import expire_zk_session
 from fleetkit.lab_traffic import ConsumerThread, wait_topic
 
 from tests.kop_standin import ConcurrentKoP, kop_write
@@ -177,16 +178,6 @@ def test_a_concurrent_kop_writer_is_never_overwritten_or_deleted(zk, root, lab):
     assert wrong == []
 
 
-def _expire_session(client: KazooClient, hosts: str) -> None:
-    """Expire a client's ZooKeeper session from outside: a second client attaches to the same
-    session id and password, then closes it; the first one sees SESSION_EXPIRED and opens a new one."""
-    sid, pwd = client.client_id
-    other = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10)
-    other.start(timeout=10)
-    other.stop()
-    other.close()
-
-
 @pytest.mark.parametrize("loss", ["connection", "session"])
 def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_path, loss):
     ops = [{"op": "create", "class": "MISSING", "path": f"{root}/10.2.0.1-c{i:05d}", "before": None, "after": "g",
@@ -201,7 +192,7 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_pat
             if loss == "connection":
                 zk._connection._socket.shutdown(socket.SHUT_RDWR)  # a real connection loss, the next window in flight
             else:
-                _expire_session(zk, lab.spec.zk_hosts)  # the session (and everything in flight on it) is gone
+                expire_zk_session(zk, lab.spec.zk_hosts)  # the session (and everything in flight on it) is gone
 
     with pytest.raises(gi.ApplyInterrupted) as e:
         gi.apply(zk, ops, root, journal, window=200, on_sent=drop_connection)

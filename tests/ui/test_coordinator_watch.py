@@ -15,7 +15,6 @@ import pytest
 from fleetkit import leadership
 from fleetkit.coordinator import partition_for
 from fleetkit.lab_traffic import ConsumerThread, produce, wait_topic
-from fleetkit.zookeeper import ZooKeeperCluster
 
 from tests.ui.test_approval_server import wait_for
 
@@ -25,13 +24,9 @@ OFFSETS = "__consumer_offsets"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]
 
 
-def _zk(lab) -> ZooKeeperCluster:
-    return ZooKeeperCluster("labtest", f"127.0.0.1:{lab.spec.zk_port}", "/kafka")
-
-
 def _balance(lab) -> None:
-    with _zk(lab) as zk:
-        leadership.preferred_election(zk, [(OFFSETS, p) for p in range(50)])
+    with lab.zookeeper() as zk:
+        leadership.elect_preferred_leaders(zk, OFFSETS)
 
 
 def _groups_on(partition: int, n: int, stamp: str) -> list[str]:
@@ -58,7 +53,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     time.sleep(3)
 
     _balance(lab)
-    with _zk(lab) as zk:
+    with lab.zookeeper() as zk:
         states, _ = zk.partition_states([OFFSETS])
     leaders = {s.partition: s for s in states}
     p = 5

@@ -10,7 +10,7 @@ from airflow.providers.common.compat.sdk import BaseOperator
 
 from fleetkit.fleet import load_fleet
 from fleetkit.render import render
-from fleetkit.stuck_report import read_jsonl
+from fleetkit.datasets import read_jsonl
 
 from fleet_airflow.notifiers import FleetAlertNotifier
 
