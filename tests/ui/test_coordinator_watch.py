@@ -84,7 +84,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
         assert started - t0 < 15
 
         done = wait_for(lambda: (lambda r: r if r["state"] in ("success", "failed") else None)(
-            api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")), 300, "the check run finished")
+            api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run['dag_run_id']}")), 600, "the check run finished")
         assert done["state"] == "success", done
     finally:
         for m in members:
