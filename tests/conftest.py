@@ -1,5 +1,6 @@
 """Shared fixtures. The environment is set here, before anything imports Airflow:
-the tests use their own Airflow home (.airflow-test, SQLite) and their own lab fleet
+the tests use their own Airflow home (.airflow-test, with its own PostgreSQL on 35432, database
+airflow_test) and their own lab fleet
 (.lab-test, ZooKeeper 32181, brokers 39092-39094), so they never touch the demo's.
 FLEET_TEST_PORT_OFFSET (default 0) shifts every test port, so two checkouts can run their suites
 side by side.
@@ -30,6 +31,16 @@ os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 PORT_OFFSET = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
 os.environ["FLEET_AIRFLOW_PORT"] = str(38080 + PORT_OFFSET)  # the tests' own api-server (the demo uses 28080)
 os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
+os.environ["FLEET_PG_PORT"] = str(35432 + PORT_OFFSET)
+os.environ["FLEET_PG_DATABASE"] = "airflow_test"
+
+from fleetlab import postgres  # noqa: E402
+
+TEST_PG = postgres.PgSpec(home=TEST_AIRFLOW_HOME / "postgres", port=int(os.environ["FLEET_PG_PORT"]),
+                          database=os.environ["FLEET_PG_DATABASE"])
+# the URL is known (its password generated) before the server starts, so Airflow's settings,
+# read when something first imports airflow, already point at it
+os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = TEST_PG.url()
 
 from fleetkit.lab import Lab, LabSpec  # noqa: E402
 
@@ -91,12 +102,19 @@ def lab():
 
 @pytest.fixture(scope="session")
 def airflow_db():
-    """A migrated metadata database for DAG tests (.airflow-test/airflow.db)."""
+    """A migrated metadata database for DAG tests: the tests' PostgreSQL (started here, stopped by
+    PID at the end of the session unless it was already running), database airflow_test."""
     TEST_AIRFLOW_HOME.mkdir(exist_ok=True)
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"],
-                         capture_output=True, text=True, env=dict(os.environ))
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return TEST_AIRFLOW_HOME
+    was_running = postgres.running(TEST_PG) is not None
+    postgres.up(TEST_PG)
+    try:
+        out = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"],
+                             capture_output=True, text=True, env=dict(os.environ))
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        yield TEST_AIRFLOW_HOME
+    finally:
+        if not was_running:
+            print(f"postgresql: {postgres.down(TEST_PG)}")
 
 
 @pytest.fixture(scope="session")
@@ -112,7 +130,7 @@ def airflow_server(airflow_db, lab, tmp_path_factory):
         services.up(write_env_file=False)
         yield services
     finally:
-        for line in services.down():
+        for line in services.down(database=False):
             print(line)
 
 

@@ -62,37 +62,91 @@ def owned_pid(pid_file: Path, marker: str) -> int | None:
 
 
 def start(argv: list[str], pid_file: Path, log_file: Path, env: dict | None = None,
-          cwd: str | None = None) -> int:
+          cwd: str | None = None, **popen_kwargs) -> int:
+    """Start argv in its own session (so its PID is also its process group's id), output appended
+    to log_file. popen_kwargs go to subprocess.Popen (user=/group= to drop root, say)."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=cwd, start_new_session=True)
+                                env=env, cwd=cwd, start_new_session=True, **popen_kwargs)
     pid_file.write_text(str(proc.pid))
     return proc.pid
 
 
-def stop(pid_file: Path, marker: str, timeout: float = 30.0) -> str:
-    """SIGTERM the process in pid_file, SIGKILL after `timeout`. Returns what happened."""
+def group_members(pgid: int) -> list[int]:
+    """Live processes whose process group is `pgid` (what start() launched and its children)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        # fields after the command: state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != b"Z":
+            members.append(int(entry.name))
+    return members
+
+
+def stop(pid_file: Path, marker: str, timeout: float = 30.0, sig: int = signal.SIGTERM,
+         group: bool = False) -> str:
+    """Send `sig` (SIGTERM) to the process in pid_file, SIGKILL after `timeout`. Returns what
+    happened.
+
+    With group=True the process's own group (start() makes it a session leader, so the group id
+    is the PID we recorded) is stopped too: children it left behind (Airflow's LocalExecutor
+    workers, say) get SIGTERM once the leader is gone and SIGKILL after a short grace."""
     pid = owned_pid(pid_file, marker)
     if pid is None:
         pid_file.unlink(missing_ok=True)
         return "not running"
-    os.kill(pid, signal.SIGTERM)
+    os.kill(pid, sig)
     deadline = time.monotonic() + timeout
+    result = None
     while time.monotonic() < deadline:
         if not pid_alive(pid):
             _reap(pid)
-            pid_file.unlink(missing_ok=True)
-            return f"stopped (pid {pid})"
-        time.sleep(0.2)
-    os.kill(pid, signal.SIGKILL)
-    for _ in range(50):
-        if not pid_alive(pid):
+            result = f"stopped (pid {pid})"
             break
-        time.sleep(0.1)
-    _reap(pid)
+        time.sleep(0.2)
+    if result is None:
+        _kill(pid, group)
+        for _ in range(50):
+            if not pid_alive(pid):
+                break
+            time.sleep(0.1)
+        _reap(pid)
+        result = f"killed after {timeout:.0f}s (pid {pid})"
+    if group:
+        left = group_members(pid)
+        if left:
+            _signal_group(pid, signal.SIGTERM)
+            grace = time.monotonic() + 10
+            while group_members(pid) and time.monotonic() < grace:
+                time.sleep(0.2)
+            if group_members(pid):
+                _signal_group(pid, signal.SIGKILL)
+            result += f", {len(left)} left-behind child process(es) of its group stopped"
     pid_file.unlink(missing_ok=True)
-    return f"killed after {timeout:.0f}s (pid {pid})"
+    return result
+
+
+def _kill(pid: int, group: bool) -> None:
+    if group:
+        _signal_group(pid, signal.SIGKILL)
+    else:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _reap(pid: int) -> None:

@@ -1,5 +1,10 @@
 """The project's own Airflow: api-server, scheduler, dag-processor and triggerer as separate
-processes on 127.0.0.1, SQLite + LocalExecutor, PID files under .airflow/run.
+processes on 127.0.0.1, LocalExecutor, PID files under .airflow/run, and its metadata database on
+a private PostgreSQL cluster under .airflow/postgres (fleetlab.postgres), started first and
+stopped last.
+
+Ports and databases: the demo's PostgreSQL listens on 25432 (database airflow_demo), the tests'
+on 35432 (airflow_test); FLEET_PG_PORT / FLEET_PG_DATABASE choose others.
 
 Secrets (JWT secret, fernet key, the UI password) are generated once into the untracked
 .airflow/airflow.env and .airflow/simple_auth_manager_passwords.json.generated.
@@ -21,6 +26,7 @@ from pathlib import Path
 from fleetkit import procs
 from fleetkit.errors import FleetError
 from fleetkit.lab import LabSpec
+from fleetlab import postgres
 
 from fleet_airflow.settings import REPO_ROOT, airflow_env_file, airflow_home
 
@@ -28,6 +34,15 @@ API_HOST = "127.0.0.1"
 API_PORT = int(os.environ.get("FLEET_AIRFLOW_PORT", "28080"))
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = ("admin", "approver")
+PG_PORT_DEFAULT = 25432
+PG_DATABASE_DEFAULT = "airflow_demo"
+
+
+def pg_spec() -> postgres.PgSpec:
+    """The PostgreSQL cluster of the Airflow home in use."""
+    return postgres.PgSpec(home=airflow_home() / "postgres",
+                           port=int(os.environ.get("FLEET_PG_PORT", PG_PORT_DEFAULT)),
+                           database=os.environ.get("FLEET_PG_DATABASE", PG_DATABASE_DEFAULT))
 
 
 def ensure_env_file(lab: LabSpec | None = None) -> Path:
@@ -54,6 +69,7 @@ def ensure_env_file(lab: LabSpec | None = None) -> Path:
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
         "FLEET_VENV_BIN": venv_bin,
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_spec().url(),
     }
     values.update(lab.connection_env())
     # local Spark by default; point the spark_default connection at a cluster to scale out
@@ -121,6 +137,7 @@ def up(timeout: float = 180, write_env_file: bool = True) -> None:
         ensure_env_file()
     ensure_passwords()
     env = _env()
+    db_up()
     migrate()
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)
     for name in COMPONENTS:
@@ -155,8 +172,21 @@ def api_healthy() -> bool:
         return False
 
 
-def down(timeout: float = 30) -> list[str]:
-    return [f"{name}: {procs.stop(_pid_file(name), _marker(), timeout=timeout)}" for name in reversed(COMPONENTS)]
+def db_up() -> postgres.PgSpec:
+    """Start (creating it on first use) the metadata database's PostgreSQL."""
+    spec = pg_spec()
+    postgres.up(spec)
+    return spec
+
+
+def down(timeout: float = 30, database: bool = True) -> list[str]:
+    """Stop the components (each with the processes it left in its group, such as LocalExecutor
+    workers), then PostgreSQL (unless database=False: the tests stop theirs themselves)."""
+    out = [f"{name}: {procs.stop(_pid_file(name), _marker(), timeout=timeout, group=True)}"
+           for name in reversed(COMPONENTS)]
+    if database:
+        out.append(f"postgresql: {postgres.down(pg_spec())}")
+    return out
 
 
 def status() -> list[dict]:
@@ -164,6 +194,8 @@ def status() -> list[dict]:
     for name in COMPONENTS:
         pid = procs.owned_pid(_pid_file(name), _marker())
         rows.append({"component": name, "pid": pid, "running": pid is not None})
+    pid = postgres.running(pg_spec())
+    rows.append({"component": "postgresql", "pid": pid, "running": pid is not None})
     return rows
 
 
