@@ -48,7 +48,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 kafka-dist: $(STAMP)
-	@$(BIN)/python -c "from fleetkit.lab import ensure_kafka_dist as e; print('Kafka 0.9.0.1 in', e())"
+	@$(BIN)/python -c "from fleetlab.lab import ensure_kafka_dist as e; print('Kafka 0.9.0.1 in', e())"
 
 airflow-env: $(STAMP)
 	@$(FLEETCTL) airflow env
@@ -80,7 +80,7 @@ demo: setup
 	$(FLEETCTL) trigger fleet_maintenance --wait --times 3 --interval 15 --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "never"}'
 	$(FLEETCTL) trigger fleet_maintenance --wait --conf '{"window": "2m", "snapshot_interval": "20s", "offsets_health": "always"}' 
 	$(FLEETCTL) trigger coordinator_ownership --wait --conf '{"cluster": "lab", "settle_seconds": 10}'
-	@$(BIN)/python -m fleet_airflow.demo_summary
+	@$(BIN)/python -m fleetlab.demo_summary
 
 stop:
 	@test -x $(FLEETCTL) || exit 0; \

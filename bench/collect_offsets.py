@@ -29,9 +29,9 @@ load_airflow_env()
 
 from confluent_kafka import TopicPartition  # noqa: E402
 
-from fleetkit.fleet import parse_fleet  # noqa: E402
-from fleetkit.lab import Lab, LabSpec  # noqa: E402
-from fleetkit.lab_traffic import consumer, producer  # noqa: E402
+from fleetkit.core.fleet import parse_fleet  # noqa: E402
+from fleetlab.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.traffic import consumer, producer  # noqa: E402
 
 
 def prepare(lab: Lab, groups: int) -> list[str]:

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/coordinator_ownership.py [--groups 100000] [--snapshots 288] [--skip-job]
 
-1. fleetkit.coordinator.partitions_for (numpy) over 1M group ids of three shapes: service-style
+1. fleetkit.core.partitioning.partitions_for (numpy) over 1M group ids of three shapes: service-style
    ASCII ids (~30 characters), long ids (~60), and ids with non-ASCII and 4-byte characters;
    best of 3, checked against the scalar partition_for on a sample. Target: >= 1M ids/s.
 2. Generates group_coordinators for 100,000 groups x 288 snapshots (a day at 5-minute intervals,
@@ -30,7 +30,7 @@ from measure import run_measured  # noqa: E402
 
 
 def bench_hash(n: int = 1_000_000) -> float:
-    from fleetkit.coordinator import partition_for, partitions_for
+    from fleetkit.core.partitioning import partition_for, partitions_for
 
     rnd = random.Random(7)
     shapes = {

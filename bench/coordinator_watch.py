@@ -34,9 +34,9 @@ def main() -> int:
     args = ap.parse_args()
     import yaml
 
-    from fleetkit import leadership
-    from fleetkit.lab import Lab, LabSpec
-    from fleetkit.zookeeper import ZooKeeperCluster
+    from fleetkit.clients import leadership
+    from fleetlab.lab import Lab, LabSpec
+    from fleetkit.clients.zookeeper import ZooKeeperCluster
 
     spec = LabSpec(lab_dir=str(REPO / ".lab-bench"), name="bench", zk_port=32581, broker_base_port=39592)
     os.environ.update(spec.connection_env())
@@ -61,8 +61,8 @@ def main() -> int:
 
 async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
     from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
-    from fleetkit import leadership
-    from fleetkit.lab import expire_zk_session
+    from fleetkit.clients import leadership
+    from fleetlab.lab import expire_zk_session
 
     trigger = LeaderChangeTrigger(cluster="bench", fleet_file=fleet_file, reconcile_seconds=600)
     events = trigger.run()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "include"))
 
-from fleetkit.offsets_codec import decode, encode_group_key, encode_offset_key, encode_offset_value_v1  # noqa: E402
+from fleetkit.clients.offsets_codec import decode, encode_group_key, encode_offset_key, encode_offset_value_v1  # noqa: E402
 import struct  # noqa: E402
 
 

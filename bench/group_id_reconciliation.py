@@ -123,8 +123,8 @@ def _delete_all(zk, root: str, window: int = 2000) -> None:
 def bench_zk(creates: int, read: int) -> None:
     from kazoo.client import KazooClient
 
-    from fleetkit import group_ids as gi
-    from fleetkit.lab import Lab, LabSpec
+    from fleetkit.group_ids import reconcile as gi
+    from fleetlab.lab import Lab, LabSpec
 
     offset = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
     spec = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181 + offset,

@@ -30,7 +30,7 @@ from measure import run_measured  # noqa: E402
 def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
     from pyspark.sql import functions as F
 
-    from fleetkit.datasets import DataRoot, write_collection
+    from fleetkit.core.datasets import DataRoot, write_collection
     from jobs_common import session
 
     spark = session("bench-generate", "local[2]")

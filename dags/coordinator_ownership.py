@@ -48,8 +48,8 @@ This DAG never changes a cluster.
 
 
 def _watched_assets() -> list[Asset]:
-    from fleetkit.errors import FleetError
-    from fleetkit.fleet import load_fleet
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.fleet import load_fleet
 
     path = settings.fleet_file()
     try:
@@ -93,9 +93,9 @@ with DAG(
 
     @task
     def which_clusters(params=None, **context) -> dict:
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
-        from fleetkit.offsets_health import newest_result
+        from fleetkit.trim.rules import newest_result
 
         from fleet_airflow.ownership_check import clusters_to_check, events_from_context, record_changes
 
@@ -110,7 +110,7 @@ with DAG(
 
     @task(map_index_template="{{ cluster }}", execution_timeout=dt.timedelta(minutes=70))
     def collect(cluster: str, params=None) -> dict:
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         from fleet_airflow.clusters import collect_until_settled
 

@@ -80,7 +80,7 @@ with DAG(
 
     @task
     def list_clusters(params=None) -> list[str]:
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         return load_fleet(params["fleet_file"]).names
 

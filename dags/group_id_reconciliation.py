@@ -61,7 +61,7 @@ with DAG(
 
     @task
     def list_clusters(params=None) -> list[str]:
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         return [c.name for c in load_fleet(params["fleet_file"]).clusters if c.group_id_mappings is not None]
 

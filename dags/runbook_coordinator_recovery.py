@@ -65,7 +65,7 @@ with DAG(**runbook_dag_args(
 
     @task(task_id="trim_conf")
     def trim_conf(params=None, dag=None, run_id=None) -> dict:
-        from fleetkit import plans
+        from fleetkit.core import plans
 
         from fleet_airflow.gate import plans_root
 

@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetkit import procs
-from fleetkit.errors import FleetError
+from fleetlab import procs
+from fleetkit.core.errors import FleetError
 
 log = logging.getLogger(__name__)
 

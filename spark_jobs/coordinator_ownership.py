@@ -6,11 +6,11 @@
 
 Reads the datasets group_coordinators and partition_state (topic __consumer_offsets) under ROOT,
 joins every observation of a group with the leader of its partition at the same instant (the
-partition computed as Kafka does: fleetkit.coordinator, vectorised) and writes
+partition computed as Kafka does: fleetkit.core.partitioning, vectorised) and writes
 
 * DIR/groups.jsonl, one object per group: its partition, the expected coordinator (the leader),
   the coordinator the cluster named and what it answered, the verdict (OK, MISMATCH, LOADING,
-  UNAVAILABLE; the rules are fleetkit.ownership's), and since when it has not been OK;
+  UNAVAILABLE; the rules are fleetkit.ownership.rules's), and since when it has not been OK;
 * DIR/partitions.jsonl, one object per partition: leader, ISR and epoch now, the leader-epoch
   changes in the window, the groups hashed onto it by verdict and the affected ones, how long they
   have been LOADING / UNAVAILABLE since the last change, when they recovered, the partition's size
@@ -35,8 +35,8 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit import ownership  # noqa: E402
-from fleetkit.offsets_topic import OFFSETS_TOPIC  # noqa: E402
-from fleetkit.stuck import parse_duration  # noqa: E402
+from fleetkit.collection.offsets_topic import OFFSETS_TOPIC  # noqa: E402
+from fleetkit.stuck.rules import parse_duration  # noqa: E402
 
 COORDINATOR_SCHEMA = T.StructType([
     T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
@@ -56,11 +56,11 @@ AFFECTED_LIMIT = 50
 
 @F.pandas_udf(T.IntegerType())
 def group_partition(groups, counts):
-    """fleetkit.coordinator.partitions_for over an Arrow batch (one numpy pass per partition count)."""
+    """fleetkit.core.partitioning.partitions_for over an Arrow batch (one numpy pass per partition count)."""
     import numpy as np
     import pandas as pd
 
-    from fleetkit.coordinator import partitions_for
+    from fleetkit.core.partitioning import partitions_for
 
     out = np.zeros(len(groups), dtype=np.int32)
     for n in counts.unique():
@@ -70,7 +70,7 @@ def group_partition(groups, counts):
 
 
 def verdict_column(coordinator: Column, error: Column, leader: Column) -> Column:
-    """fleetkit.ownership.RULES as one column expression (same order, first match wins)."""
+    """fleetkit.ownership.rules.RULES as one column expression (same order, first match wins)."""
     o = ownership
     return (F.when(leader.isNull() | (leader < 0), F.lit(o.UNAVAILABLE))
             .when(error.isNotNull() & (error.isin(*o.UNAVAILABLE_ERRORS) | coordinator.isNull()), F.lit(o.UNAVAILABLE))

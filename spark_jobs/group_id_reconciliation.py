@@ -6,7 +6,7 @@
 
 Reads the datasets group_id_mappings and group_members (the newest collection of each cluster:
 rows whose observed_at is the cluster's latest in either dataset) and classifies every path, first
-match wins (the rules of fleetkit.group_ids.classify, as column expressions):
+match wins (the rules of fleetkit.group_ids.reconcile.classify, as column expressions):
 
   UNREPRESENTABLE  a member whose <ip>-<clientId> cannot be a znode name (client id with '/',
                    characters ZooKeeper refuses, no host): reported, never written
@@ -39,7 +39,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit import group_ids  # noqa: E402
-from fleetkit.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
+from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
 
 MAPPINGS_SCHEMA = T.StructType([
     T.StructField("cluster", T.StringType()), T.StructField("observed_at", T.TimestampType()),
@@ -216,7 +216,7 @@ def read_input(spark, path: str, schema: T.StructType) -> DataFrame:
 def fleet_config(spark, fleet_file: str | None) -> DataFrame:
     rows = []
     if fleet_file:
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         for c in load_fleet(fleet_file).clusters:
             if c.group_id_mappings is not None:

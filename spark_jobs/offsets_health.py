@@ -7,7 +7,7 @@ Reads the datasets offsets_topic_records, segment_inventory and cleaner_checkpoi
 and writes DIR/health.jsonl: records, live keys, tombstones, bytes, duplicate ratio, largest
 segment's message count against the cleaner's capacity, checkpoint progress, and a verdict
 (HEALTHY, BLOATED, CLEANER_STALLED, OVER_CAPACITY) with the cleaner setting that would fix it.
-The verdict rules live in fleetkit.offsets_health.
+The verdict rules live in fleetkit.trim.rules.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit import offsets_health  # noqa: E402
-from fleetkit.fleet import load_fleet  # noqa: E402
+from fleetkit.core.fleet import load_fleet  # noqa: E402
 
 PKEYS = ["cluster", "partition"]
 

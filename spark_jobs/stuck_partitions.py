@@ -8,7 +8,7 @@ SNAPSHOTS: a JSON Lines file or a folder (e.g. the dataset root) of Parquet / JS
 offsets_snapshots rows. Writes DIR/findings.jsonl (one object per partition in the input) and
 DIR/groups.jsonl (one per group) and DIR/series.jsonl (lag over the window of every flagged
 partition, for the report's charts); with --data-root also appends them as Parquet datasets
-`stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck (one definition); this job
+`stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck.rules (one definition); this job
 computes the facts they need with window functions and applies them.
 """
 
@@ -39,7 +39,7 @@ _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField(
 
 def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
     """One row per (cluster, group, topic, partition) of the input with the facts of
-    fleetkit.stuck.Features over the window (snapshots = 0 when the window has no commit), plus
+    fleetkit.stuck.rules.Features over the window (snapshots = 0 when the window has no commit), plus
     `unchanged_since`: when the latest committed offset was first seen (over the whole input up to
     as_of), what offsets.retention counts from when the commit time is unknown.
 

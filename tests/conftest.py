@@ -42,7 +42,7 @@ TEST_PG = postgres.PgSpec(home=TEST_AIRFLOW_HOME / "postgres", port=int(os.envir
 # read when something first imports airflow, already point at it
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = TEST_PG.url()
 
-from fleetkit.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.lab import Lab, LabSpec  # noqa: E402
 
 TEST_LAB = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181 + PORT_OFFSET,
                    broker_base_port=39092 + PORT_OFFSET)
@@ -63,13 +63,13 @@ class LabHandle:
 
     def zookeeper(self):
         """A (not yet started) ZooKeeperCluster for the lab, chroot applied; use as a context manager."""
-        from fleetkit.zookeeper import ZooKeeperCluster
+        from fleetkit.clients.zookeeper import ZooKeeperCluster
 
         return ZooKeeperCluster(self.spec.name, self.spec.zk_hosts, self.spec.chroot)
 
     @property
     def fleet(self):
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         return load_fleet(self.fleet_file)
 
@@ -121,7 +121,7 @@ def airflow_db():
 def airflow_server(airflow_db, lab, tmp_path_factory):
     """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:38080 using the
     tests' home and lab; stopped by PID at the end of the session."""
-    from fleet_airflow import services
+    from fleetlab import airflow_services as services
 
     locks = tmp_path_factory.mktemp("locks")
     os.environ["FLEET_LOCK_DIR"] = str(locks)

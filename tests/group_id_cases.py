@@ -1,5 +1,5 @@
 """The correctness proof of group-id reconciliation: a numbered table of cases, each with why its
-answer is right. tests/unit runs it through fleetkit.group_ids.diff (Python), tests/spark through
+answer is right. tests/unit runs it through fleetkit.group_ids.reconcile.diff (Python), tests/spark through
 the Spark job's classify; both must give every case's classes exactly.
 
 A case: (number, title, members [(group, client_host, client_id)], znodes {name: (group, age s)},

@@ -16,7 +16,7 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from fleetkit.group_ids import join_path, znode_name
+from fleetkit.group_ids.reconcile import join_path, znode_name
 
 
 def kop_write(zk, root: str, client_host: str, client_id: str, group: str) -> str:

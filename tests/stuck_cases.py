@@ -1,4 +1,4 @@
-"""The numbered rule table for stuck partitions: the correctness proof of fleetkit.stuck.
+"""The numbered rule table for stuck partitions: the correctness proof of fleetkit.stuck.rules.
 
 Each case is a partition's snapshot history (window 10 minutes, as_of = the last snapshot unless
 given) and the status the rules must give, with why that answer is right. The same table runs

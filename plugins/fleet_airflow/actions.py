@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fleetkit import offsets_reset, stuck
-from fleetkit.datasets import DataRoot
-from fleetkit.diagnose import diagnose_partition, evidence_items
+from fleetkit.stuck import reset as offsets_reset
+from fleetkit.stuck import rules as stuck
+from fleetkit.core.datasets import DataRoot
+from fleetkit.stuck.diagnose import diagnose_partition, evidence_items
 
 from fleet_airflow.gate import ClusterContext, GateAction
 
@@ -62,14 +63,14 @@ STUCK_SKIP = GateAction(
 def _trim_dir(params: dict) -> "Path":
     from pathlib import Path
 
-    from fleetkit.plans import safe_component
+    from fleetkit.core.plans import safe_component
     from fleet_airflow import settings
 
     return Path(params.get("data_root") or settings.data_root()) / "reports" / "trim" / safe_component(params["_run_id"])
 
 
 def _zk_state(ctx: ClusterContext) -> tuple[dict[int, int], dict[int, list[int]]]:
-    from fleetkit.offsets_topic import OFFSETS_TOPIC
+    from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
 
     if ctx.zk is not None:
         states, _ = ctx.zk.partition_states([OFFSETS_TOPIC])
@@ -81,9 +82,9 @@ def _zk_state(ctx: ClusterContext) -> tuple[dict[int, int], dict[int, list[int]]
 def _trim_plan(ctx: ClusterContext, params: dict) -> dict:
     import json
 
-    from fleetkit import trim
-    from fleetkit.errors import FleetError
-    from fleetkit.render import render
+    from fleetkit.trim import execute as trim
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.render import render
 
     folder = _trim_dir(params)
     f = folder / "trim_plan.json"
@@ -123,7 +124,7 @@ def _group_states(ctx: ClusterContext, groups: list[str]) -> dict[str, str]:
 
 
 def _trim_check(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit import trim
+    from fleetkit.trim import execute as trim
 
     recommit_groups = sorted({c["group"] for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]})
     _, isr = _zk_state(ctx)
@@ -177,7 +178,7 @@ def _trim_execute(ctx: ClusterContext, plan: dict) -> dict:
     import logging
     import time
 
-    from fleetkit import trim
+    from fleetkit.trim import execute as trim
 
     d = plan["details"]
     groups = _all_groups(plan)
@@ -234,7 +235,7 @@ def _trim_execute(ctx: ClusterContext, plan: dict) -> dict:
 
 
 def _trim_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
-    from fleetkit import trim
+    from fleetkit.trim import execute as trim
 
     groups = _all_groups(plan)
     after, _ = _read_offsets_when_loaded(ctx, groups)
@@ -263,13 +264,13 @@ TRIM_OFFSETS = GateAction(
 
 # -- coordinator recovery ----------------------------------------------------------------------
 def _lab_control(ctx: ClusterContext):
-    from fleetkit import trim
+    from fleetkit.trim import execute as trim
 
     return trim.lab_control_for([d for b in ctx.cluster.brokers for d in b.log_dirs])
 
 
 def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
-    from fleetkit import recovery
+    from fleetkit.ownership import recovery
     from fleet_airflow import settings
 
     return recovery.build_plan(ctx.cluster, ctx.kafka, ctx.zk, params.get("data_root") or settings.data_root(),
@@ -283,19 +284,19 @@ def _recovery_table(plan: dict) -> dict:
 
 
 def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
-    from fleetkit import recovery
+    from fleetkit.ownership import recovery
 
     return recovery.verify(ctx.kafka, ctx.zk, plan)
 
 
 def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit import recovery
+    from fleetkit.ownership import recovery
 
     return recovery.check(ctx.zk, plan)
 
 
 def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
-    from fleetkit import recovery
+    from fleetkit.ownership import recovery
 
     return recovery.execute(ctx.zk, plan, _lab_control(ctx))
 
@@ -312,9 +313,9 @@ COORDINATOR_RECOVERY = GateAction(
 
 # -- group-id reconciliation (KoP client-to-group mappings) -------------------------------------
 def _group_ids_plan(ctx: ClusterContext, params: dict) -> dict:
-    from fleetkit import group_ids
-    from fleetkit.datasets import iso_z
-    from fleetkit.errors import FleetError
+    from fleetkit.group_ids import reconcile as group_ids
+    from fleetkit.core.datasets import iso_z
+    from fleetkit.core.errors import FleetError
 
     from fleet_airflow import settings
 
@@ -371,9 +372,10 @@ def _group_ids_changes(ops: list[dict]) -> list[dict]:
 
 
 def _group_ids_rollback_plan(ctx: ClusterContext, params: dict, data_root: str) -> dict:
-    from fleetkit import audit, group_ids
-    from fleetkit.datasets import DataRoot, iso_z, utcnow
-    from fleetkit.errors import FleetError
+    from fleetkit.core import audit
+    from fleetkit.group_ids import reconcile as group_ids
+    from fleetkit.core.datasets import DataRoot, iso_z, utcnow
+    from fleetkit.core.errors import FleetError
 
     run = params["rollback_run"]
     recs = [r for r in audit.records(DataRoot(data_root), ctx.cluster.name, run)
@@ -399,7 +401,7 @@ def _group_ids_rollback_plan(ctx: ClusterContext, params: dict, data_root: str) 
 
 
 def _group_ids_execute(ctx: ClusterContext, plan: dict) -> dict:
-    from fleetkit import group_ids
+    from fleetkit.group_ids import reconcile as group_ids
 
     d = plan["details"]
     ops, dropped = d["ops"], []
@@ -420,7 +422,7 @@ def _group_ids_execute(ctx: ClusterContext, plan: dict) -> dict:
 def _group_ids_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
     import logging
 
-    from fleetkit import group_ids
+    from fleetkit.group_ids import reconcile as group_ids
 
     problems, notes = group_ids.verify(ctx.zk.client, result.get("changed_paths") or [])
     for n in notes:

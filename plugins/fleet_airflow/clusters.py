@@ -1,6 +1,6 @@
 """From a fleet-file cluster to connected readers, through the cluster's Airflow connections.
 
-The one place that turns a `fleetkit.fleet.Cluster` into hooks: operators and fleetctl both use
+The one place that turns a `fleetkit.core.fleet.Cluster` into hooks: operators and fleetctl both use
 it, so a connection id resolves the same way everywhere (AIRFLOW_CONN_<ID> variables, the
 metadata database, or any configured secrets backend).
 """
@@ -11,12 +11,12 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from fleetkit.collect import CollectionResult, collect_and_write
-from fleetkit.datasets import DataRoot
-from fleetkit.errors import ClusterUnreachable, FleetConfigError
-from fleetkit.fleet import Cluster
-from fleetkit.kafka import KafkaCluster
-from fleetkit.zookeeper import ZooKeeperCluster
+from fleetkit.collection.groups import CollectionResult, collect_and_write
+from fleetkit.core.datasets import DataRoot
+from fleetkit.core.errors import ClusterUnreachable, FleetConfigError
+from fleetkit.core.fleet import Cluster
+from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.clients.zookeeper import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout:
 def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int] | None = None,
                           timeout: float = 15.0):
     """Read new __consumer_offsets records and the segment inventory of one cluster (all or nothing)."""
-    from fleetkit.offsets_topic import collect_offsets_topic as collect_records
+    from fleetkit.collection.offsets_topic import collect_offsets_topic as collect_records
 
     kafka = kafka_for(cluster, timeout=timeout)
     try:
@@ -110,10 +110,10 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
     Returns one summary per pass."""
     import time
 
-    from fleetkit.collect import collect_coordinators, state_path
-    from fleetkit.coordinator import partitions_for
-    from fleetkit.datasets import write_collection
-    from fleetkit.ownership import OK, verdict
+    from fleetkit.collection.groups import collect_coordinators, state_path
+    from fleetkit.core.partitioning import partitions_for
+    from fleetkit.core.datasets import write_collection
+    from fleetkit.ownership.rules import OK, verdict
 
     root = DataRoot(data_root)
     passes: list[dict] = []
@@ -145,7 +145,7 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
 def collect_group_ids(cluster: Cluster, data_root: str, timeout: float = 15.0):
     """Read one cluster's KoP client-to-group mappings and live members into the datasets
     group_id_mappings / group_members (all or nothing)."""
-    from fleetkit import group_ids
+    from fleetkit.group_ids import reconcile as group_ids
 
     try:
         with connected(cluster, timeout=timeout) as (kafka, zk):

@@ -28,12 +28,13 @@ from typing import Any, Callable
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from fleetkit import audit, plans
-from fleetkit.datasets import DataRoot
-from fleetkit.errors import FleetError
-from fleetkit.fleet import Cluster, load_fleet
-from fleetkit.locks import ClusterLock
-from fleetkit.render import render
+from fleetkit.core import audit
+from fleetkit.core import plans
+from fleetkit.core.datasets import DataRoot
+from fleetkit.core.errors import FleetError
+from fleetkit.core.fleet import Cluster, load_fleet
+from fleetkit.core.locks import ClusterLock
+from fleetkit.core.render import render
 
 from fleet_airflow import settings
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from airflow.sdk.bases.notifier import BaseNotifier
 
-from fleetkit.fleet import AlertSettings
+from fleetkit.core.fleet import AlertSettings
 
 log = logging.getLogger(__name__)
 

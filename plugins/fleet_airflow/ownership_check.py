@@ -7,8 +7,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from fleetkit.datasets import read_jsonl
-from fleetkit.render import render
+from fleetkit.core.datasets import read_jsonl
+from fleetkit.core.render import render
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def record_changes(data_root: str, events: list[dict]) -> int:
     collected partition states: the watch knows the state BEFORE the change and when it happened)."""
     import datetime as dt
 
-    from fleetkit.datasets import DataRoot, write_collection
+    from fleetkit.core.datasets import DataRoot, write_collection
 
     root, n = DataRoot(data_root), 0
     for e in events:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetkit.datasets import DataRoot, read_dataset
+from fleetkit.core.datasets import DataRoot, read_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
@@ -48,7 +48,7 @@ def _states(dr):
 
 
 def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
-    from fleetkit.lab_traffic import commit, produce, wait_topic
+    from fleetlab.traffic import commit, produce, wait_topic
 
     topic, group = unique("dagtopic"), unique("dag-group")
     wait_topic(lab.bootstrap, topic)

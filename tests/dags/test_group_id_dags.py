@@ -13,11 +13,12 @@ import pytest
 import yaml
 from kazoo.client import KazooClient
 
-from fleetkit import audit, plans
-from fleetkit.datasets import DataRoot
-from fleetkit.kafka import KafkaCluster, client_config
-from fleetkit.lab_traffic import ConsumerThread, wait_topic
-from fleetkit.render import md
+from fleetkit.core import audit
+from fleetkit.core import plans
+from fleetkit.core.datasets import DataRoot
+from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetlab.traffic import ConsumerThread, wait_topic
+from fleetkit.core.render import md
 
 from tests.hitl import Answerer
 from tests.kop_standin import kop_write

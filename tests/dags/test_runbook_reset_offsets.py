@@ -14,11 +14,12 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fleetkit import audit, plans
-from fleetkit.datasets import DataRoot
-from fleetkit.kafka import client_config
-from fleetkit.lab_traffic import ConsumerThread, commit, produce, wait_topic
-from fleetkit.locks import ClusterLock
+from fleetkit.core import audit
+from fleetkit.core import plans
+from fleetkit.core.datasets import DataRoot
+from fleetkit.clients.kafka import client_config
+from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
+from fleetkit.core.locks import ClusterLock
 
 from tests.hitl import Answerer
 from tests.hitl import run_dag as run

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit import audit, plans
-from fleetkit.datasets import DataRoot
-from fleetkit.lab_traffic import POISON, ConsumerThread, not_poison, produce, producer, wait_topic
+from fleetkit.core import audit
+from fleetkit.core import plans
+from fleetkit.core.datasets import DataRoot
+from fleetlab.traffic import POISON, ConsumerThread, not_poison, produce, producer, wait_topic
 
 from fleet_airflow import clusters
 from tests.dags.test_runbook_reset_offsets import offsets, states

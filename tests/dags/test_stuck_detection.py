@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetkit.lab_traffic import ConsumerThread, commit, not_poison, produce, producer, wait_topic, POISON
+from fleetlab.traffic import ConsumerThread, commit, not_poison, produce, producer, wait_topic, POISON
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]

@@ -8,11 +8,11 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from fleetkit.collect import collect_and_write
-from fleetkit.coordinator import partition_for
-from fleetkit.datasets import DataRoot, read_dataset
-from fleetkit.kafka import client_config
-from fleetkit.lab_traffic import ConsumerThread, commit, produce, wait_topic
+from fleetkit.collection.groups import collect_and_write
+from fleetkit.core.partitioning import partition_for
+from fleetkit.core.datasets import DataRoot, read_dataset
+from fleetkit.clients.kafka import client_config
+from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 
 from fleet_airflow import clusters
 
@@ -133,7 +133,7 @@ def test_group_whose_last_member_leaves_mid_collection(lab, data_root, unique, m
     member.start()
     _wait(lambda: _committed(lab.bootstrap, group, topic) == {0: 2, 1: 2, 2: 2}, 60, "group caught up")
 
-    from fleetkit.kafka import KafkaCluster
+    from fleetkit.clients.kafka import KafkaCluster
 
     real_list = KafkaCluster.list_groups
 
@@ -170,7 +170,7 @@ def test_zookeeper_session_lost_mid_collection_writes_nothing(lab, data_root, un
     topic, group = unique("zk"), unique("zk-loss")
     wait_topic(lab.bootstrap, topic)
     commit(lab.bootstrap, group, {(topic, 0): 0})
-    from fleetkit.zookeeper import ZooKeeperCluster
+    from fleetkit.clients.zookeeper import ZooKeeperCluster
 
     real = ZooKeeperCluster.partition_states
 

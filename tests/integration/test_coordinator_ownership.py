@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
-from fleetkit import leadership
-from fleetkit.coordinator import partition_for
-from fleetkit.kafka import KafkaCluster, client_config
-from fleetkit.ownership import who
-from fleetkit.lab import expire_zk_session
+from fleetkit.clients import leadership
+from fleetkit.core.partitioning import partition_for
+from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetkit.ownership.rules import who
+from fleetlab.lab import expire_zk_session
 
 pytestmark = pytest.mark.lab
 OFFSETS = "__consumer_offsets"

@@ -14,10 +14,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from fleetkit import group_ids as gi
-from fleetkit.kafka import KafkaCluster, client_config
-from fleetkit.lab import expire_zk_session
-from fleetkit.lab_traffic import ConsumerThread, wait_topic
+from fleetkit.group_ids import reconcile as gi
+from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetlab.lab import expire_zk_session
+from fleetlab.traffic import ConsumerThread, wait_topic
 
 from tests.kop_standin import ConcurrentKoP, kop_write
 
@@ -249,7 +249,7 @@ def test_missing_root_and_digest_acl(lab, root):
 def test_fleetctl_groupids_diff_prints_findings_and_writes_nothing(lab, zk, root, tmp_path, capsys):
     import yaml
 
-    from fleet_airflow import cli
+    from fleetctl import cli
 
     kop_write(zk, root, "10.4.0.1", "gone 'x' $(y)", "g\nnewline")
     fleet = yaml.safe_load(lab.fleet_file.read_text())

@@ -24,10 +24,10 @@ import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fleetkit.coordinator import partition_for
-from fleetkit.kafka import client_config
-from fleetkit.lab import Lab, LabSpec
-from fleetkit.lab_traffic import consumer, wait_topic
+from fleetkit.core.partitioning import partition_for
+from fleetkit.clients.kafka import client_config
+from fleetlab.lab import Lab, LabSpec
+from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
 from tests.conftest import PORT_OFFSET

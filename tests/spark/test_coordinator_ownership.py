@@ -1,4 +1,4 @@
-"""The ownership job's transform on a local[2] session: rules parity with fleetkit.ownership, and a
+"""The ownership job's transform on a local[2] session: rules parity with fleetkit.ownership.rules, and a
 leader change seen through loading, recovery, a stuck load, a mismatch and a leaderless partition."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from fleetkit import ownership
-from fleetkit.coordinator import partition_for
+from fleetkit.ownership import rules as ownership
+from fleetkit.core.partitioning import partition_for
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit.datasets import DataRoot, write_collection
+from fleetkit.core.datasets import DataRoot, write_collection
 from tests.group_id_cases import AS_OF, CASES, GRACE, ROOT, key, rows
 
 REPO = Path(__file__).resolve().parents[2]

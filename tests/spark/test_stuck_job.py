@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from fleetkit.datasets import SCHEMAS
+from fleetkit.core.datasets import SCHEMAS
 from tests.stuck_cases import CASES, WINDOW
 
 REPO = Path(__file__).resolve().parents[2]

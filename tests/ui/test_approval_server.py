@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from fleetkit import audit
-from fleetkit.datasets import DataRoot
-from fleetkit.kafka import client_config
-from fleetkit.lab_traffic import commit, produce, wait_topic
+from fleetkit.core import audit
+from fleetkit.core.datasets import DataRoot
+from fleetkit.clients.kafka import client_config
+from fleetlab.traffic import commit, produce, wait_topic
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -153,7 +153,7 @@ def test_a_person_approves_in_the_browser(case):
     base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
     try:
         wait = WebDriverWait(driver, 60)
-        from fleet_airflow import services
+        from fleetlab import airflow_services as services
 
         password = services.passwords()["admin"]
         driver.get(f"{base}/auth/login/")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit import leadership
-from fleetkit.coordinator import partition_for
-from fleetkit.lab_traffic import ConsumerThread, produce, wait_topic
+from fleetkit.clients import leadership
+from fleetkit.core.partitioning import partition_for
+from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
 from tests.ui.test_approval_server import wait_for
 
@@ -109,7 +109,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
 
 
 def _describe(lab, groups):
-    from fleetkit.kafka import KafkaCluster, client_config
+    from fleetkit.clients.kafka import KafkaCluster, client_config
 
     k = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fleetkit.coordinator import java_string_hash, kafka_abs, partition_for
+from fleetkit.core.partitioning import java_string_hash, kafka_abs, partition_for
 
 
 @pytest.mark.parametrize("s, h", [
@@ -26,7 +26,7 @@ def test_bad_partition_count():
 
 
 def test_cli_prints_group_tab_partition(capsys):
-    from fleet_airflow.cli import main
+    from fleetctl.cli import main
 
     assert main(["coordinator", "partition", "my-group", "polygenelubricants", "x; rm -rf / #", "--partitions", "50"]) == 0
     assert capsys.readouterr().out.splitlines() == ["my-group\t12", "polygenelubricants\t0",
@@ -35,7 +35,7 @@ def test_cli_prints_group_tab_partition(capsys):
 
 
 def test_vectorised_matches_java_vectors():
-    from fleetkit.coordinator import partitions_for
+    from fleetkit.core.partitioning import partitions_for
 
     groups = ["my-group", "polygenelubricants", "", "a", "hello", "\U0001F600"]
     assert partitions_for(groups, 50).tolist() == [12, 0, 0, 97 % 50, 99162322 % 50, partition_for("\U0001F600", 50)]
@@ -46,7 +46,7 @@ def test_vectorised_matches_java_vectors():
 
 def test_vectorised_mixed_buckets():
     """Big buckets go through Horner columns, small ones through the weighted sum: both agree."""
-    from fleetkit.coordinator import partitions_for
+    from fleetkit.core.partitioning import partitions_for
 
     groups = [f"group-{i}" for i in range(500)] + ["y" * i for i in range(300)] + ["😀ü" * i for i in range(40)]
     assert partitions_for(groups, 7).tolist() == [partition_for(g, 7) for g in groups]
@@ -59,6 +59,6 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=60), max_size=200),
        st.integers(min_value=1, max_value=200))
 def test_vectorised_equals_scalar(groups, partitions):
-    from fleetkit.coordinator import partitions_for
+    from fleetkit.core.partitioning import partitions_for
 
     assert partitions_for(groups, partitions).tolist() == [partition_for(g, partitions) for g in groups]

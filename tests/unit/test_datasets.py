@@ -6,7 +6,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from fleetkit.datasets import DataRoot, prune, read_dataset, write_collection
+from fleetkit.core.datasets import DataRoot, prune, read_dataset, write_collection
 
 NOW = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone.utc)
 

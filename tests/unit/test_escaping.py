@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from fleetkit.render import UnsafeForShell, environment, html, md, sh, visible_controls
+from fleetkit.core.render import UnsafeForShell, environment, html, md, sh, visible_controls
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=60)
 nasty = st.sampled_from([

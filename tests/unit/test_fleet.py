@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fleetkit.errors import FleetConfigError
-from fleetkit.fleet import load_fleet, parse_fleet
-from fleetkit.lab import LabSpec
+from fleetkit.core.errors import FleetConfigError
+from fleetkit.core.fleet import load_fleet, parse_fleet
+from fleetlab.lab import LabSpec
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,10 +4,11 @@ import json
 
 import pytest
 
-from fleetkit import audit, plans
-from fleetkit.datasets import DataRoot
-from fleetkit.locks import ClusterLock, ClusterLocked
-from fleetkit.offsets_reset import ResetError, Target, new_offset, parse_partitions, parse_target
+from fleetkit.core import audit
+from fleetkit.core import plans
+from fleetkit.core.datasets import DataRoot
+from fleetkit.core.locks import ClusterLock, ClusterLocked
+from fleetkit.stuck.reset import ResetError, Target, new_offset, parse_partitions, parse_target
 
 PLAN = {"action": "reset_offsets", "cluster": "lab", "title": "t", "preconditions": [],
         "changes": [{"target": "t-0", "before": 1, "after": 2}], "rollback": {"how": "x"}}
@@ -79,7 +80,7 @@ def test_partitions_and_new_offsets():
 
 
 def test_audit_records_and_cli_rollback(tmp_path, capsys):
-    from fleet_airflow.cli import main
+    from fleetctl.cli import main
 
     root = DataRoot(tmp_path)
     conf = {"cluster": "lab", "group": "g; x", "topic": "t", "target": "restore", "offsets": {"0": 3}, "dry_run": True}

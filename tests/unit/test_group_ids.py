@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit import group_ids as gi
-from fleetkit.errors import FleetConfigError
-from fleetkit.fleet import parse_fleet
+from fleetkit.group_ids import reconcile as gi
+from fleetkit.core.errors import FleetConfigError
+from fleetkit.core.fleet import parse_fleet
 from tests.group_id_cases import AS_OF, CASES, GRACE, ROOT, key, rows
 
 

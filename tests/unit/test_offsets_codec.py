@@ -5,8 +5,8 @@ import struct
 
 import pytest
 
-from fleetkit.cleaner import buffer_for, capacity
-from fleetkit.offsets_codec import (DecodeError, decode, encode_group_key, encode_offset_key,
+from fleetkit.trim.cleaner import buffer_for, capacity
+from fleetkit.clients.offsets_codec import (DecodeError, decode, encode_group_key, encode_offset_key,
                                     encode_offset_value_v1)
 
 
@@ -102,7 +102,7 @@ def test_corrupt_input_is_named(key, value, message):
 
 
 def test_cli_decode(capsys):
-    from fleet_airflow.cli import main
+    from fleetctl.cli import main
 
     assert main(["offsets", "decode", "--key", KEY.hex(), "--value",
                  encode_offset_value_v1(42, "m1\x00", 1000, 2000).hex()]) == 0
@@ -134,7 +134,7 @@ def test_cleaner_capacity():
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from fleetkit.offsets_codec import _fast, decode_key, decode_offset_value  # noqa: E402
+from fleetkit.clients.offsets_codec import _fast, decode_key, decode_offset_value  # noqa: E402
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
 

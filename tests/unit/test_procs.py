@@ -4,7 +4,7 @@ import subprocess
 import sys
 import time
 
-from fleetkit import procs
+from fleetlab import procs
 
 
 def test_start_and_stop_by_pid(tmp_path):

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from fleetkit.collect import FORGET_AFTER, assignment_of, update_known_groups
-from fleetkit.kafka import GroupDescription, Member, client_config, state_name, strip_host
-from fleetkit.lab import LabSpec
-from fleetkit.zookeeper import join_chroot, parse_state
+from fleetkit.collection.groups import FORGET_AFTER, assignment_of, update_known_groups
+from fleetkit.clients.kafka import GroupDescription, Member, client_config, state_name, strip_host
+from fleetlab.lab import LabSpec
+from fleetkit.clients.zookeeper import join_chroot, parse_state
 
 
 @pytest.mark.parametrize("raw, host", [

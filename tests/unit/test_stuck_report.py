@@ -2,7 +2,7 @@
 
 import json
 
-from fleetkit.stuck_report import StuckReport, humanize, sparkline
+from fleetkit.stuck.report import StuckReport, humanize, sparkline
 
 HOSTILE = "<script>alert(1)</script> [x](http://e) `t`"
 

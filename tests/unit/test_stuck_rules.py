@@ -4,7 +4,7 @@ import datetime as dt
 
 import pytest
 
-from fleetkit import stuck
+from fleetkit.stuck import rules as stuck
 from tests.stuck_cases import CASES, T0, WINDOW, snaps
 
 

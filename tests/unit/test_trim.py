@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit import trim
-from fleetkit.fleet import parse_fleet
-from fleetkit.offsets_health import HealthFacts, verdict
-from fleetkit.segments import LocalBrokerFiles, parse_checkpoint
+from fleetkit.trim import execute as trim
+from fleetkit.core.fleet import parse_fleet
+from fleetkit.trim.rules import HealthFacts, verdict
+from fleetkit.clients.broker_files import LocalBrokerFiles, parse_checkpoint
 
 FLEET = parse_fleet("""
 version: 1

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
-from fleetkit.kafka import KafkaCluster, client_config
+from fleetkit.clients.kafka import KafkaCluster, client_config
 
 
 class KafkaClusterHook(KafkaBaseHook):

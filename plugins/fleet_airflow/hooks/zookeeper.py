@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from fleetkit.zookeeper import ZooKeeperCluster
+from fleetkit.clients.zookeeper import ZooKeeperCluster
 
 
 class ZooKeeperHook(BaseHook):

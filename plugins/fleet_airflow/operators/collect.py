@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
 
-from fleetkit.errors import FleetError
-from fleetkit.fleet import load_fleet
+from fleetkit.core.errors import FleetError
+from fleetkit.core.fleet import load_fleet
 
 
 class CollectClusterOperator(BaseOperator):

@@ -1,4 +1,4 @@
-"""Operators of the group-id reconciliation (KoP client-to-group mappings, fleetkit.group_ids)."""
+"""Operators of the group-id reconciliation (KoP client-to-group mappings, fleetkit.group_ids.reconcile)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
 
-from fleetkit.errors import FleetError
-from fleetkit.fleet import load_fleet
+from fleetkit.core.errors import FleetError
+from fleetkit.core.fleet import load_fleet
 
 CREATE_ACTION = "create_missing_group_ids"
 
@@ -48,7 +48,7 @@ class GroupIdReportOperator(BaseOperator):
         self.out_dir = out_dir
 
     def execute(self, context) -> dict:
-        from fleetkit import group_ids
+        from fleetkit.group_ids import reconcile as group_ids
 
         findings, summary = group_ids.load_findings(self.out_dir)
         path = group_ids.render_report(self.out_dir)
@@ -75,8 +75,9 @@ class CreateMissingGroupIdsOperator(BaseOperator):
         self.out_dir, self.fleet_file, self.data_root, self.enabled = out_dir, fleet_file, data_root, enabled
 
     def execute(self, context) -> dict:
-        from fleetkit import audit, group_ids
-        from fleetkit.datasets import DataRoot
+        from fleetkit.core import audit
+        from fleetkit.group_ids import reconcile as group_ids
+        from fleetkit.core.datasets import DataRoot
 
         from fleet_airflow import clusters
 

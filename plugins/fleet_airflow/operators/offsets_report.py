@@ -8,9 +8,9 @@ from typing import Sequence
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
-from fleetkit.fleet import load_fleet
-from fleetkit.render import render
-from fleetkit.datasets import read_jsonl
+from fleetkit.core.fleet import load_fleet
+from fleetkit.core.render import render
+from fleetkit.core.datasets import read_jsonl
 
 from fleet_airflow.notifiers import FleetAlertNotifier
 

@@ -7,8 +7,8 @@ from typing import Sequence
 
 from airflow.providers.common.compat.sdk import BaseOperator, BaseOperatorLink
 
-from fleetkit.fleet import load_fleet
-from fleetkit.stuck_report import StuckReport
+from fleetkit.core.fleet import load_fleet
+from fleetkit.stuck.report import StuckReport
 
 from fleet_airflow.notifiers import FleetAlertNotifier
 
@@ -29,13 +29,14 @@ class StuckReportLink(BaseOperatorLink):
 
 def report_url(html_path: Path, data_root: str) -> str:
     """The report's URL under the api-server's /fleet-reports app (relative to <data root>/reports)."""
-    from fleet_airflow import services
+    from airflow.configuration import conf
 
     try:
         rel = html_path.resolve().relative_to((Path(data_root) / "reports").resolve())
     except ValueError:
         return html_path.resolve().as_uri()
-    return f"http://{services.API_HOST}:{services.API_PORT}/fleet-reports/{rel.as_posix()}"
+    base = conf.get("api", "base_url", fallback="").rstrip("/")
+    return f"{base}/fleet-reports/{rel.as_posix()}"
 
 
 class StuckReportOperator(BaseOperator):

@@ -2,7 +2,7 @@
 
 Runs in the triggerer (no worker slot held while waiting), behind an AssetWatcher: each event
 becomes an asset event, and the asset schedules the ownership check DAG. It waits on ZooKeeper
-watches (fleetkit.leader_watch), not by polling; a slow re-read every `reconcile_seconds` is only a
+watches (fleetkit.ownership.watch), not by polling; a slow re-read every `reconcile_seconds` is only a
 safety net for a watch lost in between.
 
 The epochs it last reported are kept in the asset's state store when the triggerer provides one,
@@ -40,7 +40,7 @@ class LeaderChangeTrigger(BaseEventTrigger):
                  "reconcile_seconds": self.reconcile_seconds, "debounce_seconds": self.debounce_seconds})
 
     def _zookeeper(self):
-        from fleetkit.fleet import load_fleet
+        from fleetkit.core.fleet import load_fleet
 
         from fleet_airflow.clusters import zookeeper_for
 
@@ -72,7 +72,7 @@ class LeaderChangeTrigger(BaseEventTrigger):
             log.warning("could not write the asset state store: %s", e)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from fleetkit.leader_watch import LeaderEpochWatch, changes
+        from fleetkit.ownership.watch import LeaderEpochWatch, changes
 
         loop = asyncio.get_running_loop()
         wake: asyncio.Queue[str] = asyncio.Queue()

@@ -1,0 +1,1 @@
+"""fleetctl: the operator CLI (incident shell, the lab, triggering runs)."""

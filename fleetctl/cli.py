@@ -1,0 +1,471 @@
+"""fleetctl: the toolkit's operator CLI, for incident shells and the lab (outside Airflow).
+
+Connection ids resolve the way Airflow resolves them: AIRFLOW_CONN_<ID> environment variables,
+then the Airflow metadata database (the project's .airflow/ when run from this repository).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from fleetkit.core.errors import FleetError
+
+log = logging.getLogger("fleetctl")
+
+
+def _airflow_context() -> None:
+    """Before Airflow is imported: project settings, and the server-side secrets chain.
+
+    Outside a task, Airflow's connection lookup only reads environment variables unless told it
+    runs server-side; fleetctl is an operator tool next to the metadata database, so it asks for
+    the server chain (environment variables, then the metadata database).
+    """
+    from fleet_airflow.settings import load_airflow_env
+
+    load_airflow_env()
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+
+
+# -- lab -------------------------------------------------------------------------------------
+def _lab(args):
+    from fleetlab.lab import Lab, LabSpec
+
+    if args.lab_dir:
+        spec = LabSpec.load(os.path.abspath(args.lab_dir))
+    else:
+        spec = LabSpec()
+    if args.zk_port:
+        spec.zk_port = args.zk_port
+    if args.broker_port:
+        spec.broker_base_port = args.broker_port
+    return Lab(spec)
+
+
+def cmd_lab_up(args) -> int:
+    lab = _lab(args)
+    t = time.monotonic()
+    print(f"starting lab {lab.spec.name} in {lab.spec.path} ...", flush=True)
+    lab.up()
+    print(f"lab up in {time.monotonic() - t:.0f}s: ZooKeeper {lab.spec.zk_hosts}{lab.spec.chroot}, "
+          f"brokers {lab.spec.bootstrap}")
+    return 0
+
+
+def cmd_lab_down(args) -> int:
+    for line in _lab(args).down():
+        print(line)
+    return 0
+
+
+def cmd_lab_status(args) -> int:
+    rows = _lab(args).status()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            state = "answering" if r["answering"] else ("running, not answering" if r["running"] else "stopped")
+            pid = f"pid {r['pid']}" if r["pid"] else "-"
+            print(f"{r['component']:<10} {r['address']:<24} {pid:<12} {state}")
+    return 0 if all(r["answering"] for r in rows) else 3
+
+
+def cmd_lab_stop_broker(args) -> int:
+    print(f"broker {args.broker}: {_lab(args).stop_broker(args.broker)}")
+    return 0
+
+
+def cmd_lab_start_broker(args) -> int:
+    _lab(args).start_broker(args.broker)
+    print(f"broker {args.broker}: answering")
+    return 0
+
+
+def cmd_lab_env(args) -> int:
+    for k, v in _lab(args).spec.connection_env().items():
+        print(f"export {k}='{v}'")
+    return 0
+
+
+def cmd_lab_traffic(args) -> int:
+    lab = _lab(args)
+    if args.action == "start":
+        print(f"traffic running (pid {lab.start_traffic(args.rate)}), log {lab.spec.path / 'logs' / 'traffic.out'}")
+    else:
+        print(f"traffic: {lab.stop_traffic()}")
+    return 0
+
+
+# -- airflow ---------------------------------------------------------------------------------
+def cmd_airflow(args) -> int:
+    from fleetlab import airflow_services as services
+
+    if args.action == "env":
+        print(f"wrote {services.ensure_env_file()}")
+    elif args.action == "up":
+        print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
+        services.up()
+        print(f"Airflow UI: http://{services.API_HOST}:{services.API_PORT}  "
+              f"(user admin, password {services.passwords().get('admin', '?')})")
+    elif args.action == "down":
+        for line in services.down():
+            print(line)
+    elif args.action == "status":
+        for r in services.status():
+            print(f"{r['component']:<14} {'pid ' + str(r['pid']) if r['pid'] else 'stopped'}")
+        print(f"api-server healthy: {services.api_healthy()}")
+    return 0
+
+
+def cmd_trigger(args) -> int:
+    from fleetlab import airflow_services as services
+
+    dag_id = args.dag_id
+    deadline = time.monotonic() + args.timeout
+    while True:  # the dag-processor may not have parsed the DAG yet
+        try:
+            services.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+            break
+        except Exception as e:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                print(f"error: DAG {dag_id!r} not available in Airflow: {e}", file=sys.stderr)
+                return 2
+            time.sleep(2)
+    conf = json.loads(args.conf) if args.conf else {}
+    failed = 0
+    for i in range(args.times):
+        run = services.api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})
+        run_id = run["dag_run_id"]
+        print(f"triggered {dag_id} run {run_id}", flush=True)
+        if not args.wait:
+            continue
+        while True:
+            state = services.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]
+            if state in ("success", "failed"):
+                break
+            if time.monotonic() > deadline:
+                print(f"error: run {run_id} still {state} after {args.timeout}s", file=sys.stderr)
+                return 2
+            time.sleep(2)
+        print(f"  {run_id}: {state}", flush=True)
+        failed += state != "success"
+        if i + 1 < args.times and args.interval:
+            time.sleep(args.interval)
+    return 1 if failed else 0
+
+
+# -- offsets --------------------------------------------------------------------------------
+def cmd_offsets_decode(args) -> int:
+    from fleetkit.clients.offsets_codec import DecodeError, decode
+
+    try:
+        key = bytes.fromhex(args.key)
+        value = bytes.fromhex(args.value) if args.value is not None else None
+    except ValueError as e:
+        print(f"error: --key/--value must be hex: {e}", file=sys.stderr)
+        return 2
+    try:
+        out = decode(key, value, "record")
+    except DecodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.pop("kind", None)
+    print(json.dumps(out, ensure_ascii=False))
+    return 0
+
+
+def cmd_offsets_capacity(args) -> int:
+    from fleetkit.trim.cleaner import capacity
+
+    try:
+        print(json.dumps(capacity(args.dedupe_buffer_size, args.threads, args.load_factor)))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# -- coordinator ----------------------------------------------------------------------------
+def cmd_coordinator_partition(args) -> int:
+    from fleetkit.core.partitioning import partition_for
+
+    if args.partitions <= 0:
+        print(f"error: --partitions must be positive, got {args.partitions}", file=sys.stderr)
+        return 2
+    for g in args.groups:
+        print(f"{g}\t{partition_for(g, args.partitions)}")
+    return 0
+
+
+def cmd_coordinator_who(args) -> int:
+    _airflow_context()
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.ownership.rules import who
+    from fleetkit.core.render import visible_controls
+
+    from fleet_airflow import clusters, settings
+
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    with clusters.connected(cluster) as (kafka, zk):
+        try:
+            rows = who(kafka, zk, args.groups)
+        except LookupError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+    for r in rows:
+        isr = ",".join(str(b) for b in r["isr"])
+        answer = r["error"] or r["state"] or "?"
+        print(f"{visible_controls(r['group'])}\t{r['partition']}\tleader={r['leader']}\tisr={isr}\t"
+              f"leader_epoch={r['leader_epoch'] if r['leader_epoch'] is not None else '?'}\t"
+              f"coordinator={r['coordinator_id'] if r['coordinator_id'] is not None else '?'}\t"
+              f"answer={answer}\tverdict={r['verdict']}")
+    return 0 if all(r["verdict"] == "OK" for r in rows) else 3
+
+
+# -- audit -----------------------------------------------------------------------------------
+def cmd_audit_list(args) -> int:
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    from fleet_airflow import settings
+
+    rows = audit.records(DataRoot(args.data_root or settings.data_root()), args.cluster, args.run)
+    for r in rows[-args.limit:]:
+        print(audit.describe(r))
+        if args.details:
+            print("    " + json.dumps(r["details"], sort_keys=True))
+    if not rows:
+        print("no audit records")
+    return 0
+
+
+def cmd_audit_rollback(args) -> int:
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    from fleet_airflow import settings
+    from fleetlab import airflow_services as services
+
+    rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id)
+    rollback = (rec["details"] or {}).get("rollback") or {}
+    conf = rollback.get("conf")
+    if rec["event"] != "executed" or not conf:
+        print(f"error: record {args.record_id} ({rec['event']}) holds no rollback; roll back from the "
+              "'executed' record of the run", file=sys.stderr)
+        return 2
+    conf = dict(conf, dry_run=not args.execute)
+    if args.data_root:
+        conf["data_root"] = args.data_root
+    print(f"rollback of {rec['action']} run {rec['run_id']} on cluster {rec['cluster']}:")
+    print(f"  {rollback['dag_id']} conf {json.dumps(conf, sort_keys=True)}")
+    if args.print_only:
+        return 0
+    _airflow_context()
+    run = services.api("POST", f"/api/v2/dags/{rollback['dag_id']}/dagRuns", {"logical_date": None, "conf": conf})
+    print(f"triggered {rollback['dag_id']} run {run['dag_run_id']} "
+          f"({'approval required' if args.execute else 'dry run: plan only'})")
+    return 0
+
+
+# -- collect ---------------------------------------------------------------------------------
+def cmd_collect(args) -> int:
+    _airflow_context()
+    from fleetkit.core.fleet import load_fleet
+
+    from fleet_airflow import clusters, settings
+
+    fleet = load_fleet(args.fleet or settings.fleet_file())
+    names = fleet.names if args.cluster == "all" else [args.cluster]
+    failed = 0
+    for name in names:
+        cluster = fleet.cluster(name)
+        try:
+            res = clusters.collect(cluster, args.out or settings.data_root(), settings.retention_days())
+        except FleetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(res.summary())
+        for p in res.problems:
+            print(f"  problem: {p}")
+    print(f"datasets under {os.path.abspath(args.out or settings.data_root())}")
+    return 1 if failed else 0
+
+
+# -- group-id mappings -------------------------------------------------------------------------
+def cmd_groupids_diff(args) -> int:
+    """Read a cluster's KoP mappings and live members now and print the findings (never writes)."""
+    _airflow_context()
+    from fleetkit.group_ids import reconcile as group_ids
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.render import visible_controls
+
+    from fleet_airflow import clusters, settings
+
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    cfg = cluster.group_id_mappings
+    if cfg is None:
+        print(f"error: cluster {cluster.name!r} has no group_id_mappings section in the fleet file", file=sys.stderr)
+        return 2
+    with clusters.connected(cluster) as (kafka, zk):
+        coll = group_ids.collect(cluster, kafka, zk.client)
+    findings = group_ids.diff(coll.mappings, coll.members, cfg.root, cfg.grace_seconds)
+    print(coll.summary())
+    for p in coll.problems:
+        print(f"  problem: {visible_controls(p)}")
+    counts = {k: sum(1 for f in findings if f["class"] == k) for k in group_ids.CLASSES}
+    print("  ".join(f"{k} {v}" for k, v in counts.items()))
+    for f in findings:
+        if f["class"] != "OK" or args.all:
+            group = f["group"] if f["group"] is not None else ",".join(f["groups"])
+            print("\t".join(visible_controls(x) for x in (f["class"], f["path"] or "-", group or "-",
+                                                        f["znode_group"] if f["znode_group"] is not None else "-",
+                                                        "-" if f["znode_version"] is None else f["znode_version"],
+                                                        f["reason"])))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetctl", description="Kafka fleet maintenance toolkit")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    lab = sub.add_parser("lab", help="the lab fleet: Kafka 0.9.0.1 + ZooKeeper on loopback")
+    lab_sub = lab.add_subparsers(dest="lab_command", required=True)
+
+    def lab_opts(sp):
+        sp.add_argument("--lab-dir", help="lab folder (default: .lab in the repository)")
+        sp.add_argument("--zk-port", type=int, help="ZooKeeper port (default 22181, or the lab's saved one)")
+        sp.add_argument("--broker-port", type=int, help="first broker's port; broker N listens on it + N "
+                                                        "(default 29092, or the lab's saved one)")
+
+    for name, fn, hlp in (("up", cmd_lab_up, "start ZooKeeper and 3 brokers; return when all answer"),
+                          ("down", cmd_lab_down, "stop everything by PID"),
+                          ("status", cmd_lab_status, "what runs where"),
+                          ("env", cmd_lab_env, "print the AIRFLOW_CONN_* exports for the lab")):
+        sp = lab_sub.add_parser(name, help=hlp)
+        lab_opts(sp)
+        if name == "status":
+            sp.add_argument("--json", action="store_true")
+        sp.set_defaults(func=fn)
+    for name, fn, hlp in (("stop-broker", cmd_lab_stop_broker, "stop one broker (SIGTERM, then SIGKILL)"),
+                          ("start-broker", cmd_lab_start_broker, "start one broker again")):
+        sp = lab_sub.add_parser(name, help=hlp)
+        lab_opts(sp)
+        sp.add_argument("broker", type=int)
+        sp.set_defaults(func=fn)
+
+    sp = lab_sub.add_parser("traffic", help="demo traffic: healthy groups, a poison record, a stopped group")
+    lab_opts(sp)
+    sp.add_argument("action", choices=["start", "stop"])
+    sp.add_argument("--rate", type=float, default=20.0, help="records/s per topic")
+    sp.set_defaults(func=cmd_lab_traffic)
+
+    a = sub.add_parser("airflow", help="the project's Airflow (api-server, scheduler, dag-processor, triggerer)")
+    a.add_argument("action", choices=["env", "up", "down", "status"])
+    a.set_defaults(func=cmd_airflow)
+
+    t = sub.add_parser("trigger", help="trigger a DAG through the Airflow REST API")
+    t.add_argument("dag_id")
+    t.add_argument("--conf", help="run conf as JSON")
+    t.add_argument("--times", type=int, default=1)
+    t.add_argument("--interval", type=float, default=0, help="seconds between runs")
+    t.add_argument("--wait", action="store_true", help="wait for each run to finish")
+    t.add_argument("--timeout", type=float, default=600)
+    t.set_defaults(func=cmd_trigger)
+
+    o = sub.add_parser("offsets", help="__consumer_offsets: decode records, cleaner capacity")
+    o_sub = o.add_subparsers(dest="offsets_command", required=True)
+    od = o_sub.add_parser("decode", help="decode one __consumer_offsets record given as hex")
+    od.add_argument("--key", required=True, help="the record key, hex")
+    od.add_argument("--value", help="the record value, hex (absent: a tombstone)")
+    od.set_defaults(func=cmd_offsets_decode)
+    oc = o_sub.add_parser("cleaner-capacity", help="how many keys one log-cleaner pass can map")
+    oc.add_argument("--dedupe-buffer-size", type=int, required=True, help="log.cleaner.dedupe.buffer.size, bytes")
+    oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")
+    oc.add_argument("--load-factor", type=float, default=0.9, help="log.cleaner.io.buffer.load.factor")
+    oc.set_defaults(func=cmd_offsets_capacity)
+
+    co = sub.add_parser("coordinator", help="which __consumer_offsets partition coordinates a group")
+    co_sub = co.add_subparsers(dest="coordinator_command", required=True)
+    cp = co_sub.add_parser("partition", help="group -> partition, as Kafka computes it (Java hashCode, Utils.abs)")
+    cp.add_argument("groups", nargs="+", metavar="GROUP")
+    cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
+    cp.set_defaults(func=cmd_coordinator_partition)
+    cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
+                                       "and what it answers (exit 3 when a group is not OK)")
+    cw.add_argument("groups", nargs="+", metavar="GROUP")
+    cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    cw.set_defaults(func=cmd_coordinator_who)
+
+    au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
+    au_sub = au.add_subparsers(dest="audit_command", required=True)
+    al = au_sub.add_parser("list", help="audit records, oldest first")
+    al.add_argument("--cluster")
+    al.add_argument("--run", help="a DAG run id")
+    al.add_argument("--limit", type=int, default=50)
+    al.add_argument("--details", action="store_true", help="print each record's details (before/after)")
+    al.add_argument("--data-root")
+    al.set_defaults(func=cmd_audit_list)
+    ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record")
+    ar.add_argument("record_id")
+    ar.add_argument("--execute", action="store_true", help="not a dry run: the rollback itself waits for approval")
+    ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
+    ar.add_argument("--data-root")
+    ar.set_defaults(func=cmd_audit_rollback)
+
+    g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
+    g_sub = g.add_subparsers(dest="groupids_command", required=True)
+    gd = g_sub.add_parser("diff", help="read mappings and live members now, print the findings (writes nothing)")
+    gd.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    gd.add_argument("--cluster", required=True)
+    gd.add_argument("--all", action="store_true", help="print OK paths too")
+    gd.set_defaults(func=cmd_groupids_diff)
+
+    c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
+    c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
+    c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    c.set_defaults(func=cmd_collect)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except FleetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def console_main() -> int:
+    """The `fleetctl` command: stdout carries only what the command prints (tab-separated lines
+    scripts parse); Airflow's and the libraries' logs go to stderr, warnings and up unless -v."""
+    import warnings
+
+    verbose = any(a in ("-v", "--verbose") for a in sys.argv[1:])
+    if not verbose:
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+    _airflow_context()
+    try:
+        import airflow  # noqa: F401 - configures Airflow's logging (to stdout) ...
+        from airflow._shared.logging import configure_logging
+
+        configure_logging(output=sys.stderr, log_level="DEBUG" if verbose else "WARNING", colors=False)  # ... moved
+    except Exception:  # noqa: BLE001 - an Airflow without that helper keeps its own logging
+        pass
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(console_main())

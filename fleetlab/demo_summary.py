@@ -1,0 +1,60 @@
+"""Print where to look after `make demo`: the UI, the login, the datasets and what they hold."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from fleetkit.core.datasets import SCHEMAS, DataRoot, read_dataset
+
+from fleet_airflow import settings
+from fleetlab import airflow_services as services
+
+
+def main() -> None:
+    root = DataRoot(settings.data_root())
+    pw = services.passwords()
+    print()
+    print("=" * 72)
+    print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
+    print(f"login          admin / {pw.get('admin', '(see .airflow/simple_auth_manager_passwords.json.generated)')}")
+    print(f"DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
+    print(f"datasets       {root.uri}")
+    for name in SCHEMAS:
+        files = root.files(name)
+        print(f"  {name:<20} {len(files)} file(s)")
+    snaps = read_dataset(root, "offsets_snapshots", "lab")
+    if snaps.num_rows:
+        rows_all = snaps.to_pylist()
+        newest = max(r["observed_at"] for r in rows_all)
+        latest = [r for r in rows_all if r["observed_at"] == newest]
+        states = Counter((r["group"], r["group_state"]) for r in latest)
+        print(f"latest collection of cluster lab ({newest:%Y-%m-%d %H:%M:%S} UTC):")
+        for (group, state), n in sorted(states.items()):
+            rows = [r for r in latest if r["group"] == group]
+            lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
+            print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
+    latest = root.join("reports", "stuck", "latest", "report.md")
+    if root.exists(latest):
+        from fleetkit.stuck.report import StuckReport
+
+        run_dirs = sorted((p for p in (__import__("pathlib").Path(root.path) / "reports" / "stuck").iterdir()
+                           if p.is_dir() and p.name != "latest"), key=lambda p: p.stat().st_mtime)
+        if run_dirs:
+            rep = StuckReport.load(run_dirs[-1])
+            print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/latest/report.html")
+            print(f"               {run_dirs[-1] / 'report.html'}")
+            for f in rep.flagged()[:10]:
+                print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
+    print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
+          "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
+    print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
+          "(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster lab` names: "
+          "`.venv/bin/fleetctl lab stop-broker N`); report: "
+          f"{root.uri}/reports/coordinator/latest/report.md")
+    print(f"offsets health {root.uri}/reports/offsets/<run>/offsets_health.md (hourly, or offsets_health=always)")
+    print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
+    print("=" * 72)
+
+
+if __name__ == "__main__":
+    main()

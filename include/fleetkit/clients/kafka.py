@@ -1,0 +1,373 @@
+"""A thin, typed facade over confluent-kafka for reading a cluster's consumer-group state.
+
+It knows the protocol quirks of old brokers (0.9 cannot answer ApiVersions, so the client must
+be told the broker version) and turns librdkafka's futures into plain data. It never changes a
+cluster except through the explicit commit helper used by runbooks.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from fleetkit.core.errors import ClusterUnreachable
+
+if TYPE_CHECKING:
+    from fleetkit.clients import wire as kafka_wire
+
+log = logging.getLogger(__name__)
+
+#: Log lines librdkafka prints against 0.9 brokers that mean nothing (kafka-facts.md).
+_HARMLESS = ("Protocol parse failure for Metadata v0", "is deprecated: **Post-deprecation actions",
+             "tmpabuf memory shortage")
+
+# confluent-kafka's ConsumerGroupState names -> Kafka's own names (design.md)
+_STATE_NAMES = {
+    "STABLE": "Stable",
+    "EMPTY": "Empty",
+    "DEAD": "Dead",
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "PREPARING_REBALANCE": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+    "COMPLETING_REBALANCE": "CompletingRebalance",
+    "AWAITINGSYNC": "CompletingRebalance",
+    "UNKNOWN": "Unknown",
+}
+
+NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has no commit for the partition
+
+
+class _LibrdkafkaLog(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(h in msg for h in _HARMLESS)
+
+
+_rdlog = logging.getLogger("fleetkit.librdkafka")
+_rdlog.addFilter(_LibrdkafkaLog())
+
+
+def client_config(base: dict, kafka_version: str | None = None) -> dict:
+    """Return a librdkafka config for a cluster, adding 0.9-era protocol fallbacks when needed."""
+    cfg = dict(base)
+    if not cfg.get("bootstrap.servers"):
+        raise ValueError("the Kafka connection has no bootstrap.servers in its config")
+    if kafka_version:
+        parts = tuple(int(p) for p in kafka_version.split("."))
+        if parts < (0, 10):
+            cfg.setdefault("api.version.request", False)
+            # librdkafka accepts 0.9.0 / 0.8.x here, not four-part versions
+            cfg.setdefault("broker.version.fallback", ".".join(str(p) for p in parts[:3]))
+    cfg.setdefault("logger", _rdlog)
+    return cfg
+
+
+def state_name(state) -> str:
+    """Kafka's name for a confluent-kafka ConsumerGroupState (or a raw string)."""
+    raw = getattr(state, "name", None) or str(state)
+    return _STATE_NAMES.get(raw.upper().replace("CONSUMERGROUPSTATE.", ""), "Unknown")
+
+
+def error_name(exc: BaseException) -> str:
+    """Kafka's error code name (e.g. NOT_COORDINATOR) for an exception from confluent-kafka."""
+    if isinstance(exc, TimeoutError):
+        return "TIMED_OUT"
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0].name()
+    if isinstance(exc, KafkaError):
+        return exc.name()
+    return type(exc).__name__
+
+
+@dataclass(frozen=True)
+class Member:
+    member_id: str
+    client_id: str
+    host: str  # as reported, without 0.9's leading slash
+    assignment: tuple[tuple[str, int], ...] | None  # None: the broker did not say
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group: str
+    state: str
+    coordinator_id: int | None
+    members: tuple[Member, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionMeta:
+    topic: str
+    partition: int
+    leader: int  # -1: no leader
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: str | None = None
+
+
+@dataclass
+class Metadata:
+    brokers: dict[int, str]
+    controller_id: int | None
+    partitions: dict[tuple[str, int], PartitionMeta] = field(default_factory=dict)
+
+    def topic_partitions(self, topic: str) -> list[PartitionMeta]:
+        return sorted((p for (t, _), p in self.partitions.items() if t == topic), key=lambda p: p.partition)
+
+
+def strip_host(host: str | None) -> str:
+    """'/10.0.0.7' or '10.0.0.7:5123' -> '10.0.0.7' (0.9 prefixes a slash; paths use the bare IP)."""
+    if not host:
+        return ""
+    h = host.lstrip("/")
+    if h.startswith("["):  # [ipv6]:port
+        return h[1:h.index("]")] if "]" in h else h
+    if h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h
+
+
+def _remaining(deadline: float) -> float:
+    return max(0.1, deadline - time.monotonic())
+
+
+class KafkaCluster:
+    """Reads one cluster. `config` is a librdkafka config dict (see client_config)."""
+
+    def __init__(self, name: str, config: dict, timeout: float = 15.0):
+        self.name = name
+        self.config = config
+        self.timeout = timeout
+        self._admin: AdminClient | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.config.get("bootstrap.servers"))
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(self.config)
+        return self._admin
+
+    def _unreachable(self, what: str, exc: BaseException) -> ClusterUnreachable:
+        return ClusterUnreachable(
+            f"cluster {self.name!r} (bootstrap servers {self.bootstrap}) did not answer {what}: {exc}"
+        )
+
+    # -- coordinators ---------------------------------------------------------------------
+    def coordinators(self, groups: Iterable[str]) -> dict[str, "kafka_wire.Answer"] | None:
+        """Who the cluster names as each group's coordinator and what that broker answers
+        (kafka_wire). None when the listener is not PLAINTEXT (use describe_groups instead)."""
+        from fleetkit.clients import wire as kafka_wire
+
+        if not kafka_wire.supported(self.config):
+            return None
+        try:
+            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout)
+        except ConnectionError as e:
+            raise self._unreachable("the coordinator lookup", e) from None
+
+    # -- metadata -------------------------------------------------------------------------
+    def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
+        try:
+            if topics is None:
+                md = self.admin.list_topics(timeout=self.timeout)
+                mds = [md]
+            else:
+                mds = [self.admin.list_topics(topic=t, timeout=self.timeout) for t in sorted(set(topics))]
+        except KafkaException as e:
+            raise self._unreachable("a metadata request", e) from None
+        first = mds[0] if mds else self.admin.list_topics(timeout=self.timeout)
+        out = Metadata(
+            brokers={b.id: f"{b.host}:{b.port}" for b in first.brokers.values()},
+            controller_id=first.controller_id if first.controller_id >= 0 else None,
+        )
+        for md in mds:
+            for tname, tmeta in md.topics.items():
+                if tmeta.error is not None and not tmeta.partitions:
+                    continue
+                for pid, pm in tmeta.partitions.items():
+                    out.partitions[(tname, pid)] = PartitionMeta(
+                        topic=tname, partition=pid, leader=pm.leader,
+                        replicas=tuple(pm.replicas), isr=tuple(pm.isrs),
+                        error=pm.error.name() if pm.error is not None else None,
+                    )
+        return out
+
+    # -- groups ---------------------------------------------------------------------------
+    def list_groups(self) -> list[tuple[str, str]]:
+        try:
+            res = self.admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise self._unreachable("ListGroups", e) from None
+        if res.errors and not res.valid:
+            raise self._unreachable("ListGroups", res.errors[0])
+        for err in res.errors:
+            log.warning("cluster %s: ListGroups partly failed: %s", self.name, err)
+        return sorted((g.group_id, state_name(g.state)) for g in res.valid)
+
+    def describe_groups(self, groups: Iterable[str], batch: int = 200) -> dict[str, GroupDescription]:
+        groups = list(dict.fromkeys(groups))
+        out: dict[str, GroupDescription] = {}
+        for i in range(0, len(groups), batch):
+            chunk = groups[i:i + batch]
+            futures = self.admin.describe_consumer_groups(chunk, request_timeout=self.timeout)
+            for g, fut in futures.items():
+                out[g] = self._description(g, fut)
+        return out
+
+    def _description(self, group: str, fut: Future) -> GroupDescription:
+        try:
+            d = fut.result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
+            return GroupDescription(group=group, state="Unknown", coordinator_id=None, error=error_name(e))
+        members = []
+        for m in d.members:
+            assignment = None
+            if m.assignment is not None and m.assignment.topic_partitions is not None:
+                assignment = tuple(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
+            members.append(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.host),
+                                  assignment=assignment))
+        coord = d.coordinator.id if d.coordinator is not None else None
+        return GroupDescription(group=group, state=state_name(d.state), coordinator_id=coord,
+                                members=tuple(members))
+
+    def committed_offsets(self, groups: Iterable[str]) -> dict[str, dict[tuple[str, int], int | None] | str]:
+        """Per group: {(topic, partition): committed offset or None}, or the error name.
+
+        All partitions the group has committed for are returned (OffsetFetch for the whole
+        group); the requests run concurrently, one per group (librdkafka's admin API takes one
+        group per request).
+        """
+        groups = list(dict.fromkeys(groups))
+        futures: dict[str, Future] = {}
+        for g in groups:
+            futures.update(self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout))
+        out: dict[str, dict[tuple[str, int], int | None] | str] = {}
+        deadline = time.monotonic() + self.timeout + 5  # one deadline for all: the requests run concurrently
+        for g, fut in futures.items():
+            try:
+                res = fut.result(timeout=_remaining(deadline))
+            except (KafkaException, TimeoutError) as e:
+                out[g] = error_name(e)
+                continue
+            offs: dict[tuple[str, int], int | None] = {}
+            for tp in res.topic_partitions or []:
+                if tp.error is not None:
+                    continue
+                offs[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+            out[g] = offs
+        return out
+
+    def log_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], tuple[int | None, int | None, str | None]]:
+        """(log start, log end, error) for each partition; None where the broker did not answer."""
+        parts = sorted(set(partitions))
+        out: dict[tuple[str, int], tuple[int | None, int | None, str | None]] = {}
+        if not parts:
+            return out
+        results: dict[str, dict] = {}
+        for spec_name, spec in (("start", OffsetSpec.earliest()), ("end", OffsetSpec.latest())):
+            req = {TopicPartition(t, p): spec for t, p in parts}
+            try:
+                futs = self.admin.list_offsets(req, request_timeout=self.timeout)
+            except KafkaException as e:
+                raise self._unreachable("ListOffsets", e) from None
+            res = {}
+            deadline = time.monotonic() + self.timeout + 5
+            for tp, fut in futs.items():
+                try:
+                    res[(tp.topic, tp.partition)] = (fut.result(timeout=_remaining(deadline)).offset, None)
+                except (KafkaException, TimeoutError) as e:
+                    res[(tp.topic, tp.partition)] = (None, error_name(e))
+            results[spec_name] = res
+        for key in parts:
+            start, err1 = results["start"].get(key, (None, "NO_ANSWER"))
+            end, err2 = results["end"].get(key, (None, "NO_ANSWER"))
+            out[key] = (start, end, err1 or err2)
+        return out
+
+    RETRIABLE = ("NOT_COORDINATOR", "NOT_COORDINATOR_FOR_GROUP", "COORDINATOR_LOAD_IN_PROGRESS",
+                 "COORDINATOR_NOT_AVAILABLE", "GROUP_COORDINATOR_NOT_AVAILABLE", "GROUP_LOAD_IN_PROGRESS",
+                 "_TIMED_OUT", "_TRANSPORT", "TIMED_OUT")
+
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int], retry_for: float = 0.0) -> None:
+        """Commit offsets for a group without joining it (the group must have no live members:
+        the coordinator rejects a simple commit for a group that is rebalancing or stable).
+        With retry_for, coordinator errors (a partition still loading) are retried that long."""
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                return self._commit_once(group, offsets)
+            except ClusterUnreachable as e:
+                if time.monotonic() >= deadline or not any(code in str(e) for code in self.RETRIABLE):
+                    raise
+                time.sleep(0.5)
+
+    def _commit_once(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import Consumer
+
+        c = Consumer(dict(self.config, **{"group.id": group, "enable.auto.commit": False}))
+        try:
+            res = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                           asynchronous=False)
+        except KafkaException as e:
+            raise ClusterUnreachable(f"cluster {self.name!r}: committing offsets for group {group!r} failed: "
+                                     f"{error_name(e)}") from None
+        finally:
+            c.close()
+        errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res or [] if tp.error is not None]
+        if errors:
+            raise ClusterUnreachable(f"cluster {self.name!r}: commit for group {group!r} failed for {', '.join(errors)}")
+
+    def group_offsets(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+        """Committed offsets of specific partitions (None: no commit)."""
+        futs = self.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])],
+            request_timeout=self.timeout)
+        try:
+            res = next(iter(futs.values())).result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise ClusterUnreachable(f"cluster {self.name!r}: offsets of group {group!r} not readable: "
+                                     f"{error_name(e)}") from None
+        return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}
+
+    def record_at(self, topic: str, partition: int, offset: int, timeout: float = 10.0) -> dict | None:
+        """The record at an offset: offset, timestamp (None on 0.9, whose messages carry none),
+        key (shown escaped, truncated) and value size -- never the value itself."""
+        import uuid
+
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
+
+        c = Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
+                                           "enable.auto.commit": False, "auto.offset.reset": "error"}))
+        try:
+            c.assign([TopicPartition(topic, partition, offset)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                msg = c.poll(0.5)
+                if msg is None:
+                    continue
+                if msg.error() is not None:
+                    return {"offset": offset, "error": msg.error().name()}
+                ts_type, ts = msg.timestamp()
+                key = msg.key()
+                return {"offset": msg.offset(), "timestamp": None if ts_type == TIMESTAMP_NOT_AVAILABLE else ts,
+                        "key": None if key is None else repr(key[:120]) + ("..." if len(key) > 120 else ""),
+                        "size": len(msg.value() or b"")}
+            return None
+        finally:
+            c.close()
+
+    def close(self) -> None:
+        self._admin = None

@@ -1,0 +1,244 @@
+"""Collect one cluster's consumer-group state into dataset rows (the "collect" stage).
+
+No analysis happens here: rows describe what the cluster said, when it said it.
+
+Which groups: those the cluster lists, plus those seen in earlier collections (kept in a small
+state file under the data root), plus those named in the fleet file. Kafka 0.9 forgets a group
+when its last member leaves (ListGroups stops listing it, describe says Dead) while its committed
+offsets stay readable until they expire: a stopped group is exactly the one that must not vanish.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+
+from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
+from fleetkit.core.fleet import Cluster
+from fleetkit.clients.kafka import GroupDescription, KafkaCluster
+from fleetkit.clients.zookeeper import ZooKeeperCluster
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+REBALANCING = ("PreparingRebalance", "CompletingRebalance")
+#: A group not listed and without committed offsets for this long is forgotten (offsets retention
+#: defaults to one day; a week of margin keeps groups of clusters configured with longer ones).
+FORGET_AFTER = dt.timedelta(days=8)
+DEFAULT_RETENTION_DAYS = 30
+
+
+@dataclass
+class CollectionResult:
+    cluster: str
+    observed_at: dt.datetime
+    rows: dict[str, list[dict]]
+    groups: list[str]
+    problems: list[str] = field(default_factory=list)
+    known_groups: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{k}={len(v)}" for k, v in self.rows.items())
+        return (f"cluster {self.cluster}: {len(self.groups)} groups, rows {counts}, "
+                f"{len(self.problems)} problem(s), {self.seconds:.1f}s")
+
+
+def assignment_of(desc: GroupDescription | None, tp: tuple[str, int]) -> tuple[bool | None, str | None, str | None]:
+    """(assigned, member client id, member host) for one partition of a described group.
+
+    assigned is True when a live member's assignment holds the partition; False when the group
+    has no live members or none of them holds it; None when unknown (describe failed, or 0.9
+    omitted assignments because the group is rebalancing).
+    """
+    if desc is None or desc.error is not None:
+        return None, None, None
+    if not desc.members:
+        return False, None, None
+    for m in desc.members:
+        if m.assignment and tp in m.assignment:
+            return True, m.client_id, m.host
+    if desc.state in REBALANCING or any(m.assignment is None for m in desc.members):
+        return None, None, None
+    return False, None, None
+
+
+def update_known_groups(known: dict[str, str], listed: set[str], with_offsets: set[str],
+                        now: dt.datetime) -> dict[str, str]:
+    """Remember groups seen listed or with committed offsets; forget those gone for FORGET_AFTER."""
+    out = dict(known)
+    stamp = iso_z(now)
+    for g in listed | with_offsets:
+        out[g] = stamp
+    for g, seen in list(out.items()):
+        try:
+            seen_at = dt.datetime.fromisoformat(seen.replace("Z", "+00:00"))
+        except (ValueError, AttributeError):
+            seen_at = now
+        if now - seen_at > FORGET_AFTER:
+            del out[g]
+    return out
+
+
+def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                    known_groups: dict[str, str] | None = None,
+                    now: dt.datetime | None = None) -> CollectionResult:
+    t0 = time.monotonic()
+    known_groups = dict(known_groups or {})
+    problems: list[str] = []
+
+    listed = {g for g, _ in kafka.list_groups()}
+    groups = sorted(listed | set(known_groups) | set(cluster.groups))
+    log.info("cluster %s: %d groups listed, %d to collect (known %d, fleet file %d)",
+             cluster.name, len(listed), len(groups), len(known_groups), len(cluster.groups))
+
+    observed_at = now or utcnow()
+    descs = kafka.describe_groups(groups)
+    offsets = kafka.committed_offsets(groups)
+
+    # which (topic, partition) each group has: commits plus live assignments
+    per_group: dict[str, set[tuple[str, int]]] = {}
+    with_offsets: set[str] = set()
+    for g in groups:
+        parts: set[tuple[str, int]] = set()
+        got = offsets.get(g)
+        if isinstance(got, str):
+            problems.append(f"group {g!r}: committed offsets not readable ({got}); no snapshot rows for it")
+            continue
+        if got:
+            parts |= set(got)
+            if any(v is not None for v in got.values()):
+                with_offsets.add(g)
+        d = descs.get(g)
+        if d is not None:
+            for m in d.members:
+                parts |= set(m.assignment or ())
+        per_group[g] = parts
+
+    all_parts = sorted({tp for parts in per_group.values() for tp in parts})
+    log_offsets = kafka.log_offsets(all_parts)
+    for tp, (_, _, err) in log_offsets.items():
+        if err:
+            problems.append(f"partition {tp[0]}-{tp[1]}: log offsets not readable ({err}); "
+                            "log_start/log_end left null")
+
+    snapshots = []
+    for g in groups:
+        if g not in per_group:
+            continue
+        d = descs.get(g)
+        group_offsets = offsets.get(g) or {}
+        state = d.state if d is not None else "Unknown"
+        for tp in sorted(per_group[g]):
+            start, end, _ = log_offsets.get(tp, (None, None, None))
+            assigned, client_id, host = assignment_of(d, tp)
+            snapshots.append({
+                "cluster": cluster.name, "group": g, "topic": tp[0], "partition": tp[1],
+                "observed_at": observed_at, "committed_offset": group_offsets.get(tp),
+                "log_start_offset": start, "log_end_offset": end, "group_state": state,
+                "assigned": assigned, "member_client_id": client_id, "member_host": host,
+            })
+
+    coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems)
+
+    topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
+    partition_rows = _partition_state(cluster, kafka, zk, topics, observed_at, problems)
+
+    result = CollectionResult(
+        cluster=cluster.name, observed_at=observed_at,
+        rows={"offsets_snapshots": snapshots, "partition_state": partition_rows,
+              "group_coordinators": coordinators},
+        groups=groups, problems=problems,
+        known_groups=update_known_groups(known_groups, listed, with_offsets, observed_at),
+    )
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs: dict | None,
+                     observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+    """group_coordinators rows: the coordinator the cluster names for each group and the error the
+    group's lookup or that coordinator's describe answers (kafka_wire). Falls back to the admin
+    client's describe (coordinator known only when describe succeeds) for non-PLAINTEXT clusters."""
+    answers = kafka.coordinators(groups)
+    if answers is None and descs is None:
+        descs = kafka.describe_groups(groups)
+    rows = []
+    for g in groups:
+        d = (descs or {}).get(g)
+        a = answers.get(g) if answers is not None else None
+        if a is not None:
+            coordinator, error = a.coordinator_id, a.error
+            state = d.state if d is not None and not d.error else (a.state or "Unknown")
+            members = len(d.members) if d is not None and not d.error else (len(a.members) if not a.error else None)
+        else:
+            coordinator = d.coordinator_id if d else None
+            error = d.error if d else "NO_ANSWER"
+            state, members = (d.state, len(d.members)) if d else ("Unknown", None)
+        rows.append({"cluster": cluster, "group": g, "observed_at": observed_at, "coordinator_id": coordinator,
+                     "error": error, "state": state, "members": members})
+        if error:
+            problems.append(f"group {g!r}: coordinator {coordinator if coordinator is not None else '?'} "
+                            f"answered {error}")
+    return rows
+
+
+def collect_coordinators(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                         groups: list[str] | None = None, now: dt.datetime | None = None) -> CollectionResult:
+    """The light collection behind the ownership check: group_coordinators and the
+    __consumer_offsets partition_state only (seconds, so it can repeat while a partition loads)."""
+    t0 = time.monotonic()
+    problems: list[str] = []
+    if groups is None:
+        groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups))
+    observed_at = now or utcnow()
+    rows = {"group_coordinators": coordinator_rows(cluster.name, kafka, groups, None, observed_at, problems),
+            "partition_state": _partition_state(cluster, kafka, zk, [OFFSETS_TOPIC], observed_at, problems)}
+    result = CollectionResult(cluster=cluster.name, observed_at=observed_at, rows=rows, groups=groups,
+                              problems=problems, known_groups={})
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _partition_state(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                     topics: list[str], observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+    rows = []
+    if zk is not None:
+        states, zk_problems = zk.partition_states(topics)
+        problems.extend(f"zookeeper: {p}" for p in zk_problems)
+        for s in states:
+            rows.append({"cluster": cluster.name, "topic": s.topic, "partition": s.partition,
+                         "observed_at": observed_at, "leader": s.leader, "isr": list(s.isr),
+                         "leader_epoch": s.leader_epoch, "controller_epoch": s.controller_epoch,
+                         "source": "zookeeper"})
+        return rows
+    md = kafka.metadata(topics)
+    for (t, p), pm in sorted(md.partitions.items()):
+        if t not in topics:
+            continue
+        if pm.leader < 0:
+            problems.append(f"partition {t}-{p} has no leader")
+        rows.append({"cluster": cluster.name, "topic": t, "partition": p, "observed_at": observed_at,
+                     "leader": pm.leader, "isr": list(pm.isr), "leader_epoch": None,
+                     "controller_epoch": None, "source": "metadata"})
+    return rows
+
+
+def state_path(root: DataRoot, cluster: str) -> str:
+    return root.join("_state", f"cluster={cluster}", "known_groups.json")
+
+
+def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                      root: DataRoot, retention_days: int = DEFAULT_RETENTION_DAYS,
+                      now: dt.datetime | None = None) -> CollectionResult:
+    """Collect one cluster and append the rows to the datasets under `root`, all or nothing."""
+    known = root.read_json(state_path(root, cluster.name), default={}) or {}
+    result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now)
+    write_collection(root, cluster.name, result.observed_at, result.rows)
+    root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
+    for dataset in result.rows:
+        for removed in prune(root, dataset, cluster.name, retention_days):
+            log.info("pruned %s (older than %d days)", removed, retention_days)
+    return result

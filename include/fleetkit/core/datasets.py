@@ -1,0 +1,278 @@
+"""The toolkit's datasets (design.md): schemas, layout and atomic writes.
+
+Layout under a data root (a local folder or any URI pyarrow understands, e.g. s3://bucket/x):
+
+    <root>/<dataset>/cluster=<cluster>/date=<YYYY-MM-DD>/part-<time>-<id>.parquet
+
+Every row also carries `cluster` and `observed_at` (UTC), so readers that look files up
+recursively (Spark's recursiveFileLookup) lose nothing. A collection's files are first written
+under names starting with `_tmp-` (ignored by every reader: Spark and the jobs skip files whose
+names start with _ or .) and renamed into place only when every dataset of the collection was
+written, so a failed collection leaves no partial rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyarrow import fs as pafs
+
+log = logging.getLogger(__name__)
+
+TS = pa.timestamp("us", tz="UTC")
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "offsets_snapshots": pa.schema([
+        ("cluster", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS),
+        ("committed_offset", pa.int64()), ("log_start_offset", pa.int64()),
+        ("log_end_offset", pa.int64()), ("group_state", pa.string()),
+        ("assigned", pa.bool_()), ("member_client_id", pa.string()), ("member_host", pa.string()),
+    ]),
+    "partition_state": pa.schema([
+        ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("observed_at", TS), ("leader", pa.int32()), ("isr", pa.list_(pa.int32())),
+        ("leader_epoch", pa.int32()), ("controller_epoch", pa.int32()), ("source", pa.string()),
+    ]),
+    "offsets_topic_records": pa.schema([
+        ("cluster", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("observed_at", TS),
+        ("key_version", pa.int16()), ("group", pa.string()), ("topic", pa.string()),
+        ("topic_partition", pa.int32()), ("value_version", pa.int16()), ("committed_offset", pa.int64()),
+        ("leader_epoch", pa.int32()), ("metadata", pa.string()), ("commit_timestamp", pa.int64()),
+        ("expire_timestamp", pa.int64()), ("tombstone", pa.bool_()), ("size_bytes", pa.int32()),
+        ("generation", pa.int32()), ("protocol_type", pa.string()), ("protocol", pa.string()),
+        ("leader", pa.string()),
+        ("members", pa.list_(pa.struct([("client_id", pa.string()), ("client_host", pa.string()),
+                                        ("member_id", pa.string())]))),
+    ]),
+    "segment_inventory": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS), ("base_offset", pa.int64()), ("size_bytes", pa.int64()),
+        ("modified_at", TS), ("is_active", pa.bool_()),
+    ]),
+    "cleaner_checkpoints": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("observed_at", TS), ("checkpoint_offset", pa.int64()),
+    ]),
+    "audit": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("record_id", pa.string()),
+        ("dag_id", pa.string()), ("run_id", pa.string()), ("action", pa.string()),
+        ("event", pa.string()), ("actor", pa.string()), ("digest", pa.string()),
+        ("message", pa.string()), ("details", pa.string()),
+    ]),
+    "leader_changes": pa.schema([  # seen by the leader-change watch as they happened
+        ("cluster", pa.string()), ("partition", pa.int32()), ("observed_at", TS),
+        ("from_leader", pa.int32()), ("to_leader", pa.int32()), ("from_epoch", pa.int32()),
+        ("to_epoch", pa.int32()), ("isr", pa.list_(pa.int32())), ("source", pa.string()),
+    ]),
+    "group_coordinators": pa.schema([
+        ("cluster", pa.string()), ("group", pa.string()), ("observed_at", TS),
+        ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),
+        ("members", pa.int32()),
+    ]),
+    # KoP-style client-to-group mapping znodes (<root>/<ip>-<clientId> = group id), fleetkit.group_ids.reconcile
+    "group_id_mappings": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("path", pa.string()), ("client_host", pa.string()),
+        ("client_id", pa.string()), ("group", pa.string()), ("znode_version", pa.int32()),
+        ("ctime", TS), ("mtime", TS),
+    ]),
+    # live members of every group the cluster lists (the truth the mappings are reconciled against);
+    # a row with member_id, client_id and client_host null: the group could not be described
+    "group_members": pa.schema([
+        ("cluster", pa.string()), ("observed_at", TS), ("group", pa.string()), ("client_id", pa.string()),
+        ("client_host", pa.string()), ("member_id", pa.string()),
+    ]),
+}
+
+GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+
+
+def read_jsonl(path) -> list[dict]:
+    """The rows of a job's JSON Lines result file ([] when it does not exist)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def iso_z(ts: dt.datetime | None) -> str | None:
+    """ISO-8601 UTC with a trailing Z (the toolkit's JSON timestamp format)."""
+    if ts is None:
+        return None
+    return ts.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class DataRoot:
+    """A data root folder or URI, with the filesystem that serves it."""
+
+    def __init__(self, root: str | os.PathLike):
+        root = str(root)
+        if "://" in root:
+            self.fs, self.path = pafs.FileSystem.from_uri(root)
+        else:
+            self.fs, self.path = pafs.LocalFileSystem(), os.path.abspath(root)
+        self.uri = root
+
+    def join(self, *parts: str) -> str:
+        return "/".join([self.path.rstrip("/"), *parts])
+
+    def partition_dir(self, dataset: str, cluster: str, day: dt.date) -> str:
+        return self.join(dataset, f"cluster={cluster}", f"date={day.isoformat()}")
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_json(self, path: str, default=None):
+        if not self.exists(path):
+            return default
+        with self.fs.open_input_stream(path) as f:
+            return json.loads(f.read().decode("utf-8"))
+
+    def write_json_atomic(self, path: str, doc) -> None:
+        parent, name = path.rsplit("/", 1)
+        self.fs.create_dir(parent, recursive=True)
+        tmp = f"{parent}/_tmp-{uuid.uuid4().hex}-{name}"
+        with self.fs.open_output_stream(tmp) as f:
+            f.write(json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
+        self.fs.move(tmp, path)
+
+    def files(self, dataset: str, cluster: str | None = None) -> list[str]:
+        """Committed data files of a dataset (temporary and hidden files skipped)."""
+        base = self.join(dataset) if cluster is None else self.join(dataset, f"cluster={cluster}")
+        if not self.exists(base):
+            return []
+        sel = pafs.FileSelector(base, recursive=True)
+        return sorted(i.path for i in self.fs.get_file_info(sel)
+                      if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith(("_", ".")))
+
+
+def table_from_rows(dataset: str, rows: list[Mapping]) -> pa.Table:
+    schema = SCHEMAS[dataset]
+    cols = {name: [r.get(name) for r in rows] for name in schema.names}
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+@dataclass
+class WriteResult:
+    files: dict[str, str]
+    rows: dict[str, int]
+
+
+class Staging:
+    """Files staged under `_tmp-` names (invisible to readers), renamed into place together by
+    commit(); abort() removes them. A collection uses one Staging: all of it lands, or none."""
+
+    def __init__(self, root: DataRoot, cluster: str, observed_at: dt.datetime):
+        self.root, self.cluster = root, cluster
+        self.day = observed_at.astimezone(dt.timezone.utc).date()
+        self.stamp = observed_at.astimezone(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        self.batch = uuid.uuid4().hex[:12]
+        self.staged: list[tuple[str, str, str]] = []
+        self.rows: dict[str, int] = {}
+
+    def add(self, dataset: str, rows: list[Mapping]) -> None:
+        table = table_from_rows(dataset, list(rows))
+        folder = self.root.partition_dir(dataset, self.cluster, self.day)
+        self.root.fs.create_dir(folder, recursive=True)
+        n = sum(1 for d, _, _ in self.staged if d == dataset)
+        suffix = f"-{n}" if n else ""
+        final = f"{folder}/part-{self.stamp}-{self.batch}{suffix}.parquet"
+        tmp = f"{folder}/_tmp-{self.stamp}-{self.batch}{suffix}.parquet"
+        try:
+            pq.write_table(table, tmp, filesystem=self.root.fs, compression="zstd")
+        except BaseException:
+            self._delete(tmp)
+            raise
+        self.staged.append((dataset, tmp, final))
+        self.rows[dataset] = self.rows.get(dataset, 0) + len(table)
+
+    def _delete(self, path: str) -> None:
+        try:
+            self.root.fs.delete_file(path)
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        for _, tmp, _ in self.staged:
+            self._delete(tmp)
+        self.staged = []
+
+    def commit(self) -> WriteResult:
+        for _, tmp, final in self.staged:
+            self.root.fs.move(tmp, final)
+        return WriteResult(files={d: f for d, _, f in self.staged}, rows=dict(self.rows))
+
+
+def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
+                     rows: Mapping[str, list[Mapping]]) -> WriteResult:
+    """Write one collection's rows (dataset -> rows) all-or-nothing."""
+    staging = Staging(root, cluster, observed_at)
+    try:
+        for dataset, drows in rows.items():
+            staging.add(dataset, drows)
+    except BaseException:
+        staging.abort()
+        raise
+    return staging.commit()
+
+
+def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None,
+                 since: dt.date | None = None) -> pa.Table:
+    """All committed rows of a dataset (for tests, small reports and the CLI; Spark reads at scale),
+    optionally only from date partitions on or after `since`."""
+    files = root.files(dataset, cluster)
+    if since is not None:
+        def day_of(path: str) -> dt.date | None:
+            for part in path.split("/"):
+                if part.startswith("date="):
+                    try:
+                        return dt.date.fromisoformat(part[5:])
+                    except ValueError:
+                        return None
+            return None
+        files = [f for f in files if (day_of(f) or since) >= since]
+    if not files:
+        return SCHEMAS[dataset].empty_table()
+    tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset]) for f in files]
+    return pa.concat_tables(tables)
+
+
+def prune(root: DataRoot, dataset: str, cluster: str, keep_days: int, today: dt.date | None = None) -> list[str]:
+    """Remove date partitions older than keep_days. Returns the removed folders."""
+    today = today or utcnow().date()
+    base = root.join(dataset, f"cluster={cluster}")
+    if not root.exists(base):
+        return []
+    removed = []
+    for info in root.fs.get_file_info(pafs.FileSelector(base)):
+        name = os.path.basename(info.path)
+        if info.type != pafs.FileType.Directory or not name.startswith("date="):
+            continue
+        try:
+            day = dt.date.fromisoformat(name[5:])
+        except ValueError:
+            continue
+        if (today - day).days > keep_days:
+            root.fs.delete_dir(info.path)
+            removed.append(info.path)
+    return removed
+
+
+def iter_rows(table: pa.Table) -> Iterable[dict]:
+    return table.to_pylist()

@@ -1,0 +1,391 @@
+"""The fleet file: which clusters the toolkit looks after and how to reach them.
+
+A fleet file is YAML::
+
+    version: 1
+    clusters:
+      - name: lab                        # [A-Za-z0-9_.-], unique
+        kafka_version: "0.9.0.1"         # decides client protocol settings (0.9 needs fallbacks)
+        kafka_conn_id: lab_kafka         # Airflow connection (type kafka), holds bootstrap.servers
+        zookeeper:                       # ZooKeeper-mode clusters only
+          conn_id: lab_zookeeper         # Airflow connection (type zookeeper)
+          chroot: /kafka
+        offsets_topic_partitions: 50
+        groups: [billing]                # always collected, even when the cluster forgot them
+        approvers: [alice]               # optional, for the approval gate
+        cleaner:                         # when the broker cannot report it (0.9: no DescribeConfigs)
+          dedupe_buffer_size: 134217728
+          threads: 1
+          io_buffer_load_factor: 0.9
+        brokers:
+          - id: 0
+            log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file
+            access: local                      # local | ssh
+            ssh_conn_id: broker0_ssh           # with access: ssh
+        group_id_mappings:               # optional: KoP client-to-group znodes in this ZooKeeper
+          root: /client_group_id         # below the chroot; default /client_group_id
+          create_missing_unattended: true  # the scheduled DAG creates MISSING mappings itself
+          grace: 1h                      # a znode without live member older than this is STALE
+
+    alerts:                              # optional: besides the task log, e-mail alerts
+      smtp_conn_id: smtp_default
+      to: [oncall@example.com]
+
+Credentials never live here: they live in Airflow connections.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fleetkit.core.errors import FleetConfigError
+
+CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
+VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+){0,2}$")
+
+DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
+DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
+DEFAULT_CLEANER_THREADS = 1
+DEFAULT_LOAD_FACTOR = 0.9
+
+
+@dataclass(frozen=True)
+class CleanerSettings:
+    dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE
+    threads: int = DEFAULT_CLEANER_THREADS
+    io_buffer_load_factor: float = DEFAULT_LOAD_FACTOR
+
+
+@dataclass(frozen=True)
+class Broker:
+    id: int
+    log_dirs: tuple[str, ...] = ()
+    access: str = "local"
+    ssh_conn_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    conn_id: str
+    chroot: str = ""
+
+
+DEFAULT_GROUP_ID_ROOT = "/client_group_id"
+DEFAULT_GROUP_ID_GRACE_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class GroupIdMappingSettings:
+    """KoP-style client-to-group mappings (<root>/<ip>-<clientId> = group id) to reconcile."""
+
+    root: str = DEFAULT_GROUP_ID_ROOT
+    create_missing_unattended: bool = True
+    grace_seconds: float = DEFAULT_GROUP_ID_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    kafka_conn_id: str
+    kafka_version: str = "2.8.0"
+    zookeeper: ZooKeeperSettings | None = None
+    offsets_topic_partitions: int = DEFAULT_OFFSETS_TOPIC_PARTITIONS
+    groups: tuple[str, ...] = ()
+    approvers: tuple[str, ...] = ()
+    cleaner: CleanerSettings = field(default_factory=CleanerSettings)
+    brokers: tuple[Broker, ...] = ()
+    group_id_mappings: GroupIdMappingSettings | None = None  # None: no KoP mappings, skipped
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return version_tuple(self.kafka_version)
+
+    @property
+    def needs_protocol_fallback(self) -> bool:
+        """Brokers before 0.10 cannot answer ApiVersions: clients must be told the version."""
+        return self.version_tuple < (0, 10)
+
+    @property
+    def zk_mode(self) -> bool:
+        return self.zookeeper is not None
+
+    def broker(self, broker_id: int) -> Broker:
+        for b in self.brokers:
+            if b.id == broker_id:
+                return b
+        raise FleetConfigError(f"cluster {self.name!r} has no broker with id {broker_id} in the fleet file")
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    """Where alerts go besides the task log: e-mail through an Airflow SMTP connection."""
+
+    smtp_conn_id: str | None = None
+    to: tuple[str, ...] = ()
+    subject_prefix: str = "[kafka-fleet]"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    path: str
+    clusters: tuple[Cluster, ...]
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+
+    def cluster(self, name: str) -> Cluster:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        known = ", ".join(c.name for c in self.clusters) or "none"
+        raise FleetConfigError(f"{self.path}: no cluster named {name!r} (clusters: {known})")
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.clusters]
+
+
+def version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+class _Field:
+    """Walks a parsed YAML document, naming the exact field in every error."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, where: str, msg: str) -> FleetConfigError:
+        return FleetConfigError(f"{self.path}: {where}: {msg}")
+
+    def mapping(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        return value
+
+    def unknown(self, value: dict, allowed: set[str], where: str) -> None:
+        extra = sorted(str(k) for k in value if k not in allowed)
+        if extra:
+            raise self.fail(where, f"unknown field(s) {', '.join(extra)} (allowed: {', '.join(sorted(allowed))})")
+
+    def string(self, value: Any, where: str, pattern: re.Pattern | None = None, what: str = "") -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"expected a non-empty string, got {value!r}")
+        if pattern is not None and not pattern.match(value):
+            raise self.fail(where, f"{value!r} is not a valid {what or 'value'} (must match {pattern.pattern})")
+        return value
+
+    def integer(self, value: Any, where: str, minimum: int | None = None, maximum: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(where, f"expected an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise self.fail(where, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail(where, f"must be <= {maximum}, got {value}")
+        return value
+
+    def number(self, value: Any, where: str, low: float, high: float) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(where, f"expected a number, got {value!r}")
+        if not (low < value <= high):
+            raise self.fail(where, f"must be in ({low}, {high}], got {value}")
+        return float(value)
+
+    def strings(self, value: Any, where: str) -> tuple[str, ...]:
+        if value is None:
+            return ()
+        if not isinstance(value, list):
+            raise self.fail(where, f"expected a list of strings, got {type(value).__name__}")
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str) or item == "":
+                raise self.fail(f"{where}[{i}]", f"expected a non-empty string, got {item!r}")
+            out.append(item)
+        return tuple(out)
+
+
+def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
+    raw = f.mapping(raw, where)
+    allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
+               "groups", "approvers", "cleaner", "brokers", "group_id_mappings"}
+    f.unknown(raw, allowed, where)
+    for required in ("name", "kafka_conn_id"):
+        if required not in raw:
+            raise f.fail(where, f"missing required field {required!r}")
+    name = f.string(raw["name"], f"{where}.name", CLUSTER_NAME_RE, "cluster name")
+    where = f"clusters[{name}]"
+    kafka_conn_id = f.string(raw["kafka_conn_id"], f"{where}.kafka_conn_id", CONN_ID_RE, "connection id")
+    kafka_version = str(raw.get("kafka_version", "2.8.0"))
+    if not VERSION_RE.match(kafka_version):
+        raise f.fail(f"{where}.kafka_version", f"{kafka_version!r} is not a version like 0.9.0.1")
+
+    zk = None
+    if raw.get("zookeeper") is not None:
+        zraw = f.mapping(raw["zookeeper"], f"{where}.zookeeper")
+        f.unknown(zraw, {"conn_id", "chroot"}, f"{where}.zookeeper")
+        if "conn_id" not in zraw:
+            raise f.fail(f"{where}.zookeeper", "missing required field 'conn_id'")
+        chroot = zraw.get("chroot") or ""
+        if chroot:
+            chroot = f.string(chroot, f"{where}.zookeeper.chroot")
+            if not chroot.startswith("/") or chroot.endswith("/") or "//" in chroot:
+                raise f.fail(f"{where}.zookeeper.chroot", f"{chroot!r} must look like /kafka (leading slash, no trailing slash)")
+        zk = ZooKeeperSettings(
+            conn_id=f.string(zraw["conn_id"], f"{where}.zookeeper.conn_id", CONN_ID_RE, "connection id"),
+            chroot=chroot,
+        )
+
+    parts = f.integer(raw.get("offsets_topic_partitions", DEFAULT_OFFSETS_TOPIC_PARTITIONS),
+                      f"{where}.offsets_topic_partitions", 1, 10000)
+
+    cleaner = CleanerSettings()
+    if raw.get("cleaner") is not None:
+        craw = f.mapping(raw["cleaner"], f"{where}.cleaner")
+        f.unknown(craw, {"dedupe_buffer_size", "threads", "io_buffer_load_factor"}, f"{where}.cleaner")
+        cleaner = CleanerSettings(
+            dedupe_buffer_size=f.integer(craw.get("dedupe_buffer_size", DEFAULT_DEDUPE_BUFFER_SIZE),
+                                         f"{where}.cleaner.dedupe_buffer_size", 1),
+            threads=f.integer(craw.get("threads", DEFAULT_CLEANER_THREADS), f"{where}.cleaner.threads", 1, 1024),
+            io_buffer_load_factor=f.number(craw.get("io_buffer_load_factor", DEFAULT_LOAD_FACTOR),
+                                           f"{where}.cleaner.io_buffer_load_factor", 0.0, 1.0),
+        )
+
+    brokers = []
+    raw_brokers = raw.get("brokers") or []
+    if not isinstance(raw_brokers, list):
+        raise f.fail(f"{where}.brokers", "expected a list")
+    seen_ids: set[int] = set()
+    for i, braw in enumerate(raw_brokers):
+        bwhere = f"{where}.brokers[{i}]"
+        braw = f.mapping(braw, bwhere)
+        f.unknown(braw, {"id", "log_dirs", "access", "ssh_conn_id"}, bwhere)
+        if "id" not in braw:
+            raise f.fail(bwhere, "missing required field 'id'")
+        bid = f.integer(braw["id"], f"{bwhere}.id", 0)
+        if bid in seen_ids:
+            raise f.fail(f"{bwhere}.id", f"broker id {bid} appears twice")
+        seen_ids.add(bid)
+        access = braw.get("access", "local")
+        if access not in ("local", "ssh"):
+            raise f.fail(f"{bwhere}.access", f"must be 'local' or 'ssh', got {access!r}")
+        ssh_conn_id = braw.get("ssh_conn_id")
+        if access == "ssh":
+            ssh_conn_id = f.string(ssh_conn_id, f"{bwhere}.ssh_conn_id", CONN_ID_RE, "connection id")
+        log_dirs = f.strings(braw.get("log_dirs"), f"{bwhere}.log_dirs")
+        if access == "local":
+            log_dirs = tuple(str((base_dir / d).resolve()) if not os.path.isabs(d) else d for d in log_dirs)
+        brokers.append(Broker(id=bid, log_dirs=log_dirs, access=access, ssh_conn_id=ssh_conn_id))
+
+    gim = None
+    if raw.get("group_id_mappings") is not None:
+        gim = _parse_group_id_mappings(f, raw["group_id_mappings"], f"{where}.group_id_mappings", zk)
+
+    return Cluster(
+        name=name,
+        kafka_conn_id=kafka_conn_id,
+        kafka_version=kafka_version,
+        zookeeper=zk,
+        offsets_topic_partitions=parts,
+        groups=f.strings(raw.get("groups"), f"{where}.groups"),
+        approvers=f.strings(raw.get("approvers"), f"{where}.approvers"),
+        cleaner=cleaner,
+        brokers=tuple(brokers),
+        group_id_mappings=gim,
+    )
+
+
+_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
+
+
+def parse_duration_seconds(text: Any) -> float:
+    """'90s', '15m', '1h', '1d' or a number of seconds -> seconds. ValueError otherwise."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration")
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = _DURATION_RE.match(str(text).strip().lower())
+    if not m:
+        raise ValueError(f"{text!r} is not a duration like 90s, 15m, 1h or 1d")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSettings | None) -> GroupIdMappingSettings:
+    if raw is True:
+        raw = {}
+    raw = f.mapping(raw, where)
+    f.unknown(raw, {"root", "create_missing_unattended", "grace"}, where)
+    if zk is None:
+        raise f.fail(where, "needs the cluster's zookeeper section (the mappings live in its ZooKeeper)")
+    root = raw.get("root", DEFAULT_GROUP_ID_ROOT)
+    root = f.string(root, f"{where}.root")
+    if not root.startswith("/") or (root != "/" and root.endswith("/")) or "//" in root or root == "/":
+        raise f.fail(f"{where}.root", f"{root!r} must look like /client_group_id (leading slash, no trailing slash)")
+    if any(part in (".", "..") for part in root.split("/")[1:]):
+        raise f.fail(f"{where}.root", f"{root!r} must not hold . or .. components")
+    unattended = raw.get("create_missing_unattended", True)
+    if not isinstance(unattended, bool):
+        raise f.fail(f"{where}.create_missing_unattended", f"expected true or false, got {unattended!r}")
+    try:
+        grace = parse_duration_seconds(raw.get("grace", "1h"))
+    except ValueError as e:
+        raise f.fail(f"{where}.grace", str(e)) from None
+    if grace < 0:
+        raise f.fail(f"{where}.grace", f"must be >= 0, got {grace}")
+    return GroupIdMappingSettings(root=root, create_missing_unattended=unattended, grace_seconds=grace)
+
+
+def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) -> Fleet:
+    f = _Field(path)
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise FleetConfigError(f"{path}: not valid YAML: {e}") from None
+    doc = f.mapping(doc, "top level")
+    f.unknown(doc, {"version", "clusters", "alerts"}, "top level")
+    version = doc.get("version", 1)
+    if version != 1:
+        raise f.fail("version", f"unsupported fleet file version {version!r} (this toolkit reads version 1)")
+    raw_clusters = doc.get("clusters")
+    if not isinstance(raw_clusters, list) or not raw_clusters:
+        raise f.fail("clusters", "expected a non-empty list of clusters")
+    base_dir = base_dir or Path(path).resolve().parent
+    clusters = []
+    names: set[str] = set()
+    for i, raw in enumerate(raw_clusters):
+        c = _parse_cluster(f, raw, f"clusters[{i}]", base_dir)
+        if c.name in names:
+            raise f.fail(f"clusters[{i}].name", f"cluster name {c.name!r} appears twice")
+        names.add(c.name)
+        clusters.append(c)
+    alerts = AlertSettings()
+    if doc.get("alerts") is not None:
+        araw = f.mapping(doc["alerts"], "alerts")
+        f.unknown(araw, {"smtp_conn_id", "to", "subject_prefix"}, "alerts")
+        smtp = araw.get("smtp_conn_id")
+        if smtp is not None:
+            smtp = f.string(smtp, "alerts.smtp_conn_id", CONN_ID_RE, "connection id")
+        to = f.strings(araw.get("to"), "alerts.to")
+        if smtp and not to:
+            raise f.fail("alerts.to", "an smtp_conn_id needs at least one recipient")
+        for i, addr in enumerate(to):
+            if "@" not in addr or any(c in addr for c in " \r\n,;"):
+                raise f.fail(f"alerts.to[{i}]", f"{addr!r} is not an e-mail address")
+        alerts = AlertSettings(smtp_conn_id=smtp, to=to,
+                               subject_prefix=str(araw.get("subject_prefix", "[kafka-fleet]")))
+    return Fleet(path=path, clusters=tuple(clusters), alerts=alerts)
+
+
+def load_fleet(path: str | os.PathLike) -> Fleet:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FleetConfigError(f"fleet file {str(p)!r} does not exist") from None
+    except OSError as e:
+        raise FleetConfigError(f"fleet file {str(p)!r} cannot be read: {e.strerror}") from None
+    return parse_fleet(text, path=str(p), base_dir=p.resolve().parent)

@@ -1,0 +1,87 @@
+"""Plans: what a destructive runbook will change, as data with a digest.
+
+A plan is a JSON object::
+
+    {"action": "reset_offsets", "cluster": "lab", "title": "...", "created_at": "...Z",
+     "dag_id": "...", "run_id": "...",
+     "preconditions": [{"check": "group_empty", "what": "...", "expected": ...}, ...],
+     "changes": [{"target": "orders-0", "before": 17, "after": 42}, ...],
+     "risks": ["..."], "rollback": {"how": "...", "dag_id": "...", "conf": {...}},
+     "details": {...action-specific...}}
+
+Its digest is SHA-256 over the canonical form (sorted keys, no insignificant whitespace, UTF-8),
+so any edit to the stored plan after approval changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from fleetkit.core.errors import FleetError
+
+REQUIRED = ("action", "cluster", "title", "preconditions", "changes", "rollback")
+
+
+class PlanError(FleetError):
+    pass
+
+
+def canonical(plan: dict) -> bytes:
+    return json.dumps(plan, sort_keys=True, ensure_ascii=False, separators=(",", ":"),
+                      allow_nan=False).encode("utf-8")
+
+
+def digest(plan: dict) -> str:
+    return "sha256:" + hashlib.sha256(canonical(plan)).hexdigest()
+
+
+def validate(plan: dict) -> dict:
+    if not isinstance(plan, dict):
+        raise PlanError(f"a plan is a JSON object, got {type(plan).__name__}")
+    missing = [k for k in REQUIRED if k not in plan]
+    if missing:
+        raise PlanError(f"plan is missing {', '.join(missing)}")
+    if not isinstance(plan["changes"], list) or not isinstance(plan["preconditions"], list):
+        raise PlanError("plan changes and preconditions must be lists")
+    return plan
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_component(value: str) -> str:
+    """A path component from a run id or DAG id (run ids hold ':' and '+')."""
+    out = _SAFE.sub("_", value).strip("._")
+    if not out:
+        raise PlanError(f"cannot make a file name from {value!r}")
+    return out[:200]
+
+
+def plan_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:
+    """Where a run's plan lives: derived from (dag, run), never passed along by a task."""
+    return Path(plans_root) / safe_component(dag_id) / safe_component(run_id) / "plan.json"
+
+
+def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -> tuple[Path, str]:
+    validate(plan)
+    path = plan_path(plans_root, dag_id, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(canonical(plan))
+    os.replace(tmp, path)
+    return path, digest(plan)
+
+
+def load(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> tuple[dict, str]:
+    path = plan_path(plans_root, dag_id, run_id)
+    try:
+        plan = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise PlanError(f"no stored plan for DAG {dag_id!r} run {run_id!r} (expected {path})") from None
+    except ValueError as e:
+        raise PlanError(f"stored plan {path} is not valid JSON: {e}") from None
+    return validate(plan), digest(plan)

@@ -1,0 +1,263 @@
+"""Recovering a group coordinator that does not serve its groups (runbook_coordinator_recovery).
+
+The evidence: the group's __consumer_offsets partition, the coordinator the cluster names and what
+it answers vs the partition's leader (live), the leader/ISR/epoch history (partition_state
+dataset), how long the partition's groups have not been served (the newest ownership report), and
+the partition's size and health (the newest offsets-health run).
+
+The actions, each planned, re-checked right before it runs, and verified:
+* move_leader: make another in-sync replica the leader (fleetkit.clients.leadership: reorder the replicas
+  through /admin/reassign_partitions, then a preferred-replica election);
+* restart_broker: restart the broker that leads the partition (lab fleets only);
+* trim_handover: no change here; the runbook starts runbook_offsets_trim for the cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fleetkit.clients import leadership
+from fleetkit.trim import rules as offsets_health
+from fleetkit.core.partitioning import partition_for
+from fleetkit.core.datasets import DataRoot, iso_z, read_jsonl, utcnow
+from fleetkit.core.errors import FleetError
+from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
+from fleetkit.ownership.rules import OK, who
+
+ACTION = "coordinator_recovery"
+ACTIONS = ("move_leader", "restart_broker", "trim_handover")
+HISTORY_LIMIT = 10
+
+
+class RecoveryError(FleetError):
+    pass
+
+
+def _partition_count(zk, kafka) -> int:
+    if zk is not None:
+        parts = zk.topic_partitions(OFFSETS_TOPIC)
+        if parts:
+            return max(parts) + 1
+    md = kafka.metadata([OFFSETS_TOPIC])
+    parts = [p for (t, p) in md.partitions if t == OFFSETS_TOPIC]
+    if not parts:
+        raise RecoveryError(f"cluster {kafka.name!r} has no {OFFSETS_TOPIC} topic")
+    return max(parts) + 1
+
+
+def resolve_partition(group: str | None, partition, count: int) -> int:
+    group = (group or "").strip() or None
+    if partition in (None, "", -1, "-1"):
+        partition = None
+    if partition is not None:
+        try:
+            partition = int(partition)
+        except (TypeError, ValueError):
+            raise RecoveryError(f"param partition {partition!r} is not a number") from None
+        if not 0 <= partition < count:
+            raise RecoveryError(f"param partition {partition} is outside 0..{count - 1} ({OFFSETS_TOPIC} has {count})")
+    if group is not None:
+        p = partition_for(group, count)
+        if partition is not None and partition != p:
+            raise RecoveryError(f"group {group!r} is coordinated through partition {p}, not the partition {partition} "
+                                "given: give one of them, or both consistently")
+        return p
+    if partition is None:
+        raise RecoveryError("give a group or a partition of __consumer_offsets (params group / partition)")
+    return partition
+
+
+def leader_history(root: DataRoot, cluster: str, partition: int, limit: int = HISTORY_LIMIT) -> list[dict]:
+    """The leader-epoch changes of one partition seen in the partition_state dataset, newest last."""
+    from fleetkit.core.datasets import read_dataset
+
+    try:
+        table = read_dataset(root, "partition_state")
+    except Exception:  # noqa: BLE001 - no dataset yet: no history to show
+        return []
+    rows = [r for r in table.to_pylist()
+            if r["cluster"] == cluster and r["topic"] == OFFSETS_TOPIC and r["partition"] == partition]
+    rows.sort(key=lambda r: r["observed_at"])
+    out, prev = [], None
+    for r in rows:
+        if prev is None or (r["leader_epoch"], r["leader"]) != (prev["leader_epoch"], prev["leader"]):
+            out.append({"first_seen": iso_z(r["observed_at"]), "leader": r["leader"], "isr": list(r["isr"] or []),
+                        "leader_epoch": r["leader_epoch"]})
+        prev = r
+    return out[-limit:]
+
+
+def ownership_facts(report_dir: Path, cluster: str, partition: int) -> tuple[dict | None, list[str]]:
+    """(the partition's row of the newest ownership report, its affected groups)."""
+    for p in read_jsonl(report_dir / "partitions.jsonl"):
+        if p["cluster"] == cluster and p["partition"] == partition:
+            return p, list(p.get("affected_groups") or [])
+    return None, []
+
+
+def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
+    newest = offsets_health.newest_result(data_root)
+    return [{"broker": h["broker"], "disk_bytes": h.get("disk_bytes"), "verdict": h.get("verdict"),
+             "records": h.get("records")}
+            for h in (read_jsonl(newest) if newest else [])
+            if h.get("cluster") == cluster and h.get("partition") == partition]
+
+
+def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=None) -> dict:
+    action = params.get("action") or "move_leader"
+    if action not in ACTIONS:
+        raise RecoveryError(f"param action {action!r} is not one of {', '.join(ACTIONS)}")
+    if zk is None and action != "trim_handover":
+        raise RecoveryError(f"cluster {cluster.name!r} has no ZooKeeper in the fleet file: moving leadership or "
+                            "reading partition state znodes needs a ZooKeeper-mode cluster")
+    count = _partition_count(zk, kafka)
+    partition = resolve_partition(params.get("group"), params.get("partition"), count)
+    state = leadership.state(zk, OFFSETS_TOPIC, partition) if zk is not None else None
+    replicas = leadership.assignment(zk, OFFSETS_TOPIC)[partition] if zk is not None else []
+    root = Path(data_root)
+    report_dir = Path(params.get("evidence_report") or root / "reports" / "coordinator" / "latest")
+    owned, affected = ownership_facts(report_dir, cluster.name, partition)
+    groups = list(dict.fromkeys(([params["group"]] if params.get("group") else []) + affected))[:20]
+    live = who(kafka, zk, groups) if groups else []
+    history = leader_history(DataRoot(str(root)), cluster.name, partition)
+    health = health_facts(root, cluster.name, partition)
+
+    evidence = [
+        {"label": "partition", "value": f"{OFFSETS_TOPIC}-{partition} (of {count})"},
+        {"label": "leader / ISR / epoch now",
+         "value": f"{state.leader} / {list(state.isr)} / {state.leader_epoch}" if state else "unknown (no ZooKeeper)"},
+        {"label": "replicas (preferred first)", "value": str(replicas)},
+    ]
+    for r in live:
+        evidence.append({"label": f"group {r['group']}",
+                         "value": f"expected coordinator {r['leader']}, named {r['coordinator_id']}, answers "
+                                  f"{r['error'] or r['state']}: {r['verdict']}"})
+    for h in history:
+        evidence.append({"label": f"leader since {h['first_seen']}",
+                         "value": f"broker {h['leader']}, epoch {h['leader_epoch']}, ISR {h['isr']}"})
+    if owned:
+        evidence.append({"label": "ownership check", "value":
+                         f"{owned['verdict']}; not served for {owned.get('not_ok_seconds')} s since "
+                         f"{owned.get('last_change_at') or owned.get('not_ok_since')}; groups {owned.get('groups')} "
+                         f"(loading {owned.get('loading')}, unavailable {owned.get('unavailable')})"})
+    for h in health:
+        evidence.append({"label": f"size on broker {h['broker']}",
+                         "value": f"{h['disk_bytes']} bytes, {h['records']} records, health {h['verdict']}"})
+
+    plan = {"action": ACTION, "cluster": cluster.name, "created_at": iso_z(utcnow()), "evidence": evidence,
+            "details": {"recovery_action": action, "partition": partition, "groups": groups,
+                        "leader": state.leader if state else None, "leader_epoch": state.leader_epoch if state else None,
+                        "isr": list(state.isr) if state else [], "replicas": replicas}}
+    pre_state = {"what": f"{OFFSETS_TOPIC}-{partition} still has leader {state.leader if state else '?'} at epoch "
+                         f"{state.leader_epoch if state else '?'} (otherwise the situation changed: plan again)"}
+    if action == "move_leader":
+        candidates = [b for b in (list(state.isr)) if b != state.leader]
+        target = params.get("target_broker")
+        target = int(target) if target not in (None, "", -1, "-1") else (candidates[0] if candidates else None)
+        if target is None:
+            raise RecoveryError(f"{OFFSETS_TOPIC}-{partition} has no other in-sync replica than its leader "
+                                f"{state.leader} (ISR {list(state.isr)}): nothing to move leadership to")
+        if target not in state.isr or target == state.leader:
+            raise RecoveryError(f"target broker {target} is not another in-sync replica of {OFFSETS_TOPIC}-{partition} "
+                                f"(leader {state.leader}, ISR {list(state.isr)})")
+        new_order = [target] + [b for b in replicas if b != target]
+        plan.update(
+            title=f"Move leadership of {OFFSETS_TOPIC}-{partition} from broker {state.leader} to broker {target}",
+            changes=[{"target": f"{OFFSETS_TOPIC}-{partition} replica order", "before": str(replicas),
+                      "after": str(new_order)},
+                     {"target": f"{OFFSETS_TOPIC}-{partition} leader", "before": f"broker {state.leader}",
+                      "after": f"broker {target}"}],
+            preconditions=[pre_state, {"what": f"broker {target} is in the ISR"},
+                           {"what": "no reassignment or election in progress (/admin znodes absent)"}],
+            risks=[f"broker {target} must load the partition before it serves its groups (they see "
+                   "NOT_COORDINATOR meanwhile); if the partition is bloated, trim it first (action trim_handover)",
+                   "keep auto.leader.rebalance.enable=false, or the controller moves leadership back to the "
+                   "first replica of the old order"],
+            rollback={"how": f"run this runbook again with action move_leader and target_broker {state.leader} "
+                             f"(the replica order before was {replicas})",
+                      "conf": {"cluster": cluster.name, "partition": partition, "action": "move_leader",
+                               "target_broker": state.leader}})
+        plan["details"].update(target=target, new_order=new_order)
+    elif action == "restart_broker":
+        target = params.get("target_broker")
+        target = int(target) if target not in (None, "", -1, "-1") else state.leader
+        if lab_control is None:
+            raise RecoveryError(f"cluster {cluster.name!r} is not a lab fleet: restart broker {target} with your "
+                                "service manager, then run the ownership check")
+        plan.update(
+            title=f"Restart broker {target} (leader of {OFFSETS_TOPIC}-{partition})",
+            changes=[{"target": f"broker {target}", "before": "running", "after": "restarted"}],
+            preconditions=[pre_state, {"what": f"broker {target} is registered in ZooKeeper"}],
+            risks=[f"while broker {target} is down, every partition it leads moves to another ISR replica, which "
+                   "loads it first (their groups see NOT_COORDINATOR meanwhile)"],
+            rollback={"how": "nothing to roll back: a restart changes no data", "conf": None})
+        plan["details"].update(target=target)
+    else:
+        plan.update(
+            title=f"Hand {OFFSETS_TOPIC}-{partition} over to runbook_offsets_trim",
+            changes=[], preconditions=[], risks=["the trim runbook plans and asks for its own approval"],
+            rollback={"how": "nothing changes here", "conf": None})
+    return plan
+
+
+def check(zk, plan: dict) -> list[str]:
+    d = plan["details"]
+    action = d["recovery_action"]
+    if action == "trim_handover":
+        return []
+    problems = []
+    st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
+    if (st.leader, st.leader_epoch) != (d["leader"], d["leader_epoch"]):
+        problems.append(f"{OFFSETS_TOPIC}-{d['partition']} changed since the plan: leader {d['leader']} epoch "
+                        f"{d['leader_epoch']} then, leader {st.leader} epoch {st.leader_epoch} now")
+    if action == "move_leader":
+        if d["target"] not in st.isr:
+            problems.append(f"broker {d['target']} is no longer in the ISR {list(st.isr)}")
+        busy = leadership.busy(zk)
+        if busy:
+            problems.append(f"admin operations in progress: {', '.join(busy)}")
+    elif action == "restart_broker":
+        if d["target"] not in zk.broker_ids():
+            problems.append(f"broker {d['target']} is not registered in ZooKeeper (already down?)")
+    return problems
+
+
+def execute(zk, plan: dict, lab_control=None) -> dict:
+    d = plan["details"]
+    action = d["recovery_action"]
+    if action == "move_leader":
+        return leadership.move_leader(zk, OFFSETS_TOPIC, d["partition"], d["target"])
+    if action == "restart_broker":
+        if lab_control is None:
+            raise RecoveryError("not a lab fleet: the broker cannot be restarted from here")
+        t0 = time.monotonic()
+        lab_control.stop(d["target"])
+        lab_control.start(d["target"])
+        return {"restarted": d["target"], "seconds": round(time.monotonic() - t0, 1)}
+    return {"handover": "runbook_offsets_trim", "partition": d["partition"]}
+
+
+def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:
+    """The action's effect: the new leader (or the restarted broker back in the ISR), and every
+    group of the plan served by its partition's leader again (waits up to `timeout` for the load)."""
+    d = plan["details"]
+    action = d["recovery_action"]
+    if action == "trim_handover":
+        return []
+    deadline = time.monotonic() + timeout
+    problems: list[str] = []
+    while True:
+        problems = []
+        st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
+        if action == "move_leader" and st.leader != d["target"]:
+            problems.append(f"leader of {OFFSETS_TOPIC}-{d['partition']} is {st.leader}, not {d['target']}")
+        if action == "restart_broker" and d["target"] not in st.isr:
+            problems.append(f"broker {d['target']} is not back in the ISR {list(st.isr)}")
+        if d["groups"]:
+            for r in who(kafka, zk, d["groups"]):
+                if r["verdict"] != OK:
+                    problems.append(f"group {r['group']!r} is {r['verdict']} ({r['error'] or r['state']})")
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(1)

@@ -1,0 +1,124 @@
+"""Group-coordinator ownership: who should coordinate a group, who answers, and the verdict.
+
+The expected coordinator of a group is the current leader of its __consumer_offsets partition
+(fleetkit.core.partitioning.partition_for). What the cluster says comes from the coordinator lookup and
+the named broker's own describe answer (fleetkit.clients.wire). The rules, first match wins:
+
+    UNAVAILABLE  no leader for the partition, COORDINATOR_NOT_AVAILABLE, the coordinator
+                 unreachable or no answer at all, or an error this table does not know
+    LOADING      COORDINATOR_LOAD_IN_PROGRESS, or NOT_COORDINATOR from the broker that IS the
+                 partition's leader (how 0.9 shows a load in progress)
+    MISMATCH     the coordinator the cluster names is not the partition's current leader
+    OK           the coordinator is the leader and it answers describe
+
+A partition that has a leader but whose groups stay LOADING or UNAVAILABLE for longer than the
+load-stuck threshold (default 5 minutes) after its last leader change (or, without a change in
+the window, since they stopped being OK) is LOAD_STUCK. A partition without a leader stays
+UNAVAILABLE: no broker is loading it.
+
+This module is the one definition: the Spark job (spark_jobs/coordinator_ownership.py) builds the
+same rules as column expressions, and a test runs every case through both.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+OK, MISMATCH, LOADING, UNAVAILABLE, LOAD_STUCK = "OK", "MISMATCH", "LOADING", "UNAVAILABLE", "LOAD_STUCK"
+NO_GROUPS = "NO_GROUPS"
+# worst first: a partition shows the worst verdict of its groups
+SEVERITY = (LOAD_STUCK, UNAVAILABLE, LOADING, MISMATCH, OK, NO_GROUPS)
+DEFAULT_LOAD_STUCK_SECONDS = 300
+
+LOAD_IN_PROGRESS = "COORDINATOR_LOAD_IN_PROGRESS"
+NOT_COORDINATOR = "NOT_COORDINATOR"
+# errors that mean "nobody serves this group right now"
+UNAVAILABLE_ERRORS = ("COORDINATOR_NOT_AVAILABLE", "COORDINATOR_UNREACHABLE", "NO_ANSWER")
+
+
+class Observation(NamedTuple):
+    coordinator_id: int | None  # who the cluster names
+    error: str | None           # the lookup's or the coordinator's error
+    leader: int | None          # the group's partition leader at the same instant (-1: none)
+
+
+def no_leader(o: Observation) -> bool:
+    return o.leader is None or o.leader < 0
+
+
+def coordinator_not_available(o: Observation) -> bool:
+    return o.error is not None and (o.error in UNAVAILABLE_ERRORS or o.coordinator_id is None)
+
+
+def load_in_progress(o: Observation) -> bool:
+    return o.error == LOAD_IN_PROGRESS or (o.error == NOT_COORDINATOR and o.coordinator_id == o.leader)
+
+
+def coordinator_is_not_leader(o: Observation) -> bool:
+    return o.coordinator_id is not None and o.coordinator_id != o.leader
+
+
+def other_error(o: Observation) -> bool:
+    return o.error is not None or o.coordinator_id is None
+
+
+RULES: tuple[tuple[str, Callable[[Observation], bool]], ...] = (
+    (UNAVAILABLE, no_leader),
+    (UNAVAILABLE, coordinator_not_available),
+    (LOADING, load_in_progress),
+    (MISMATCH, coordinator_is_not_leader),
+    (UNAVAILABLE, other_error),
+)
+
+
+def verdict(coordinator_id: int | None, error: str | None, leader: int | None) -> str:
+    o = Observation(coordinator_id, error, leader)
+    for name, rule in RULES:
+        if rule(o):
+            return name
+    return OK
+
+
+def worst(verdicts) -> str:
+    present = set(verdicts)
+    for v in SEVERITY:
+        if v in present:
+            return v
+    return NO_GROUPS
+
+
+def who(kafka, zk, groups: list[str]) -> list[dict]:
+    """Live answer for `fleetctl coordinator who`: per group its partition, that partition's leader,
+    ISR and leader epoch (ZooKeeper when the cluster has one, else metadata), the coordinator the
+    cluster names, what that broker answers, and the verdict."""
+    from fleetkit.core.partitioning import partition_for
+    from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
+
+    states: dict[int, dict] = {}
+    if zk is not None:
+        found, _ = zk.partition_states([OFFSETS_TOPIC])
+        states = {s.partition: {"leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch}
+                  for s in found}
+    if not states:
+        md = kafka.metadata([OFFSETS_TOPIC])
+        states = {p: {"leader": m.leader, "isr": list(m.isr), "leader_epoch": None}
+                  for (t, p), m in md.partitions.items() if t == OFFSETS_TOPIC}
+    if not states:
+        raise LookupError(f"cluster {kafka.name!r} has no {OFFSETS_TOPIC} topic yet (no group has committed)")
+    count = max(states) + 1
+    answers = kafka.coordinators(groups)
+    if answers is None:
+        descs = kafka.describe_groups(groups)
+    out = []
+    for g in groups:
+        p = partition_for(g, count)
+        st = states.get(p, {"leader": None, "isr": [], "leader_epoch": None})
+        if answers is not None:
+            a = answers[g]
+            coord, error, state = a.coordinator_id, a.error, a.state
+        else:
+            d = descs[g]
+            coord, error, state = d.coordinator_id, d.error, d.state
+        out.append({"group": g, "partition": p, "partitions": count, **st, "coordinator_id": coord,
+                    "error": error, "state": state, "verdict": verdict(coord, error, st["leader"])})
+    return out

@@ -1,0 +1,92 @@
+"""__consumer_offsets health: the verdict rules (one definition, used by the Spark job and tests).
+
+Per (cluster, broker, partition), from the decoded records, the segment inventory and the cleaner
+checkpoint history:
+
+  OVER_CAPACITY    a segment holds more messages than one cleaner pass can map, on a broker
+                   without KAFKA-3894 (before 0.10.1): the cleaner thread dies on it, for good
+  CLEANER_STALLED  the checkpoint does not advance while dirty bytes grow
+  BLOATED          the partition is far larger than its live set (never compacted)
+  HEALTHY          otherwise
+
+Each unhealthy verdict carries the cleaner setting that fixes the cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fleetkit.trim.cleaner import buffer_for, capacity
+from fleetkit.core.fleet import version_tuple
+
+DEFAULT_BLOAT_RATIO = 10.0
+DEFAULT_MIN_BLOAT_BYTES = 64 * 1024 * 1024
+KAFKA_3894_FIXED = (0, 10, 1)
+VERDICTS = ("OVER_CAPACITY", "CLEANER_STALLED", "BLOATED", "HEALTHY")
+
+
+@dataclass(frozen=True)
+class HealthFacts:
+    records: int
+    live_keys: int
+    tombstones: int
+    record_bytes: int          # bytes of all records read (key + value)
+    live_bytes: int            # bytes of the live records
+    disk_bytes: int            # bytes of the partition's segments on this broker
+    segments: int
+    largest_segment_messages: int
+    checkpoint_first: int | None   # cleaner checkpoint, first and last observation in the history
+    checkpoint_last: int | None
+    dirty_bytes_first: int | None  # bytes above the checkpoint, first and last observation
+    dirty_bytes_last: int | None
+    observations: int              # inventory observations in the history
+
+
+def newest_result(data_root):
+    """The newest offsets-health result, <data root>/reports/offsets/<run>/health.jsonl, if any."""
+    from pathlib import Path
+
+    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads: int = 1,
+            load_factor: float = 0.9, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
+            min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES) -> tuple[str, str, dict | None]:
+    """(verdict, reason, fix). fix: the cleaner setting to apply, or None."""
+    cap = capacity(dedupe_buffer_size, threads, load_factor)
+    keys_per_pass = cap["keys_per_pass"]
+    pre_3894 = version_tuple(kafka_version) < KAFKA_3894_FIXED
+
+    def fix_for(messages: int) -> dict:
+        try:
+            need = buffer_for(max(messages, 1), threads, load_factor)
+        except ValueError as e:
+            return {"error": str(e)}
+        return {"log.cleaner.dedupe.buffer.size": max(need, dedupe_buffer_size), "log.cleaner.threads": threads,
+                "keys_per_pass_after": capacity(max(need, dedupe_buffer_size), threads, load_factor)["keys_per_pass"]}
+
+    if pre_3894 and f.largest_segment_messages > keys_per_pass:
+        fix = fix_for(f.largest_segment_messages)
+        return ("OVER_CAPACITY",
+                f"A segment holds {f.largest_segment_messages:,} messages but one cleaner pass maps only "
+                f"{keys_per_pass:,} keys ({dedupe_buffer_size:,} bytes / {threads} thread(s)); Kafka "
+                f"{kafka_version} (before 0.10.1, KAFKA-3894) kills the cleaner thread on it, so this partition is "
+                f"never compacted again. Raise log.cleaner.dedupe.buffer.size to "
+                f"{fix.get('log.cleaner.dedupe.buffer.size', '?'):,} before restarting, then trim.", fix)
+    stalled = (f.observations >= 2 and f.checkpoint_first is not None and f.checkpoint_last is not None
+               and f.checkpoint_last <= f.checkpoint_first and f.dirty_bytes_first is not None
+               and f.dirty_bytes_last is not None and f.dirty_bytes_last > f.dirty_bytes_first)
+    if stalled:
+        return ("CLEANER_STALLED",
+                f"The cleaner checkpoint stayed at {f.checkpoint_last} while dirty bytes grew from "
+                f"{f.dirty_bytes_first:,} to {f.dirty_bytes_last:,}: the cleaner is not running for this partition "
+                "(check log-cleaner.log for a dead thread).", fix_for(f.largest_segment_messages))
+    live = max(f.live_bytes, 1)
+    if f.disk_bytes >= min_bloat_bytes and f.disk_bytes > bloat_ratio * live:
+        return ("BLOATED",
+                f"{f.disk_bytes:,} bytes on disk for a live set of {f.live_keys:,} keys ({f.live_bytes:,} bytes): "
+                f"{f.disk_bytes / live:,.0f}x the live data; a new leader must read all of it before it serves "
+                "the groups of this partition.", fix_for(f.largest_segment_messages))
+    return ("HEALTHY", f"{f.disk_bytes:,} bytes on disk, {f.live_keys:,} live keys, largest segment "
+                       f"{f.largest_segment_messages:,} messages (one pass maps {keys_per_pass:,}).", None)
