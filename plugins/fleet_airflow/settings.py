@@ -1,10 +1,6 @@
-"""Where things are: the repository, the Airflow home, the fleet file and the data root.
-
-Environment variables (all optional):
-  FLEET_HOME       the repository root (default: found from this file)
-  FLEET_FILE       the fleet file (default: include/fleets/lab.yaml)
-  FLEET_DATA_ROOT  the data root, a folder or a Spark/pyarrow URI (default: FLEET_HOME/data)
-  FLEET_RETENTION_DAYS  days of dataset partitions to keep (default 30)
+"""The Airflow side of the settings: the Airflow home, its generated env file and spark-submit's
+environment. Where the toolkit's files live (fleet file, data root, plans, quarantine, locks) is
+fleetkit.core.settings, re-exported here for the adapters.
 """
 
 from __future__ import annotations
@@ -12,19 +8,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fleetkit.core.settings import (  # noqa: F401  (re-exported for the adapters)
+    data_root, fleet_file, lock_dir, plans_root, quarantine_root, retention_days, run_folder)
+
 REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
-
-
-def fleet_file() -> str:
-    return os.environ.get("FLEET_FILE") or str(REPO_ROOT / "include" / "fleets" / "lab.yaml")
-
-
-def data_root() -> str:
-    return os.environ.get("FLEET_DATA_ROOT") or str(REPO_ROOT / "data")
-
-
-def retention_days() -> int:
-    return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
 
 
 def spark_env() -> dict[str, str]:

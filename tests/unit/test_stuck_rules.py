@@ -37,9 +37,14 @@ def test_group_status_order_and_storm():
 
 
 def test_parse_duration():
-    assert stuck.parse_duration("15m") == dt.timedelta(minutes=15)
-    assert stuck.parse_duration("90s") == dt.timedelta(seconds=90)
-    assert stuck.parse_duration("2h") == dt.timedelta(hours=2)
-    assert stuck.parse_duration("1440m") == dt.timedelta(days=1)
-    with pytest.raises(ValueError, match="not like 15m"):
-        stuck.parse_duration("soon")
+    from fleetkit.core.durations import parse_duration
+
+    assert parse_duration("15m") == dt.timedelta(minutes=15)
+    assert parse_duration("90s") == dt.timedelta(seconds=90)
+    assert parse_duration("2h") == dt.timedelta(hours=2)
+    assert parse_duration("1440m") == dt.timedelta(days=1)
+    assert parse_duration(30) == dt.timedelta(seconds=30)
+    with pytest.raises(ValueError, match="'soon' is not a duration"):
+        parse_duration("soon")
+    with pytest.raises(ValueError):
+        parse_duration("-5m")

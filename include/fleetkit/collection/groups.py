@@ -15,15 +15,21 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 from fleetkit.core.fleet import Cluster
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 from fleetkit.clients.kafka import GroupDescription, KafkaCluster
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 from fleetkit.clients.zookeeper import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
-REBALANCING = ("PreparingRebalance", "CompletingRebalance")
 #: A group not listed and without committed offsets for this long is forgotten (offsets retention
 #: defaults to one day; a week of margin keeps groups of clusters configured with longer ones).
 FORGET_AFTER = dt.timedelta(days=8)

@@ -92,7 +92,6 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
 }
 
-GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
 
 
 def read_jsonl(path) -> list[dict]:

@@ -44,13 +44,14 @@ from typing import Any
 
 import yaml
 
+from fleetkit.core.durations import parse_duration_seconds
 from fleetkit.core.errors import FleetConfigError
+from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as DEFAULT_OFFSETS_TOPIC_PARTITIONS
 
 CLUSTER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,250}$")
 VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+){0,2}$")
 
-DEFAULT_OFFSETS_TOPIC_PARTITIONS = 50
 DEFAULT_DEDUPE_BUFFER_SIZE = 128 * 1024 * 1024
 DEFAULT_CLEANER_THREADS = 1
 DEFAULT_LOAD_FACTOR = 0.9
@@ -297,21 +298,6 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         brokers=tuple(brokers),
         group_id_mappings=gim,
     )
-
-
-_DURATION_RE = re.compile(r"^(\d+(?:\.\d+)?)([smhd]?)$")
-
-
-def parse_duration_seconds(text: Any) -> float:
-    """'90s', '15m', '1h', '1d' or a number of seconds -> seconds. ValueError otherwise."""
-    if isinstance(text, bool):
-        raise ValueError(f"{text!r} is not a duration")
-    if isinstance(text, (int, float)):
-        return float(text)
-    m = _DURATION_RE.match(str(text).strip().lower())
-    if not m:
-        raise ValueError(f"{text!r} is not a duration like 90s, 15m, 1h or 1d")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSettings | None) -> GroupIdMappingSettings:

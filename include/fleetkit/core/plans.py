@@ -21,6 +21,7 @@ import os
 import re
 from pathlib import Path
 
+from fleetkit.core import settings
 from fleetkit.core.errors import FleetError
 
 REQUIRED = ("action", "cluster", "title", "preconditions", "changes", "rollback")
@@ -50,15 +51,12 @@ def validate(plan: dict) -> dict:
     return plan
 
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
 def safe_component(value: str) -> str:
-    """A path component from a run id or DAG id (run ids hold ':' and '+')."""
-    out = _SAFE.sub("_", value).strip("._")
-    if not out:
-        raise PlanError(f"cannot make a file name from {value!r}")
-    return out[:200]
+    """A path component from a run id or DAG id (core.settings.safe_component), PlanError if empty."""
+    try:
+        return settings.safe_component(value)
+    except ValueError as e:
+        raise PlanError(str(e)) from None
 
 
 def plan_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:

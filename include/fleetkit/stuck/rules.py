@@ -25,11 +25,13 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Iterable
 
+from fleetkit.core.durations import parse_duration  # noqa: F401  (the jobs read durations through the rules)
+from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
+
 STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "STALLED", "STOPPED", "LAGGING")
 #: group status order, worst first (NO_COMMIT and INSUFFICIENT_DATA do not raise a group's status)
 GROUP_ORDER = ("OUT_OF_RANGE", "REWOUND", "STOPPED", "STALLED", "LAGGING", "OK")
 ALERTING = ("STOPPED", "STALLED", "OUT_OF_RANGE")
-REBALANCING = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync")
 DEFAULT_WINDOW = dt.timedelta(minutes=15)
 DEFAULT_LAG_GROWTH_RATIO = 0.05
 DEFAULT_OFFSETS_RETENTION = dt.timedelta(minutes=1440)
@@ -180,15 +182,3 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
         never_moved=min(committed) == max(committed),
         lag_never_decreased=all(a is not None and b is not None and b >= a for a, b in zip(lags, lags[1:])),
     )
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """'15m', '2m', '90s', '1h', '1d' -> timedelta."""
-    text = str(text).strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    try:
-        if text[-1] in units:
-            return dt.timedelta(seconds=float(text[:-1]) * units[text[-1]])
-        return dt.timedelta(seconds=float(text))
-    except (ValueError, IndexError):
-        raise ValueError(f"duration {text!r} is not like 15m, 90s, 2h or 1d") from None

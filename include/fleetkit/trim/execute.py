@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.errors import FleetError
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
 
 log = logging.getLogger(__name__)
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 class TrimError(FleetError):

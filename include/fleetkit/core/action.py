@@ -1,0 +1,35 @@
+"""A destructive action as the approval gate runs it: plan, preconditions, execute, verify and the
+approval page's table, as plain functions over a ClusterContext. No Airflow here: each
+capability exports its actions (fleetkit.<capability>.action), plugins/ only adapts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class ClusterContext:
+    """What an action gets: the fleet-file cluster and connected readers (a KafkaCluster and, for
+    ZooKeeper-mode clusters, a ZooKeeperCluster or None)."""
+
+    cluster: Any
+    kafka: Any
+    zk: Any
+
+
+def _no_table(plan: dict) -> dict | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Action:
+    """A destructive action. Each callable takes a ClusterContext (plan also the run's params)."""
+
+    name: str
+    plan: Callable[[ClusterContext, dict], dict]
+    check: Callable[[ClusterContext, dict], list[str]]  # the preconditions that no longer hold
+    execute: Callable[[ClusterContext, dict], dict]
+    verify: Callable[[ClusterContext, dict, dict], list[str]]  # (ctx, plan, execute's result)
+    details_table: Callable[[dict], dict | None] = _no_table

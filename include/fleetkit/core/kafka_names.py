@@ -1,0 +1,14 @@
+"""Kafka's own names and constants the toolkit relies on, in one place."""
+
+from __future__ import annotations
+
+OFFSETS_TOPIC = "__consumer_offsets"
+# offsets.topic.num.partitions' default; a cluster's fleet-file entry states its own
+DEFAULT_OFFSETS_PARTITIONS = 50
+
+# Group states as the datasets store them (Kafka's names; 0.9's AwaitingSync is stored as
+# CompletingRebalance, a group 0.9 has forgotten is Dead)
+GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+# States in which a group is rebalancing: its members hold no settled assignment. AwaitingSync is
+# 0.9's name for CompletingRebalance, kept so raw broker answers classify the same.
+REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync")
