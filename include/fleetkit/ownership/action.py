@@ -1,0 +1,53 @@
+"""The coordinator-ownership capability's destructive action: recover a coordinator that does not serve its groups."""
+
+from __future__ import annotations
+
+from fleetkit.core.action import Action, ClusterContext
+
+
+def _lab_control(ctx: ClusterContext):
+    from fleetkit.trim import execute as trim
+
+    return trim.lab_control_for([d for b in ctx.cluster.brokers for d in b.log_dirs])
+
+
+def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
+    from fleetkit.ownership import recovery
+    from fleetkit.core import settings
+
+    return recovery.build_plan(ctx.cluster, ctx.kafka, ctx.zk, params.get("data_root") or settings.data_root(),
+                               params, lab_control=_lab_control(ctx))
+
+
+def _recovery_table(plan: dict) -> dict:
+    d = plan["details"]
+    return {"header": ["partition", "leader", "leader epoch", "ISR", "replicas", "groups checked"],
+            "rows": [[d["partition"], d["leader"], d["leader_epoch"], d["isr"], d["replicas"], len(d["groups"])]]}
+
+
+def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
+    from fleetkit.ownership import recovery
+
+    return recovery.verify(ctx.kafka, ctx.zk, plan)
+
+
+def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
+    from fleetkit.ownership import recovery
+
+    return recovery.check(ctx.zk, plan)
+
+
+def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
+    from fleetkit.ownership import recovery
+
+    return recovery.execute(ctx.zk, plan, _lab_control(ctx))
+
+
+COORDINATOR_RECOVERY = Action(
+    name="coordinator_recovery",
+    plan=_recovery_plan,
+    check=_recovery_check,
+    execute=_recovery_execute,
+    verify=_recovery_verify,
+    details_table=_recovery_table,
+)
