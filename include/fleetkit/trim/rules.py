@@ -72,8 +72,10 @@ def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads
                 f"A segment holds {f.largest_segment_messages:,} messages but one cleaner pass maps only "
                 f"{keys_per_pass:,} keys ({dedupe_buffer_size:,} bytes / {threads} thread(s)); Kafka "
                 f"{kafka_version} (before 0.10.1, KAFKA-3894) kills the cleaner thread on it, so this partition is "
-                f"never compacted again. Raise log.cleaner.dedupe.buffer.size to "
-                f"{fix.get('log.cleaner.dedupe.buffer.size', '?'):,} before restarting, then trim.", fix)
+                f"never compacted again. " + (
+                    f"Raise log.cleaner.dedupe.buffer.size to {fix['log.cleaner.dedupe.buffer.size']:,} before "
+                    "restarting, then trim." if "error" not in fix else
+                    f"No cleaner buffer can fix it ({fix['error']}); trim, then lower segment.bytes."), fix)
     stalled = (f.observations >= 2 and f.checkpoint_first is not None and f.checkpoint_last is not None
                and f.checkpoint_last <= f.checkpoint_first and f.dirty_bytes_first is not None
                and f.dirty_bytes_last is not None and f.dirty_bytes_last > f.dirty_bytes_first)
