@@ -110,6 +110,17 @@ def test_plan_template_renders_hostile_names_inert():
     assert parsed.tags.count("h1") == 0 and parsed.tags.count("h2") == 1  # only the template's own title
     assert "code" in parsed.tags  # the digest only
     assert out.count("<code>") == 1 and "<code>sha256:abc</code>" in out
-    shell = environment().get_template("plan_runbook.sh.j2").render(plan=plan, digest="sha256:abc")
-    lines = [ln for ln in shell.splitlines() if ln and not ln.startswith("#")]
-    assert len(lines) == 1 and shlex.split(lines[0])[-1] == '{"group":"' + name.replace("\n", "\\n") + '"}'
+
+
+def test_trim_runbook_quotes_hostile_paths():
+    """The shell runbook of a trim: every path reaches the shell as one literal word."""
+    bad = "/data/x; rm -rf / #`tick`$(id) 'q\" sp"
+    plan = {"cluster": "lab\n# forged", "title": "t"}
+    files = [f"{bad}/00000000000000000000.log", f"{bad}/00000000000000000000.index"]
+    shell = environment().get_template("trim_runbook.sh.j2").render(
+        plan=plan, digest="sha256:abc", broker=1, segments=[{"files": files}], quarantine=bad + "/q", fix=None)
+    assert "\n# forged" not in shell  # the cluster name cannot start a new line
+    mv = [shlex.split(ln) for ln in shell.splitlines() if ln.startswith("mv -n ")]
+    assert [m[2] for m in mv] == files
+    q = [ln for ln in shell.splitlines() if ln.startswith("QUARANTINE=")][0]
+    assert shlex.split(q.split("=", 1)[1]) == [bad + "/q"]
