@@ -1,0 +1,75 @@
+"""fleetctl starts fast: --help and the commands that need no Airflow import none of the heavy
+libraries (the timing itself is bench/cli_startup.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetctl.cli import build_parser, needs_airflow
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("airflow", "pyspark", "confluent_kafka", "kazoo", "pyarrow", "fleet_airflow")
+
+# what the `fleetctl` console script runs (pyproject: fleetctl.cli:console_main)
+CONSOLE = "import sys; from fleetctl.cli import console_main; sys.argv[0] = 'fleetctl'; sys.exit(console_main())"
+
+AIRFLOW_FREE = [
+    ["--help"],
+    ["offsets", "decode", "--key", "000100016700017400000003",
+     "--value", "0001000000000000002a00036d310000000000000003e800000000000007d0"],
+    ["offsets", "cleaner-capacity", "--dedupe-buffer-size", "134217728"],
+    ["coordinator", "partition", "my-group", "--partitions", "50"],
+    ["coordinator", "who", "--help"],
+    ["lab", "--help"],
+]
+
+
+def imported_modules(code: str, *argv: str) -> tuple[set[str], subprocess.CompletedProcess]:
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *argv],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    mods = set()
+    for line in out.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "imported package":
+                mods.add(name)
+    return mods, out
+
+
+def heavy(mods: set[str]) -> list[str]:
+    return sorted(m for m in mods if m.split(".")[0] in HEAVY)
+
+
+def test_importing_the_cli_imports_no_heavy_library():
+    mods, out = imported_modules("import fleetctl.cli")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "fleetctl.cli" in mods  # the parse saw the import lines
+    assert heavy(mods) == []
+
+
+@pytest.mark.parametrize("argv", AIRFLOW_FREE, ids=lambda a: " ".join(a[:2]))
+def test_airflow_free_commands_import_no_heavy_library(argv):
+    mods, out = imported_modules(CONSOLE, *argv)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "fleetctl.cli" in mods
+    assert heavy(mods) == []
+
+
+@pytest.mark.parametrize("argv,expected", [
+    (["lab", "status"], False),
+    (["offsets", "decode", "--key", "00"], False),
+    (["offsets", "cleaner-capacity", "--dedupe-buffer-size", "1"], False),
+    (["coordinator", "partition", "g"], False),
+    (["coordinator", "who", "g", "--cluster", "lab"], True),
+    (["collect", "--cluster", "lab"], True),
+    (["groupids", "diff", "--cluster", "lab"], True),
+    (["audit", "list"], True),
+    (["trigger", "some_dag"], True),
+    (["airflow", "status"], True),
+])
+def test_which_commands_set_up_airflow(argv, expected):
+    assert needs_airflow(build_parser().parse_args(argv)) is expected
