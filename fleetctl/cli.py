@@ -74,14 +74,40 @@ def cmd_lab_status(args) -> int:
     return 0 if all(r["answering"] for r in rows) else 3
 
 
+def _lab_broker(args):
+    """The lab of a command on one of its brokers: it must exist (runbooks run these commands; a
+    wrong --lab-dir must fail, not report a broker that is not running)."""
+    lab = _lab(args)
+    if args.lab_dir and not (lab.spec.path / "lab.json").exists():
+        raise FleetError(f"no lab in {lab.spec.path} (lab.json missing): check --lab-dir, or run fleetctl lab up")
+    if not 0 <= args.broker < lab.spec.brokers:
+        raise FleetError(f"lab {lab.spec.path} has no broker {args.broker} (brokers 0..{lab.spec.brokers - 1})")
+    return lab
+
+
 def cmd_lab_stop_broker(args) -> int:
-    print(f"broker {args.broker}: {_lab(args).stop_broker(args.broker)}")
+    print(f"broker {args.broker}: {_lab_broker(args).stop_broker(args.broker)}")
     return 0
 
 
 def cmd_lab_start_broker(args) -> int:
-    _lab(args).start_broker(args.broker)
+    _lab_broker(args).start_broker(args.broker)
     print(f"broker {args.broker}: answering")
+    return 0
+
+
+def cmd_lab_broker_config(args) -> int:
+    """Set broker properties of the lab (its brokers share them); they apply at a broker's next start."""
+    props = {}
+    for item in args.settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise FleetError(f"{item!r} is not key=value")
+        props[key.strip()] = value
+    lab = _lab_broker(args)
+    lab.spec.broker_overrides = {**lab.spec.broker_overrides, **props}
+    lab._write_configs()  # server.properties of every broker, and lab.json
+    print(f"broker {args.broker}: {' '.join(f'{k}={v}' for k, v in props.items())} (applies at the next start)")
     return 0
 
 
@@ -358,6 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
         lab_opts(sp)
         sp.add_argument("broker", type=int)
         sp.set_defaults(func=fn)
+    sp = lab_sub.add_parser("broker-config", help="set broker properties (key=value); they apply at the next start")
+    lab_opts(sp)
+    sp.add_argument("broker", type=int)
+    sp.add_argument("settings", nargs="+", metavar="KEY=VALUE")
+    sp.set_defaults(func=cmd_lab_broker_config)
 
     sp = lab_sub.add_parser("traffic", help="demo traffic: healthy groups, a poison record, a stopped group")
     lab_opts(sp)

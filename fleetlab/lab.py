@@ -149,7 +149,15 @@ class LabSpec:
         }
 
     def fleet_document(self) -> dict:
-        """The fleet file describing this lab (log dirs absolute)."""
+        """The fleet file describing this lab (log dirs absolute); runbooks stop, start and
+        reconfigure its brokers with the repository's fleetctl (broker_control)."""
+        def literal(text: str) -> str:  # braces are placeholders in broker_control commands
+            return text.replace("{", "{{").replace("}", "}}")
+
+        def fleetctl_lab(command: str, *extra: str) -> list[str]:
+            return [literal(str(REPO_ROOT / ".venv" / "bin" / "fleetctl")), "lab", command,
+                    "--lab-dir", literal(str(self.path.absolute())), "{broker}", *extra]
+
         return {
             "version": 1,
             "clusters": [{
@@ -161,6 +169,8 @@ class LabSpec:
                 "cleaner": self.cleaner_settings(),
                 "brokers": [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
                             for i in range(self.brokers)],
+                "broker_control": {"stop": fleetctl_lab("stop-broker"), "start": fleetctl_lab("start-broker"),
+                                   "set_config": fleetctl_lab("broker-config", "{key}={value}")},
             }],
         }
 

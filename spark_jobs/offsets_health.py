@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit import offsets_health  # noqa: E402
+from fleetkit.trim import rules as offsets_health  # noqa: E402
 from fleetkit.core.fleet import load_fleet  # noqa: E402
 
 PKEYS = ["cluster", "partition"]

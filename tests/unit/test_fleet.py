@@ -1,5 +1,6 @@
 """Fleet file validation: every error names the file and the field."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,11 @@ clusters:
       - {id: 1, log_dirs: [/data/k1], access: local}
       - {id: 2, log_dirs: [relative/dir], access: local}
       - {id: 3, access: ssh, ssh_conn_id: k3_ssh}
+    broker_control:
+      stop: [/opt/ctl, stop, "{broker}"]
+      start: [bin/ctl, start, "--broker={broker}"]
+      set_config: [/opt/ctl, set, "{broker}", "{key}={value}", "{{json}}"]
+      timeout: 2m
   - name: kraft1
     kafka_conn_id: kraft1
 """
@@ -43,6 +49,25 @@ def test_good_file_parses_with_defaults():
     assert c.broker(3).ssh_conn_id == "k3_ssh"
     k = fleet.cluster("kraft1")
     assert not k.zk_mode and not k.needs_protocol_fallback
+    assert k.broker_control is None
+
+
+def test_broker_control_commands_are_argv_templates():
+    c = parse_fleet(GOOD, path="/etc/fleet.yaml", base_dir=Path("/etc")).cluster("prod-eu")
+    bc = c.broker_control
+    assert bc.cwd == "/etc" and bc.timeout_seconds == 120  # commands run in the fleet file's folder
+    assert bc.stop == ("/opt/ctl", "stop", "{broker}") and bc.start[0] == "bin/ctl"  # argv kept as written
+    assert bc.argv("stop", broker=3) == ["/opt/ctl", "stop", "3"]
+    assert bc.argv("start", broker=1) == ["bin/ctl", "start", "--broker=1"]
+    # a value stays one element, whatever it holds; placeholders in values are not expanded again
+    assert bc.argv("set_config", broker=1, key="a b", value="x; rm -rf / {broker}") == \
+        ["/opt/ctl", "set", "1", "a b=x; rm -rf / {broker}", "{json}"]
+    minimal = yaml.safe_load(GOOD)
+    del minimal["clusters"][0]["broker_control"]["set_config"], minimal["clusters"][0]["broker_control"]["timeout"]
+    bc = parse_fleet(yaml.safe_dump(minimal), path="f.yaml", base_dir=Path("/")).cluster("prod-eu").broker_control
+    assert bc.set_config is None and bc.timeout_seconds == 600
+    with pytest.raises(FleetConfigError, match="no set_config command"):
+        bc.argv("set_config", broker=1, key="k", value="v")
 
 
 @pytest.mark.parametrize("mutate, field, message", [
@@ -62,6 +87,30 @@ def test_good_file_parses_with_defaults():
     (lambda d: d["clusters"][0].update(kafka_version="zero.nine"), "kafka_version", "not a version"),
     (lambda d: d.update(version=2), "version", "unsupported fleet file version"),
     (lambda d: d.update(clusters=[]), "clusters", "non-empty list"),
+    (lambda d: d["clusters"][0].update(broker_control=["ctl"]), "clusters[prod-eu].broker_control",
+     "expected a mapping"),
+    (lambda d: d["clusters"][0]["broker_control"].pop("stop"), "clusters[prod-eu].broker_control",
+     "missing required field 'stop'"),
+    (lambda d: d["clusters"][0]["broker_control"].update(restart=["x"]), "broker_control", "unknown field(s) restart"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop="/opt/ctl stop {broker}"), "broker_control.stop",
+     "expected a list of strings"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=[]), "broker_control.stop", "non-empty list"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=["/opt/ctl", 3]), "broker_control.stop[1]",
+     "non-empty string"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=["/opt/ctl", "{host}"]), "broker_control.stop[1]",
+     "unknown placeholder(s) {host} (allowed here: {broker})"),
+    (lambda d: d["clusters"][0]["broker_control"].update(start=["/opt/ctl", "{key}", "{broker}"]),
+     "broker_control.start[1]", "unknown placeholder(s) {key}"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=["/opt/ctl", "{broker"]), "broker_control.stop[1]",
+     "lone '{'"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=["/opt/{broker}/ctl"]), "broker_control.stop[0]",
+     "must not hold placeholders"),
+    (lambda d: d["clusters"][0]["broker_control"].update(stop=["/opt/ctl", "stop"]), "broker_control.stop",
+     "must pass {broker}"),
+    (lambda d: d["clusters"][0]["broker_control"].update(set_config=["/opt/ctl", "{broker}", "{key}"]),
+     "broker_control.set_config", "must pass {value}"),
+    (lambda d: d["clusters"][0]["broker_control"].update(timeout="soon"), "broker_control.timeout", "not a duration"),
+    (lambda d: d["clusters"][0]["broker_control"].update(timeout=0), "broker_control.timeout", "must be > 0"),
 ])
 def test_errors_name_the_field(mutate, field, message):
     doc = yaml.safe_load(GOOD)
@@ -99,3 +148,20 @@ def test_shipped_lab_fleet_matches_the_lab_it_describes():
     assert lab.cleaner == generated.cleaner
     assert [b.log_dirs for b in lab.brokers] == [b.log_dirs for b in generated.brokers]
     assert lab.kafka_version == "0.9.0.1" and lab.offsets_topic_partitions == 50
+
+    def absolute(bc):  # relative elements of the shipped file resolve against its folder
+        return {cmd: [os.path.normpath(os.path.join(bc.cwd, a)) if a.startswith(".") else a
+                      for a in getattr(bc, cmd)] for cmd in ("stop", "start", "set_config")}
+
+    assert absolute(lab.broker_control) == absolute(generated.broker_control)
+    assert lab.broker_control.stop == ("../../.venv/bin/fleetctl", "lab", "stop-broker", "--lab-dir", "../../.lab",
+                                       "{broker}")
+    assert absolute(lab.broker_control)["set_config"] == [
+        str(REPO / ".venv" / "bin" / "fleetctl"), "lab", "broker-config", "--lab-dir", str(REPO / ".lab"), "{broker}",
+        "{key}={value}"]
+
+
+def test_lab_fleet_document_escapes_braces_in_its_paths():
+    spec = LabSpec(lab_dir="/tmp/odd {broker} lab")
+    bc = parse_fleet(yaml.safe_dump(spec.fleet_document()), path="gen").cluster("lab").broker_control
+    assert bc.argv("stop", broker=1)[-3:] == ["--lab-dir", "/tmp/odd {broker} lab", "1"]

@@ -1,13 +1,20 @@
 """Trim execution pieces that need no broker: quarantine with checksums, restore, preconditions,
-the offsets comparison, the gate plan (followers first, leader last), the health verdicts."""
+the offsets comparison, the gate plan (followers first, leader last), the health verdicts, and the
+broker control the fleet file describes (real commands, no shell)."""
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from fleetkit.core.action import ClusterContext
 from fleetkit.trim import execute as trim
-from fleetkit.core.fleet import parse_fleet
+from fleetkit.trim import plan as trim_plan
+from fleetkit.trim import verify as trim_verify
+from fleetkit.core.fleet import load_fleet, parse_fleet
 from fleetkit.trim.rules import HealthFacts, verdict
 from fleetkit.clients.broker_files import LocalBrokerFiles, parse_checkpoint
 
@@ -64,8 +71,8 @@ def test_checkpoint_parsing():
 def test_compare_offsets():
     before = {"idle": {("t", 0): 5}, "live": {("t", 0): 7}, "gone": {("t", 1): 3}}
     ok_after = {"idle": {("t", 0): 5}, "live": {("t", 0): 9}, "gone": {("t", 1): 3}}
-    assert trim.compare_offsets(before, ok_after, {"idle", "gone"}) == []
-    bad = trim.compare_offsets(before, {"idle": {("t", 0): 5}, "live": {("t", 0): 6}, "gone": {}}, {"idle", "gone"})
+    assert trim_verify.compare_offsets(before, ok_after, {"idle", "gone"}) == []
+    bad = trim_verify.compare_offsets(before, {"idle": {("t", 0): 5}, "live": {("t", 0): 6}, "gone": {}}, {"idle", "gone"})
     assert bad == ["group 'live' t-0: 7 before the trim, 6 after", "group 'gone' t-1: 3 before the trim, None after"]
 
 
@@ -77,7 +84,7 @@ def test_gate_plan_orders_followers_first_and_leader_last():
         "replicas": [{"broker": b, "log_dir": f"/d{b}", "quarantine": [{"base_offset": 0, "size_bytes": 10}],
                       "kept": [], "bytes_freed": 10, "verdict": "OVER_CAPACITY", "reason": "r",
                       "fix": {"log.cleaner.dedupe.buffer.size": 8388608}} for b in (0, 1, 2)]}]}
-    plan = trim.gate_plan(FLEET.cluster("c1"), tp, leaders={3: 1}, isr={3: [0, 1, 2]}, quarantine_root="/q")
+    plan = trim_plan.gate_plan(FLEET.cluster("c1"), tp, leaders={3: 1}, isr={3: [0, 1, 2]}, quarantine_root="/q")
     assert plan["details"]["order"] == [0, 2, 1]  # the leader (1) last
     assert any(c["after"] == "re-committed 5" for c in plan["changes"])
     assert any(c["target"] == "broker 1 log.cleaner.dedupe.buffer.size" and c["after"] == "8388608"
@@ -107,3 +114,108 @@ def test_health_verdicts():
     assert verdict(_facts(disk_bytes=500 * 2**20, live_bytes=2**20), "2.8.0", 128 * 2**20)[0] == "BLOATED"
     assert verdict(_facts(disk_bytes=500 * 2**20, live_bytes=2**20), "2.8.0", 128 * 2**20,
                    min_bloat_bytes=2**30)[0] == "HEALTHY"
+
+
+# -- broker control from the fleet file ----------------------------------------------------------
+RECORDER = "import json, sys; open(sys.argv[1], 'a').write(json.dumps(sys.argv[2:]) + chr(10))"
+
+
+def control_cluster(tmp_path: Path, **control):
+    """A cluster whose broker_control runs `python -c RECORDER <file> ...` (argv appended to calls.jsonl)."""
+    calls = tmp_path / "calls.jsonl"
+    rec = [sys.executable, "-c", RECORDER, str(calls)]
+    doc = {"version": 1, "clusters": [{"name": "c1", "kafka_conn_id": "k", "broker_control": {
+        "stop": rec + ["stop", "{broker}"], "start": rec + ["start", "--id={broker}"],
+        "set_config": rec + ["config", "{broker}", "{key}={value}", "{{literal}}"], **control}}]}
+    fleet_file = tmp_path / "fleet" / "fleet.yaml"
+    fleet_file.parent.mkdir(parents=True, exist_ok=True)
+    fleet_file.write_text(yaml.safe_dump(doc))
+    return load_fleet(fleet_file).cluster("c1")
+
+
+def recorded(tmp_path: Path) -> list[list[str]]:
+    f = tmp_path / "calls.jsonl"
+    return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+
+def test_command_broker_control_fills_each_argv_element_without_a_shell(tmp_path):
+    control = trim.control_for(control_cluster(tmp_path))
+    assert isinstance(control, trim.CommandBrokerControl)
+    control.stop(2)
+    control.start(2)
+    hostile_key = "log.cleaner dedupe; touch HACKED"
+    hostile_value = "1 2; touch HACKED && echo $(id) `id` > HACKED {broker} \\ \"'"
+    control.set_config(0, {hostile_key: hostile_value, "log.cleaner.threads": 2})
+    assert recorded(tmp_path) == [
+        ["stop", "2"],
+        ["start", "--id=2"],
+        ["config", "0", f"{hostile_key}={hostile_value}", "{literal}"],  # one argument, {broker} not expanded
+        ["config", "0", "log.cleaner.threads=2", "{literal}"],
+    ]
+    # nothing was interpreted by a shell: no file made by the `;`, `&&` or the redirection
+    assert not list(tmp_path.rglob("HACKED")) and not (Path.cwd() / "HACKED").exists()
+
+
+def test_commands_run_in_the_fleet_file_folder(tmp_path):
+    """Relative paths in broker_control (the program too) resolve against the fleet file's folder."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    ctl = tools / "ctl"
+    ctl.write_text(f"#!{sys.executable}\nimport os, sys\nopen('out.txt', 'w').write(os.getcwd() + ' ' + sys.argv[1])\n")
+    ctl.chmod(0o755)
+    cluster = control_cluster(tmp_path, stop=["../tools/ctl", "{broker}"])
+    trim.control_for(cluster).stop(7)
+    assert (tmp_path / "fleet" / "out.txt").read_text() == f"{tmp_path / 'fleet'} 7"
+
+
+def test_command_broker_control_failures_name_the_command(tmp_path):
+    fail = [sys.executable, "-c", "import sys; sys.stderr.write('no such broker'); sys.exit(3)", "{broker}"]
+    control = trim.control_for(control_cluster(tmp_path, stop=fail))
+    with pytest.raises(trim.TrimError, match=r"cluster 'c1' broker_control.stop failed with exit code 3: .*\n"
+                                             r"no such broker"):
+        control.stop(1)
+    control = trim.control_for(control_cluster(tmp_path, start=[str(tmp_path / "missing-program"), "{broker}"]))
+    with pytest.raises(trim.TrimError, match="broker_control.start cannot run .*missing-program"):
+        control.start(1)
+    slow = [sys.executable, "-c", "import time; time.sleep(30)", "{broker}"]
+    control = trim.control_for(control_cluster(tmp_path, stop=slow, timeout="1s"))
+    with pytest.raises(trim.TrimError, match="did not finish within 1 s"):
+        control.stop(1)
+
+
+def test_set_config_without_a_command_refuses_before_running_anything(tmp_path):
+    cluster = control_cluster(tmp_path)
+    doc = {"version": 1, "clusters": [{"name": "c1", "kafka_conn_id": "k", "broker_control": {
+        "stop": list(cluster.broker_control.stop), "start": list(cluster.broker_control.start)}}]}
+    control = trim.control_for(parse_fleet(yaml.safe_dump(doc), path="f.yaml").cluster("c1"))
+    assert control.settings.set_config is None
+    with pytest.raises(trim.TrimError, match="broker_control has no set_config command"):
+        control.set_config(0, {"log.cleaner.dedupe.buffer.size": 8388608})
+    assert recorded(tmp_path) == []
+
+
+def test_without_broker_control_the_runbook_refuses_to_execute():
+    cluster = FLEET.cluster("c1")
+    assert trim.control_for(cluster) is None
+    plan = {"details": {"order": [0], "cleaner_fix": {}, "trim_plan": {"partitions": []}, "groups": []},
+            "preconditions": [{"segments": []}]}
+    with pytest.raises(trim.TrimError, match=r"has no broker_control in the fleet file: .*runbook-broker-N\.sh"):
+        trim.run(ClusterContext(cluster=cluster, kafka=None, zk=None), plan)
+
+
+def test_the_lab_broker_config_command_changes_the_lab_settings(tmp_path):
+    """fleetctl lab broker-config (the lab's set_config): merged into lab.json and server.properties."""
+    from fleetctl.cli import main
+    from fleetlab.lab import LabSpec
+
+    spec = LabSpec(lab_dir=str(tmp_path / "lab"), brokers=2, broker_overrides={"log.cleaner.backoff.ms": 2000})
+    spec.save()
+    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "1", "log.cleaner.dedupe.buffer.size=8388608"]) == 0
+    saved = LabSpec.load(spec.lab_dir)
+    assert saved.broker_overrides == {"log.cleaner.backoff.ms": 2000, "log.cleaner.dedupe.buffer.size": "8388608"}
+    for b in (0, 1):
+        assert "log.cleaner.dedupe.buffer.size=8388608\n" in (spec.broker_dir(b) / "server.properties").read_text()
+    assert main(["lab", "broker-config", "--lab-dir", str(tmp_path / "nolab"), "0", "a=b"]) == 2
+    assert not (tmp_path / "nolab").exists()
+    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "5", "a=b"]) == 2
+    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2

@@ -22,6 +22,11 @@ A fleet file is YAML::
             log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file
             access: local                      # local | ssh
             ssh_conn_id: broker0_ssh           # with access: ssh
+        broker_control:                  # optional: how runbooks stop, start, reconfigure a broker
+          stop:  [/usr/local/bin/kafkactl, stop, "{broker}"]       # argv lists, run without a shell
+          start: [/usr/local/bin/kafkactl, start, "{broker}"]      # in the fleet file's folder
+          set_config: [/usr/local/bin/kafkactl, config, "{broker}", "{key}={value}"]  # optional
+          timeout: 10m                   # per command; default 10m
         group_id_mappings:               # optional: KoP client-to-group znodes in this ZooKeeper
           root: /client_group_id         # below the chroot; default /client_group_id
           create_missing_unattended: true  # the scheduled DAG creates MISSING mappings itself
@@ -32,6 +37,11 @@ A fleet file is YAML::
       to: [oncall@example.com]
 
 Credentials never live here: they live in Airflow connections.
+
+broker_control placeholders ({broker}; also {key} and {value} in set_config) are replaced inside
+each argv element, so a value stays one argument whatever it holds; {{ and }} are literal braces.
+Without broker_control, runbooks that restart brokers refuse to execute and leave the rendered
+shell runbooks to the operator.
 """
 
 from __future__ import annotations
@@ -72,6 +82,54 @@ class Broker:
     ssh_conn_id: str | None = None
 
 
+BROKER_CONTROL_COMMANDS = {"stop": ("broker",), "start": ("broker",), "set_config": ("broker", "key", "value")}
+DEFAULT_BROKER_CONTROL_TIMEOUT_SECONDS = 600.0
+_PLACEHOLDER_RE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
+
+
+def argv_placeholders(element: str) -> list[str]:
+    """The placeholder names in one argv element; ValueError on a brace that opens none."""
+    names = []
+    for m in _PLACEHOLDER_RE.finditer(element):
+        if m.group(0) in ("{{", "}}"):
+            continue
+        if m.group(1) is None:
+            raise ValueError(f"{element!r} has a lone {m.group(0)!r} (write {{{{ or }}}} for a literal brace)")
+        names.append(m.group(1))
+    return names
+
+
+def fill_argv(template: tuple[str, ...], values: dict[str, Any]) -> list[str]:
+    """The template's elements with each {name} replaced by str(values[name]), in one pass (a
+    value is never expanded again): one element in, one argument out."""
+    def one(m: re.Match) -> str:
+        if m.group(0) in ("{{", "}}"):
+            return m.group(0)[0]
+        if m.group(1) is None:
+            raise ValueError(f"lone {m.group(0)!r} in a command template")
+        return str(values[m.group(1)])
+
+    return [_PLACEHOLDER_RE.sub(one, e) for e in template]
+
+
+@dataclass(frozen=True)
+class BrokerControlSettings:
+    """Commands that stop, start and reconfigure one broker: argv templates run without a shell,
+    in `cwd` (the fleet file's folder)."""
+
+    stop: tuple[str, ...]
+    start: tuple[str, ...]
+    set_config: tuple[str, ...] | None = None
+    cwd: str = "."
+    timeout_seconds: float = DEFAULT_BROKER_CONTROL_TIMEOUT_SECONDS
+
+    def argv(self, command: str, **values: Any) -> list[str]:
+        template = getattr(self, command) if command in BROKER_CONTROL_COMMANDS else None
+        if template is None:
+            raise FleetConfigError(f"broker_control has no {command} command")
+        return fill_argv(template, values)
+
+
 @dataclass(frozen=True)
 class ZooKeeperSettings:
     conn_id: str
@@ -103,6 +161,7 @@ class Cluster:
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
     brokers: tuple[Broker, ...] = ()
     group_id_mappings: GroupIdMappingSettings | None = None  # None: no KoP mappings, skipped
+    broker_control: BrokerControlSettings | None = None  # None: brokers are restarted by hand
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -213,7 +272,7 @@ class _Field:
 def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     raw = f.mapping(raw, where)
     allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
-               "groups", "approvers", "cleaner", "brokers", "group_id_mappings"}
+               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control"}
     f.unknown(raw, allowed, where)
     for required in ("name", "kafka_conn_id"):
         if required not in raw:
@@ -286,6 +345,10 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     if raw.get("group_id_mappings") is not None:
         gim = _parse_group_id_mappings(f, raw["group_id_mappings"], f"{where}.group_id_mappings", zk)
 
+    control = None
+    if raw.get("broker_control") is not None:
+        control = _parse_broker_control(f, raw["broker_control"], f"{where}.broker_control", base_dir)
+
     return Cluster(
         name=name,
         kafka_conn_id=kafka_conn_id,
@@ -297,7 +360,49 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         cleaner=cleaner,
         brokers=tuple(brokers),
         group_id_mappings=gim,
+        broker_control=control,
     )
+
+
+def _parse_broker_control(f: _Field, raw: Any, where: str, base_dir: Path) -> BrokerControlSettings:
+    raw = f.mapping(raw, where)
+    f.unknown(raw, set(BROKER_CONTROL_COMMANDS) | {"timeout"}, where)
+    commands: dict[str, tuple[str, ...] | None] = {}
+    for command, allowed in BROKER_CONTROL_COMMANDS.items():
+        cwhere = f"{where}.{command}"
+        if raw.get(command) is None:
+            if command != "set_config":
+                raise f.fail(where, f"missing required field {command!r}")
+            commands[command] = None
+            continue
+        argv = f.strings(raw[command], cwhere)
+        if not argv:
+            raise f.fail(cwhere, "expected a non-empty list of strings (argv: the program first)")
+        used: set[str] = set()
+        for i, element in enumerate(argv):
+            try:
+                names = argv_placeholders(element)
+            except ValueError as e:
+                raise f.fail(f"{cwhere}[{i}]", str(e)) from None
+            unknown = sorted(set(names) - set(allowed))
+            if unknown:
+                raise f.fail(f"{cwhere}[{i}]", f"unknown placeholder(s) {', '.join('{' + n + '}' for n in unknown)} "
+                                               f"(allowed here: {', '.join('{' + n + '}' for n in allowed)})")
+            if i == 0 and names:
+                raise f.fail(f"{cwhere}[0]", f"the program {element!r} must not hold placeholders")
+            used.update(names)
+        missing = [n for n in allowed if n not in used]
+        if missing:
+            raise f.fail(cwhere, f"must pass {', '.join('{' + n + '}' for n in missing)} in one of its elements")
+        commands[command] = argv
+    try:
+        timeout = parse_duration_seconds(raw.get("timeout", DEFAULT_BROKER_CONTROL_TIMEOUT_SECONDS))
+    except ValueError as e:
+        raise f.fail(f"{where}.timeout", str(e)) from None
+    if timeout <= 0:
+        raise f.fail(f"{where}.timeout", f"must be > 0, got {timeout}")
+    return BrokerControlSettings(stop=commands["stop"], start=commands["start"], set_config=commands["set_config"],
+                                 cwd=str(base_dir), timeout_seconds=timeout)
 
 
 def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSettings | None) -> GroupIdMappingSettings:

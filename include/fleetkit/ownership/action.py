@@ -6,9 +6,9 @@ from fleetkit.core.action import Action, ClusterContext
 
 
 def _lab_control(ctx: ClusterContext):
-    from fleetkit.trim import execute as trim
+    from fleetkit.trim.execute import control_for
 
-    return trim.lab_control_for([d for b in ctx.cluster.brokers for d in b.log_dirs])
+    return control_for(ctx.cluster)
 
 
 def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:

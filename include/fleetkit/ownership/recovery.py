@@ -8,7 +8,8 @@ the partition's size and health (the newest offsets-health run).
 The actions, each planned, re-checked right before it runs, and verified:
 * move_leader: make another in-sync replica the leader (fleetkit.clients.leadership: reorder the replicas
   through /admin/reassign_partitions, then a preferred-replica election);
-* restart_broker: restart the broker that leads the partition (lab fleets only);
+* restart_broker: restart the broker that leads the partition (clusters with a broker_control in the
+  fleet file only);
 * trim_handover: no change here; the runbook starts runbook_offsets_trim for the cluster.
 """
 
@@ -183,8 +184,8 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
         target = params.get("target_broker")
         target = int(target) if target not in (None, "", -1, "-1") else state.leader
         if lab_control is None:
-            raise RecoveryError(f"cluster {cluster.name!r} is not a lab fleet: restart broker {target} with your "
-                                "service manager, then run the ownership check")
+            raise RecoveryError(f"cluster {cluster.name!r} has no broker_control in the fleet file: restart broker "
+                                f"{target} with your service manager, then run the ownership check")
         plan.update(
             title=f"Restart broker {target} (leader of {OFFSETS_TOPIC}-{partition})",
             changes=[{"target": f"broker {target}", "before": "running", "after": "restarted"}],
@@ -230,7 +231,7 @@ def execute(zk, plan: dict, lab_control=None) -> dict:
         return leadership.move_leader(zk, OFFSETS_TOPIC, d["partition"], d["target"])
     if action == "restart_broker":
         if lab_control is None:
-            raise RecoveryError("not a lab fleet: the broker cannot be restarted from here")
+            raise RecoveryError("no broker_control in the fleet file: the broker cannot be restarted from here")
         t0 = time.monotonic()
         lab_control.stop(d["target"])
         lab_control.start(d["target"])

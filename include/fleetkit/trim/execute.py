@@ -1,10 +1,11 @@
-"""Executing a __consumer_offsets trim: quarantine segment files with checksums, roll back,
-control brokers, re-commit and verify offsets.
+"""Executing a __consumer_offsets trim: preconditions re-checked, segment files quarantined with
+checksums (and restored), brokers stopped and started one by one, offsets re-committed.
 
 Nothing is deleted: segment files (.log, .index, .timeindex) are moved into a quarantine folder
 with a manifest of their SHA-256 before and after; rollback moves them back. The broker must be
-stopped while its files move. Broker control is an interface: `LabBrokerControl` drives the lab
-fleet; other clusters get the rendered shell runbook for their own tooling.
+stopped while its files move. Broker control is an interface: `CommandBrokerControl` runs the
+commands of the cluster's `broker_control` in the fleet file (the lab's point at its fleetctl);
+clusters without one get the rendered shell runbook for their own tooling.
 """
 
 from __future__ import annotations
@@ -12,16 +13,20 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.core.errors import FleetError
+from fleetkit.core.action import ClusterContext
+from fleetkit.core.errors import ClusterUnreachable, FleetError
+from fleetkit.core.fleet import BrokerControlSettings
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
+from fleetkit.trim.verify import all_groups, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +101,7 @@ def restore(manifest: dict) -> list[str]:
     return restored
 
 
+# -- broker control --------------------------------------------------------------------------------
 class BrokerControl(Protocol):
     def stop(self, broker_id: int) -> None: ...
     def start(self, broker_id: int) -> None: ...
@@ -103,114 +109,91 @@ class BrokerControl(Protocol):
 
 
 @dataclass
-class LabBrokerControl:
-    """Stops, starts and reconfigures brokers of a lab fleet (fleetlab.lab)."""
+class CommandBrokerControl:
+    """Stops, starts and reconfigures brokers with the commands of a cluster's `broker_control`
+    (fleet file): argv lists, placeholders filled inside each element, run without a shell in the
+    fleet file's folder. A command that fails or outlives its timeout raises TrimError."""
 
-    lab_dir: str
+    settings: BrokerControlSettings
+    cluster: str = ""
 
-    def _lab(self):
-        from fleetlab.lab import Lab, LabSpec
-
-        return Lab(LabSpec.load(self.lab_dir))
+    def _run(self, command: str, **values) -> str:
+        argv = self.settings.argv(command, **values)
+        shown = shlex.join(argv)
+        what = f"cluster {self.cluster!r} broker_control.{command}"
+        log.info("%s: %s", what, shown)
+        try:
+            out = subprocess.run(argv, cwd=self.settings.cwd, stdin=subprocess.DEVNULL, capture_output=True,
+                                 text=True, timeout=self.settings.timeout_seconds, shell=False)
+        except subprocess.TimeoutExpired:
+            raise TrimError(f"{what} did not finish within {self.settings.timeout_seconds:.0f} s: {shown}") from None
+        except OSError as e:
+            raise TrimError(f"{what} cannot run {shown} (in {self.settings.cwd}): {e.strerror or e}") from None
+        if out.returncode != 0:
+            tail = "\n".join((out.stderr.strip() or out.stdout.strip()).splitlines()[-10:])
+            raise TrimError(f"{what} failed with exit code {out.returncode}: {shown}" + (f"\n{tail}" if tail else ""))
+        return out.stdout.strip()
 
     def stop(self, broker_id: int) -> None:
-        log.info("lab: stopping broker %d: %s", broker_id, self._lab().stop_broker(broker_id))
+        log.info("broker %d stopped: %s", broker_id, self._run("stop", broker=broker_id))
 
     def start(self, broker_id: int) -> None:
-        self._lab().start_broker(broker_id)
-        log.info("lab: broker %d answers again", broker_id)
+        log.info("broker %d started: %s", broker_id, self._run("start", broker=broker_id))
 
     def set_config(self, broker_id: int, props: dict) -> None:
-        from fleetlab.lab import LabSpec
-
-        spec = LabSpec.load(self.lab_dir)
-        spec.broker_overrides = {**spec.broker_overrides, **{k: str(v) for k, v in props.items()}}
-        spec.save()
-        from fleetlab.lab import Lab
-
-        Lab(spec)._write_configs()
-        log.info("lab: broker %d config %s (applies at the next start)", broker_id, props)
+        if self.settings.set_config is None:
+            raise TrimError(f"cluster {self.cluster!r}: broker_control has no set_config command in the fleet file, "
+                            f"so broker {broker_id} cannot get {props}; add one, or set it by hand and re-plan")
+        for key, value in props.items():
+            self._run("set_config", broker=broker_id, key=key, value=value)
+        log.info("broker %d config %s (applies at the next start)", broker_id, props)
 
 
-def lab_control_for(log_dirs: list[str]) -> LabBrokerControl | None:
-    """The lab a broker belongs to (its log dir is <lab>/broker-N/data), or None."""
-    for d in log_dirs:
-        lab_dir = Path(d).resolve().parents[1]
-        if (lab_dir / "lab.json").exists():
-            return LabBrokerControl(str(lab_dir))
-    return None
+def control_for(cluster) -> CommandBrokerControl | None:
+    """The broker control of a fleet-file cluster, or None when it has no broker_control."""
+    if getattr(cluster, "broker_control", None) is None:
+        return None
+    return CommandBrokerControl(cluster.broker_control, cluster.name)
 
 
-# -- the runbook: trim plan -> gate plan, execute, verify ----------------------------------------
-ACTION = "trim_offsets_segments"
+# -- live state the preconditions and the execution read -------------------------------------------
+def offsets_topic_state(ctx: ClusterContext) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """Leader and ISR of every __consumer_offsets partition (ZooKeeper, else metadata)."""
+    if ctx.zk is not None:
+        states, _ = ctx.zk.partition_states([OFFSETS_TOPIC])
+        return {s.partition: s.leader for s in states}, {s.partition: list(s.isr) for s in states}
+    md = ctx.kafka.metadata([OFFSETS_TOPIC])
+    return ({p: m.leader for (t, p), m in md.partitions.items()}, {p: list(m.isr) for (t, p), m in md.partitions.items()})
 
 
-def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, list[int]],
-              quarantine_root: str) -> dict:
-    """The approval-gate plan for one cluster's trim plan (from spark_jobs/trim_plan.py)."""
-    changes, seg_pre, brokers = [], [], set()
-    fixes: dict[int, dict] = {}
-    for p in trim_plan["partitions"]:
-        for r in p["replicas"]:
-            if not r["quarantine"]:
-                continue
-            brokers.add(r["broker"])
-            for s in r["quarantine"]:
-                changes.append({"target": f"broker {r['broker']} {OFFSETS_TOPIC}-{p['partition']} segment "
-                                          f"{s['base_offset']:020d}",
-                                "before": f"{s['size_bytes']} bytes in {r['log_dir']}", "after": "quarantine"})
-            seg_pre.append({"broker": r["broker"], "log_dir": r["log_dir"], "partition": p["partition"],
-                            "segments": r["quarantine"]})
-            if r.get("fix") and "log.cleaner.dedupe.buffer.size" in r["fix"]:
-                cur = fixes.get(r["broker"], {}).get("log.cleaner.dedupe.buffer.size", 0)
-                fixes[r["broker"]] = {"log.cleaner.dedupe.buffer.size":
-                                      max(cur, int(r["fix"]["log.cleaner.dedupe.buffer.size"]))}
-        for c in p["recommit"]:
-            changes.append({"target": f"group {c['group']} {c['topic']}-{c['partition']}",
-                            "before": f"offset {c['offset']} only in a removed segment",
-                            "after": f"re-committed {c['offset']}"})
-    for b, fix in sorted(fixes.items()):
-        changes.append({"target": f"broker {b} log.cleaner.dedupe.buffer.size",
-                        "before": str(cluster.cleaner.dedupe_buffer_size),
-                        "after": str(fix["log.cleaner.dedupe.buffer.size"])})
-    parts = [p["partition"] for p in trim_plan["partitions"]]
-    part_leaders = {p: leaders.get(p) for p in parts}
-    order = sorted(brokers, key=lambda b: (b in part_leaders.values(), b))  # followers first, leaders last
-    groups = sorted({c["group"] for p in trim_plan["partitions"] for c in p["recommit"] + p["active_groups"]})
-    bytes_freed = sum(r["bytes_freed"] for p in trim_plan["partitions"] for r in p["replicas"])
-    active = [c for p in trim_plan["partitions"] for c in p["active_groups"]]
-    metadata_lost = [g for p in trim_plan["partitions"] for g in p["group_metadata_lost"]]
-    from fleetkit.core.datasets import iso_z, utcnow
-
-    return {
-        "action": ACTION, "cluster": cluster.name, "created_at": iso_z(utcnow()),
-        "title": f"Trim {len(changes)} change(s) on {OFFSETS_TOPIC} partition(s) {', '.join(map(str, parts))} "
-                 f"(frees {bytes_freed:,} bytes)",
-        "preconditions": [
-            {"check": "segments_unchanged", "what": "every segment to quarantine still exists with its planned size",
-             "segments": seg_pre},
-            {"check": "brokers_in_isr", "what": f"brokers {order} are in the ISR of the trimmed partitions",
-             "isr": {str(k): v for k, v in isr.items() if k in parts}},
-        ],
-        "changes": changes,
-        "risks": [
-            "Each broker is stopped while its files move: its partitions lose a replica meanwhile (followers "
-            "first, the current leader last, so the new leader never has to load an untrimmed log).",
-            f"{len(active)} offset(s) of groups with live members lie only in removed segments; they are NOT "
-            "re-committed (the group would overwrite them): listed below for the operator.",
-            f"{len(metadata_lost)} group(s) lose their group metadata record and will rebalance.",
-        ],
-        "rollback": {"how": "Stop the broker, move the quarantined files back (manifest.json in each quarantine "
-                            f"folder under {quarantine_root}, checksums recorded), start it.",
-                     "dag_id": None, "conf": None},
-        "evidence": [{"label": f"partition {p['partition']} broker {r['broker']}", "value": f"{r['verdict']}: "
-                      f"{r['reason']}"} for p in trim_plan["partitions"] for r in p["replicas"] if r.get("verdict")],
-        "details": {"trim_plan": trim_plan, "order": order, "cleaner_fix": {str(k): v for k, v in fixes.items()},
-                    "groups": groups, "active_offsets": active, "group_metadata_lost": metadata_lost,
-                    "quarantine_root": quarantine_root, "bytes_freed": bytes_freed},
-    }
+def registered_brokers(ctx: ClusterContext) -> set[int]:
+    """The brokers the cluster knows alive now (ZooKeeper's /brokers/ids, else metadata; none when
+    no broker answers)."""
+    if ctx.zk is not None:
+        return set(ctx.zk.broker_ids())
+    try:
+        return set(ctx.kafka.metadata().brokers)
+    except ClusterUnreachable:
+        return set()
 
 
+def wait_broker_gone(ctx: ClusterContext, broker_id: int, timeout: float = 60) -> None:
+    """After broker_control.stop: the broker must be down before any of its files move (a stop
+    command aimed at the wrong place can succeed without stopping it)."""
+    deadline = time.monotonic() + timeout
+    while broker_id in registered_brokers(ctx):
+        if time.monotonic() > deadline:
+            raise TrimError(f"broker {broker_id} is still registered {timeout:.0f} s after broker_control.stop "
+                            "returned: none of its files moved; check the cluster's broker_control in the fleet file")
+        time.sleep(1)
+
+
+def group_states(ctx: ClusterContext, groups: list[str]) -> dict[str, str]:
+    return {g: d.state if not d.members else "HasMembers:" + d.state
+            for g, d in ctx.kafka.describe_groups(groups).items()} if groups else {}
+
+
+# -- preconditions ---------------------------------------------------------------------------------
 def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, str]) -> list[str]:
     problems = []
     for s in plan["preconditions"][0]["segments"]:
@@ -228,23 +211,66 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
     return problems
 
 
-def compare_offsets(before: dict, after: dict, inactive: set[str]) -> list[str]:
-    """Every group's offsets after the trim vs before: equal for groups without live members; for
-    active groups no offset may vanish or go back."""
-    problems = []
-    for g, offs in before.items():
-        if isinstance(offs, str):
-            continue
-        now = after.get(g)
-        if isinstance(now, str) or now is None:
-            problems.append(f"group {g!r}: offsets not readable after the trim ({now})")
-            continue
-        for tp, off in offs.items():
-            if off is None:
-                continue
-            got = now.get(tp)
-            if g in inactive and got != off:
-                problems.append(f"group {g!r} {tp[0]}-{tp[1]}: {off} before the trim, {got} after")
-            elif g not in inactive and (got is None or got < off):
-                problems.append(f"group {g!r} {tp[0]}-{tp[1]}: {off} before the trim, {got} after")
-    return problems
+def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
+    """The approved plan's preconditions that no longer hold on the cluster now."""
+    recommit_groups = sorted({c["group"] for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]})
+    _, isr = offsets_topic_state(ctx)
+    return check(plan, isr, group_states(ctx, recommit_groups))
+
+
+# -- execution -------------------------------------------------------------------------------------
+def run(ctx: ClusterContext, plan: dict) -> dict:
+    """Apply the cleaner fix, then per broker (followers first): stop, quarantine, start, wait for
+    the ISR; then re-commit the offsets of groups without members."""
+    control = control_for(ctx.cluster)
+    if control is None:
+        raise TrimError(f"cluster {ctx.cluster.name!r} has no broker_control in the fleet file: this runbook stops and "
+                        "starts brokers only through it; run the rendered runbook-broker-N.sh on each broker instead")
+    d = plan["details"]
+    groups = all_groups(plan)
+    before, _ = read_offsets_when_loaded(ctx, groups)
+    inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in ("Empty", "Dead"))
+    for b, fix in sorted(d["cleaner_fix"].items()):
+        control.set_config(int(b), fix)
+    manifests = []
+    timings = {}
+    for b in d["order"]:
+        t0 = time.monotonic()
+        control.stop(b)
+        wait_broker_gone(ctx, b)
+        timings[f"broker {b} stop"] = round(time.monotonic() - t0, 1)
+        for pre in plan["preconditions"][0]["segments"]:
+            if pre["broker"] == b:
+                label = f"{ctx.cluster.name}/broker-{b}/{OFFSETS_TOPIC}-{pre['partition']}/{plan['run_id']}"
+                manifests.append(quarantine(pre["log_dir"], pre["partition"], pre["segments"],
+                                            d["quarantine_root"], label.replace(":", "_").replace("+", "_")))
+        t0 = time.monotonic()
+        control.start(b)
+        ctx.kafka.close()  # a fresh admin client: librdkafka's may keep stale state across the restart
+        timings[f"broker {b} start"] = round(time.monotonic() - t0, 1)
+        t0 = time.monotonic()
+        deadline = time.monotonic() + 180
+        parts = {pre["partition"] for pre in plan["preconditions"][0]["segments"] if pre["broker"] == b}
+        while True:
+            _, isr = offsets_topic_state(ctx)
+            if all(b in isr.get(p, []) for p in parts):
+                break
+            if time.monotonic() > deadline:
+                raise TrimError(f"broker {b} is not back in the ISR of {sorted(parts)} after 180 s (ISR {isr}); "
+                                "stopping here: the remaining brokers are untouched")
+            time.sleep(1)
+        timings[f"broker {b} back in ISR"] = round(time.monotonic() - t0, 1)
+    offs_now, load_wait = read_offsets_when_loaded(ctx, groups)
+    timings["coordinator load"] = round(load_wait, 1)
+    recommitted = []
+    for p in d["trim_plan"]["partitions"]:
+        for c in p["recommit"]:
+            if c["group"] in inactive:
+                ctx.kafka.commit_offsets(c["group"], {(c["topic"], c["partition"]): c["offset"]}, retry_for=300)
+                recommitted.append(c)
+    return {"before": offsets_json(before), "inactive": inactive, "manifests": manifests, "order": d["order"],
+            "timings": timings,
+            "recommitted": recommitted, "coordinator_load_wait_seconds": round(load_wait, 1),
+            "offsets_missing_before_recommit": sum(1 for g in inactive for tp, o in
+                                                   (before.get(g) or {}).items() if not isinstance(offs_now.get(g), str)
+                                                   and (offs_now.get(g) or {}).get(tp) is None and o is not None)}

@@ -1,0 +1,122 @@
+"""Planning a __consumer_offsets trim: the approval-gate plan of one cluster's trim plan (from
+spark_jobs/trim_plan.py) and the shell runbook of each broker, for operators who move the files
+with their own tooling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fleetkit.core.action import ClusterContext
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.trim.execute import offsets_topic_state, segment_files
+
+ACTION = "trim_offsets_segments"
+
+
+def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, list[int]],
+              quarantine_root: str) -> dict:
+    """The approval-gate plan for one cluster's trim plan (from spark_jobs/trim_plan.py)."""
+    changes, seg_pre, brokers = [], [], set()
+    fixes: dict[int, dict] = {}
+    for p in trim_plan["partitions"]:
+        for r in p["replicas"]:
+            if not r["quarantine"]:
+                continue
+            brokers.add(r["broker"])
+            for s in r["quarantine"]:
+                changes.append({"target": f"broker {r['broker']} {OFFSETS_TOPIC}-{p['partition']} segment "
+                                          f"{s['base_offset']:020d}",
+                                "before": f"{s['size_bytes']} bytes in {r['log_dir']}", "after": "quarantine"})
+            seg_pre.append({"broker": r["broker"], "log_dir": r["log_dir"], "partition": p["partition"],
+                            "segments": r["quarantine"]})
+            if r.get("fix") and "log.cleaner.dedupe.buffer.size" in r["fix"]:
+                cur = fixes.get(r["broker"], {}).get("log.cleaner.dedupe.buffer.size", 0)
+                fixes[r["broker"]] = {"log.cleaner.dedupe.buffer.size":
+                                      max(cur, int(r["fix"]["log.cleaner.dedupe.buffer.size"]))}
+        for c in p["recommit"]:
+            changes.append({"target": f"group {c['group']} {c['topic']}-{c['partition']}",
+                            "before": f"offset {c['offset']} only in a removed segment",
+                            "after": f"re-committed {c['offset']}"})
+    for b, fix in sorted(fixes.items()):
+        changes.append({"target": f"broker {b} log.cleaner.dedupe.buffer.size",
+                        "before": str(cluster.cleaner.dedupe_buffer_size),
+                        "after": str(fix["log.cleaner.dedupe.buffer.size"])})
+    parts = [p["partition"] for p in trim_plan["partitions"]]
+    part_leaders = {p: leaders.get(p) for p in parts}
+    order = sorted(brokers, key=lambda b: (b in part_leaders.values(), b))  # followers first, leaders last
+    groups = sorted({c["group"] for p in trim_plan["partitions"] for c in p["recommit"] + p["active_groups"]})
+    bytes_freed = sum(r["bytes_freed"] for p in trim_plan["partitions"] for r in p["replicas"])
+    active = [c for p in trim_plan["partitions"] for c in p["active_groups"]]
+    metadata_lost = [g for p in trim_plan["partitions"] for g in p["group_metadata_lost"]]
+    from fleetkit.core.datasets import iso_z, utcnow
+
+    return {
+        "action": ACTION, "cluster": cluster.name, "created_at": iso_z(utcnow()),
+        "title": f"Trim {len(changes)} change(s) on {OFFSETS_TOPIC} partition(s) {', '.join(map(str, parts))} "
+                 f"(frees {bytes_freed:,} bytes)",
+        "preconditions": [
+            {"check": "segments_unchanged", "what": "every segment to quarantine still exists with its planned size",
+             "segments": seg_pre},
+            {"check": "brokers_in_isr", "what": f"brokers {order} are in the ISR of the trimmed partitions",
+             "isr": {str(k): v for k, v in isr.items() if k in parts}},
+        ],
+        "changes": changes,
+        "risks": [
+            "Each broker is stopped while its files move: its partitions lose a replica meanwhile (followers "
+            "first, the current leader last, so the new leader never has to load an untrimmed log).",
+            f"{len(active)} offset(s) of groups with live members lie only in removed segments; they are NOT "
+            "re-committed (the group would overwrite them): listed below for the operator.",
+            f"{len(metadata_lost)} group(s) lose their group metadata record and will rebalance.",
+        ],
+        "rollback": {"how": "Stop the broker, move the quarantined files back (manifest.json in each quarantine "
+                            f"folder under {quarantine_root}, checksums recorded), start it.",
+                     "dag_id": None, "conf": None},
+        "evidence": [{"label": f"partition {p['partition']} broker {r['broker']}", "value": f"{r['verdict']}: "
+                      f"{r['reason']}"} for p in trim_plan["partitions"] for r in p["replicas"] if r.get("verdict")],
+        "details": {"trim_plan": trim_plan, "order": order, "cleaner_fix": {str(k): v for k, v in fixes.items()},
+                    "groups": groups, "active_offsets": active, "group_metadata_lost": metadata_lost,
+                    "quarantine_root": quarantine_root, "bytes_freed": bytes_freed},
+    }
+
+
+def run_folder(params: dict) -> Path:
+    """Where the run's trim plan is read and its broker runbooks are written."""
+    from fleetkit.core import settings
+
+    return Path(params.get("data_root") or settings.data_root()) / "reports" / "trim" / settings.safe_component(params["_run_id"])
+
+
+def quarantine_root(params: dict):
+    from fleetkit.core import settings
+
+    return settings.quarantine_root(params.get("data_root") or settings.data_root())
+
+
+def build(ctx: ClusterContext, params: dict) -> dict:
+    """The gate plan of the cluster's trim plan in the run folder; writes runbook-broker-N.sh there."""
+    import json
+
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.render import render
+
+    folder = run_folder(params)
+    f = folder / "trim_plan.json"
+    if not f.exists():
+        raise FleetError(f"{f} does not exist: the trim_plan task did not produce a plan")
+    plans_ = [p for p in json.loads(f.read_text()) if p["cluster"] == ctx.cluster.name]
+    if not plans_ or not any(r["quarantine"] for p in plans_[0]["partitions"] for r in p["replicas"]):
+        raise FleetError(f"nothing to trim on cluster {ctx.cluster.name!r}: no unhealthy partition has a rolled "
+                         "segment that can go (the newest rolled and the active segment always stay)")
+    leaders, isr = offsets_topic_state(ctx)
+    root = str(quarantine_root(params))
+    plan = gate_plan(ctx.cluster, plans_[0], leaders, isr, root)
+    for b in plan["details"]["order"]:
+        segs = [{"files": [str(x) for s in pre["segments"] for x in segment_files(pre["log_dir"], pre["partition"],
+                                                                                  s["base_offset"])]}
+                for pre in plan["preconditions"][0]["segments"] if pre["broker"] == b]
+        (folder / f"runbook-broker-{b}.sh").write_text(render(
+            "trim_runbook.sh.j2", plan=plan, digest="(see the approval page)", broker=b, segments=segs,
+            quarantine=f"{root}/{ctx.cluster.name}/broker-{b}/{params['_run_id']}",
+            fix=plan["details"]["cleaner_fix"].get(str(b))))
+    return plan
