@@ -135,6 +135,14 @@ def airflow_server(airflow_db, lab, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def dagbag(airflow_db):
+    """The repository's DAGs, parsed once for the whole test run (every DAG test shares it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@pytest.fixture(scope="session")
 def spark():
     """A local[2] Spark session for DataFrame-level tests."""
     sys.path.insert(0, str(REPO / "spark_jobs"))
@@ -159,3 +167,31 @@ def unique(request):
         return f"{prefix}-{request.node.name[:20].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}"
 
     return make
+
+
+# -- markers follow the fixtures -----------------------------------------------------------------
+# A test is marked by what its fixtures start, directly or through the fixtures they depend on
+# (airflow_server needs lab and airflow_db), so `pytest -m "not lab"` never starts a lab:
+#   lab      the `lab` fixture, or a fixture named *_lab (a lab of its own, e.g. incident_lab)
+#   airflow  airflow_db, airflow_server or dagbag
+#   spark    spark
+AIRFLOW_FIXTURES = {"airflow_db", "airflow_server", "dagbag"}
+
+
+def fixture_markers(fixturenames) -> set[str]:
+    names = set(fixturenames)
+    marks = set()
+    if any(n == "lab" or n.endswith("_lab") for n in names):
+        marks.add("lab")
+    if names & AIRFLOW_FIXTURES:
+        marks.add("airflow")
+    if "spark" in names:
+        marks.add("spark")
+    return marks
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        present = {m.name for m in item.iter_markers()}
+        for mark in sorted(fixture_markers(getattr(item, "fixturenames", ())) - present):
+            item.add_marker(mark)

@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from fleetkit.core.datasets import DataRoot, read_dataset
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
-
-
-@pytest.fixture(scope="module")
-def dagbag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags"))
 
 
 def test_dagbag_has_no_import_errors(dagbag):
