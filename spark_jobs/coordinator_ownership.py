@@ -10,18 +10,23 @@ partition computed as Kafka does: fleetkit.core.partitioning, vectorised) and wr
 
 * DIR/groups.jsonl, one object per group: its partition, the expected coordinator (the leader),
   the coordinator the cluster named and what it answered, the verdict (OK, MISMATCH, LOADING,
-  UNAVAILABLE; the rules are fleetkit.ownership.rules's), and since when it has not been OK;
+  UNAVAILABLE: fleetkit.ownership.rules.verdict, called per observation), and since when it has
+  not been OK;
 * DIR/partitions.jsonl, one object per partition: leader, ISR and epoch now, the leader-epoch
   changes in the window, the groups hashed onto it by verdict and the affected ones, how long they
   have been LOADING / UNAVAILABLE since the last change, when they recovered, the partition's size
   and health (with --health, the offsets-health job's health.jsonl) and its verdict, LOAD_STUCK
-  past the threshold.
+  past the threshold (fleetkit.ownership.rules.partition_verdict).
+
+The rules are only in fleetkit.ownership.rules: this job computes the facts they need and calls them
+through pandas UDFs (once per distinct combination of facts in an Arrow batch).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import json
 import sys
 import time
@@ -34,7 +39,7 @@ from pyspark.sql import Column, DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit import ownership  # noqa: E402
+from fleetkit.ownership import rules as ownership  # noqa: E402
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC  # noqa: E402
 from fleetkit.stuck.rules import parse_duration  # noqa: E402
 
@@ -69,23 +74,65 @@ def group_partition(groups, counts):
     return pd.Series(out)
 
 
+def rule_udf(rule):
+    """A pandas UDF (string result) that calls `rule(*values)` for every row, once per distinct
+    combination of the values in an Arrow batch (nulls as None, numbers as int): a verdict depends on
+    a few small values, so a batch of 10,000 observations has a handful of distinct ones.
+
+    Everything the UDF needs is inside it or in fleetkit, so the Python workers import nothing of
+    this file (it runs as a script under spark-submit, as a module in the tests)."""
+
+    @F.pandas_udf(T.StringType())
+    def call(*columns):
+        import numpy as np
+        import pandas as pd
+
+        key = np.zeros(len(columns[0]), dtype=np.int64)
+        for col in columns:
+            codes, uniques = pd.factorize(col)  # a null: -1
+            key = key * (len(uniques) + 1) + (codes + 1)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+
+        def value(v):
+            if v is None or (not isinstance(v, str) and pd.isna(v)):
+                return None
+            return int(v) if isinstance(v, (int, float, np.integer, np.floating)) else v
+
+        answers = np.array([rule(*(value(col.iat[i]) for col in columns)) for i in first], dtype=object)
+        return pd.Series(answers[inverse.reshape(-1)], index=columns[0].index)
+
+    return call
+
+
+_VERDICT = rule_udf(ownership.verdict)
+
+
 def verdict_column(coordinator: Column, error: Column, leader: Column) -> Column:
-    """fleetkit.ownership.rules.RULES as one column expression (same order, first match wins)."""
-    o = ownership
-    return (F.when(leader.isNull() | (leader < 0), F.lit(o.UNAVAILABLE))
-            .when(error.isNotNull() & (error.isin(*o.UNAVAILABLE_ERRORS) | coordinator.isNull()), F.lit(o.UNAVAILABLE))
-            .when((error == o.LOAD_IN_PROGRESS) | ((error == o.NOT_COORDINATOR) & (coordinator == leader)),
-                  F.lit(o.LOADING))
-            .when(coordinator.isNotNull() & (coordinator != leader), F.lit(o.MISMATCH))
-            .when(error.isNotNull() | coordinator.isNull(), F.lit(o.UNAVAILABLE))
-            .otherwise(F.lit(o.OK)))
+    """fleetkit.ownership.rules.verdict of every row (the one definition of the rules)."""
+    return _VERDICT(coordinator, error, leader)
+
+
+def partition_verdict_column(groups_worst: Column, leader: Column, waiting_seconds: Column,
+                             load_stuck_seconds: int) -> Column:
+    """fleetkit.ownership.rules.partition_verdict of every row."""
+    rule = functools.partial(ownership.partition_verdict, load_stuck_seconds=load_stuck_seconds)
+    return rule_udf(rule)(groups_worst, leader, waiting_seconds)
 
 
 def severity_column(verdict: Column) -> Column:
+    """A verdict's index in fleetkit.ownership.rules.SEVERITY (worst first), as a small int."""
     expr = F.lit(len(ownership.SEVERITY))
     for i, v in reversed(list(enumerate(ownership.SEVERITY))):
         expr = F.when(verdict == v, F.lit(i)).otherwise(expr)
     return expr
+
+
+def severity_name(severity: Column) -> Column:
+    """The verdict of a severity index (null for null)."""
+    verdict = F.lit(None).cast("string")
+    for i, name in reversed(list(enumerate(ownership.SEVERITY))):
+        verdict = F.when(severity == i, F.lit(name)).otherwise(verdict)
+    return verdict
 
 
 def offsets_states(states: DataFrame) -> DataFrame:
@@ -148,10 +195,7 @@ def per_group(obs: DataFrame, snapshot_times: DataFrame) -> DataFrame:
                F.max(F.when(ok, ts)).alias("last_ok_at"), F.min(F.when(~ok, ts)).alias("first_bad_at"),
                F.max(F.when(~ok, ts)).alias("last_bad_at"),
                F.count(F.lit(1)).alias("observations"), F.sum(F.when(ok, 0).otherwise(1)).alias("not_ok_observations")))
-    verdict = F.lit(None).cast("string")
-    for i, name in reversed(list(enumerate(ownership.SEVERITY))):
-        verdict = F.when(F.col("sev") == i, F.lit(name)).otherwise(verdict)
-    agg = (agg.withColumn("verdict", verdict)
+    agg = (agg.withColumn("verdict", severity_name(F.col("sev")))
            .withColumn("error", _name(F.col("err"), ERROR_NAMES, "OTHER_ERROR"))
            .withColumn("state", _name(F.col("st"), STATE_NAMES, "Unknown"))
            .cache())  # one row per group, read twice below: aggregate the observations once
@@ -246,18 +290,12 @@ def per_partition(groups: DataFrame, states: DataFrame, load_stuck_seconds: int,
                     F.min(F.when(F.col("verdict") == ownership.OK, 1).otherwise(0)).alias("all_ok_now")))
     out = (hist.join(stats, ["cluster", "partition"], "left").join(recovery, ["cluster", "partition"], "left")
            .fillna({"groups": 0, "ok": 0, "mismatch": 0, "loading": 0, "unavailable": 0}))
-    current = F.when(F.col("severity").isNull(),
-                     F.when(F.col("leader").isNull() | (F.col("leader") < 0), F.lit(ownership.UNAVAILABLE))
-                     .otherwise(F.lit(ownership.NO_GROUPS)))
-    for i, name in enumerate(ownership.SEVERITY):
-        current = current.when(F.col("severity") == i, F.lit(name))
-    waiting = F.col("current").isin(ownership.LOADING, ownership.UNAVAILABLE)
+    # how long the groups have been waiting: since the last leader change, or since they stopped being OK
     start = F.coalesce(F.col("last_change_at"), F.col("not_ok_since"))
-    stuck_for = F.when(waiting, F.unix_timestamp("observed_at") - F.unix_timestamp(start))
-    out = (out.withColumn("current", current)
-           .withColumn("not_ok_seconds", stuck_for)
-           .withColumn("verdict", F.when(waiting & (F.col("leader") >= 0) & (F.col("not_ok_seconds") > load_stuck_seconds),
-                                         F.lit(ownership.LOAD_STUCK)).otherwise(F.col("current")))
+    waited = F.unix_timestamp("observed_at") - F.unix_timestamp(start)
+    verdict = partition_verdict_column(severity_name(F.col("severity")), F.col("leader"), waited, load_stuck_seconds)
+    out = (out.withColumn("verdict", verdict)
+           .withColumn("not_ok_seconds", F.when(F.col("verdict").isin(*ownership.WAITING, ownership.LOAD_STUCK), waited))
            .withColumn("recovered_at", F.when(F.col("last_change_at").isNotNull()
                                               & (F.coalesce(F.col("all_ok_now"), F.lit(1)) == 1),
                                               F.greatest(F.col("last_change_at"), F.col("last_recovery"))))

@@ -16,8 +16,9 @@ load-stuck threshold (default 5 minutes) after its last leader change (or, witho
 the window, since they stopped being OK) is LOAD_STUCK. A partition without a leader stays
 UNAVAILABLE: no broker is loading it.
 
-This module is the one definition: the Spark job (spark_jobs/coordinator_ownership.py) builds the
-same rules as column expressions, and a test runs every case through both.
+This module is the one definition: the Spark job (spark_jobs/coordinator_ownership.py) calls
+`verdict` for every group observation and `partition_verdict` for every partition (Arrow UDFs); the
+rule table is tests/unit/test_ownership_rules.py, and tests/spark checks the job gives the same answers.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ NO_GROUPS = "NO_GROUPS"
 # worst first: a partition shows the worst verdict of its groups
 SEVERITY = (LOAD_STUCK, UNAVAILABLE, LOADING, MISMATCH, OK, NO_GROUPS)
 DEFAULT_LOAD_STUCK_SECONDS = 300
+# a partition whose groups are in one of these (and that has a leader) waits for a load
+WAITING = (LOADING, UNAVAILABLE)
 
 LOAD_IN_PROGRESS = "COORDINATOR_LOAD_IN_PROGRESS"
 NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -85,6 +88,19 @@ def worst(verdicts) -> str:
         if v in present:
             return v
     return NO_GROUPS
+
+
+def partition_verdict(groups_worst: str | None, leader: int | None, waiting_seconds: int | None,
+                      load_stuck_seconds: int = DEFAULT_LOAD_STUCK_SECONDS) -> str:
+    """A partition's verdict: the worst verdict of the groups hashed onto it (`groups_worst`; None
+    when it has none: UNAVAILABLE without a leader, else NO_GROUPS), LOAD_STUCK when that is
+    LOADING or UNAVAILABLE although the partition has a leader, for more than `load_stuck_seconds`
+    (`waiting_seconds`: since its last leader change, or since its groups stopped being OK)."""
+    leaderless = no_leader(Observation(None, None, leader))
+    current = groups_worst or (UNAVAILABLE if leaderless else NO_GROUPS)
+    if current in WAITING and not leaderless and waiting_seconds is not None and waiting_seconds > load_stuck_seconds:
+        return LOAD_STUCK
+    return current
 
 
 def who(kafka, zk, groups: list[str]) -> list[dict]:
