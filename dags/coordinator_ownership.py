@@ -97,7 +97,9 @@ with DAG(
 
         from fleetkit.trim.rules import newest_result
 
-        from fleet_airflow.ownership_check import clusters_to_check, events_from_context, record_changes
+        from fleetkit.ownership.collect import clusters_to_check, record_changes
+
+        from fleet_airflow.ownership_check import events_from_context
 
         events = events_from_context(context)
         for e in events:
@@ -147,7 +149,7 @@ with DAG(
 
     @task
     def report_ownership(checked: dict, collected: list, params=None, run_id=None) -> list[dict]:
-        from fleet_airflow.ownership_check import report
+        from fleetkit.ownership.report import report
 
         out = f"{params['data_root']}/reports/coordinator/{run_id.replace(':', '_').replace('+', '_')}"
         passes = {c["cluster"]: c["passes"] for c in collected or [] if c}

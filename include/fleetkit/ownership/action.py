@@ -12,11 +12,11 @@ def _lab_control(ctx: ClusterContext):
 
 
 def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
-    from fleetkit.ownership import recovery
     from fleetkit.core import settings
+    from fleetkit.ownership.plan import build_plan
 
-    return recovery.build_plan(ctx.cluster, ctx.kafka, ctx.zk, params.get("data_root") or settings.data_root(),
-                               params, lab_control=_lab_control(ctx))
+    return build_plan(ctx.cluster, ctx.kafka, ctx.zk, params.get("data_root") or settings.data_root(), params,
+                      lab_control=_lab_control(ctx))
 
 
 def _recovery_table(plan: dict) -> dict:
@@ -26,21 +26,21 @@ def _recovery_table(plan: dict) -> dict:
 
 
 def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
-    from fleetkit.ownership import recovery
+    from fleetkit.ownership.verify import verify
 
-    return recovery.verify(ctx.kafka, ctx.zk, plan)
+    return verify(ctx.kafka, ctx.zk, plan)
 
 
 def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit.ownership import recovery
+    from fleetkit.ownership.execute import check
 
-    return recovery.check(ctx.zk, plan)
+    return check(ctx.zk, plan)
 
 
 def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
-    from fleetkit.ownership import recovery
+    from fleetkit.ownership.execute import execute
 
-    return recovery.execute(ctx.zk, plan, _lab_control(ctx))
+    return execute(ctx.zk, plan, _lab_control(ctx))
 
 
 COORDINATOR_RECOVERY = Action(

@@ -1,11 +1,14 @@
-"""Recovering a group coordinator that does not serve its groups (runbook_coordinator_recovery).
+"""Planning the recovery of a group coordinator that does not serve its groups
+(runbook_coordinator_recovery).
 
-The evidence: the group's __consumer_offsets partition, the coordinator the cluster names and what
-it answers vs the partition's leader (live), the leader/ISR/epoch history (partition_state
-dataset), how long the partition's groups have not been served (the newest ownership report), and
-the partition's size and health (the newest offsets-health run).
+The evidence (the facts): the group's __consumer_offsets partition (``resolve_partition``), the
+coordinator the cluster names and what it answers vs the partition's leader (live), the
+leader/ISR/epoch history (``leader_history``, partition_state dataset), how long the partition's
+groups have not been served (``ownership_facts``, the newest ownership report), and the
+partition's size and health (``health_facts``, the newest offsets-health run).
 
-The actions, each planned, re-checked right before it runs, and verified:
+The actions ``build_plan`` plans (each re-checked right before it runs, fleetkit.ownership.execute,
+and verified, fleetkit.ownership.verify):
 * move_leader: make another in-sync replica the leader (fleetkit.clients.leadership: reorder the replicas
   through /admin/reassign_partitions, then a preferred-replica election);
 * restart_broker: restart the broker that leads the partition (clusters with a broker_control in the
@@ -15,7 +18,6 @@ The actions, each planned, re-checked right before it runs, and verified:
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from fleetkit.clients import leadership
@@ -24,7 +26,7 @@ from fleetkit.core.partitioning import partition_for
 from fleetkit.core.datasets import DataRoot, iso_z, read_jsonl, utcnow
 from fleetkit.core.errors import FleetError
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
-from fleetkit.ownership.rules import OK, who
+from fleetkit.ownership.rules import who
 
 ACTION = "coordinator_recovery"
 ACTIONS = ("move_leader", "restart_broker", "trim_handover")
@@ -200,65 +202,3 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
             changes=[], preconditions=[], risks=["the trim runbook plans and asks for its own approval"],
             rollback={"how": "nothing changes here", "conf": None})
     return plan
-
-
-def check(zk, plan: dict) -> list[str]:
-    d = plan["details"]
-    action = d["recovery_action"]
-    if action == "trim_handover":
-        return []
-    problems = []
-    st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
-    if (st.leader, st.leader_epoch) != (d["leader"], d["leader_epoch"]):
-        problems.append(f"{OFFSETS_TOPIC}-{d['partition']} changed since the plan: leader {d['leader']} epoch "
-                        f"{d['leader_epoch']} then, leader {st.leader} epoch {st.leader_epoch} now")
-    if action == "move_leader":
-        if d["target"] not in st.isr:
-            problems.append(f"broker {d['target']} is no longer in the ISR {list(st.isr)}")
-        busy = leadership.busy(zk)
-        if busy:
-            problems.append(f"admin operations in progress: {', '.join(busy)}")
-    elif action == "restart_broker":
-        if d["target"] not in zk.broker_ids():
-            problems.append(f"broker {d['target']} is not registered in ZooKeeper (already down?)")
-    return problems
-
-
-def execute(zk, plan: dict, lab_control=None) -> dict:
-    d = plan["details"]
-    action = d["recovery_action"]
-    if action == "move_leader":
-        return leadership.move_leader(zk, OFFSETS_TOPIC, d["partition"], d["target"])
-    if action == "restart_broker":
-        if lab_control is None:
-            raise RecoveryError("no broker_control in the fleet file: the broker cannot be restarted from here")
-        t0 = time.monotonic()
-        lab_control.stop(d["target"])
-        lab_control.start(d["target"])
-        return {"restarted": d["target"], "seconds": round(time.monotonic() - t0, 1)}
-    return {"handover": "runbook_offsets_trim", "partition": d["partition"]}
-
-
-def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:
-    """The action's effect: the new leader (or the restarted broker back in the ISR), and every
-    group of the plan served by its partition's leader again (waits up to `timeout` for the load)."""
-    d = plan["details"]
-    action = d["recovery_action"]
-    if action == "trim_handover":
-        return []
-    deadline = time.monotonic() + timeout
-    problems: list[str] = []
-    while True:
-        problems = []
-        st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
-        if action == "move_leader" and st.leader != d["target"]:
-            problems.append(f"leader of {OFFSETS_TOPIC}-{d['partition']} is {st.leader}, not {d['target']}")
-        if action == "restart_broker" and d["target"] not in st.isr:
-            problems.append(f"broker {d['target']} is not back in the ISR {list(st.isr)}")
-        if d["groups"]:
-            for r in who(kafka, zk, d["groups"]):
-                if r["verdict"] != OK:
-                    problems.append(f"group {r['group']!r} is {r['verdict']} ({r['error'] or r['state']})")
-        if not problems or time.monotonic() > deadline:
-            return problems
-        time.sleep(1)

@@ -1,0 +1,35 @@
+"""Verifying a coordinator recovery: the new leader (or the restarted broker back in the ISR), and
+every group of the plan served by its partition's leader again."""
+
+from __future__ import annotations
+
+import time
+
+from fleetkit.clients import leadership
+from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
+from fleetkit.ownership.rules import OK, who
+
+
+def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:
+    """The action's effect: the new leader (or the restarted broker back in the ISR), and every
+    group of the plan served by its partition's leader again (waits up to `timeout` for the load)."""
+    d = plan["details"]
+    action = d["recovery_action"]
+    if action == "trim_handover":
+        return []
+    deadline = time.monotonic() + timeout
+    problems: list[str] = []
+    while True:
+        problems = []
+        st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
+        if action == "move_leader" and st.leader != d["target"]:
+            problems.append(f"leader of {OFFSETS_TOPIC}-{d['partition']} is {st.leader}, not {d['target']}")
+        if action == "restart_broker" and d["target"] not in st.isr:
+            problems.append(f"broker {d['target']} is not back in the ISR {list(st.isr)}")
+        if d["groups"]:
+            for r in who(kafka, zk, d["groups"]):
+                if r["verdict"] != OK:
+                    problems.append(f"group {r['group']!r} is {r['verdict']} ({r['error'] or r['state']})")
+        if not problems or time.monotonic() > deadline:
+            return problems
+        time.sleep(1)
