@@ -37,7 +37,7 @@ def test_verdict_column_equals_the_rules(spark):
     assert len(got) == len(cases)
     for r in got:
         assert r["v"] == ownership.verdict(r["coordinator_id"], r["error"], r["leader"]), r
-    # the table of the issue, spelled out
+    # the rule table, spelled out
     assert ownership.verdict(1, None, 1) == "OK"
     assert ownership.verdict(2, None, 1) == "MISMATCH"
     assert ownership.verdict(2, "NOT_COORDINATOR", 1) == "MISMATCH"
@@ -46,6 +46,19 @@ def test_verdict_column_equals_the_rules(spark):
     assert ownership.verdict(None, "COORDINATOR_NOT_AVAILABLE", 1) == "UNAVAILABLE"
     assert ownership.verdict(1, None, -1) == "UNAVAILABLE"
     assert ownership.verdict(1, "COORDINATOR_UNREACHABLE", 1) == "UNAVAILABLE"
+
+
+def test_partition_verdict_column_equals_the_rules(spark):
+    from coordinator_ownership import partition_verdict_column
+    from pyspark.sql import functions as F
+
+    worsts = [None, *ownership.SEVERITY]
+    cases = list(itertools.product(worsts, [None, -1, 0, 2], [None, 0, 299, 300, 301, 10_000]))
+    df = spark.createDataFrame(cases, "worst string, leader int, waited long")
+    got = df.withColumn("v", partition_verdict_column(F.col("worst"), F.col("leader"), F.col("waited"), 300)).collect()
+    assert len(got) == len(cases)
+    for r in got:
+        assert r["v"] == ownership.partition_verdict(r["worst"], r["leader"], r["waited"], 300), r
 
 
 def _groups_on(partition: int, count: int, n: int, prefix: str) -> list[str]:
