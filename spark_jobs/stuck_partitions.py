@@ -30,7 +30,7 @@ from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit import stuck  # noqa: E402
+from fleetkit.stuck import rules as stuck  # noqa: E402
 
 KEYS = ["cluster", "group", "topic", "partition"]
 
