@@ -5,7 +5,7 @@
 Starts the demo lab if it is not running (and stops it afterwards), creates the topics and the
 groups' commits once (idempotent names bench-NNNN), then times complete collections (list,
 describe, offset fetch, log offsets, ZooKeeper partition state, Parquet write) and prints
-groups/s and the peak memory of this process. Target (issue 2): <= 30 s on 2 cores.
+groups/s and the peak memory of this process. Target: <= 30 s on 2 cores.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ triggerer does (its async generator, in this process). Then:
 * `--moves` leadership moves (reassignment + preferred-replica election), one partition each;
 * one controlled broker stop (every partition it leads moves at once);
 * one ZooKeeper session expiry followed by a move (the watch must re-arm on the new session).
-Prints, per change, the seconds from the change to the trigger's event. Target (issue 6): the
+Prints, per change, the seconds from the change to the trigger's event. Target: the
 check starts within 10 s of a leader change; the scheduler adds its own loop delay on top (the
 end-to-end figure is printed by tests/ui/test_coordinator_watch.py).
 """

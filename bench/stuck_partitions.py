@@ -4,7 +4,7 @@
 
 Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows, and a
 tenth of it), then times `spark-submit --master local[2] spark_jobs/stuck_partitions.py` end to
-end (Spark start included) and samples the peak RSS of the whole process tree. Targets (issue 4):
+end (Spark start included) and samples the peak RSS of the whole process tree. Targets:
 10M rows <= 3 min wall, peak memory < 6 GB, 1M -> 10M costs at most 10x the time.
 """
 

@@ -5,7 +5,7 @@
 Generates the datasets a bloated partition yields (10M offset-commit records over 100,000 keys,
 ~80 segments on one broker, cleaner checkpoint 0), then times `spark-submit --master local[2]`
 of spark_jobs/offsets_health.py and spark_jobs/trim_plan.py end to end (Spark start included),
-sampling the peak RSS of the process tree. Target (issue 5): the plan in at most 2 minutes.
+sampling the peak RSS of the process tree. Target: the plan in at most 2 minutes.
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Log lines librdkafka prints against 0.9 brokers that mean nothing (kafka-facts.md).
+#: Log lines librdkafka prints against 0.9 brokers that mean nothing (seen on the lab's 0.9.0.1 brokers).
 _HARMLESS = ("Protocol parse failure for Metadata v0", "is deprecated: **Post-deprecation actions",
              "tmpabuf memory shortage")
 
-# confluent-kafka's ConsumerGroupState names -> Kafka's own names (design.md)
+# confluent-kafka's ConsumerGroupState names -> Kafka's own names (the datasets store these; 0.9's AwaitingSync is CompletingRebalance)
 _STATE_NAMES = {
     "STABLE": "Stable",
     "EMPTY": "Empty",

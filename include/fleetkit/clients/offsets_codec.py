@@ -1,4 +1,4 @@
-"""Decode __consumer_offsets records (kafka-facts.md).
+"""Decode __consumer_offsets records (the formats of Kafka's GroupMetadataManager and its group-coordinator message specs).
 
 Keys start with an int16 version: 0 and 1 are offset-commit keys (group, topic, partition), 2 is
 a group-metadata key (group). 3-24 belong to newer protocols (consumer groups, share groups,

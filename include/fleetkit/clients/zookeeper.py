@@ -1,6 +1,6 @@
 """Reads the ZooKeeper side of a ZooKeeper-mode Kafka cluster (0.9 to 3.x) with kazoo.
 
-Layout (kafka-facts.md), below an optional chroot:
+Layout (Kafka's ZkData), below an optional chroot:
   /brokers/ids/<id>                               broker registration
   /brokers/topics/<topic>/partitions/<p>/state    leader, leader_epoch, controller_epoch, isr
   /controller                                     current controller

@@ -2,7 +2,7 @@
 
 partition = Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions, where hashCode is Java's
 String.hashCode over UTF-16 code units with 32-bit signed overflow, and Utils.abs(n) is 0 for
-Integer.MIN_VALUE, else Math.abs(n) -- NOT n & 0x7fffffff (kafka-facts.md).
+Integer.MIN_VALUE, else Math.abs(n) -- NOT n & 0x7fffffff (Utils.toPositive, the producer's partitioner).
 """
 
 from __future__ import annotations

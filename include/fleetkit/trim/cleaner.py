@@ -1,4 +1,4 @@
-"""The log cleaner's capacity (kafka-facts.md).
+"""The log cleaner's capacity, as Kafka's LogCleaner computes it.
 
 Each cleaner thread gets min(log.cleaner.dedupe.buffer.size / log.cleaner.threads, Int.MaxValue)
 bytes of offset map; an entry costs 24 bytes (16-byte MD5 + 8-byte offset); one pass stops at
