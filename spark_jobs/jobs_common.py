@@ -1,39 +1,82 @@
-"""What every Spark job shares: the session, reading datasets, writing JSON Lines and Parquet.
+"""What every Spark job shares: the session, the dataset schemas, reading datasets, writing JSON
+Lines and Parquet.
 
 Jobs run on local[*] by default and on any cluster by changing the master (spark-submit's
 --master, or the Airflow Spark connection). SPARK_LOCAL_IP=127.0.0.1 and spark.ui.enabled=false
 keep a local session on loopback.
+
+Inputs and outputs are any path Spark reads and writes (a local path, file:///..., hdfs://...,
+s3a://...): listing, renames and deletes go through the Hadoop FileSystem of the path, never
+through the local file system directly. A path without a scheme is a local path when the default
+file system is the local one (as before), else a path of the default file system (as Spark
+reads it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import glob
+import importlib.util
 import os
-import shutil
+import re
 import sys
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-# the domain library ships with the job (include/ beside spark_jobs/, or --py-files)
+# the domain library ships with the job as --py-files (the zip the Airflow operator builds); run
+# from a checkout without it, the library is include/ beside spark_jobs/
 _INCLUDE = Path(__file__).resolve().parents[1] / "include"
-if _INCLUDE.is_dir() and str(_INCLUDE) not in sys.path:
+if importlib.util.find_spec("fleetkit") is None and _INCLUDE.is_dir() and str(_INCLUDE) not in sys.path:
     sys.path.insert(0, str(_INCLUDE))
 
+import pyarrow as pa  # noqa: E402
+from py4j.java_gateway import is_instance_of  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+from fleetkit.core.datasets import SCHEMAS  # noqa: E402
+
 ISO_Z = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
-SNAPSHOT_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
-    T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("observed_at", T.TimestampType()), T.StructField("committed_offset", T.LongType()),
-    T.StructField("log_start_offset", T.LongType()), T.StructField("log_end_offset", T.LongType()),
-    T.StructField("group_state", T.StringType()), T.StructField("assigned", T.BooleanType()),
-    T.StructField("member_client_id", T.StringType()), T.StructField("member_host", T.StringType()),
-])
+
+# -- schemas: declared once, as pyarrow schemas in fleetkit.core.datasets ---------------------------
+
+_SIMPLE_TYPES = (
+    (pa.types.is_boolean, T.BooleanType), (pa.types.is_int8, T.ByteType), (pa.types.is_int16, T.ShortType),
+    (pa.types.is_int32, T.IntegerType), (pa.types.is_int64, T.LongType), (pa.types.is_float32, T.FloatType),
+    (pa.types.is_float64, T.DoubleType), (pa.types.is_string, T.StringType),
+    (pa.types.is_large_string, T.StringType), (pa.types.is_binary, T.BinaryType),
+    (pa.types.is_large_binary, T.BinaryType), (pa.types.is_date32, T.DateType),
+)
+
+
+def spark_type(t: pa.DataType) -> T.DataType:
+    """The Spark SQL type of a pyarrow type (the types the toolkit's datasets use, and their kin)."""
+    for is_type, spark in _SIMPLE_TYPES:
+        if is_type(t):
+            return spark()
+    if pa.types.is_timestamp(t):
+        return T.TimestampType() if t.tz is not None else T.TimestampNTZType()
+    if pa.types.is_decimal(t):
+        return T.DecimalType(t.precision, t.scale)
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return T.ArrayType(spark_type(t.value_type), containsNull=t.value_field.nullable)
+    if pa.types.is_struct(t):
+        return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable)
+                             for f in (t.field(i) for i in range(t.num_fields))])
+    if pa.types.is_map(t):
+        return T.MapType(spark_type(t.key_type), spark_type(t.item_type), valueContainsNull=t.item_field.nullable)
+    raise TypeError(f"no Spark type for the pyarrow type {t}")
+
+
+def spark_schema(dataset: str | pa.Schema) -> T.StructType:
+    """The Spark schema of a dataset of fleetkit.core.datasets.SCHEMAS (by name), or of any pyarrow
+    schema: same columns, same order, same nullability."""
+    schema = SCHEMAS[dataset] if isinstance(dataset, str) else dataset
+    return T.StructType([T.StructField(f.name, spark_type(f.type), f.nullable) for f in schema])
+
+
+SNAPSHOT_SCHEMA = spark_schema("offsets_snapshots")
 
 
 def session(app: str, master: str | None = None) -> SparkSession:
@@ -58,22 +101,128 @@ def session(app: str, master: str | None = None) -> SparkSession:
     return spark
 
 
-def data_files(path: str, since: dt.date | None = None) -> tuple[list[str], list[str]]:
-    """(parquet files, JSON Lines files) under a file or folder, recursively, skipping names that
-    start with _ or . (temporary files of atomic writes, hidden files, _state folders), and, with
-    `since`, date=YYYY-MM-DD folders older than it."""
-    p = Path(path)
-    if not p.exists():
+# -- files: through the Hadoop FileSystem of each path -------------------------------------------
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:/")
+
+
+def _active(spark: SparkSession | None) -> SparkSession:
+    spark = spark or SparkSession.getActiveSession() or SparkSession._instantiatedSession
+    if spark is None:
+        raise RuntimeError("no Spark session: create one with jobs_common.session() first")
+    return spark
+
+
+class _Location:
+    """A path as the caller wrote it (`text`) and as Hadoop sees it (`path`, on `fs`).
+
+    Names of children are joined to `text` the way the caller writes paths (pathlib for local
+    paths, "/" for URIs), so local paths come back exactly as before."""
+
+    def __init__(self, spark: SparkSession, text: str, _fs=None, _path=None):
+        self.spark, self.text = spark, text
+        if _fs is not None:
+            self.fs, self.path = _fs, _path
+            return
+        jvm = spark._jvm
+        conf = spark._jsc.hadoopConfiguration()
+        HPath = jvm.org.apache.hadoop.fs.Path
+        if _SCHEME.match(text):
+            path = HPath(text)
+        elif (jvm.org.apache.hadoop.fs.FileSystem.getDefaultUri(conf).getScheme() or "file") == "file":
+            path = HPath("file:" + os.path.abspath(text))  # relative to this process's folder, as before
+        else:
+            path = HPath(text)
+        fs = path.getFileSystem(conf)
+        if fs.getUri().getScheme() == "file":  # the raw local file system: no .crc files beside the outputs
+            while is_instance_of(spark.sparkContext._gateway, fs, "org.apache.hadoop.fs.FilterFileSystem"):
+                fs = fs.getRawFileSystem()
+        self.fs, self.path = fs, fs.makeQualified(path)
+
+    @property
+    def local(self) -> bool:
+        return not _SCHEME.match(self.text)
+
+    @property
+    def uri(self) -> str:
+        """The qualified path, for Spark's readers and writers."""
+        return self.path.toString()
+
+    def child(self, *names: str) -> "_Location":
+        text = str(Path(self.text).joinpath(*names)) if self.local else "/".join([self.text.rstrip("/"), *names])
+        HPath = self.spark._jvm.org.apache.hadoop.fs.Path
+        path = self.path
+        for name in names:
+            path = HPath(path, HPath(None, None, name))  # a name with ':' is not a scheme
+        return _Location(self.spark, text, self.fs, path)
+
+    @property
+    def parent(self) -> "_Location":
+        if self.local:
+            text = str(Path(self.text).parent)
+        else:
+            head, _, _ = self.text.rstrip("/").rpartition("/")
+            text = head or self.text
+        return _Location(self.spark, text, self.fs, self.path.getParent())
+
+    @property
+    def name(self) -> str:
+        return self.path.getName()
+
+    def exists(self) -> bool:
+        return bool(self.fs.exists(self.path))
+
+    def is_file(self) -> bool:
+        return bool(self.fs.getFileStatus(self.path).isFile())
+
+    def listing(self) -> tuple[list[str], list[str]]:
+        """(sub-folder names, file names), each sorted."""
+        dirs, files = [], []
+        for status in self.fs.listStatus(self.path):
+            (dirs if status.isDirectory() else files).append(status.getPath().getName())
+        return sorted(dirs), sorted(files)
+
+    def mkdirs(self) -> None:
+        self.fs.mkdirs(self.path)
+
+    def delete(self, recursive: bool = True) -> None:
+        self.fs.delete(self.path, recursive)
+
+    def rename_to(self, dest: "_Location", replace: bool = False) -> None:
+        """Rename within one file system (atomic where the file system renames atomically); with
+        `replace` an existing file at `dest` is replaced (rename-over where the file system allows
+        it, else delete then rename)."""
+        if self.fs.rename(self.path, dest.path):
+            return
+        if replace and dest.exists() and dest.is_file():
+            dest.delete(recursive=False)
+            if self.fs.rename(self.path, dest.path):
+                return
+        raise OSError(f"could not rename {self.uri} to {dest.uri}")
+
+
+def data_files(path: str, since: dt.date | None = None,
+               spark: SparkSession | None = None) -> tuple[list[str], list[str]]:
+    """(parquet files, JSON Lines files) under a file or folder (any path Spark reads), recursively,
+    skipping names that start with _ or . (temporary files of atomic writes, hidden files, _state
+    folders), and, with `since`, date=YYYY-MM-DD folders older than it. Listed with the Hadoop
+    FileSystem of the path (the active Spark session's, unless `spark` is given)."""
+    root = _Location(_active(spark), path)
+    if not root.exists():
         raise SystemExit(f"input {path!r} does not exist")
-    if p.is_file():
-        files = [p]
+    if root.is_file():
+        files = [root.text if not root.local else str(Path(root.text))]
     else:
         files = []
-        for root, dirs, names in os.walk(p):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not _too_old(d, since))
-            files.extend(Path(root) / n for n in sorted(names) if not n.startswith(("_", ".")))
-    parquet = [str(f) for f in files if f.suffix == ".parquet"]
-    jsonl = [str(f) for f in files if f.suffix in (".jsonl", ".json")]
+        folders = [root]
+        while folders:  # the order of os.walk: a folder's files, then its sub-folders, depth first
+            folder = folders.pop()
+            dirs, names = folder.listing()
+            files.extend(folder.child(n).text for n in names if not n.startswith(("_", ".")))
+            folders.extend(reversed([folder.child(d) for d in dirs
+                                     if not d.startswith(("_", ".")) and not _too_old(d, since)]))
+    parquet = [f for f in files if PurePosixPath(f).suffix == ".parquet"]
+    jsonl = [f for f in files if PurePosixPath(f).suffix in (".jsonl", ".json")]
     return parquet, jsonl
 
 
@@ -109,32 +258,59 @@ def read_rows(spark: SparkSession, path: str, schema: T.StructType, ts_fields: t
 
 
 def write_jsonl(df: DataFrame, out_file: str) -> int:
-    """Write a DataFrame as one JSON Lines file (nulls kept as null)."""
-    out = Path(out_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f"_tmp-{uuid.uuid4().hex}"
-    df.coalesce(1).write.mode("overwrite").option("ignoreNullFields", "false").json(str(tmp))
-    parts = glob.glob(str(tmp / "part-*"))
-    with open(out.with_suffix(out.suffix + ".tmp"), "wb") as dst:
-        for part in sorted(parts):
-            with open(part, "rb") as src:
-                shutil.copyfileobj(src, dst)
-    os.replace(out.with_suffix(out.suffix + ".tmp"), out)
-    shutil.rmtree(tmp, ignore_errors=True)
-    with open(out, "rb") as f:
-        return sum(1 for _ in f)
+    """Write a DataFrame as one JSON Lines file (nulls kept as null) at any path Spark writes; returns
+    its number of lines. Spark writes into a _tmp- folder beside the file; its part file is renamed
+    into place (parts concatenated first when there are several), so readers never see half a file."""
+    spark = df.sparkSession
+    out = _Location(spark, out_file)
+    folder = out.parent
+    folder.mkdirs()
+    token = uuid.uuid4().hex
+    tmp = folder.child(f"_tmp-{token}")
+    staged = folder.child(f"_tmp-{token}-{out.name}")
+    try:
+        df.coalesce(1).write.mode("overwrite").option("ignoreNullFields", "false").json(tmp.uri)
+        parts = [tmp.child(n) for n in tmp.listing()[1] if n.startswith("part-")]
+        if len(parts) == 1:
+            parts[0].rename_to(staged)
+        else:
+            _concat(parts, staged)
+        staged.rename_to(out, replace=True)
+    finally:
+        for leftover in (tmp, staged):
+            if leftover.exists():
+                leftover.delete()
+    return spark.read.text(out.uri).count()
+
+
+def _concat(parts: list[_Location], dest: _Location) -> None:
+    jvm = dest.spark._jvm
+    conf = dest.spark._jsc.hadoopConfiguration()
+    stream = dest.fs.create(dest.path, True)
+    try:
+        for part in parts:
+            src = part.fs.open(part.path)
+            try:
+                jvm.org.apache.hadoop.io.IOUtils.copyBytes(src, stream, conf, False)
+            finally:
+                src.close()
+    finally:
+        stream.close()
 
 
 def write_dataset(df: DataFrame, data_root: str, dataset: str, run_stamp: str) -> str:
     """Append a job's rows as Parquet to <root>/<dataset>/date=<day>/run=<stamp>/ (written to a
-    _tmp folder, then renamed: readers never see a half-written run)."""
+    _tmp folder, then renamed with the Hadoop FileSystem API: readers never see a half-written run)."""
     day = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    final = Path(data_root) / dataset / f"date={day}" / f"run={run_stamp}"
-    tmp = final.parent / f"_tmp-run={run_stamp}"
-    df.write.mode("overwrite").parquet(str(tmp))
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(tmp, final)
-    return str(final)
+    folder = _Location(df.sparkSession, data_root).child(dataset, f"date={day}")
+    final = folder.child(f"run={run_stamp}")
+    tmp = folder.child(f"_tmp-run={run_stamp}")
+    if final.exists():
+        raise FileExistsError(f"{final.text} already exists")
+    df.write.mode("overwrite").parquet(tmp.uri)
+    folder.mkdirs()
+    tmp.rename_to(final)
+    return final.text
 
 
 def iso(col) -> "F.Column":

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 TS = pa.timestamp("us", tz="UTC")
 
+# The one declaration of every dataset's columns (order, types, nullability): the Spark jobs derive
+# their StructTypes from it (spark_jobs/jobs_common.py: spark_schema(name)).
 SCHEMAS: dict[str, pa.Schema] = {
     "offsets_snapshots": pa.schema([
         ("cluster", pa.string()), ("group", pa.string()), ("topic", pa.string()),
