@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import DAG, Asset, AssetAny, AssetWatcher, Param, task
 
 from fleet_airflow import settings
+from fleet_airflow.operators.spark import spark_job_operator
 from fleet_airflow.ownership_check import asset_name, asset_uri
 from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
 
@@ -131,18 +131,13 @@ with DAG(
     checked = which_clusters()
     collected = collect.expand(cluster=cluster_names(checked))
 
-    analyse = SparkSubmitOperator(
-        task_id="analyse_ownership",
-        conn_id="spark_default",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "coordinator_ownership.py"),
-        name="coordinator_ownership",
-        application_args=[
+    analyse = spark_job_operator(
+        "analyse_ownership", "coordinator_ownership",
+        [
             "--data-root", "{{ params.data_root }}", "--out", RUN_OUT, "--window", "{{ params.window }}",
             "--load-stuck", "{{ params.load_stuck }}",
             "--health", "{{ ti.xcom_pull(task_ids='which_clusters')['health'] }}",
         ],
-        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
-        env_vars=settings.spark_env(),
         trigger_rule="all_done",
         execution_timeout=dt.timedelta(minutes=20),
     )

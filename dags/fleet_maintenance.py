@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, task
 
@@ -12,6 +11,7 @@ from fleet_airflow import settings
 from fleet_airflow.operators.collect import CollectClusterOperator, CollectOffsetsTopicOperator
 from fleet_airflow.operators.offsets_report import OffsetsHealthReportOperator
 from fleet_airflow.operators.report import StuckReportOperator
+from fleet_airflow.operators.spark import spark_job_operator
 
 DOC = """
 ### Fleet maintenance (scheduled, read-only)
@@ -94,12 +94,9 @@ with DAG(
         execution_timeout=dt.timedelta(minutes=10),
     ).expand(cluster=clusters)
 
-    analyse = SparkSubmitOperator(
-        task_id="analyse_stuck",
-        conn_id="spark_default",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "stuck_partitions.py"),
-        name="stuck_partitions",
-        application_args=[
+    analyse = spark_job_operator(
+        "analyse_stuck", "stuck_partitions",
+        [
             "--snapshots", "{{ params.data_root }}/offsets_snapshots",
             "--out", RUN_OUT,
             "--window", "{{ params.window }}",
@@ -108,8 +105,6 @@ with DAG(
             "--data-root", "{{ params.data_root }}",
             "--recent-days", "2",
         ],
-        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
-        env_vars=settings.spark_env(),
         trigger_rule="all_done",
         execution_timeout=dt.timedelta(minutes=20),
     )
@@ -139,17 +134,14 @@ with DAG(
         return mode == "always" or (mode == "hourly" and when.minute < 5)
 
     OFFSETS_OUT = "{{ params.data_root }}/reports/offsets/{{ run_id | replace(':', '_') | replace('+', '_') }}"
-    health = SparkSubmitOperator(
-        task_id="offsets_health", conn_id="spark_default", name="offsets_health",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "offsets_health.py"),
-        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
-                          "--out", OFFSETS_OUT],
-        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30))
-    trim_plan = SparkSubmitOperator(
-        task_id="trim_plan", conn_id="spark_default", name="trim_plan",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "trim_plan.py"),
-        application_args=["--data-root", "{{ params.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
-        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30))
+    health = spark_job_operator(
+        "offsets_health", "offsets_health",
+        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}", "--out", OFFSETS_OUT],
+        execution_timeout=dt.timedelta(minutes=30))
+    trim_plan = spark_job_operator(
+        "trim_plan", "trim_plan",
+        ["--data-root", "{{ params.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
+        execution_timeout=dt.timedelta(minutes=30))
     report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ params.fleet_file }}")
     collect_offsets >> health_due() >> health >> trim_plan >> report_offsets

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
 from fleet_airflow.operators.group_ids import CollectGroupIdsOperator, CreateMissingGroupIdsOperator, GroupIdReportOperator
+from fleet_airflow.operators.spark import spark_job_operator
 
 DOC = """
 ### Group-id reconciliation (scheduled; writes only MISSING mappings, and only where allowed)
@@ -70,13 +70,11 @@ with DAG(
         task_id="collect", fleet_file="{{ params.fleet_file }}", data_root="{{ params.data_root }}",
         map_index_template="{{ task.cluster }}", execution_timeout=dt.timedelta(minutes=15),
     ).expand(cluster=clusters)
-    diff = SparkSubmitOperator(
-        task_id="diff", conn_id="spark_default", name="group_id_reconciliation",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "group_id_reconciliation.py"),
-        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
-                          "--out", RUN_OUT, "--max-age", "30m"],
-        conf={"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"},
-        env_vars=settings.spark_env(), execution_timeout=dt.timedelta(minutes=30),
+    diff = spark_job_operator(
+        "diff", "group_id_reconciliation",
+        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+         "--out", RUN_OUT, "--max-age", "30m"],
+        execution_timeout=dt.timedelta(minutes=30),
         trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
     )
     report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT)

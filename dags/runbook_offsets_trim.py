@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param
 
-from fleet_airflow import settings
 from fleet_airflow.actions import TRIM_OFFSETS
 from fleet_airflow.gate import approval_gate, runbook_dag_args
 from fleet_airflow.operators.collect import CollectOffsetsTopicOperator
+from fleet_airflow.operators.spark import spark_job_operator
 
 DOC = """
 ### Trim bloated `__consumer_offsets` partitions (incident runbook, destructive)
@@ -52,18 +51,14 @@ with DAG(**runbook_dag_args(
     collect = CollectOffsetsTopicOperator(
         task_id="collect_offsets", fleet_file="{{ params.fleet_file }}", cluster="{{ params.cluster }}",
         data_root="{{ params.data_root }}", partitions="all")
-    health = SparkSubmitOperator(
-        task_id="offsets_health", conn_id="spark_default", name="offsets_health",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "offsets_health.py"),
-        application_args=["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
-                          "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
-                          "--min-bloat-bytes", "{{ params.min_bloat_bytes }}"],
-        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env())
-    plan = SparkSubmitOperator(
-        task_id="trim_plan", conn_id="spark_default", name="trim_plan",
-        application=str(settings.REPO_ROOT / "spark_jobs" / "trim_plan.py"),
-        application_args=["--data-root", "{{ params.data_root }}", "--health", OUT, "--out", OUT,
-                          "--partitions", "{{ params.partitions }}"],
-        conf={"spark.ui.enabled": "false"}, env_vars=settings.spark_env())
+    health = spark_job_operator(
+        "offsets_health", "offsets_health",
+        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+         "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
+         "--min-bloat-bytes", "{{ params.min_bloat_bytes }}"])
+    plan = spark_job_operator(
+        "trim_plan", "trim_plan",
+        ["--data-root", "{{ params.data_root }}", "--health", OUT, "--out", OUT,
+         "--partitions", "{{ params.partitions }}"])
     first, _ = approval_gate(TRIM_OFFSETS)
     collect >> health >> plan >> first

@@ -1,0 +1,105 @@
+"""Spark jobs from Airflow: one factory for every spark-submit task of the DAGs.
+
+    spark_job_operator("analyse_stuck", "stuck_partitions", [...args...], trigger_rule="all_done")
+
+submits spark_jobs/<job>.py through the `spark_default` connection (its master: local[*] in the
+lab, a cluster elsewhere) with the environment of fleet_airflow.settings.spark_env(). The job gets
+the project's code the way a cluster needs it: `--py-files` is a zip of the domain library
+(include/fleetkit, the whole package tree) and of the jobs' modules (spark_jobs/*.py: jobs_common,
+and the job modules other jobs import, e.g. trim_plan imports offsets_health), built when the task
+runs (never stale after a code change) in a temporary folder removed when the job is over.
+
+The zip holds .py files only. The library's templates (include/templates, used by
+fleetkit.core.render) are not in it: no job renders a template (reports and runbooks are rendered
+by the Airflow tasks, from the checkout).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from fleet_airflow import settings
+
+ZIP_NAME = "fleet_spark_py_files.zip"
+# what every job is submitted with (the jobs' session() sets the same; a cluster's own defaults
+# for anything else stay)
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+
+
+def library_dir() -> Path:
+    """include/fleetkit of the checkout the DAGs run from."""
+    return settings.REPO_ROOT / "include" / "fleetkit"
+
+
+def jobs_dir() -> Path:
+    return settings.REPO_ROOT / "spark_jobs"
+
+
+def _py_sources(library: Path, jobs: Path) -> list[tuple[Path, str]]:
+    """(source file, name in the zip): fleetkit/**/*.py, then the jobs' modules at the top level."""
+    if not (library / "__init__.py").is_file():
+        raise FileNotFoundError(f"{library} is not a Python package (no __init__.py)")
+    out = [(f, f"{library.name}/{f.relative_to(library).as_posix()}")
+           for f in sorted(library.rglob("*.py")) if "__pycache__" not in f.relative_to(library).parts]
+    out += [(f, f.name) for f in sorted(jobs.glob("*.py")) if f.name != "__init__.py"]
+    return out
+
+
+def build_py_files(folder: str | Path, library: str | Path | None = None, jobs: str | Path | None = None) -> Path:
+    """Write <folder>/fleet_spark_py_files.zip (for --py-files) from the current sources and return
+    its path: every .py of the library package `library` (default include/fleetkit) under its
+    package name, and every module of `jobs` (default spark_jobs/) at the top level."""
+    library = Path(library) if library is not None else library_dir()
+    jobs = Path(jobs) if jobs is not None else jobs_dir()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    dest = folder / ZIP_NAME
+    tmp = folder / f".{ZIP_NAME}.tmp"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        for source, name in _py_sources(library, jobs):
+            z.write(source, name)
+    tmp.replace(dest)
+    return dest
+
+
+class FleetSparkSubmitOperator(SparkSubmitOperator):
+    """SparkSubmitOperator whose job gets the project's code as --py-files (a zip built when the task
+    runs, added to any py_files given)."""
+
+    def execute(self, context: Any) -> Any:
+        folder = Path(tempfile.mkdtemp(prefix=f"fleet-spark-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.task_id)}-"))
+        try:
+            zip_path = build_py_files(folder)
+            self.log.info("py-files: %s", zip_path)
+            self.py_files = ",".join(p for p in (self.py_files, str(zip_path)) if p)
+            self._hook = None  # the hook takes py_files when it is made
+            return super().execute(context)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def spark_job_operator(task_id: str, job: str, application_args: Sequence[str], *,
+                       conf: dict[str, str] | None = None, **kwargs: Any) -> FleetSparkSubmitOperator:
+    """The task that runs spark_jobs/<job>.py (application name `job`) with these arguments
+    (templated) through the spark_default connection, the project's code as --py-files, the
+    settings.spark_env() environment and SPARK_CONF (plus `conf`). Other keyword arguments
+    (trigger_rule, execution_timeout, ...) go to the operator."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", job):
+        raise ValueError(f"job {job!r} must be a module name of spark_jobs/ (like 'stuck_partitions')")
+    return FleetSparkSubmitOperator(
+        task_id=task_id,
+        conn_id="spark_default",
+        name=job,
+        application=str(jobs_dir() / f"{job}.py"),
+        application_args=list(application_args),
+        conf={**SPARK_CONF, **(conf or {})},
+        env_vars=settings.spark_env(),
+        **kwargs,
+    )

@@ -1,0 +1,131 @@
+"""The Spark jobs' --py-files zip (fleet_airflow.operators.spark): what it holds, that it is built
+from the current sources at every submission, and that the library imports from it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def names(zip_path: Path) -> set[str]:
+    with zipfile.ZipFile(zip_path) as z:
+        return set(z.namelist())
+
+
+def fake_tree(root: Path) -> tuple[Path, Path]:
+    lib, jobs = root / "include" / "fleetkit", root / "spark_jobs"
+    (lib / "core" / "__pycache__").mkdir(parents=True)
+    jobs.mkdir()
+    (lib / "__init__.py").write_text("")
+    (lib / "core" / "__init__.py").write_text("")
+    (lib / "core" / "thing.py").write_text("VALUE = 1\n")
+    (lib / "core" / "__pycache__" / "thing.cpython-311.pyc").write_bytes(b"\0")
+    (lib / "core" / "notes.txt").write_text("not code")
+    (jobs / "__init__.py").write_text("")
+    (jobs / "jobs_common.py").write_text("SHARED = 1\n")
+    (jobs / "a_job.py").write_text("import jobs_common\n")
+    return lib, jobs
+
+
+def test_zip_of_the_checkout_holds_the_whole_library_and_the_jobs_modules(tmp_path):
+    from fleet_airflow.operators.spark import build_py_files
+
+    zip_path = build_py_files(tmp_path)
+    got = names(zip_path)
+    lib = REPO / "include" / "fleetkit"
+    expected_lib = {f"fleetkit/{f.relative_to(lib).as_posix()}" for f in lib.rglob("*.py")
+                    if "__pycache__" not in f.parts}
+    assert expected_lib <= got
+    for package in ("core", "clients", "collection", "stuck", "trim", "ownership", "group_ids"):
+        assert f"fleetkit/{package}/__init__.py" in got
+    assert {"fleetkit/__init__.py", "fleetkit/core/datasets.py", "jobs_common.py",
+            "offsets_health.py"} <= got  # trim_plan imports offsets_health
+    assert all(n.endswith(".py") for n in got), sorted(n for n in got if not n.endswith(".py"))
+    assert not any("__pycache__" in n or n.startswith(("templates/", "include/")) for n in got)
+    assert "__init__.py" not in got  # spark_jobs' package marker would make the zip a package
+    assert list(tmp_path.iterdir()) == [zip_path]  # no temporary file left beside it
+
+
+def test_a_changed_source_is_in_the_next_zip(tmp_path):
+    from fleet_airflow.operators.spark import build_py_files
+
+    lib, jobs = fake_tree(tmp_path / "src")
+    first = build_py_files(tmp_path / "a", lib, jobs)
+    assert names(first) == {"fleetkit/__init__.py", "fleetkit/core/__init__.py", "fleetkit/core/thing.py",
+                            "jobs_common.py", "a_job.py"}
+    (lib / "core" / "thing.py").write_text("VALUE = 2\n")
+    (lib / "core" / "new.py").write_text("NEW = True\n")
+    (jobs / "a_job.py").unlink()
+    second = build_py_files(tmp_path / "a", lib, jobs)  # same folder: replaced, not appended to
+    assert second == first
+    with zipfile.ZipFile(second) as z:
+        assert z.read("fleetkit/core/thing.py") == b"VALUE = 2\n"
+        assert set(z.namelist()) == {"fleetkit/__init__.py", "fleetkit/core/__init__.py", "fleetkit/core/thing.py",
+                                     "fleetkit/core/new.py", "jobs_common.py"}
+
+
+def test_not_a_package_is_refused(tmp_path):
+    from fleet_airflow.operators.spark import build_py_files
+
+    (tmp_path / "lib").mkdir()
+    with pytest.raises(FileNotFoundError, match="no __init__.py"):
+        build_py_files(tmp_path / "out", tmp_path / "lib", tmp_path)
+
+
+def test_the_library_imports_from_the_zip(tmp_path):
+    from fleet_airflow.operators.spark import build_py_files
+
+    zip_path = build_py_files(tmp_path)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "import fleetkit.core.durations, fleetkit.stuck.rules; print(fleetkit.core.durations.__file__)")
+    out = subprocess.run([sys.executable, "-c", code, str(zip_path)], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == f"{zip_path}/fleetkit/core/durations.py"
+
+
+def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path, monkeypatch):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from fleet_airflow import settings
+    from fleet_airflow.operators import spark as spark_ops
+
+    lib, jobs = fake_tree(tmp_path / "src")
+    monkeypatch.setattr(spark_ops, "library_dir", lambda: lib)
+    op = spark_ops.spark_job_operator("analyse", "stuck_partitions", ["--out", "x"], py_files="/extra/deps.zip",
+                                      trigger_rule="all_done")
+    assert (op.task_id, op.name, op._conn_id, op.application_args, op.trigger_rule) == \
+        ("analyse", "stuck_partitions", "spark_default", ["--out", "x"], "all_done")
+    assert op.application == str(settings.REPO_ROOT / "spark_jobs" / "stuck_partitions.py")
+    assert op.conf == {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+    assert op.env_vars == settings.spark_env()
+    assert op.py_files == "/extra/deps.zip"  # nothing built when the DAG is parsed
+
+    seen = []
+
+    def submit(self, context):
+        extra, built = self.py_files.split(",")
+        assert extra == "/extra/deps.zip" and self._hook is None
+        with zipfile.ZipFile(built) as z:
+            seen.append((built, z.read("fleetkit/core/thing.py")))
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    op.execute({})
+    (lib / "core" / "thing.py").write_text("VALUE = 3\n")
+    op.py_files = "/extra/deps.zip"
+    op.execute({})
+    assert [content for _, content in seen] == [b"VALUE = 1\n", b"VALUE = 3\n"]
+    assert not any(Path(built).parent.exists() for built, _ in seen)
+
+
+@pytest.mark.parametrize("job", ["stuck_partitions.py", "../x", "a/b", ""])
+def test_job_is_a_module_name_of_spark_jobs(job):
+    from fleet_airflow.operators.spark import spark_job_operator
+
+    with pytest.raises(ValueError, match="module name"):
+        spark_job_operator("t", job, [])
