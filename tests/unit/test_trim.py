@@ -171,15 +171,15 @@ def test_commands_run_in_the_fleet_file_folder(tmp_path):
 def test_command_broker_control_failures_name_the_command(tmp_path):
     fail = [sys.executable, "-c", "import sys; sys.stderr.write('no such broker'); sys.exit(3)", "{broker}"]
     control = trim.control_for(control_cluster(tmp_path, stop=fail))
-    with pytest.raises(trim.TrimError, match=r"cluster 'c1' broker_control.stop failed with exit code 3: .*\n"
+    with pytest.raises(trim.BrokerControlError, match=r"cluster 'c1' broker_control.stop failed with exit code 3: .*\n"
                                              r"no such broker"):
         control.stop(1)
     control = trim.control_for(control_cluster(tmp_path, start=[str(tmp_path / "missing-program"), "{broker}"]))
-    with pytest.raises(trim.TrimError, match="broker_control.start cannot run .*missing-program"):
+    with pytest.raises(trim.BrokerControlError, match="broker_control.start cannot run .*missing-program"):
         control.start(1)
     slow = [sys.executable, "-c", "import time; time.sleep(30)", "{broker}"]
     control = trim.control_for(control_cluster(tmp_path, stop=slow, timeout="1s"))
-    with pytest.raises(trim.TrimError, match="did not finish within 1 s"):
+    with pytest.raises(trim.BrokerControlError, match="did not finish within 1 s"):
         control.stop(1)
 
 
@@ -189,7 +189,7 @@ def test_set_config_without_a_command_refuses_before_running_anything(tmp_path):
         "stop": list(cluster.broker_control.stop), "start": list(cluster.broker_control.start)}}]}
     control = trim.control_for(parse_fleet(yaml.safe_dump(doc), path="f.yaml").cluster("c1"))
     assert control.settings.set_config is None
-    with pytest.raises(trim.TrimError, match="broker_control has no set_config command"):
+    with pytest.raises(trim.BrokerControlError, match="broker_control has no set_config command"):
         control.set_config(0, {"log.cleaner.dedupe.buffer.size": 8388608})
     assert recorded(tmp_path) == []
 

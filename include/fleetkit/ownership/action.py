@@ -6,7 +6,7 @@ from fleetkit.core.action import Action, ClusterContext
 
 
 def _lab_control(ctx: ClusterContext):
-    from fleetkit.trim.execute import control_for
+    from fleetkit.clients.broker_control import control_for
 
     return control_for(ctx.cluster)
 

@@ -13,18 +13,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shlex
 import shutil
-import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
-from fleetkit.core.fleet import BrokerControlSettings
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.clients.broker_control import (  # noqa: F401  (re-exported for the trim's callers)
+    BrokerControl, BrokerControlError, CommandBrokerControl, control_for)
 from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
 from fleetkit.trim.verify import all_groups, offsets_json, read_offsets_when_loaded
 
@@ -99,61 +96,6 @@ def restore(manifest: dict) -> list[str]:
         _move(src, dst)
         restored.append(str(dst))
     return restored
-
-
-# -- broker control --------------------------------------------------------------------------------
-class BrokerControl(Protocol):
-    def stop(self, broker_id: int) -> None: ...
-    def start(self, broker_id: int) -> None: ...
-    def set_config(self, broker_id: int, props: dict) -> None: ...
-
-
-@dataclass
-class CommandBrokerControl:
-    """Stops, starts and reconfigures brokers with the commands of a cluster's `broker_control`
-    (fleet file): argv lists, placeholders filled inside each element, run without a shell in the
-    fleet file's folder. A command that fails or outlives its timeout raises TrimError."""
-
-    settings: BrokerControlSettings
-    cluster: str = ""
-
-    def _run(self, command: str, **values) -> str:
-        argv = self.settings.argv(command, **values)
-        shown = shlex.join(argv)
-        what = f"cluster {self.cluster!r} broker_control.{command}"
-        log.info("%s: %s", what, shown)
-        try:
-            out = subprocess.run(argv, cwd=self.settings.cwd, stdin=subprocess.DEVNULL, capture_output=True,
-                                 text=True, timeout=self.settings.timeout_seconds, shell=False)
-        except subprocess.TimeoutExpired:
-            raise TrimError(f"{what} did not finish within {self.settings.timeout_seconds:.0f} s: {shown}") from None
-        except OSError as e:
-            raise TrimError(f"{what} cannot run {shown} (in {self.settings.cwd}): {e.strerror or e}") from None
-        if out.returncode != 0:
-            tail = "\n".join((out.stderr.strip() or out.stdout.strip()).splitlines()[-10:])
-            raise TrimError(f"{what} failed with exit code {out.returncode}: {shown}" + (f"\n{tail}" if tail else ""))
-        return out.stdout.strip()
-
-    def stop(self, broker_id: int) -> None:
-        log.info("broker %d stopped: %s", broker_id, self._run("stop", broker=broker_id))
-
-    def start(self, broker_id: int) -> None:
-        log.info("broker %d started: %s", broker_id, self._run("start", broker=broker_id))
-
-    def set_config(self, broker_id: int, props: dict) -> None:
-        if self.settings.set_config is None:
-            raise TrimError(f"cluster {self.cluster!r}: broker_control has no set_config command in the fleet file, "
-                            f"so broker {broker_id} cannot get {props}; add one, or set it by hand and re-plan")
-        for key, value in props.items():
-            self._run("set_config", broker=broker_id, key=key, value=value)
-        log.info("broker %d config %s (applies at the next start)", broker_id, props)
-
-
-def control_for(cluster) -> CommandBrokerControl | None:
-    """The broker control of a fleet-file cluster, or None when it has no broker_control."""
-    if getattr(cluster, "broker_control", None) is None:
-        return None
-    return CommandBrokerControl(cluster.broker_control, cluster.name)
 
 
 # -- live state the preconditions and the execution read -------------------------------------------
