@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
-from jobs_common import iso, parse_ts, read_rows, session, write_jsonl  # noqa: E402
+from jobs_common import iso, parse_ts, read_rows, session, spark_schema, write_jsonl  # noqa: E402
 
 from pyspark.sql import Column, DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -43,19 +43,8 @@ from fleetkit.ownership import rules as ownership  # noqa: E402
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC  # noqa: E402
 from fleetkit.stuck.rules import parse_duration  # noqa: E402
 
-COORDINATOR_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
-    T.StructField("observed_at", T.TimestampType()), T.StructField("coordinator_id", T.IntegerType()),
-    T.StructField("error", T.StringType()), T.StructField("state", T.StringType()),
-    T.StructField("members", T.IntegerType()),
-])
-STATE_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("topic", T.StringType()),
-    T.StructField("partition", T.IntegerType()), T.StructField("observed_at", T.TimestampType()),
-    T.StructField("leader", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
-    T.StructField("leader_epoch", T.IntegerType()), T.StructField("controller_epoch", T.IntegerType()),
-    T.StructField("source", T.StringType()),
-])
+COORDINATOR_SCHEMA = spark_schema("group_coordinators")
+STATE_SCHEMA = spark_schema("partition_state")
 AFFECTED_LIMIT = 50
 
 
@@ -217,13 +206,7 @@ def per_group(obs: DataFrame, snapshot_times: DataFrame) -> DataFrame:
                     "last_ok_at", "last_bad_at", "ok_again_at", "observations", "not_ok_observations"))
 
 
-CHANGE_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("partition", T.IntegerType()),
-    T.StructField("observed_at", T.TimestampType()), T.StructField("from_leader", T.IntegerType()),
-    T.StructField("to_leader", T.IntegerType()), T.StructField("from_epoch", T.IntegerType()),
-    T.StructField("to_epoch", T.IntegerType()), T.StructField("isr", T.ArrayType(T.IntegerType())),
-    T.StructField("source", T.StringType()),
-])
+CHANGE_SCHEMA = spark_schema("leader_changes")
 
 
 CHANGE_STRUCT = T.StructType([
