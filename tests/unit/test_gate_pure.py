@@ -8,7 +8,7 @@ from fleetkit.core import audit
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
 from fleetkit.core.locks import ClusterLock, ClusterLocked
-from fleetkit.stuck.reset import ResetError, Target, new_offset, parse_partitions, parse_target
+from fleetkit.stuck.plan import ResetError, Target, new_offset, parse_partitions, parse_target
 
 PLAN = {"action": "reset_offsets", "cluster": "lab", "title": "t", "preconditions": [],
         "changes": [{"target": "t-0", "before": 1, "after": 2}], "rollback": {"how": "x"}}

@@ -1,20 +1,28 @@
-"""Reset a consumer group's committed offsets: plan, preconditions, execute, verify.
+"""Planning a consumer group's offset reset, and the diagnosis of a stuck partition.
 
 The fix for a consumer stuck on a poison record: with the group stopped (no live members), move
 its committed offset past the record (``skip 1``), or to the log start / end, or to an offset.
 
 Targets: ``earliest`` | ``latest`` | ``offset N`` | ``skip N`` (N records forward from the
 committed offset) | ``restore`` (explicit per-partition offsets, used by rollbacks).
+
+``build_plan`` is the reset's approval-gate plan (the offsets before and after, the
+preconditions fleetkit.stuck.execute re-checks, the rollback). ``diagnose_partition`` is the
+stuck-partition runbook's analysis -- the rules over the partition's latest snapshots, its
+members, the record at the committed offset; read-only -- and ``build_skip_plan`` the plan it
+offers: skip N records, with the diagnosis as the plan's evidence.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 
-from fleetkit.core.datasets import iso_z, utcnow
-from fleetkit.core.errors import FleetError
 from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow
+from fleetkit.core.errors import FleetError
+from fleetkit.stuck import rules as stuck
 
 ACTION = "reset_offsets"
 DAG_ID = "runbook_reset_offsets"
@@ -165,38 +173,61 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
     }
 
 
-def check_preconditions(kafka: KafkaCluster, plan: dict) -> list[str]:
-    """What no longer holds (empty: safe to execute)."""
-    d = plan["details"]
-    group, topic = d["group"], d["topic"]
-    problems = []
+# -- the stuck-partition runbook: diagnosis, then a skip plan ---------------------------------------
+def diagnose_partition(kafka: KafkaCluster, root: DataRoot, cluster: str, group: str, topic: str, partition: int,
+                       window: dt.timedelta = stuck.DEFAULT_WINDOW) -> dict:
+    since = (utcnow() - dt.timedelta(days=2)).date()
+    rows = [r for r in read_dataset(root, "offsets_snapshots", cluster, since=since).to_pylist()
+            if r["group"] == group and r["topic"] == topic and r["partition"] == partition]
+    status, reason = "UNKNOWN", "No snapshots of this partition were collected in the last two days."
+    if rows:
+        as_of = max(r["observed_at"] for r in rows)
+        status, reason = stuck.classify(stuck.features(rows, as_of, window), window.total_seconds())
+    latest = max(rows, key=lambda r: r["observed_at"]) if rows else None
     desc = kafka.describe_groups([group])[group]
-    if desc.error:
-        problems.append(f"group {group!r} could not be described ({desc.error})")
-    elif desc.members or desc.state not in EMPTY_STATES:
-        clients = ", ".join(sorted({m.client_id for m in desc.members})) or "none listed"
-        problems.append(f"group {group!r} is {desc.state} with {len(desc.members)} live member(s) "
-                        f"(clients: {clients}); it must be Empty or Dead")
-    expected = next(p for p in plan["preconditions"] if p["check"] == "committed_unchanged")["expected"]
-    now = kafka.group_offsets(group, [(topic, int(p)) for p in expected])
-    for p, before in expected.items():
-        current = now.get((topic, int(p)))
-        if current != before:
-            problems.append(f"committed offset of {topic}-{p} changed since the plan: {before} -> {current}")
-    return problems
+    committed = kafka.group_offsets(group, [(topic, partition)]).get((topic, partition))
+    start, end, err = kafka.log_offsets([(topic, partition)])[(topic, partition)]
+    record = None
+    if committed is not None and end is not None and committed < end:
+        record = kafka.record_at(topic, partition, committed)
+    members = [{"client_id": m.client_id, "host": m.host, "assigned_here": bool(m.assignment and (topic, partition)
+                                                                                 in m.assignment)}
+               for m in desc.members]
+    return {
+        "status": status, "reason": reason, "snapshots": len(rows),
+        "last_snapshot": iso_z(latest["observed_at"]) if latest else None,
+        "group_state": desc.state, "members": members,
+        "committed_offset": committed, "log_start_offset": start, "log_end_offset": end, "log_error": err,
+        "lag": None if committed is None or end is None else end - committed,
+        "record_at_committed_offset": record,
+    }
 
 
-def execute(kafka: KafkaCluster, plan: dict) -> dict:
-    d = plan["details"]
-    offsets = {(d["topic"], r["partition"]): r["new"] for r in d["partitions"]}
-    kafka.commit_offsets(d["group"], offsets)
-    return {"group": d["group"], "topic": d["topic"],
-            "changes": [{"partition": r["partition"], "before": r["committed"], "after": r["new"]}
-                        for r in d["partitions"]]}
+def evidence_items(d: dict) -> list[dict]:
+    """The diagnosis as label/value pairs for the approval page."""
+    rec = d.get("record_at_committed_offset") or {}
+    members = ", ".join(f"{m['client_id']}@{m['host']}{' (assigned)' if m['assigned_here'] else ''}"
+                        for m in d["members"]) or "none (no live members)"
+    return [
+        {"label": "status", "value": f"{d['status']}: {d['reason']}"},
+        {"label": "snapshots in the last two days", "value": f"{d['snapshots']} (latest {d['last_snapshot']})"},
+        {"label": "group state and members", "value": f"{d['group_state']}; {members}"},
+        {"label": "committed / log start / log end / lag",
+         "value": f"{d['committed_offset']} / {d['log_start_offset']} / {d['log_end_offset']} / {d['lag']}"},
+        {"label": "record at the committed offset",
+         "value": ("none (caught up)" if not rec else
+                   f"offset {rec.get('offset')}, timestamp {rec.get('timestamp')}, key {rec.get('key')}, "
+                   f"{rec.get('size')} bytes" if "error" not in rec else f"not readable: {rec['error']}")},
+    ]
 
 
-def verify(kafka: KafkaCluster, plan: dict) -> list[str]:
-    d = plan["details"]
-    now = kafka.group_offsets(d["group"], [(d["topic"], r["partition"]) for r in d["partitions"]])
-    return [f"{d['topic']}-{r['partition']}: expected {r['new']}, reads back {now.get((d['topic'], r['partition']))}"
-            for r in d["partitions"] if now.get((d["topic"], r["partition"])) != r["new"]]
+def build_skip_plan(kafka: KafkaCluster, root: DataRoot, cluster: str, group: str, topic: str, partition: int,
+                    skip: int = 1, window: dt.timedelta = stuck.DEFAULT_WINDOW) -> dict:
+    """Diagnose the partition, then plan 'skip N records' for its group (the poison-record fix)."""
+    d = diagnose_partition(kafka, root, cluster, group, topic, partition, window)
+    plan = build_plan(kafka, cluster, group, topic, str(partition), f"skip {skip}")
+    plan["title"] = (f"Skip {skip} record(s) of {topic}-{partition} for group "
+                     f"{group} (stuck at offset {d['committed_offset']}, {d['status']})")
+    plan["evidence"] = evidence_items(d)
+    plan["details"]["diagnosis"] = d
+    return plan
