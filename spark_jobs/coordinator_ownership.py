@@ -350,29 +350,30 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     spark = session("coordinator_ownership", args.master)
     since = ((as_of or dt.datetime.now(dt.timezone.utc)) - window).date()
-    root = Path(args.data_root)
-    coordinators = read_rows(spark, str(root / "group_coordinators"), COORDINATOR_SCHEMA, ("observed_at",), since)
-    states = read_rows(spark, str(root / "partition_state"), STATE_SCHEMA, ("observed_at",), since)
+    from jobs_common import data_files, is_file, path_exists, path_join
+
+    root = args.data_root
+    coordinators = read_rows(spark, path_join(root, "group_coordinators"), COORDINATOR_SCHEMA, ("observed_at",), since)
+    states = read_rows(spark, path_join(root, "partition_state"), STATE_SCHEMA, ("observed_at",), since)
     if args.cluster:
         coordinators = coordinators.filter(F.col("cluster") == args.cluster)
         states = states.filter(F.col("cluster") == args.cluster)
     watched = None
-    if (root / "leader_changes").is_dir():
-        from jobs_common import data_files
-
-        if any(data_files(str(root / "leader_changes"), since)):
-            watched = read_rows(spark, str(root / "leader_changes"), CHANGE_SCHEMA, ("observed_at",), since)
+    changes = path_join(root, "leader_changes")
+    if path_exists(changes) and not is_file(changes):
+        if any(data_files(changes, since)):
+            watched = read_rows(spark, changes, CHANGE_SCHEMA, ("observed_at",), since)
             if args.cluster:
                 watched = watched.filter(F.col("cluster") == args.cluster)
     health = None
-    if args.health and Path(args.health).is_file():
+    if args.health and is_file(args.health):
         health = spark.read.json(args.health)
     groups, partitions, as_of = evaluate(coordinators, states, as_of, window, int(stuck.total_seconds()), health,
                                          watched)
-    out = Path(args.out)
+    out = args.out
     groups = groups.cache()
-    n_groups = write_jsonl(for_json(groups), str(out / "groups.jsonl"))
-    n_parts = write_jsonl(for_json(partitions), str(out / "partitions.jsonl"))
+    n_groups = write_jsonl(for_json(groups), path_join(out, "groups.jsonl"))
+    n_parts = write_jsonl(for_json(partitions), path_join(out, "partitions.jsonl"))
     verdicts = {r["verdict"]: r["n"] for r in groups.groupBy("verdict").agg(F.count(F.lit(1)).alias("n")).collect()}
     print(json.dumps({"as_of": as_of.isoformat().replace("+00:00", "Z"), "window_seconds": window.total_seconds(),
                       "groups": n_groups, "partitions": n_parts, "verdicts": verdicts,

@@ -201,6 +201,55 @@ class _Location:
         raise OSError(f"could not rename {self.uri} to {dest.uri}")
 
 
+def path_join(base: str, *names: str) -> str:
+    """`base` joined with `names` as the caller writes paths: pathlib for local paths, "/" for URIs
+    (pathlib would turn s3a://bucket into s3a:/bucket)."""
+    if _SCHEME.match(base):
+        return "/".join([base.rstrip("/"), *names])
+    return str(Path(base).joinpath(*names))
+
+
+def path_exists(path: str, spark: SparkSession | None = None) -> bool:
+    return _Location(_active(spark), path).exists()
+
+
+def is_file(path: str, spark: SparkSession | None = None) -> bool:
+    loc = _Location(_active(spark), path)
+    return loc.exists() and loc.is_file()
+
+
+def read_text(path: str, spark: SparkSession | None = None) -> str:
+    """A small text file (a summary, a plan) from any path Spark reads."""
+    loc = _Location(_active(spark), path)
+    stream = loc.fs.open(loc.path)
+    try:
+        jvm = loc.spark._jvm
+        out = jvm.java.io.ByteArrayOutputStream()
+        jvm.org.apache.hadoop.io.IOUtils.copyBytes(stream, out, 65536, False)
+        return bytes(out.toByteArray()).decode("utf-8")
+    finally:
+        stream.close()
+
+
+def write_text(path: str, text: str, spark: SparkSession | None = None) -> None:
+    """A small text file at any path Spark writes, atomically: written beside it under a _tmp- name,
+    then renamed over it."""
+    loc = _Location(_active(spark), path)
+    folder = loc.parent
+    folder.mkdirs()
+    staged = folder.child(f"_tmp-{uuid.uuid4().hex}-{loc.name}")
+    try:
+        stream = loc.fs.create(staged.path, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        staged.rename_to(loc, replace=True)
+    finally:
+        if staged.exists():
+            staged.delete()
+
+
 def data_files(path: str, since: dt.date | None = None,
                spark: SparkSession | None = None) -> tuple[list[str], list[str]]:
     """(parquet files, JSON Lines files) under a file or folder (any path Spark reads), recursively,

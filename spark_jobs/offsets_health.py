@@ -34,7 +34,9 @@ PKEYS = ["cluster", "partition"]
 def read_dataset(spark, root: str, name: str) -> DataFrame:
     from jobs_common import data_files
 
-    parquet, _ = data_files(str(Path(root) / name))
+    from jobs_common import path_join
+
+    parquet, _ = data_files(path_join(root, name))
     if not parquet:
         raise SystemExit(f"no {name} data under {root} (run the offsets collection first)")
     return spark.read.parquet(*parquet)
@@ -180,8 +182,10 @@ def main(argv=None) -> int:
                               read_dataset(spark, args.data_root, "segment_inventory"),
                               read_dataset(spark, args.data_root, "cleaner_checkpoints"),
                               settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes)
-    n = write_jsonl(out, str(Path(args.out) / "health.jsonl"))
-    write_jsonl(per_segment, str(Path(args.out) / "segments.jsonl"))
+    from jobs_common import path_join
+
+    n = write_jsonl(out, path_join(args.out, "health.jsonl"))
+    write_jsonl(per_segment, path_join(args.out, "segments.jsonl"))
     counts = {r["verdict"]: r["n"] for r in out.groupBy("verdict").agg(F.count(F.lit(1)).alias("n")).collect()}
     print(json.dumps({"replicas": n, "verdicts": counts, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
     spark.stop()

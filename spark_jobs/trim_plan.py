@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs_common import session  # noqa: E402
+from jobs_common import path_exists, path_join, session, write_text  # noqa: E402
 from offsets_health import latest_inventory, newest_per_key, read_dataset  # noqa: E402
 
 from pyspark.sql import DataFrame, Window  # noqa: E402
@@ -142,20 +142,17 @@ def main(argv=None) -> int:
             parts = sorted({int(p) for p in args.partitions.split(",") if p.strip()})
         except ValueError:
             raise SystemExit(f"--partitions {args.partitions!r} must be 'all-unhealthy' or numbers like 3,7") from None
-    health_file = Path(args.health) / "health.jsonl"
-    if not health_file.exists():
-        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
     t0 = time.monotonic()
     spark = session("trim_plan", args.master)
-    health = spark.read.json(str(health_file))
+    health_file = path_join(args.health, "health.jsonl")
+    if not path_exists(health_file):
+        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
+    health = spark.read.json(health_file)
     plans = build(read_dataset(spark, args.data_root, "offsets_topic_records"),
                   read_dataset(spark, args.data_root, "segment_inventory"), health,
                   group_states_frame(spark, args.data_root), parts)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".trim_plan.json.tmp"
-    tmp.write_text(json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
-    tmp.replace(out / "trim_plan.json")
+    write_text(path_join(args.out, "trim_plan.json"),
+               json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
     summary = {c: {"partitions": len(p["partitions"]),
                    "segments": sum(len(b["quarantine"]) for q in p["partitions"] for b in q["replicas"]),
                    "bytes_freed": sum(b["bytes_freed"] for q in p["partitions"] for b in q["replicas"]),

@@ -247,3 +247,18 @@ def test_include_is_added_to_sys_path_only_when_fleetkit_is_not_importable():
     site = sysconfig.get_paths()["purelib"]
     inserted, where = run_python(code, "-S", env={"PYTHONPATH": site}).split()
     assert inserted == "True" and where == str(REPO / "include" / "fleetkit" / "__init__.py")
+
+
+def test_small_text_files_through_hadoop(spark, tmp_path):
+    from jobs_common import is_file, path_exists, path_join, read_text, write_text
+
+    for base in (str(tmp_path), tmp_path.as_uri()):
+        target = path_join(base, "out dir", "summary.json")
+        assert not path_exists(target)
+        write_text(target, '{"a": "é"}')
+        write_text(target, '{"a": "ü"}')  # replaced, not appended
+        assert path_exists(target) and is_file(target)
+        assert read_text(target) == '{"a": "ü"}'
+        assert sorted(p.name for p in (tmp_path / "out dir").iterdir()) == ["summary.json"]
+        (tmp_path / "out dir" / "summary.json").unlink()
+    assert path_join("s3a://bucket/root", "a", "b") == "s3a://bucket/root/a/b"
