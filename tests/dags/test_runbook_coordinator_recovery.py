@@ -28,12 +28,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.lab]
 
 
 @pytest.fixture(scope="module")
-def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    return bag.get_dag(DAG_ID)
+def dag(dagbag):
+    return dagbag.get_dag(DAG_ID)
 
 
 @pytest.fixture
