@@ -103,43 +103,17 @@ def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int
 
 def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: float = 60.0, interval: float = 5.0,
                           timeout: float = 15.0, log_each=None) -> list[dict]:
-    """The ownership check's collection: group_coordinators + __consumer_offsets partition_state,
-    repeated every `interval` seconds while any group is not served (an error, or a coordinator
-    that is not its partition's leader), for at most `settle_seconds`. Each pass is written (all or
-    nothing) so the job sees the whole timeline: loading, then served again -- or still stuck.
-    Returns one summary per pass."""
+    """The ownership check's collection (fleetkit.collection.coordinators.collect_until_settled)
+    over the cluster's connections: repeated while any group is not served, for at most
+    `settle_seconds`, each pass written. Returns one summary per pass."""
     import time
 
-    from fleetkit.collection.groups import collect_coordinators, state_path
-    from fleetkit.core.partitioning import partitions_for
-    from fleetkit.core.datasets import write_collection
-    from fleetkit.ownership.rules import OK, verdict
+    from fleetkit.collection.coordinators import collect_until_settled as collect_passes
 
-    root = DataRoot(data_root)
-    passes: list[dict] = []
-    t0 = time.monotonic()
+    started = time.monotonic()
     with connected(cluster, timeout=timeout) as (kafka, zk):
-        groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups)
-                        | set(root.read_json(state_path(root, cluster.name), default={}) or {}))
-        while True:
-            res = collect_coordinators(cluster, kafka, zk, groups=groups)
-            write_collection(root, cluster.name, res.observed_at, res.rows)
-            leaders = {r["partition"]: r["leader"] for r in res.rows["partition_state"]}
-            count = (max(leaders) + 1) if leaders else 0
-            parts = partitions_for(groups, count).tolist() if count else [None] * len(groups)
-            not_ok = {}
-            for row, p in zip(res.rows["group_coordinators"], parts):
-                v = verdict(row["coordinator_id"], row["error"], leaders.get(p))
-                if v != OK:
-                    not_ok[row["group"]] = v
-            summary = {"observed_at": res.observed_at.isoformat(), "groups": len(groups), "not_ok": len(not_ok),
-                       "examples": dict(list(sorted(not_ok.items()))[:5]), "problems": res.problems[:10]}
-            passes.append(summary)
-            if log_each:
-                log_each(summary)
-            if not not_ok or time.monotonic() - t0 + interval > settle_seconds:
-                return passes
-            time.sleep(interval)
+        return collect_passes(cluster, kafka, zk, DataRoot(data_root), settle_seconds=settle_seconds,
+                              interval=interval, log_each=log_each, started=started)
 
 
 def collect_group_ids(cluster: Cluster, data_root: str, timeout: float = 15.0):

@@ -15,18 +15,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
+from fleetkit.clients.kafka import GroupDescription, KafkaCluster
+from fleetkit.clients.offsets_leaders import partition_leaders
+from fleetkit.clients.zookeeper import ZooKeeperCluster
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
-from fleetkit.clients.kafka import GroupDescription, KafkaCluster
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
-from fleetkit.clients.zookeeper import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +145,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems)
 
     topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
-    partition_rows = _partition_state(cluster, kafka, zk, topics, observed_at, problems)
+    partition_rows = partition_state_rows(cluster, kafka, zk, topics, observed_at, problems)
 
     result = CollectionResult(
         cluster=cluster.name, observed_at=observed_at,
@@ -191,45 +186,14 @@ def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs
     return rows
 
 
-def collect_coordinators(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
-                         groups: list[str] | None = None, now: dt.datetime | None = None) -> CollectionResult:
-    """The light collection behind the ownership check: group_coordinators and the
-    __consumer_offsets partition_state only (seconds, so it can repeat while a partition loads)."""
-    t0 = time.monotonic()
-    problems: list[str] = []
-    if groups is None:
-        groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups))
-    observed_at = now or utcnow()
-    rows = {"group_coordinators": coordinator_rows(cluster.name, kafka, groups, None, observed_at, problems),
-            "partition_state": _partition_state(cluster, kafka, zk, [OFFSETS_TOPIC], observed_at, problems)}
-    result = CollectionResult(cluster=cluster.name, observed_at=observed_at, rows=rows, groups=groups,
-                              problems=problems, known_groups={})
-    result.seconds = time.monotonic() - t0
-    return result
-
-
-def _partition_state(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
-                     topics: list[str], observed_at: dt.datetime, problems: list[str]) -> list[dict]:
-    rows = []
-    if zk is not None:
-        states, zk_problems = zk.partition_states(topics)
-        problems.extend(f"zookeeper: {p}" for p in zk_problems)
-        for s in states:
-            rows.append({"cluster": cluster.name, "topic": s.topic, "partition": s.partition,
-                         "observed_at": observed_at, "leader": s.leader, "isr": list(s.isr),
-                         "leader_epoch": s.leader_epoch, "controller_epoch": s.controller_epoch,
-                         "source": "zookeeper"})
-        return rows
-    md = kafka.metadata(topics)
-    for (t, p), pm in sorted(md.partitions.items()):
-        if t not in topics:
-            continue
-        if pm.leader < 0:
-            problems.append(f"partition {t}-{p} has no leader")
-        rows.append({"cluster": cluster.name, "topic": t, "partition": p, "observed_at": observed_at,
-                     "leader": pm.leader, "isr": list(pm.isr), "leader_epoch": None,
-                     "controller_epoch": None, "source": "metadata"})
-    return rows
+def partition_state_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
+                         topics: list[str], observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+    """partition_state rows of `topics` (fleetkit.clients.offsets_leaders: ZooKeeper when the
+    cluster has one, else metadata); what could not be read goes to `problems`."""
+    return [{"cluster": cluster.name, "topic": s.topic, "partition": s.partition, "observed_at": observed_at,
+             "leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch,
+             "controller_epoch": s.controller_epoch, "source": s.source}
+            for s in partition_leaders(kafka, zk, topics, problems)]
 
 
 def state_path(root: DataRoot, cluster: str) -> str:

@@ -17,16 +17,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
+from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.clients.offsets_codec import DecodeError, decode
 from fleetkit.core.datasets import DataRoot, Staging, utcnow
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.clients.kafka import KafkaCluster
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.clients.offsets_codec import DecodeError, decode
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
 
 log = logging.getLogger(__name__)
 
