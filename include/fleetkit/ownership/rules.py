@@ -107,18 +107,13 @@ def who(kafka, zk, groups: list[str]) -> list[dict]:
     """Live answer for `fleetctl coordinator who`: per group its partition, that partition's leader,
     ISR and leader epoch (ZooKeeper when the cluster has one, else metadata), the coordinator the
     cluster names, what that broker answers, and the verdict."""
+    from fleetkit.clients.offsets_leaders import offsets_topic_state
+    from fleetkit.core.kafka_names import OFFSETS_TOPIC
     from fleetkit.core.partitioning import partition_for
-    from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
 
-    states: dict[int, dict] = {}
-    if zk is not None:
-        found, _ = zk.partition_states([OFFSETS_TOPIC])
-        states = {s.partition: {"leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch}
-                  for s in found}
-    if not states:
-        md = kafka.metadata([OFFSETS_TOPIC])
-        states = {p: {"leader": m.leader, "isr": list(m.isr), "leader_epoch": None}
-                  for (t, p), m in md.partitions.items() if t == OFFSETS_TOPIC}
+    # ZooKeeper when the cluster has one; metadata when ZooKeeper has no state for the topic yet
+    found = (offsets_topic_state(kafka, zk) if zk is not None else {}) or offsets_topic_state(kafka, None)
+    states = {p: {"leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch} for p, s in found.items()}
     if not states:
         raise LookupError(f"cluster {kafka.name!r} has no {OFFSETS_TOPIC} topic yet (no group has committed)")
     count = max(states) + 1

@@ -22,6 +22,7 @@ from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.clients.broker_control import (  # noqa: F401  (re-exported for the trim's callers)
     BrokerControl, BrokerControlError, CommandBrokerControl, control_for)
+from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
 from fleetkit.trim.verify import all_groups, offsets_json, read_offsets_when_loaded
 
@@ -101,11 +102,8 @@ def restore(manifest: dict) -> list[str]:
 # -- live state the preconditions and the execution read -------------------------------------------
 def offsets_topic_state(ctx: ClusterContext) -> tuple[dict[int, int], dict[int, list[int]]]:
     """Leader and ISR of every __consumer_offsets partition (ZooKeeper, else metadata)."""
-    if ctx.zk is not None:
-        states, _ = ctx.zk.partition_states([OFFSETS_TOPIC])
-        return {s.partition: s.leader for s in states}, {s.partition: list(s.isr) for s in states}
-    md = ctx.kafka.metadata([OFFSETS_TOPIC])
-    return ({p: m.leader for (t, p), m in md.partitions.items()}, {p: list(m.isr) for (t, p), m in md.partitions.items()})
+    states = offsets_leaders.offsets_topic_state(ctx.kafka, ctx.zk)
+    return {p: s.leader for p, s in states.items()}, {p: list(s.isr) for p, s in states.items()}
 
 
 def registered_brokers(ctx: ClusterContext) -> set[int]:
