@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
 from jobs_common import (  # noqa: E402
-    SNAPSHOT_SCHEMA, iso, parse_ts, read_rows, session, write_dataset, write_jsonl,
+    SNAPSHOT_SCHEMA, iso, parse_ts, path_join, read_rows, session, write_dataset, write_jsonl,
 )
 
 from pyspark.sql import DataFrame, Window  # noqa: E402
@@ -219,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         since = (as_of or dt.datetime.now(dt.timezone.utc)).date() - dt.timedelta(days=args.recent_days)
     snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at",), since)
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
-    out = Path(args.out)
-    n_find = write_jsonl(for_json(findings), str(out / "findings.jsonl"))
-    n_groups = write_jsonl(groups, str(out / "groups.jsonl"))
-    write_jsonl(lag_series(findings, snapshots, as_of, window), str(out / "series.jsonl"))
+    out = args.out
+    n_find = write_jsonl(for_json(findings), path_join(out, "findings.jsonl"))
+    n_groups = write_jsonl(groups, path_join(out, "groups.jsonl"))
+    write_jsonl(lag_series(findings, snapshots, as_of, window), path_join(out, "series.jsonl"))
     if args.data_root:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         write_dataset(findings, args.data_root, "stuck_findings", stamp)
