@@ -64,7 +64,7 @@ def _watched_assets() -> list[Asset]:
 
 
 ASSETS = _watched_assets()
-RUN_OUT = "{{ params.data_root }}/reports/coordinator/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+RUN_OUT = "{{ params.data_root }}/reports/coordinator/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="coordinator_ownership",
@@ -76,6 +76,7 @@ with DAG(
     doc_md=DOC,
     tags=["fleet", "coordinator", "read-only"],
     default_args={"retries": 0},
+    user_defined_filters=settings.TEMPLATE_FILTERS,
     params={
         "cluster": Param("all", type="string", description="manual runs: a cluster name from the fleet file, or all"),
         "window": Param("1h", type="string", pattern=r"^\d+(\.\d+)?[smhd]$", description="leader history window"),
@@ -146,7 +147,9 @@ with DAG(
     def report_ownership(checked: dict, collected: list, params=None, run_id=None) -> list[dict]:
         from fleetkit.ownership.report import report
 
-        out = f"{params['data_root']}/reports/coordinator/{run_id.replace(':', '_').replace('+', '_')}"
+        from fleetkit.core.settings import run_folder
+
+        out = str(run_folder(f"{params['data_root']}/reports", "coordinator", run_id))
         passes = {c["cluster"]: c["passes"] for c in collected or [] if c}
         summary = report(out, params["data_root"], checked["events"], passes, params["load_stuck"])
         log.info("ownership report: %s", summary["report"])

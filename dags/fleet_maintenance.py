@@ -52,7 +52,7 @@ collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention` (the brokers
 offsets.retention.minutes), `fleet_file`, `data_root`.
 """
 
-RUN_OUT = "{{ params.data_root }}/reports/stuck/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+RUN_OUT = "{{ params.data_root }}/reports/stuck/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="fleet_maintenance",
@@ -64,6 +64,7 @@ with DAG(
     doc_md=DOC,
     tags=["fleet", "maintenance", "read-only"],
     default_args={"retries": 0},
+    user_defined_filters=settings.TEMPLATE_FILTERS,
     params={
         "fleet_file": Param(settings.fleet_file(), type="string"),
         "data_root": Param(settings.data_root(), type="string"),
@@ -133,7 +134,7 @@ with DAG(
         when = logical_date or dag_run.run_after
         return mode == "always" or (mode == "hourly" and when.minute < 5)
 
-    OFFSETS_OUT = "{{ params.data_root }}/reports/offsets/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+    OFFSETS_OUT = "{{ params.data_root }}/reports/offsets/{{ run_id | run_folder_name }}"
     health = spark_job_operator(
         "offsets_health", "offsets_health",
         ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}", "--out", OFFSETS_OUT],

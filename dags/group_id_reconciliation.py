@@ -39,7 +39,7 @@ MISMATCHED overwrites and STALE deletes are destructive: `runbook_group_id_recon
 them and waits for an approval. Params: `create_missing` (false: report only), `fleet_file`, `data_root`.
 """
 
-RUN_OUT = "{{ params.data_root }}/reports/group_ids/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+RUN_OUT = "{{ params.data_root }}/reports/group_ids/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="group_id_reconciliation",
@@ -50,6 +50,7 @@ with DAG(
     max_active_runs=1,
     doc_md=DOC,
     tags=["fleet", "maintenance", "kop"],
+    user_defined_filters=settings.TEMPLATE_FILTERS,
     default_args={"retries": 0},
     params={
         "fleet_file": Param(settings.fleet_file(), type="string"),

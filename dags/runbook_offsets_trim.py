@@ -36,7 +36,7 @@ Roll back: stop the broker, move the files back (each quarantine folder has `man
 Params: `cluster`, `partitions` (`all-unhealthy` or `3,7`), `dry_run` (default true).
 """
 
-OUT = "{{ params.data_root }}/reports/trim/{{ run_id | replace(':', '_') | replace('+', '_') }}"
+OUT = "{{ params.data_root }}/reports/trim/{{ run_id | run_folder_name }}"
 
 with DAG(**runbook_dag_args(
     "runbook_offsets_trim",

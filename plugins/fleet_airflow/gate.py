@@ -101,6 +101,7 @@ def runbook_dag_args(dag_id: str, description: str, doc_md: str, params: dict, *
         "dag_id": dag_id, "description": description, "doc_md": doc_md, "schedule": None,
         "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "catchup": False,
         "tags": ["fleet", "runbook", "destructive"], "default_args": {"retries": 0},
+        "user_defined_filters": settings.TEMPLATE_FILTERS,
         "params": {"cluster": Param("lab", type="string", minLength=1, description="cluster name from the fleet file"),
                    **params, **gate_params},
     }

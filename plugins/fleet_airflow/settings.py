@@ -11,6 +11,11 @@ from pathlib import Path
 from fleetkit.core.settings import (  # noqa: F401  (re-exported for the adapters)
     data_root, fleet_file, lock_dir, plans_root, quarantine_root, retention_days, run_folder)
 
+from fleetkit.core.settings import safe_component as _safe_component
+
+# Jinja filters of every DAG: run folders are named in one place (fleetkit.core.settings)
+TEMPLATE_FILTERS = {"run_folder_name": _safe_component}
+
 REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
 
 
