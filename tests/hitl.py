@@ -46,6 +46,8 @@ class Answerer(threading.Thread):
         self.error: BaseException | None = None
         self.answered = threading.Event()
         self.created = time.time()
+        self.settle = 1.5  # seconds a parked approval is seen waiting before it is answered
+        self._seen: dict = {}
 
     def run(self) -> None:
         try:
@@ -75,6 +77,14 @@ class Answerer(threading.Thread):
                            TI.state.in_([TaskInstanceState.AWAITING_INPUT, TaskInstanceState.DEFERRED]))
                 ).first()
                 if row is not None:
+                    # answer only once the task has been parked for a moment: an answer written while
+                    # the task is still deferring is overwritten by the deferral (the approval then
+                    # waits forever under dag.test); a person never answers that fast
+                    first = self._seen.setdefault(row.ti_id, time.monotonic())
+                    if time.monotonic() - first < self.settle:
+                        session.rollback()
+                        time.sleep(0.2)
+                        continue
                     ti = session.get(TI, row.ti_id)
                     self.body, self.subject, self.assignees = row.body, row.subject, row.assignees
                     row.responded_by = {"id": self.user, "name": self.user}
