@@ -33,12 +33,8 @@ HOSTILE = "x; rm -rf / # `code` [link](http://evil.example) <b>bold</b> | ünï 
 
 
 @pytest.fixture(scope="module")
-def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    return bag.get_dag(DAG_ID)
+def dag(dagbag):
+    return dagbag.get_dag(DAG_ID)
 
 
 @pytest.fixture

@@ -24,10 +24,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.lab]
 
 
 @pytest.fixture(scope="module")
-def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags")).get_dag(DAG_ID)
+def dag(dagbag):
+    return dagbag.get_dag(DAG_ID)
 
 
 def test_diagnose_and_skip_the_poison_record(dag, lab, tmp_path, unique, monkeypatch):

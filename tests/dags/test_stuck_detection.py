@@ -19,10 +19,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]
 
 
 @pytest.fixture(scope="module")
-def dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    return DagBag(dag_folder=str(REPO / "dags")).get_dag("fleet_maintenance")
+def dag(dagbag):
+    return dagbag.get_dag("fleet_maintenance")
 
 
 def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, unique, capfd, caplog):
