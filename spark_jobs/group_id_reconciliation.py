@@ -38,7 +38,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit import group_ids  # noqa: E402
+from fleetkit.group_ids import reconcile as group_ids  # noqa: E402
 from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
 
 MAPPINGS_SCHEMA = T.StructType([
