@@ -93,14 +93,6 @@ def rule_udf(rule):
     return call
 
 
-_VERDICT = rule_udf(ownership.verdict)
-
-
-def verdict_column(coordinator: Column, error: Column, leader: Column) -> Column:
-    """fleetkit.ownership.rules.verdict of every row (the one definition of the rules)."""
-    return _VERDICT(coordinator, error, leader)
-
-
 def partition_verdict_column(groups_worst: Column, leader: Column, waiting_seconds: Column,
                              load_stuck_seconds: int) -> Column:
     """fleetkit.ownership.rules.partition_verdict of every row."""
@@ -136,9 +128,41 @@ def observations(coordinators: DataFrame, states: DataFrame) -> DataFrame:
               .join(F.broadcast(counts), "cluster")
               .withColumn("partition", group_partition(F.col("group"), F.col("partitions")))
               .drop("partitions"))
-    return (coordinators.join(F.broadcast(groups), ["cluster", "group"])
-            .join(F.broadcast(states), ["cluster", "observed_at", "partition"], "left")
-            .withColumn("verdict", verdict_column(F.col("coordinator_id"), F.col("error"), F.col("leader"))))
+    joined = (coordinators.join(F.broadcast(groups), ["cluster", "group"])
+              .join(F.broadcast(states), ["cluster", "observed_at", "partition"], "left"))
+    return with_verdicts(joined, verdict_lookup(coordinators, states))
+
+
+_NULL_INT, _NULL_STR = -(2**31), "\u0000null"
+
+
+def _lookup_keys(df: DataFrame) -> DataFrame:
+    """Null-safe equi-join keys of the verdict's inputs."""
+    return (df.withColumn("_kc", F.coalesce(F.col("coordinator_id"), F.lit(_NULL_INT)))
+              .withColumn("_ke", F.coalesce(F.col("error"), F.lit(_NULL_STR)))
+              .withColumn("_kl", F.coalesce(F.col("leader"), F.lit(_NULL_INT))))
+
+
+def verdict_lookup(coordinators: DataFrame, states: DataFrame) -> DataFrame:
+    """fleetkit.ownership.rules.verdict of every (coordinator_id, error, leader) the observations can
+    hold: each (coordinator, error) pair the coordinators report, with each leader the partition
+    states hold and with no leader (an observation without a state). The rule runs once per
+    combination on the driver (brokers x errors x leaders: a few hundred at most), so 28.8M
+    observations cost a broadcast join, not a Python call each."""
+    spark = coordinators.sparkSession
+    pairs = [(r[0], r[1]) for r in coordinators.select("coordinator_id", "error").distinct().collect()]
+    leaders = {r[0] for r in states.select("leader").distinct().collect()} | {None}
+    rows = [(c, e, ld, ownership.verdict(c, e, ld)) for c, e in pairs for ld in sorted(leaders, key=lambda x: (x is None, x))]
+    schema = T.StructType([T.StructField("coordinator_id", T.IntegerType()), T.StructField("error", T.StringType()),
+                           T.StructField("leader", T.IntegerType()), T.StructField("verdict", T.StringType())])
+    return spark.createDataFrame(rows, schema)
+
+
+def with_verdicts(observed: DataFrame, lookup: DataFrame) -> DataFrame:
+    """`observed` with the verdict of its (coordinator_id, error, leader) from `lookup`."""
+    keys = ["_kc", "_ke", "_kl"]
+    table = _lookup_keys(lookup).select(*keys, "verdict")
+    return _lookup_keys(observed).join(F.broadcast(table), keys, "left").drop(*keys)
 
 
 def _code(col: Column, names: tuple[str, ...]) -> Column:

@@ -25,15 +25,16 @@ def naive(minutes: float) -> dt.datetime:
     return at(minutes).replace(tzinfo=None)
 
 
-def test_verdict_column_equals_the_rules(spark):
-    from coordinator_ownership import verdict_column
-    from pyspark.sql import functions as F
+def test_the_jobs_verdicts_equal_the_rules(spark):
+    """The job applies fleetkit.ownership.rules.verdict through a lookup of every input combination
+    (verdict_lookup + with_verdicts): every combination must come out as the rule says."""
+    from coordinator_ownership import verdict_lookup, with_verdicts
 
     errors = [None, "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
               "COORDINATOR_UNREACHABLE", "NO_ANSWER", "INVALID_GROUP_ID"]
     cases = list(itertools.product([None, 0, 1], errors, [None, -1, 0, 1]))
     df = spark.createDataFrame(cases, "coordinator_id int, error string, leader int")
-    got = df.withColumn("v", verdict_column(F.col("coordinator_id"), F.col("error"), F.col("leader"))).collect()
+    got = with_verdicts(df, verdict_lookup(df, df)).withColumnRenamed("verdict", "v").collect()
     assert len(got) == len(cases)
     for r in got:
         assert r["v"] == ownership.verdict(r["coordinator_id"], r["error"], r["leader"]), r
