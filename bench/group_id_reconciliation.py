@@ -1,4 +1,4 @@
-"""Benchmark: group-id reconciliation (issue 7).
+"""Benchmark: group-id reconciliation.
 
     .venv/bin/python bench/group_id_reconciliation.py [--rows 1000000] [--creates 10000] [--read 100000]
         [--skip-diff] [--skip-zk]
@@ -7,7 +7,7 @@
     MISMATCHED, 9% MISSING, 9.5% STALE, 0.5% CONFLICT), then times
     `spark-submit --master local[2] spark_jobs/group_id_reconciliation.py` end to end (Spark start
     included) and samples the peak RSS of its process tree. Target: <= 60 s.
-(b) apply: 10,000 conditional creates (journaled, group_ids.apply) to the lab ZooKeeper, under the
+(b) apply: 10,000 conditional creates (journaled, fleetkit.group_ids.execute.apply) to the lab ZooKeeper, under the
     /kafka chroot. Target: >= 1,000 operations/s.
 (c) collect: reads `--read` mapping znodes (data, version, ctime, mtime) with read_mappings.
 
@@ -123,7 +123,8 @@ def _delete_all(zk, root: str, window: int = 2000) -> None:
 def bench_zk(creates: int, read: int) -> None:
     from kazoo.client import KazooClient
 
-    from fleetkit.group_ids import reconcile as gi
+    from fleetkit.group_ids import collect as gi_collect
+    from fleetkit.group_ids import execute as gi_execute
     from fleetlab.lab import Lab, LabSpec
 
     offset = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
@@ -142,7 +143,7 @@ def bench_zk(creates: int, read: int) -> None:
         ops = [{"op": "create", "class": "MISSING", "path": f"{root}/10.9.{i // 250 % 250}.{i % 250}-consumer-{i}",
                 "before": None, "after": f"group-{i % 100}", "version": None} for i in range(creates)]
         zk.ensure_path(root)
-        res = gi.apply(zk, ops, root, work / "journal.jsonl")
+        res = gi_execute.apply(zk, ops, root, work / "journal.jsonl")
         assert len(res.changed) == creates, res.summary()
         rate = creates / res.seconds
         print(f"(b) apply: {creates:,} conditional creates (journaled, fsync per window of 256) to the lab ZooKeeper "
@@ -151,9 +152,9 @@ def bench_zk(creates: int, read: int) -> None:
         if read > creates:
             more = [{"op": "create", "class": "MISSING", "path": f"{root}/10.8.{i // 250 % 250}.{i % 250}-consumer-{i}",
                      "before": None, "after": f"group-{i % 100}", "version": None} for i in range(read - creates)]
-            gi.apply(zk, more, root)
+            gi_execute.apply(zk, more, root)
         t = time.monotonic()
-        rows, problems = gi.read_mappings(zk, root, "bench", dt.datetime.now(dt.timezone.utc))
+        rows, problems = gi_collect.read_mappings(zk, root, "bench", dt.datetime.now(dt.timezone.utc))
         secs = time.monotonic() - t
         assert len(rows) == max(read, creates) and not problems
         print(f"(c) collect: read {len(rows):,} mapping znodes (data, version, ctime, mtime) in {secs:.2f}s = "

@@ -326,7 +326,8 @@ def cmd_collect(args) -> int:
 def cmd_groupids_diff(args) -> int:
     """Read a cluster's KoP mappings and live members now and print the findings (never writes)."""
     _airflow_context()
-    from fleetkit.group_ids import reconcile as group_ids
+    from fleetkit.group_ids import collect as group_id_collect
+    from fleetkit.group_ids import rules as group_ids
     from fleetkit.core.fleet import load_fleet
     from fleetkit.core.render import visible_controls
 
@@ -338,7 +339,7 @@ def cmd_groupids_diff(args) -> int:
         print(f"error: cluster {cluster.name!r} has no group_id_mappings section in the fleet file", file=sys.stderr)
         return 2
     with clusters.connected(cluster) as (kafka, zk):
-        coll = group_ids.collect(cluster, kafka, zk.client)
+        coll = group_id_collect.collect(cluster, kafka, zk.client)
     findings = group_ids.diff(coll.mappings, coll.members, cfg.root, cfg.grace_seconds)
     print(coll.summary())
     for p in coll.problems:

@@ -6,7 +6,9 @@
 
 Reads the datasets group_id_mappings and group_members (the newest collection of each cluster:
 rows whose observed_at is the cluster's latest in either dataset) and classifies every path, first
-match wins (the rules of fleetkit.group_ids.reconcile.classify, as column expressions):
+match wins. The rules live in fleetkit.group_ids.rules (one definition): this job aggregates each
+path's facts (rules.PathFacts) in one shuffle and calls rules.name_problem and rules.classify on
+them through Arrow-optimised Python UDFs, so reasons are the library's word for word:
 
   UNREPRESENTABLE  a member whose <ip>-<clientId> cannot be a znode name (client id with '/',
                    characters ZooKeeper refuses, no host): reported, never written
@@ -38,7 +40,7 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit.group_ids import reconcile as group_ids  # noqa: E402
+from fleetkit.group_ids import rules  # noqa: E402
 from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
 
 MAPPINGS_SCHEMA = T.StructType([
@@ -59,9 +61,7 @@ CONFIG_SCHEMA = T.StructType([T.StructField("cluster", T.StringType()), T.Struct
 _Z_COLS = [("path", "string"), ("znode_group", "string"), ("znode_version", "int"), ("ctime_ms", "long"),
            ("mtime", "timestamp"), ("age_seconds", "double"), ("z_host", "string"), ("z_client_id", "string")]
 
-SLASH_REASON = "the client id holds '/', which cannot be part of a znode name (KoP cannot write it either)"
-HOST_REASON = "the coordinator reports no client host for this member"
-CHAR_REASON = "ZooKeeper refuses a character of this client id in a znode name"
+_VERDICT = T.StructType([T.StructField("class", T.StringType()), T.StructField("reason", T.StringType())])
 
 
 def latest(mappings: DataFrame, members: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -117,28 +117,50 @@ def latest_by_stats(mappings: DataFrame, members: DataFrame, newest: dict) -> tu
     return mappings.filter(cond), members.filter(cond)
 
 
+def _rule_udfs():
+    """rules.name_problem and rules.classify as column functions (the one definition, run as is).
+    Everything the workers run is defined in here or in fleetkit: this file is not importable there."""
+
+    def _none(x):
+        """A null as Python sees it (None; NaN when a batch arrives as pandas)."""
+        return None if x is None or (isinstance(x, float) and x != x) else x
+
+    @F.udf(returnType=T.StringType(), useArrow=True)
+    def name_problem(client_host, client_id):
+        return rules.name_problem(_none(client_host), _none(client_id))
+
+    @F.udf(returnType=_VERDICT, useArrow=True)
+    def classify_path(problem, groups, znode_group, age_seconds, group_unknown, grace_seconds):
+        facts = rules.PathFacts(member_groups=frozenset(str(g) for g in groups) if groups is not None else frozenset(),
+                                znode_group=_none(znode_group), age_seconds=_none(age_seconds),
+                                problem=_none(problem), group_unknown=bool(_none(group_unknown)))
+        return rules.classify(facts, float(grace_seconds))
+
+    return name_problem, classify_path
+
+
 def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None = None,
              default_root: str = DEFAULT_GROUP_ID_ROOT, default_grace: float = DEFAULT_GROUP_ID_GRACE_SECONDS) -> DataFrame:
-    """One row per path (and per unrepresentable member) with its class, first match wins."""
+    """One row per path (and per unrepresentable member) with its class, first match wins: the
+    facts of rules.PathFacts are aggregated here, rules.classify judges them."""
     spark = mappings.sparkSession
     if config is None:
         config = spark.createDataFrame([], CONFIG_SCHEMA)
+    name_problem, classify_path = _rule_udfs()
     cfg = F.broadcast(config.select("cluster", "root", "grace_seconds"))
-    host_missing = F.col("client_host").isNull() | (F.col("client_host") == "") | F.col("client_id").isNull()
     name = F.concat(F.col("client_host"), F.lit("-"), F.col("client_id"))
-    problem = (F.when(host_missing, F.lit(HOST_REASON))
-               .when(name.contains("/"), F.lit(SLASH_REASON))
-               .when(name.rlike(group_ids.FORBIDDEN_JAVA_REGEX), F.lit(CHAR_REASON)))
     marker = F.col("member_id").isNull() & F.col("client_id").isNull() & F.col("client_host").isNull()
     unknown = (members.filter(marker).select("cluster", F.col("group").alias("znode_group")).distinct()
                .withColumn("group_unknown", F.lit(True)))
-    m = members.filter(~marker).withColumn("problem", problem).withColumn("name", name)
+    m = members.filter(~marker).withColumn("problem", name_problem("client_host", "client_id")).withColumn("name", name)
     unrep = (m.filter(F.col("problem").isNotNull())
-             .select("cluster", F.lit(None).cast("string").alias("path"), F.lit("UNREPRESENTABLE").alias("class"),
-                     F.col("problem").alias("reason"), "group", F.array("group").alias("groups"), "client_host",
+             .select("cluster", F.lit(None).cast("string").alias("path"), "problem",
+                     F.array("group").alias("groups"), "group", "client_host",
                      "client_id", F.array("member_id").alias("member_ids"),
                      F.lit(None).cast("string").alias("znode_group"), F.lit(None).cast("int").alias("znode_version"),
-                     F.lit(None).cast("long").alias("ctime_ms"), F.lit(None).cast("timestamp").alias("mtime"), F.lit(None).cast("double").alias("age_seconds")))
+                     F.lit(None).cast("long").alias("ctime_ms"), F.lit(None).cast("timestamp").alias("mtime"),
+                     F.lit(None).cast("double").alias("age_seconds"), F.lit(False).alias("group_unknown"),
+                     F.lit(None).cast("double").alias("grace")))
     # one shuffle: members and znodes keyed by (cluster, name), aggregated together
     mem_side = (m.filter(F.col("problem").isNull())
                 .select("cluster", "name", F.col("group").alias("m_group"), F.col("client_host").alias("m_host"),
@@ -159,37 +181,24 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
         .join(cfg, "cluster", "left")
         .join(F.broadcast(unknown), ["cluster", "znode_group"], "left"))
     n = F.size("groups")  # collect_set of no value: an empty array
-    has_z = F.col("path").isNotNull()
-    grace = F.coalesce(F.col("grace_seconds"), F.lit(float(default_grace)))
-    cls = (F.when(n > 1, "CONFLICT")
-           .when((n == 1) & has_z & (F.col("znode_group") != F.col("groups")[0]), "MISMATCHED")
-           .when((n == 1) & ~has_z, "MISSING")
-           .when(n == 1, "OK")
-           .when(has_z & F.coalesce(F.col("group_unknown"), F.lit(False)), "OK")
-           .when(has_z & (F.col("age_seconds") > grace), "STALE")
-           .otherwise("OK"))
-    reason = (F.when(F.col("class") == "CONFLICT",
-                     F.concat(F.lit("one client id on one host is a live member of "), n.cast("string"),
-                              F.lit(" groups: report only, never written")))
-              .when(F.col("class") == "MISMATCHED", F.lit("the znode holds another group than the live member's"))
-              .when(F.col("class") == "MISSING", F.lit("a live member has no mapping znode"))
-              .when(F.col("class") == "STALE",
-                    F.concat(F.lit("no live member and not modified for "),
-                             F.format_number(F.col("age_seconds"), 0), F.lit(" s (grace "),
-                             F.format_number(grace, 0), F.lit(" s)")))
-              .otherwise(F.lit("OK")))
     root = F.coalesce(F.col("root"), F.lit(default_root))
-    out = (j.withColumn("class", cls).withColumn("reason", reason)
-           .select("cluster",
-                   F.coalesce(F.col("path"), F.concat(F.regexp_replace(root, "/$", ""), F.lit("/"), F.col("name"))).alias("path"),
-                   "class", "reason",
-                   F.when(n == 1, F.col("groups")[0]).alias("group"),
-                   F.coalesce(F.col("groups"), F.array().cast("array<string>")).alias("groups"),
-                   F.coalesce("m_host", "z_host").alias("client_host"),
-                   F.coalesce("m_client_id", "z_client_id").alias("client_id"),
-                   F.coalesce(F.col("member_ids"), F.array().cast("array<string>")).alias("member_ids"),
-                   "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds"))
-    return out.unionByName(unrep)
+    paths = j.select("cluster",
+                     F.coalesce(F.col("path"), F.concat(F.regexp_replace(root, "/$", ""), F.lit("/"), F.col("name"))).alias("path"),
+                     F.lit(None).cast("string").alias("problem"),
+                     F.coalesce(F.col("groups"), F.array().cast("array<string>")).alias("groups"),
+                     F.when(n == 1, F.col("groups")[0]).alias("group"),
+                     F.coalesce("m_host", "z_host").alias("client_host"),
+                     F.coalesce("m_client_id", "z_client_id").alias("client_id"),
+                     F.coalesce(F.col("member_ids"), F.array().cast("array<string>")).alias("member_ids"),
+                     "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds",
+                     F.coalesce(F.col("group_unknown"), F.lit(False)).alias("group_unknown"),
+                     F.col("grace_seconds").alias("grace"))
+    grace = F.coalesce(F.col("grace"), F.lit(float(default_grace)))
+    verdict = classify_path("problem", "groups", "znode_group", "age_seconds", "group_unknown", grace)
+    return (paths.unionByName(unrep).withColumn("verdict", verdict)
+            .select("cluster", "path", F.col("verdict.class").alias("class"), F.col("verdict.reason").alias("reason"),
+                    "group", "groups", "client_host", "client_id", "member_ids", "znode_group", "znode_version",
+                    "ctime_ms", "mtime", "age_seconds"))
 
 
 def read_input(spark, path: str, schema: T.StructType) -> DataFrame:

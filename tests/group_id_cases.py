@@ -1,6 +1,7 @@
 """The correctness proof of group-id reconciliation: a numbered table of cases, each with why its
-answer is right. tests/unit runs it through fleetkit.group_ids.reconcile.diff (Python), tests/spark through
-the Spark job's classify; both must give every case's classes exactly.
+answer is right. tests/unit runs it through fleetkit.group_ids.rules.diff (Python), tests/spark through
+the Spark job's classify (which calls fleetkit.group_ids.rules.classify on the facts it aggregates);
+both must give every case's classes exactly.
 
 A case: (number, title, members [(group, client_host, client_id)], znodes {name: (group, age s)},
 expected {path-or-"member:<client_id>": class}, why). Grace is 3600 s everywhere.

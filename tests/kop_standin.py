@@ -1,7 +1,7 @@
 """A STAND-IN FOR KoP (Kafka-on-Pulsar), for tests only.
 
 KoP itself cannot run here (it is a Pulsar broker plugin). This code writes client-to-group
-mappings the way KoP does (kafka-facts.md): one znode per client, <root>/<ip>-<clientId>, data =
+mappings the way KoP does: one znode per client, <root>/<ip>-<clientId>, data =
 the group id in UTF-8, written when the client sends FindCoordinator (unconditionally, failures only
 logged) and deleted when its connection closes. Tests use it to seed ZooKeeper with the states a
 real KoP fleet ends up in (a mapping lost on a broker restart, a delete racing a newer write, a
@@ -16,7 +16,7 @@ import time
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from fleetkit.group_ids.reconcile import join_path, znode_name
+from fleetkit.group_ids.rules import join_path, znode_name
 
 
 def kop_write(zk, root: str, client_host: str, client_id: str, group: str) -> str:

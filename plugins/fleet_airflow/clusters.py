@@ -119,14 +119,15 @@ def collect_until_settled(cluster: Cluster, data_root: str, settle_seconds: floa
 def collect_group_ids(cluster: Cluster, data_root: str, timeout: float = 15.0):
     """Read one cluster's KoP client-to-group mappings and live members into the datasets
     group_id_mappings / group_members (all or nothing)."""
-    from fleetkit.group_ids import reconcile as group_ids
+    from fleetkit.group_ids.collect import collect_and_write
+    from fleetkit.group_ids.rules import ReconcileError
 
     try:
         with connected(cluster, timeout=timeout) as (kafka, zk):
             if zk is None:
                 raise FleetConfigError(f"cluster {cluster.name!r} has no zookeeper section: no mappings to read")
-            return group_ids.collect_and_write(cluster, kafka, zk.client, DataRoot(data_root))
-    except (ClusterUnreachable, FleetConfigError, group_ids.ReconcileError):
+            return collect_and_write(cluster, kafka, zk.client, DataRoot(data_root))
+    except (ClusterUnreachable, FleetConfigError, ReconcileError):
         raise
     except Exception as e:
         raise ClusterUnreachable(f"group-id mapping collection of cluster {cluster.name!r} failed, nothing written: "

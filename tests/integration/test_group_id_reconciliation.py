@@ -14,7 +14,10 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from fleetkit.group_ids import reconcile as gi
+from fleetkit.group_ids import collect as gi_collect
+from fleetkit.group_ids import execute as gi_execute
+from fleetkit.group_ids import rules as gi
+from fleetkit.group_ids import verify as gi_verify
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetlab.lab import expire_zk_session
 from fleetlab.traffic import ConsumerThread, wait_topic
@@ -84,9 +87,9 @@ def test_reconcile_real_consumers_exactly(lab, zk, root, unique, tmp_path):
         time.sleep(3.0)  # the stale znode is now older than the 2 s grace
         kop_write(zk, root, HOST, "young-1", ga)  # ... and a young one without member: OK
         now = dt.datetime.now(dt.timezone.utc)
-        mappings, problems = gi.read_mappings(zk, root, "labtest", now)
+        mappings, problems = gi_collect.read_mappings(zk, root, "labtest", now)
         assert problems == []
-        members, _ = gi.read_members(kafka, "labtest", now)
+        members, _ = gi_collect.read_members(kafka, "labtest", now)
         members = [m for m in members if m["group"] in (ga, gb)]
         assert {m["client_host"] for m in members} == {HOST}  # 0.9's "/127.0.0.1" stripped
         findings = gi.diff(mappings, members, root, grace_seconds=2.0)
@@ -110,18 +113,18 @@ def test_reconcile_real_consumers_exactly(lab, zk, root, unique, tmp_path):
 
         ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
         journal = tmp_path / "journal.jsonl"
-        res = gi.apply(zk, ops, root, journal)
+        res = gi_execute.apply(zk, ops, root, journal)
         assert (len(res.changed), res.skipped, res.errors, res.unknown) == (3, [], [], [])
         assert _state(zk, root) == {f"{HOST}-ok-1": ga, f"{HOST}-{miss_id}": ga, f"{HOST}-mism-1": gb,
                                     f"{HOST}-dup-1": ga, f"{HOST}-young-1": ga}
         assert zk.get(p("mism-1"))[1].version == 1
         # the journal: an intent before each write, its outcome after, before/after recorded
-        entries = gi.read_journal(journal)
+        entries = gi_execute.read_journal(journal)
         assert sorted((e["op"], e["status"], e["before"], e["after"]) for e in entries.values()) == sorted([
             ("create", "done", None, ga), ("set", "done", "wrong-group", gb), ("delete", "done", gb, None)])
-        assert gi.verify(zk, res.changed) == ([], [])
+        assert gi_verify.verify(zk, res.changed) == ([], [])
         # the next run sees only what is never written
-        again = gi.diff(gi.read_mappings(zk, root, "labtest", dt.datetime.now(dt.timezone.utc))[0], members, root, 2.0)
+        again = gi.diff(gi_collect.read_mappings(zk, root, "labtest", dt.datetime.now(dt.timezone.utc))[0], members, root, 2.0)
         assert sorted(f["class"] for f in again if f["class"] != "OK") == ["CONFLICT", "UNREPRESENTABLE"]
     finally:
         for t in threads:
@@ -140,7 +143,7 @@ def _synthetic(zk, root, n):
     now = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=5)
     members = [{"group": "g", "client_host": "10.1.0.1", "client_id": f"{k}-{i}", "member_id": f"m{k}{i}"}
                for k in ("miss", "mism") for i in range(n)]
-    mappings, _ = gi.read_mappings(zk, root, "labtest", now)
+    mappings, _ = gi_collect.read_mappings(zk, root, "labtest", now)
     findings = gi.diff(mappings, members, root, grace_seconds=1.0)
     return gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
 
@@ -155,7 +158,7 @@ def test_a_concurrent_kop_writer_is_never_overwritten_or_deleted(zk, root, lab):
     writer.start()
     try:
         time.sleep(0.2)
-        res = gi.apply(zk, ops, root, window=4)  # a narrow window keeps the race on for a while
+        res = gi_execute.apply(zk, ops, root, window=4)  # a narrow window keeps the race on for a while
     finally:
         writer.stop()
         writer_zk.stop()
@@ -163,7 +166,7 @@ def test_a_concurrent_kop_writer_is_never_overwritten_or_deleted(zk, root, lab):
     assert writer.error is None and writer.writes > 300
     assert res.errors == [] and res.unknown == [] and len(res.changed) + len(res.skipped) == 900
     assert res.skipped and {s["path"] for s in res.skipped} <= set(raced)
-    state = gi.read_back(zk, [o["path"] for o in ops])
+    state = gi_verify.read_back(zk, [o["path"] for o in ops])
     done = {c["path"] for c in res.changed}
     wrong = []
     for o in ops:
@@ -194,8 +197,8 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_pat
             else:
                 expire_zk_session(zk, lab.spec.zk_hosts)  # the session (and everything in flight on it) is gone
 
-    with pytest.raises(gi.ApplyInterrupted) as e:
-        gi.apply(zk, ops, root, journal, window=200, on_sent=drop_connection)
+    with pytest.raises(gi_execute.ApplyInterrupted) as e:
+        gi_execute.apply(zk, ops, root, journal, window=200, on_sent=drop_connection)
     res = e.value.result
     assert res.interrupted and len(res.changed) >= 1000
     assert len(res.changed) + len(res.unknown) + len(res.not_started) + len(res.skipped) == 4000
@@ -206,15 +209,15 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_pat
     done = {o["path"].rsplit("/", 1)[1] for o in res.changed}
     unknown = {o["path"].rsplit("/", 1)[1] for o in res.unknown}
     assert done <= present and present - done <= unknown  # nothing happened that the record does not say
-    entries = gi.read_journal(journal)
+    entries = gi_execute.read_journal(journal)
     assert {e["path"].rsplit("/", 1)[1] for e in entries.values() if e["status"] == "done"} == done
     assert all(e["status"] in ("done", "unknown", "not_sent", "intent") for e in entries.values())
     # the next run sees the truth and finishes the job
-    mappings, _ = gi.read_mappings(zk, root, "labtest", dt.datetime.now(dt.timezone.utc))
+    mappings, _ = gi_collect.read_mappings(zk, root, "labtest", dt.datetime.now(dt.timezone.utc))
     members = [{"group": "g", "client_host": "10.2.0.1", "client_id": f"c{i:05d}", "member_id": "m"} for i in range(4000)]
     rest = gi.ops_for(gi.diff(mappings, members, root, 3600), ["MISSING"])
     assert len(rest) == 4000 - len(present)
-    gi.apply(zk, rest, root)
+    gi_execute.apply(zk, rest, root)
     assert len(zk.get_children(root)) == 4000
 
 
@@ -226,17 +229,17 @@ def test_missing_root_and_digest_acl(lab, root):
     anon.start(timeout=15)
     try:
         now = dt.datetime.now(dt.timezone.utc)
-        rows, problems = gi.read_mappings(authed, root, "labtest", now)
+        rows, problems = gi_collect.read_mappings(authed, root, "labtest", now)
         assert rows == [] and "does not exist" in problems[0]
         acl = [make_digest_acl("kop", "s3cret", all=True)]
         authed.create(root, b"", acl=acl)
         with pytest.raises(gi.ReconcileError, match="not authorised"):
-            gi.read_mappings(anon, root, "labtest", now)
+            gi_collect.read_mappings(anon, root, "labtest", now)
         members = [{"group": "g 'q'", "client_host": "10.3.0.1", "client_id": "c1", "member_id": "m"}]
         ops = gi.ops_for(gi.diff([], members, root, 3600), ["MISSING"])
-        refused = gi.apply(anon, ops, root)  # refused by the server: reported, not raised, nothing written
+        refused = gi_execute.apply(anon, ops, root)  # refused by the server: reported, not raised, nothing written
         assert refused.changed == [] and [e["reason"] for e in refused.errors] == ["NoAuthError: refused by ZooKeeper"]
-        res = gi.apply(authed, ops, root)
+        res = gi_execute.apply(authed, ops, root)
         assert len(res.changed) == 1
         child = f"{root}/10.3.0.1-c1"
         assert authed.get(child)[0] == "g 'q'".encode() and authed.get_acls(child)[0] == acl

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from fleetkit.group_ids import reconcile as gi
+from fleetkit.group_ids import rules as gi
+from fleetkit.group_ids.execute import recheck_members, rollback_ops
+from fleetkit.group_ids.report import render_report
 from fleetkit.core.errors import FleetConfigError
 from fleetkit.core.fleet import parse_fleet
-from tests.group_id_cases import AS_OF, CASES, GRACE, ROOT, key, rows
+from tests.group_id_cases import CASES, GRACE, ROOT, key, rows
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]:02d}-{c[1]}" for c in CASES])
@@ -67,7 +69,7 @@ def test_recheck_members_drops_ops_the_members_no_longer_justify():
     ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
     now = [m for m in mem if m["client_id"] != "miss"]  # the MISSING member left
     now.append(dict(mem[0], client_id="old", group="gx"))  # the STALE path's client came back
-    keep, dropped = gi.recheck_members(ops, now)
+    keep, dropped = recheck_members(ops, now)
     assert [o["path"] for o in keep] == ["/client_group_id/10.0.0.7-mism"]
     assert sorted(o["path"] for o in dropped) == ["/client_group_id/10.0.0.7-miss", "/client_group_id/10.0.0.7-old"]
 
@@ -76,7 +78,7 @@ def test_rollback_ops_undo_each_change_conditionally():
     changed = [{"op": "create", "path": "/r/a", "before": None, "after": "g", "new_version": 0},
                {"op": "set", "path": "/r/b", "before": "g0", "after": "g1", "new_version": 4},
                {"op": "delete", "path": "/r/c", "before": "gx", "after": None, "new_version": None}]
-    assert [(o["op"], o["path"], o["after"], o["version"]) for o in gi.rollback_ops(changed)] == [
+    assert [(o["op"], o["path"], o["after"], o["version"]) for o in rollback_ops(changed)] == [
         ("delete", "/r/a", None, 0), ("set", "/r/b", "g0", 4), ("create", "/r/c", "gx", None)]
 
 
@@ -130,7 +132,7 @@ def test_report_escapes_hostile_names(tmp_path):
          "znode_group": None, "znode_version": None, "ctime_ms": None, "mtime": None, "age_seconds": None}
     (tmp_path / "findings.jsonl").write_text(json.dumps(f) + "\n")
     (tmp_path / "summary.json").write_text(json.dumps({"clusters": {"c1": {"MISSING": 1, "OK": 3}}}))
-    text = gi.render_report(tmp_path).read_text()
+    text = render_report(tmp_path).read_text()
     assert "| MISSING | 1 |" in text and "| OK | 3 |" in text
     assert "[link](" not in text and "<b>" not in text and "`code`" not in text and "\n# head" not in text
 
@@ -139,6 +141,107 @@ def test_recheck_skips_ops_of_groups_that_cannot_be_described_now():
     findings, mem = _findings()
     ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
     now = mem + [{"group": "gx", "client_host": None, "client_id": None, "member_id": None}]
-    keep, dropped = gi.recheck_members(ops, now)
+    keep, dropped = recheck_members(ops, now)
     assert [o["path"] for o in dropped] == ["/client_group_id/10.0.0.7-old"]
     assert "could not be described" in dropped[0]["reason"] and len(keep) == 2
+
+
+# -- the one executor (runbook and unattended writer), against an in-memory ZooKeeper ---------------
+class _Fut:
+    def __init__(self, value=None, exc=None):
+        self.value, self.exc = value, exc
+
+    def get(self, timeout=None):
+        if self.exc:
+            raise self.exc
+        return self.value
+
+
+class _FakeZK:
+    """The few kazoo calls apply makes; `lose_at` raises ConnectionLoss on that many-th send."""
+
+    def __init__(self, lose_at: int | None = None):
+        self.nodes: dict[str, tuple[str, int]] = {}
+        self.sent, self.lose_at = 0, lose_at
+
+    def get_acls(self, path):
+        from kazoo.exceptions import NoNodeError
+
+        if path not in self.nodes:
+            raise NoNodeError()
+        return ["acl"], None
+
+    def create(self, path, data, makepath=False):
+        self.nodes[path] = (data.decode(), 0)
+
+    def exists_async(self, path):
+        return _Fut(None)
+
+    def create_async(self, path, data, acl=None):
+        from kazoo.exceptions import ConnectionLoss, NodeExistsError
+
+        self.sent += 1
+        if self.lose_at is not None and self.sent >= self.lose_at:
+            raise ConnectionLoss()
+        if path in self.nodes:
+            return _Fut(exc=NodeExistsError())
+        self.nodes[path] = (data.decode(), 0)
+        return _Fut(path)
+
+
+class _FakeKafka:
+    def __init__(self, members: list[tuple[str, str, str]]):
+        self.members = members
+
+    def list_groups(self):
+        return [(g, "consumer") for g in sorted({g for g, _, _ in self.members})]
+
+    def describe_groups(self, groups):
+        from types import SimpleNamespace as NS
+
+        return {g: NS(error=None, members=[NS(client_id=c, host=h, member_id=f"{c}-m") for gg, h, c in self.members
+                                           if gg == g]) for g in groups}
+
+
+def _missing_ops():
+    zn, mem = rows(2, [("g1", "10.0.0.7", "stays"), ("g1", "10.0.0.7", "left")], {})
+    return gi.ops_for(gi.diff(zn, mem, ROOT, GRACE), ["MISSING"])
+
+
+def test_execute_ops_rechecks_members_applies_and_journals(tmp_path):
+    from fleetkit.group_ids.execute import execute_ops, journal_path, read_journal
+
+    zk = _FakeZK()
+    res = execute_ops(zk, _FakeKafka([("g1", "10.0.0.7", "stays")]), "c1", _missing_ops(), ROOT,
+                      data_root=str(tmp_path), dag_id="d", run_id="r", action="create_missing_group_ids")
+    assert [c["path"] for c in res.changed] == [f"{ROOT}/10.0.0.7-stays"]
+    assert [s["path"] for s in res.skipped] == [f"{ROOT}/10.0.0.7-left"]
+    assert "live member groups are now none" in res.skipped[0]["reason"]
+    assert zk.nodes[f"{ROOT}/10.0.0.7-stays"] == ("g1", 0) and f"{ROOT}/10.0.0.7-left" not in zk.nodes
+    journal = journal_path(str(tmp_path), "d", "r", "c1")
+    assert res.journal == str(journal)
+    assert [e["status"] for e in read_journal(journal).values()] == ["done", "done"]  # create_root, then ours
+
+
+def test_execute_ops_without_recheck_reads_no_members(tmp_path):
+    from fleetkit.group_ids.execute import execute_ops
+
+    res = execute_ops(_FakeZK(), None, "c1", _missing_ops(), ROOT, data_root=str(tmp_path), dag_id="d",
+                      run_id="r", action="reconcile_group_ids", recheck=False)
+    assert len(res.changed) == 2 and res.skipped == []
+
+
+def test_execute_ops_interrupted_leaves_an_audit_record_and_raises(tmp_path):
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.group_ids.execute import ApplyInterrupted, execute_ops
+
+    kafka = _FakeKafka([("g1", "10.0.0.7", "stays"), ("g1", "10.0.0.7", "left")])
+    with pytest.raises(ApplyInterrupted) as e:
+        execute_ops(_FakeZK(lose_at=2), kafka, "c1", _missing_ops(), ROOT, data_root=str(tmp_path), dag_id="d",
+                    run_id="r", action="create_missing_group_ids", actor="scheduler")
+    assert (len(e.value.result.changed), len(e.value.result.not_started)) == (1, 1)
+    (rec,) = audit.records(DataRoot(str(tmp_path)), "c1", "r")
+    assert (rec["action"], rec["event"], rec["actor"], rec["details"]["partial"]) == \
+        ("create_missing_group_ids", "executed", "scheduler", True)
+    assert rec["message"].startswith("INTERRUPTED: ZooKeeper connection lost mid-apply")

@@ -80,7 +80,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("coordinator_id", pa.int32()), ("error", pa.string()), ("state", pa.string()),
         ("members", pa.int32()),
     ]),
-    # KoP-style client-to-group mapping znodes (<root>/<ip>-<clientId> = group id), fleetkit.group_ids.reconcile
+    # KoP-style client-to-group mapping znodes (<root>/<ip>-<clientId> = group id), fleetkit.group_ids
     "group_id_mappings": pa.schema([
         ("cluster", pa.string()), ("observed_at", TS), ("path", pa.string()), ("client_host", pa.string()),
         ("client_id", pa.string()), ("group", pa.string()), ("znode_version", pa.int32()),

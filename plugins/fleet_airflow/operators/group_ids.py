@@ -1,4 +1,4 @@
-"""Operators of the group-id reconciliation (KoP client-to-group mappings, fleetkit.group_ids.reconcile)."""
+"""Operators of the group-id reconciliation (KoP client-to-group mappings, fleetkit.group_ids)."""
 
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ class GroupIdReportOperator(BaseOperator):
         self.out_dir = out_dir
 
     def execute(self, context) -> dict:
-        from fleetkit.group_ids import reconcile as group_ids
+        from fleetkit.group_ids.report import load_findings, render_report
 
-        findings, summary = group_ids.load_findings(self.out_dir)
-        path = group_ids.render_report(self.out_dir)
+        findings, summary = load_findings(self.out_dir)
+        path = render_report(self.out_dir)
         self.log.info("group-id report: %s", path)
         for cluster, counts in sorted(summary.get("clusters", {}).items()):
             self.log.info("cluster %s: %s", cluster, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
@@ -64,7 +64,8 @@ class GroupIdReportOperator(BaseOperator):
 
 class CreateMissingGroupIdsOperator(BaseOperator):
     """The unattended repair: create the MISSING mappings of clusters whose fleet file allows it
-    (group_id_mappings.create_missing_unattended). Members are re-read right before; every create
+    (group_id_mappings.create_missing_unattended), through the runbook's own executor
+    (fleetkit.group_ids.execute.execute_ops). Members are re-read right before; every create
     fails if the node appeared meanwhile (skipped, reported); a journal records every write and the
     audit the before/after of every path created. Never overwrites or deletes anything."""
 
@@ -76,37 +77,35 @@ class CreateMissingGroupIdsOperator(BaseOperator):
 
     def execute(self, context) -> dict:
         from fleetkit.core import audit
-        from fleetkit.group_ids import reconcile as group_ids
         from fleetkit.core.datasets import DataRoot
+        from fleetkit.group_ids.execute import ApplyInterrupted, execute_ops
+        from fleetkit.group_ids.report import load_findings
+        from fleetkit.group_ids.rules import ops_for
 
         from fleet_airflow import clusters
 
         if str(self.enabled).lower() in ("false", "0", "no", "off"):
             self.log.info("create_missing is off for this run: nothing written")
             return {}
-        findings, _ = group_ids.load_findings(self.out_dir)
+        findings, _ = load_findings(self.out_dir)
         fleet = load_fleet(self.fleet_file)
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         out, failed = {}, []
         for cluster in fleet.clusters:
             cfg = cluster.group_id_mappings
             mine = [f for f in findings if f["cluster"] == cluster.name]
-            ops = group_ids.ops_for(mine, ["MISSING"])
+            ops = ops_for(mine, ["MISSING"])
             if cfg is None or not ops:
                 continue
             if not cfg.create_missing_unattended:
                 self.log.info("cluster %s: %d MISSING mapping(s) left for the runbook (create_missing_unattended "
                               "is false)", cluster.name, len(ops))
                 continue
-            journal = group_ids.journal_path(self.data_root, dag_id, run_id, cluster.name)
             try:
                 with clusters.connected(cluster) as (kafka, zk):
-                    members, _ = group_ids.read_members(kafka, cluster.name, None)
-                    ops, dropped = group_ids.recheck_members(ops, members)
-                    res = group_ids.apply(zk.client, ops, cfg.root, journal)
-            except group_ids.ApplyInterrupted as e:
-                group_ids.record_interrupted(self.data_root, cluster.name, dag_id, run_id, CREATE_ACTION, e,
-                                             actor="scheduler")
+                    res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=self.data_root,
+                                      dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler")
+            except ApplyInterrupted as e:  # execute_ops left the audit record of what was done
                 self.log.error("cluster %s: %s", cluster.name, e)
                 failed.append(cluster.name)
                 continue
@@ -114,7 +113,6 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                 self.log.error("cluster %s: %s", cluster.name, e)
                 failed.append(cluster.name)
                 continue
-            res.skipped.extend(dropped)
             for s in res.skipped:
                 self.log.warning("cluster %s: skipped %s %r: %s", cluster.name, s["op"], s["path"], s["reason"])
             for c in res.changed:

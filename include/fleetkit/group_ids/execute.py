@@ -1,0 +1,336 @@
+"""Executing group-id mapping writes: the members re-checked right before acting
+(``recheck_members``), then every write conditional (``apply``: create fails if the node
+appeared, set/delete pass the version read and the znode's creation time is compared first), a
+lost race skipped and reported, every operation journaled (intent before it is sent, outcome
+after) so that a session lost mid-apply leaves an exact record of what was done
+(``record_interrupted``).
+
+``execute_ops`` is that sequence, the one both writers run: the runbook's approved execute
+(``run``) and the scheduled MISSING-mapping writer (plugins/fleet_airflow/operators/group_ids.py).
+``rollback_ops`` turns an apply's changes into the conditional writes that undo them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from kazoo.exceptions import (
+    BadArgumentsError, BadVersionError, ConnectionLoss, NoAuthError, NodeExistsError, NoNodeError,
+    NotEmptyError, OperationTimeoutError, SessionExpiredError,
+)
+
+from fleetkit.core.action import ClusterContext
+from fleetkit.group_ids.collect import read_members
+from fleetkit.group_ids.rules import (
+    ACTION, ReconcileError, is_unknown_marker, name_problem, unknown_groups, znode_name,
+)
+
+
+@dataclass
+class ApplyResult:
+    changed: list[dict] = field(default_factory=list)   # done: before/after, versions
+    skipped: list[dict] = field(default_factory=list)   # lost races and rechecks, with reasons
+    errors: list[dict] = field(default_factory=list)    # refused by the server (ACL, bad path)
+    unknown: list[dict] = field(default_factory=list)   # sent, outcome unknown (connection lost)
+    not_started: list[dict] = field(default_factory=list)
+    journal: str | None = None
+    interrupted: str | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> dict:
+        return {"changed": len(self.changed), "skipped": len(self.skipped), "errors": len(self.errors),
+                "unknown": len(self.unknown), "not_started": len(self.not_started), "journal": self.journal,
+                "interrupted": self.interrupted, "seconds": round(self.seconds, 2)}
+
+    def to_dict(self) -> dict:
+        return {**self.summary(), "changed_paths": self.changed, "skipped_paths": self.skipped,
+                "error_paths": self.errors, "unknown_paths": self.unknown, "not_started_paths": self.not_started}
+
+
+class ApplyInterrupted(ReconcileError):
+    """The ZooKeeper session or connection was lost mid-apply. ``result`` says exactly what was done."""
+
+    def __init__(self, msg: str, result: "ApplyResult"):
+        super().__init__(msg)
+        self.result = result
+
+
+class Journal:
+    """Append-only JSON Lines: an `intent` line is durable (fsync) before its operation is sent,
+    its outcome follows. Replaying it tells exactly which writes happened."""
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path else None
+        self._f = None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")
+
+    def write(self, entries: Iterable[dict], sync: bool = True) -> None:
+        if not self._f:
+            return
+        stamp = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        for e in entries:
+            self._f.write(json.dumps({"at": stamp, **e}, ensure_ascii=False, sort_keys=True) + "\n")
+        self._f.flush()
+        if sync:
+            os.fsync(self._f.fileno())
+
+    def close(self) -> None:
+        if self._f:
+            self._f.close()
+
+
+def read_journal(path: str | os.PathLike) -> dict[int, dict]:
+    """seq -> the last line of each operation (status intent = sent or about to be, outcome unknown)."""
+    out: dict[int, dict] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                e = json.loads(line)
+                out[e["seq"]] = e
+    return out
+
+
+_LOST = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
+_RACE = {NodeExistsError: "the node appeared meanwhile (create is never forced)",
+         BadVersionError: "the znode changed since it was read (version differs): not overwritten",
+         NoNodeError: "the znode disappeared since it was read",
+         NotEmptyError: "the znode has children"}
+
+
+def _send(client, op: dict, acl):
+    path = op["path"]
+    if op["op"] == "create":
+        return client.create_async(path, op["after"].encode("utf-8"), acl=acl)
+    if op["op"] == "set":
+        return client.set_async(path, op["after"].encode("utf-8"), version=op["version"])
+    if op["op"] == "delete":
+        return client.delete_async(path, version=op["version"])
+    raise ReconcileError(f"unknown operation {op['op']!r}")
+
+
+def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | None = None,
+          window: int = 256, timeout: float = 30.0,
+          on_progress: Callable[[int], None] | None = None,
+          on_sent: Callable[[int], None] | None = None) -> ApplyResult:
+    """Run conditional writes, `window` in flight. Raises ApplyInterrupted (with the exact result)
+    when the connection or session is lost: nothing more is sent, in-flight writes end up in
+    `unknown` (the next collection sees what really happened)."""
+    t0 = time.monotonic()
+    res = ApplyResult(journal=str(journal_path) if journal_path else None)
+    journal = Journal(journal_path)
+    ops = [dict(op, seq=i) for i, op in enumerate(ops)]
+    try:
+        acl = _root_acl(client, root, journal) if any(o["op"] == "create" for o in ops) else None
+        done_count = 0
+        for i in range(0, len(ops), window):
+            if res.interrupted:
+                res.not_started.extend(ops[i:])
+                break
+            try:
+                chunk, stale = _same_incarnation(client, ops[i:i + window], timeout)
+            except _LOST as e:
+                res.interrupted = f"{type(e).__name__} {e}".strip()
+                res.not_started.extend(ops[i:])
+                journal.write([{**o, "status": "not_sent"} for o in ops[i:]])
+                break
+            for s_ in stale:
+                res.skipped.append(s_)
+            journal.write(stale, sync=False)
+            journal.write([{**o, "status": "intent"} for o in chunk])
+            futs = []
+            for o in chunk:
+                try:
+                    futs.append((o, _send(client, o, acl)))
+                except _LOST as e:  # the client refuses to send once the connection is gone
+                    res.interrupted = res.interrupted or f"{type(e).__name__} {e}".strip()
+                    futs.append((o, None))
+            if on_sent:
+                on_sent(done_count + len(futs))
+            outcomes = []
+            for o, fut in futs:
+                if fut is None:
+                    res.not_started.append(o)
+                    outcomes.append({**o, "status": "not_sent"})
+                    continue
+                try:
+                    value = fut.get(timeout=timeout)
+                except _LOST as e:
+                    res.interrupted = res.interrupted or f"{type(e).__name__} {e}".strip()
+                    res.unknown.append(o)
+                    outcomes.append({**o, "status": "unknown", "reason": f"{type(e).__name__}: outcome unknown"})
+                    continue
+                except tuple(_RACE) as e:
+                    s = {**o, "status": "skipped", "reason": _RACE[type(e)]}
+                    res.skipped.append(s)
+                    outcomes.append(s)
+                    continue
+                except (NoAuthError, BadArgumentsError) as e:
+                    s = {**o, "status": "error", "reason": f"{type(e).__name__}: refused by ZooKeeper"}
+                    res.errors.append(s)
+                    outcomes.append(s)
+                    continue
+                new_version = None
+                if o["op"] == "create":
+                    new_version = 0
+                elif o["op"] == "set":
+                    new_version = value.version
+                s = {**o, "status": "done", "new_version": new_version}
+                res.changed.append(s)
+                outcomes.append(s)
+            journal.write(outcomes)
+            done_count += len(chunk)
+            if on_progress:
+                on_progress(done_count)
+    finally:
+        journal.close()
+        res.seconds = time.monotonic() - t0
+    if res.interrupted:
+        raise ApplyInterrupted(f"ZooKeeper connection lost mid-apply ({res.interrupted}): {len(res.changed)} "
+                               f"write(s) done, {len(res.unknown)} with unknown outcome, {len(res.not_started)} "
+                               f"not sent; the journal {res.journal} records each", res)
+    return res
+
+
+def _same_incarnation(client, ops: list[dict], timeout: float) -> tuple[list[dict], list[dict]]:
+    """Split set/delete ops into (still the znode that was read, skipped): ZooKeeper's version check
+    alone cannot tell a znode from one deleted and re-created since (both at version 0), its ctime
+    can. Read right before the conditional write, in the same pipeline."""
+    checks = [(o, client.exists_async(o["path"])) for o in ops if o["op"] in ("set", "delete") and o.get("ctime_ms")]
+    gone: dict[int, str] = {}
+    for o, fut in checks:
+        stat = fut.get(timeout=timeout)
+        if stat is None:
+            gone[o["seq"]] = _RACE[NoNodeError]
+        elif stat.ctime != o["ctime_ms"]:
+            gone[o["seq"]] = "the znode was deleted and re-created since it was read: not touched"
+        elif stat.version != o["version"]:
+            gone[o["seq"]] = _RACE[BadVersionError]
+    keep = [o for o in ops if o["seq"] not in gone]
+    skipped = [{**o, "status": "skipped", "reason": gone[o["seq"]]} for o in ops if o["seq"] in gone]
+    return keep, skipped
+
+
+def _root_acl(client, root: str, journal: Journal):
+    """The root's ACL (children get the same: a digest-protected root keeps them protected); the
+    root is created when missing (journaled)."""
+    try:
+        acl, _ = client.get_acls(root)
+        return acl
+    except NoNodeError:
+        pass
+    try:
+        client.create(root, b"", makepath=True)
+        journal.write([{"seq": -1, "op": "create_root", "path": root, "status": "done"}])
+    except NodeExistsError:
+        pass
+    acl, _ = client.get_acls(root)
+    return acl
+
+
+def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict], list[dict]]:
+    """(ops still justified, ops dropped with a reason) against a fresh member list, right before
+    acting: a STALE path whose client came back, or a MISSING/MISMATCHED path whose member left or
+    moved to another group, is not written."""
+    now: dict[str, set] = {}
+    members = list(members)
+    unknown = unknown_groups(members)
+    for m in members:
+        if is_unknown_marker(m):
+            continue
+        if name_problem(m.get("client_host"), m.get("client_id")) is None:
+            now.setdefault(znode_name(m["client_host"], m["client_id"]), set()).add(m["group"])
+    keep, dropped = [], []
+    for op in ops:
+        groups = now.get(op["path"].rsplit("/", 1)[-1], set())
+        if ({op.get("before"), op.get("after")} - {None}) & unknown:
+            dropped.append(dict(op, status="skipped", reason="the group could not be described now (members unknown)"))
+        elif op["op"] == "delete" and groups:
+            dropped.append(dict(op, status="skipped", reason=f"a live member appeared (groups {sorted(groups)})"))
+        elif op["op"] in ("create", "set") and groups != {op["after"]}:
+            dropped.append(dict(op, status="skipped",
+                                reason=f"live member groups are now {sorted(groups) or 'none'}, not {op['after']!r}"))
+        else:
+            keep.append(op)
+    return keep, dropped
+
+
+def rollback_ops(changed: Iterable[dict]) -> list[dict]:
+    """Conditional writes that undo applied ops (from an apply result's `changed`), each
+    conditional on the version the apply left: a create is deleted, a set is set back, a delete is
+    re-created with its previous data. A path someone changed since is skipped, like any lost race."""
+    out = []
+    for c in changed:
+        if c["op"] == "create":
+            out.append({"op": "delete", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": None,
+                        "version": c["new_version"]})
+        elif c["op"] == "set":
+            out.append({"op": "set", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": c["before"],
+                        "version": c["new_version"]})
+        elif c["op"] == "delete":
+            out.append({"op": "create", "class": "ROLLBACK", "path": c["path"], "before": None, "after": c["before"],
+                        "version": None})
+    return out
+
+
+def journal_path(data_root: str | os.PathLike, dag_id: str, run_id: str, cluster: str) -> Path:
+    """Where a run's apply journal lives: <data root>/journals/group_ids/<dag>/<run>/<cluster>.jsonl."""
+    from fleetkit.core.plans import safe_component
+
+    return (Path(data_root) / "journals" / "group_ids" / safe_component(dag_id) / safe_component(run_id) /
+            f"{safe_component(cluster)}.jsonl")
+
+
+def record_interrupted(data_root: str, cluster: str, dag_id: str, run_id: str, action: str, exc: ApplyInterrupted,
+                       actor: str | None = None) -> None:
+    """An interrupted apply still leaves an audit record of exactly what it did."""
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    audit.record(DataRoot(data_root), cluster=cluster, dag_id=dag_id, run_id=run_id, action=action, event="executed",
+                 actor=actor, message=f"INTERRUPTED: {exc}", details={"result": exc.result.to_dict(), "partial": True})
+
+
+def execute_ops(zk_client, kafka, cluster: str, ops: list[dict], root: str, *, data_root: str | os.PathLike,
+                dag_id: str, run_id: str, action: str, actor: str | None = None,
+                recheck: bool = True) -> ApplyResult:
+    """The one execution sequence of mapping writes, whoever runs them: re-read the live members and
+    drop the ops they no longer justify (`recheck`; off for a rollback, which restores what was there
+    whatever the members say), apply the rest conditionally, journaled at journal_path(data_root,
+    dag_id, run_id, cluster). An interrupted apply leaves an `executed` audit record of `action`
+    (by `actor`) of exactly what it did, then ApplyInterrupted is raised again. The result's
+    `skipped` ends with the ops the recheck dropped."""
+    dropped: list[dict] = []
+    if recheck:
+        members, _ = read_members(kafka, cluster, None)
+        ops, dropped = recheck_members(ops, members)
+    journal = journal_path(data_root, dag_id, run_id, cluster)
+    try:
+        res = apply(zk_client, ops, root, journal)
+    except ApplyInterrupted as e:
+        record_interrupted(str(data_root), cluster, dag_id, run_id, action, e, actor=actor)
+        raise
+    res.skipped.extend(dropped)
+    return res
+
+
+# -- the runbook's stage (fleetkit.group_ids.action) -------------------------------------------
+def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
+    """What no longer holds before executing (the per-path conditions are checked by each write)."""
+    return [] if ctx.zk is not None else ["the cluster has no ZooKeeper connection"]
+
+
+def run(ctx: ClusterContext, plan: dict) -> dict:
+    """The approved plan's writes (re-checked against the members unless it is a rollback)."""
+    d = plan["details"]
+    res = execute_ops(ctx.zk.client, ctx.kafka, ctx.cluster.name, d["ops"], d["root"], data_root=d["data_root"],
+                      dag_id=plan["dag_id"], run_id=plan["run_id"], action=ACTION,
+                      recheck=not d.get("rollback_of"))
+    return res.to_dict()

@@ -1,0 +1,34 @@
+"""The group-id reconciliation report: the Spark job's findings and summary (``load_findings``)
+rendered as report.md (``render_report``, every cluster-supplied value escaped)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from fleetkit.group_ids.rules import CLASSES
+
+
+def load_findings(out_dir: str | os.PathLike) -> tuple[list[dict], dict]:
+    """(findings, summary) written by the Spark job into out_dir."""
+    out = Path(out_dir)
+    summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {"clusters": {}}
+    findings = []
+    if (out / "findings.jsonl").exists():
+        with open(out / "findings.jsonl", encoding="utf-8") as f:
+            findings = [json.loads(line) for line in f if line.strip()]
+    return findings, summary
+
+
+def render_report(out_dir: str | os.PathLike, max_rows: int = 2000) -> Path:
+    """report.md next to the job's output (every cluster-supplied value escaped)."""
+    from fleetkit.core.render import render
+
+    findings, summary = load_findings(out_dir)
+    clusters = [{"cluster": c, "counts": sorted(v.items(), key=lambda kv: CLASSES.index(kv[0]) if kv[0] in CLASSES else 99)}
+                for c, v in sorted(summary.get("clusters", {}).items())]
+    path = Path(out_dir) / "report.md"
+    path.write_text(render("group_ids.md.j2", clusters=clusters, findings=findings, shown=max_rows,
+                           truncated=len(findings) > max_rows), encoding="utf-8")
+    return path
