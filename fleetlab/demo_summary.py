@@ -17,7 +17,7 @@ def main() -> None:
     print("=" * 72)
     print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
     print(f"login          admin / {pw.get('admin', '(see .airflow/simple_auth_manager_passwords.json.generated)')}")
-    print(f"DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
+    print("DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
     print(f"datasets       {root.uri}")
     for name in SCHEMAS:
         files = root.files(name)

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 from airflow.providers.common.compat.sdk import AirflowFailException

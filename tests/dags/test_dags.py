@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from fleetkit.core.datasets import DataRoot, read_dataset
+from tests.helpers import mapped_task_states
 
 pytestmark = pytest.mark.airflow
 
@@ -34,9 +35,6 @@ def test_group_id_reconciliation_schedule(dagbag):
     assert runbook.schedule is None and runbook.params["dry_run"] is True
 
 
-def _states(dr):
-    return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
-
 
 def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
     from fleetlab.traffic import commit, produce, wait_topic
@@ -53,8 +51,8 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
 
     dag = dagbag.get_dag("fleet_maintenance")
     dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "always"})
-    assert dr.state == "success", _states(dr)
-    assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
+    assert dr.state == "success", mapped_task_states(dr)
+    assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
                            ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
                            ("collect_offsets", 0): "success", ("health_due", -1): "success",
                            ("offsets_health", -1): "success", ("trim_plan", -1): "success",
@@ -82,7 +80,7 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
 
     dag = dagbag.get_dag("fleet_maintenance")
     dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "never"})
-    states = _states(dr)
+    states = mapped_task_states(dr)
     assert states[("collect", 0)] == "success"   # labtest
     assert states[("collect", 1)] == "failed"    # down
     assert states[("analyse_stuck", -1)] == "success"  # the analysis still runs on what was collected

@@ -22,23 +22,13 @@ from fleetkit.core.render import md
 
 from tests.hitl import Answerer
 from tests.kop_standin import kop_write
+from tests.helpers import mapped_task_states
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 HOST = "127.0.0.1"
 
 
-@pytest.fixture(scope="module")
-def dagbag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert bag.import_errors == {}
-    return bag
-
-
-def _states(dr):
-    return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
 
 
 def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_path, unique, monkeypatch):
@@ -73,8 +63,8 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
 
         # 1. the scheduled run: report everything, create only the MISSING mapping
         dr = dagbag.get_dag("group_id_reconciliation").test(run_conf=conf)
-        assert dr.state == "success", _states(dr)
-        assert _states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
+        assert dr.state == "success", mapped_task_states(dr)
+        assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
                                ("report", -1): "success", ("create_missing", -1): "success",
                                ("all_clusters_collected", -1): "success"}
         out = next((data / "reports" / "group_ids").iterdir())
@@ -96,7 +86,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         rb = dagbag.get_dag("runbook_group_id_reconciliation")
         rconf = {"cluster": "labtest", **conf}
         dr = rb.test(run_conf=rconf)
-        st = _states(dr)
+        st = mapped_task_states(dr)
         assert st[("plan", -1)] == "success" and st[("approve", -1)] == "skipped"
         plan, _ = plans.load(data / "plans", rb.dag_id, dr.run_id)
         mine = {c["target"]: (c["before"], c["after"]) for c in plan["changes"] if c["target"] in p.values()}
@@ -108,7 +98,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         answer.start()
         dr = rb.test(run_conf=dict(rconf, dry_run=False))
         answer.join(5)
-        assert answer.error is None and dr.state == "success", _states(dr)
+        assert answer.error is None and dr.state == "success", mapped_task_states(dr)
         assert md(p[mism]) in answer.body and md(group) in answer.body
         assert zk.get(p[mism])[0].decode() == group and zk.get(p[mism])[1].version == 1
         assert zk.exists(p["gone-1"]) is None
@@ -125,7 +115,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         answer.start()
         dr = rb.test(run_conf=dict(rollback["conf"], dry_run=False, **conf))
         answer.join(5)
-        assert answer.error is None and dr.state == "success", _states(dr)
+        assert answer.error is None and dr.state == "success", mapped_task_states(dr)
         assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.get(p["gone-1"])[0].decode() == gone_group
         assert zk.get(p[miss])[0].decode() == group  # the unattended create was another run: untouched
     finally:

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from fleetkit.core import audit
@@ -24,6 +23,7 @@ from fleetkit.core.locks import ClusterLock
 from tests.hitl import Answerer
 from tests.hitl import run_dag as run
 from tests.hitl import task_states as states
+from tests.helpers import committed_offsets
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "runbook_reset_offsets"
@@ -52,10 +52,7 @@ def setup(lab, tmp_path, unique, monkeypatch):
 
 
 def offsets(lab, group, topic):
-    admin = AdminClient(client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
-    fut = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])])
-    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
+    return committed_offsets(lab.bootstrap, group, topic)
 
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
 from confluent_kafka.admin import AdminClient
@@ -15,6 +14,7 @@ from fleetkit.clients.kafka import client_config
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 
 from fleet_airflow import clusters
+from tests.helpers import committed_offsets, wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -25,21 +25,8 @@ def _rows(root, dataset, **match):
 
 
 def _wait(cond, timeout=30, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{what} not reached in {timeout}s")
+    wait_until(cond, timeout, what, interval=0.3)
 
-
-def _committed(bootstrap, group, topic, parts=3):
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, "0.9.0.1"))
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-    futs = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(parts)])])
-    return {tp.partition: tp.offset for tp in next(iter(futs.values())).result().topic_partitions}
 
 
 def test_collection_returns_exactly_what_the_lab_holds(lab, data_root, unique):
@@ -54,7 +41,7 @@ def test_collection_returns_exactly_what_the_lab_holds(lab, data_root, unique):
     member = ConsumerThread(lab.bootstrap, live, [live_topic], client_id="live-client-1")
     member.start()
     try:
-        _wait(lambda: _committed(lab.bootstrap, live, live_topic) == {0: 7, 1: 8, 2: 9}, 60,
+        _wait(lambda: committed_offsets(lab.bootstrap, live, live_topic) == {0: 7, 1: 8, 2: 9}, 60,
               "live group committed to the end")
         # the stopped group has no members: 0.9 does not list it; the fleet file names it
         cluster = dataclasses.replace(lab.cluster, groups=(stopped,))
@@ -107,7 +94,7 @@ def test_a_group_seen_once_is_collected_after_the_cluster_forgets_it(lab, data_r
     member = ConsumerThread(lab.bootstrap, group, [topic], client_id="short-1")
     member.start()
     try:
-        _wait(lambda: _committed(lab.bootstrap, group, topic) == {0: 3, 1: 3, 2: 3}, 60, "group caught up")
+        _wait(lambda: committed_offsets(lab.bootstrap, group, topic) == {0: 3, 1: 3, 2: 3}, 60, "group caught up")
         first = clusters.collect(lab.cluster, data_root)
     finally:
         member.stop()
@@ -131,7 +118,7 @@ def test_group_whose_last_member_leaves_mid_collection(lab, data_root, unique, m
     produce(lab.bootstrap, topic, {0: 2, 1: 2, 2: 2})
     member = ConsumerThread(lab.bootstrap, group, [topic], client_id="leaving-1")
     member.start()
-    _wait(lambda: _committed(lab.bootstrap, group, topic) == {0: 2, 1: 2, 2: 2}, 60, "group caught up")
+    _wait(lambda: committed_offsets(lab.bootstrap, group, topic) == {0: 2, 1: 2, 2: 2}, 60, "group caught up")
 
     from fleetkit.clients.kafka import KafkaCluster
 

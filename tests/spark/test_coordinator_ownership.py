@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from fleetkit.ownership import rules as ownership
-from fleetkit.core.partitioning import partition_for
+from tests.helpers import groups_on_partition
 
 pytestmark = pytest.mark.spark
 
@@ -62,24 +62,15 @@ def test_partition_verdict_column_equals_the_rules(spark):
         assert r["v"] == ownership.partition_verdict(r["worst"], r["leader"], r["waited"], 300), r
 
 
-def _groups_on(partition: int, count: int, n: int, prefix: str) -> list[str]:
-    out, i = [], 0
-    while len(out) < n:
-        g = f"{prefix} ü😀 '{i}'"
-        if partition_for(g, count) == partition:
-            out.append(g)
-        i += 1
-    return out
-
 
 def test_leader_change_loading_recovery_stuck_mismatch(spark):
     from coordinator_ownership import CHANGE_SCHEMA, COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
 
     n = 4  # __consumer_offsets partitions
-    recovering = _groups_on(1, n, 3, "rec")
-    stuck = _groups_on(2, n, 2, "stk")
-    steady = _groups_on(0, n, 2, "ok")
-    orphan = _groups_on(3, n, 1, "orph")
+    recovering = groups_on_partition(1, n, 3, "rec ü😀 '{i}'")
+    stuck = groups_on_partition(2, n, 2, "stk ü😀 '{i}'")
+    steady = groups_on_partition(0, n, 2, "ok ü😀 '{i}'")
+    orphan = groups_on_partition(3, n, 1, "orph ü😀 '{i}'")
     times = [at(m) for m in (0, 1, 2, 8)]
     states, coords = [], []
     for i, t in enumerate(times):

@@ -3,7 +3,6 @@ real scheduler, and a person clicking Approve in headless Chromium."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -12,13 +11,11 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot
-from fleetkit.clients.kafka import client_config
 from fleetlab.traffic import commit, produce, wait_topic
+from tests.helpers import committed_offsets, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
@@ -30,25 +27,9 @@ def q(s: str) -> str:
     return urllib.parse.quote(s, safe="")
 
 
-def offsets(bootstrap, group, topic):
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, "0.9.0.1"))
-    fut = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])])
-    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
-
 
 def wait_for(fn, timeout, what):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = fn()
-            if last:
-                return last
-        except urllib.error.HTTPError as e:
-            last = e
-        time.sleep(1)
-    raise AssertionError(f"{what} not reached in {timeout}s (last: {last})")
+    return wait_until(fn, timeout, what, interval=1, retry_on=(urllib.error.HTTPError,))
 
 
 @pytest.fixture
@@ -97,7 +78,7 @@ def test_approve_through_the_rest_api(case):
     detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
     assert "reset_offsets on cluster labtest" in detail["subject"]
     assert "Plan digest: `sha256:" in detail["body"] and "| 0 | 2 | 0 | 10 | 7 | 8 | 3 |" in detail["body"]
-    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
 
     settle(case, run_id)
     case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
@@ -107,7 +88,7 @@ def test_approve_through_the_rest_api(case):
                     {"chosen_options": ["Reject"], "params_input": {}})
     assert again.value.code == 409
     assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
-    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", run_id)]
     assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
 
@@ -119,7 +100,7 @@ def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
     tis = {t["task_id"]: t["state"] for t in
            case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
     assert tis["approve"] == "success" and tis["execute"] == "skipped"
-    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
     assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("rejected", "timeout")]
 
@@ -173,6 +154,6 @@ def test_a_person_approves_in_the_browser(case):
         driver.save_screenshot(str(ARTIFACTS / "approval-done.png"))
     finally:
         driver.quit()
-    assert offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
     assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "admin"), ("executed", "admin")]

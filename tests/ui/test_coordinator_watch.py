@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from fleetkit.clients import leadership
-from fleetkit.core.partitioning import partition_for
 from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
 from tests.ui.test_approval_server import wait_for
+from tests.helpers import groups_on_partition
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "coordinator_ownership"
@@ -28,15 +28,6 @@ def _balance(lab) -> None:
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
 
-
-def _groups_on(partition: int, n: int, stamp: str) -> list[str]:
-    out, i = [], 0
-    while len(out) < n:
-        g = f"watch 'ü😀' $(x) #{i} {stamp}"
-        if partition_for(g, 50) == partition:
-            out.append(g)
-        i += 1
-    return out
 
 
 def _ts(text: str) -> float:
@@ -61,7 +52,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     topic = unique("watch")
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
-    groups = _groups_on(p, 3, unique("g"))
+    groups = groups_on_partition(p, 50, 3, "watch 'ü😀' $(x) #{i} " + unique("g"))
     members = [ConsumerThread(lab.bootstrap, g, [topic], client_id=f"watch-{i}") for i, g in enumerate(groups)]
     for m in members:
         m.start()

@@ -3,7 +3,6 @@ the offsets comparison, the gate plan (followers first, leader last), the health
 broker control the fleet file describes (real commands, no shell)."""
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 import yaml
 
 from fleetkit.core.action import ClusterContext
+from fleetkit.clients import broker_control
 from fleetkit.trim import execute as trim
 from fleetkit.trim import plan as trim_plan
 from fleetkit.trim import verify as trim_verify
@@ -139,8 +139,8 @@ def recorded(tmp_path: Path) -> list[list[str]]:
 
 
 def test_command_broker_control_fills_each_argv_element_without_a_shell(tmp_path):
-    control = trim.control_for(control_cluster(tmp_path))
-    assert isinstance(control, trim.CommandBrokerControl)
+    control = broker_control.control_for(control_cluster(tmp_path))
+    assert isinstance(control, broker_control.CommandBrokerControl)
     control.stop(2)
     control.start(2)
     hostile_key = "log.cleaner dedupe; touch HACKED"
@@ -164,22 +164,22 @@ def test_commands_run_in_the_fleet_file_folder(tmp_path):
     ctl.write_text(f"#!{sys.executable}\nimport os, sys\nopen('out.txt', 'w').write(os.getcwd() + ' ' + sys.argv[1])\n")
     ctl.chmod(0o755)
     cluster = control_cluster(tmp_path, stop=["../tools/ctl", "{broker}"])
-    trim.control_for(cluster).stop(7)
+    broker_control.control_for(cluster).stop(7)
     assert (tmp_path / "fleet" / "out.txt").read_text() == f"{tmp_path / 'fleet'} 7"
 
 
 def test_command_broker_control_failures_name_the_command(tmp_path):
     fail = [sys.executable, "-c", "import sys; sys.stderr.write('no such broker'); sys.exit(3)", "{broker}"]
-    control = trim.control_for(control_cluster(tmp_path, stop=fail))
-    with pytest.raises(trim.BrokerControlError, match=r"cluster 'c1' broker_control.stop failed with exit code 3: .*\n"
+    control = broker_control.control_for(control_cluster(tmp_path, stop=fail))
+    with pytest.raises(broker_control.BrokerControlError, match=r"cluster 'c1' broker_control.stop failed with exit code 3: .*\n"
                                              r"no such broker"):
         control.stop(1)
-    control = trim.control_for(control_cluster(tmp_path, start=[str(tmp_path / "missing-program"), "{broker}"]))
-    with pytest.raises(trim.BrokerControlError, match="broker_control.start cannot run .*missing-program"):
+    control = broker_control.control_for(control_cluster(tmp_path, start=[str(tmp_path / "missing-program"), "{broker}"]))
+    with pytest.raises(broker_control.BrokerControlError, match="broker_control.start cannot run .*missing-program"):
         control.start(1)
     slow = [sys.executable, "-c", "import time; time.sleep(30)", "{broker}"]
-    control = trim.control_for(control_cluster(tmp_path, stop=slow, timeout="1s"))
-    with pytest.raises(trim.BrokerControlError, match="did not finish within 1 s"):
+    control = broker_control.control_for(control_cluster(tmp_path, stop=slow, timeout="1s"))
+    with pytest.raises(broker_control.BrokerControlError, match="did not finish within 1 s"):
         control.stop(1)
 
 
@@ -187,16 +187,16 @@ def test_set_config_without_a_command_refuses_before_running_anything(tmp_path):
     cluster = control_cluster(tmp_path)
     doc = {"version": 1, "clusters": [{"name": "c1", "kafka_conn_id": "k", "broker_control": {
         "stop": list(cluster.broker_control.stop), "start": list(cluster.broker_control.start)}}]}
-    control = trim.control_for(parse_fleet(yaml.safe_dump(doc), path="f.yaml").cluster("c1"))
+    control = broker_control.control_for(parse_fleet(yaml.safe_dump(doc), path="f.yaml").cluster("c1"))
     assert control.settings.set_config is None
-    with pytest.raises(trim.BrokerControlError, match="broker_control has no set_config command"):
+    with pytest.raises(broker_control.BrokerControlError, match="broker_control has no set_config command"):
         control.set_config(0, {"log.cleaner.dedupe.buffer.size": 8388608})
     assert recorded(tmp_path) == []
 
 
 def test_without_broker_control_the_runbook_refuses_to_execute():
     cluster = FLEET.cluster("c1")
-    assert trim.control_for(cluster) is None
+    assert broker_control.control_for(cluster) is None
     plan = {"details": {"order": [0], "cleaner_fix": {}, "trim_plan": {"partitions": []}, "groups": []},
             "preconditions": [{"segments": []}]}
     with pytest.raises(trim.TrimError, match=r"has no broker_control in the fleet file: .*runbook-broker-N\.sh"):

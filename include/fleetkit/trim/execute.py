@@ -20,8 +20,7 @@ from pathlib import Path
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.clients.broker_control import (  # noqa: F401  (re-exported for the trim's callers)
-    BrokerControl, BrokerControlError, CommandBrokerControl, control_for)
+from fleetkit.clients.broker_control import control_for
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
 from fleetkit.trim.verify import all_groups, offsets_json, read_offsets_when_loaded

@@ -1,0 +1,55 @@
+"""Helpers shared by the tests that talk to the lab (one place for each)."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from fleetkit.clients.kafka import client_config
+from fleetkit.core.partitioning import partition_for
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,
+                      kafka_version: str = "0.9.0.1") -> dict[int, int]:
+    """The group's committed offset of each partition of `topic` (-1001: none), read through the
+    admin API the way kafka-consumer-groups does."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, kafka_version))
+    fut = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
+    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
+
+
+def wait_until(fn, timeout: float, what: str, interval: float = 0.5, retry_on: tuple = ()):
+    """Call `fn` until it returns something true and return that; after `timeout` seconds fail
+    naming `what` and the last value (or the last exception of a type in `retry_on`)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while True:
+        try:
+            last = fn()
+            if last:
+                return last
+        except retry_on as e:  # noqa: PERF203 - polling
+            last = e
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not reached in {timeout}s (last: {last!r})")
+        time.sleep(interval)
+
+
+def groups_on_partition(partition: int, count: int, n: int, name: str) -> list[str]:
+    """`n` group names that hash to `partition` of a `count`-partition __consumer_offsets; `name`
+    is a format string with {i} (hostile characters welcome)."""
+    out, i = [], 0
+    while len(out) < n:
+        g = name.format(i=i)
+        if partition_for(g, count) == partition:
+            out.append(g)
+        i += 1
+    return out
+
+
+def mapped_task_states(dr) -> dict:
+    """{(task_id, map_index): state} of a DAG run (mapped tasks keep their index)."""
+    return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
