@@ -11,6 +11,11 @@ plan from the run's params, which preconditions to re-check, how to execute and 
 * ``execute`` takes the decision and the approver from the ApprovalOperator's own XCom, reloads
   the stored plan, recomputes its digest, refuses if it differs from the approved one or if a
   precondition no longer holds (naming what changed), then acts.
+* ``execute`` journals its start and end (fleetkit.core.journal, fsync) next to the action's own
+  per-change journal; an exception leaves a ``failed`` audit record with the journal's account of
+  what was changed. ``cleanup`` is a teardown: it runs whatever happened to ``execute`` (failed,
+  killed, skipped) and first records ``interrupted`` when execute started but never finished, then
+  runs the action's own teardown (the trim starts a broker it stopped), before ``unlock``.
 * Every step lands in the audit dataset and in the task log. Dry run (the default) stops after
   the plan is rendered. One destructive runbook at a time per cluster (a lock held from just
   before execution until verification ends).
@@ -26,6 +31,7 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
 from fleetkit.core import audit
+from fleetkit.core import journal as run_journal
 from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
@@ -57,12 +63,21 @@ def _cluster(params: dict) -> Cluster:
     return load_fleet(params.get("fleet_file") or settings.fleet_file()).cluster(params["cluster"])
 
 
-def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any]) -> Any:
+def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_path=None) -> Any:
     from fleet_airflow import clusters
 
     cluster = _cluster(params)
     with clusters.connected(cluster) as (kafka, zk):
-        return fn(ClusterContext(cluster, kafka, zk))
+        return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path))
+
+
+def execute_journal(params: dict, action: GateAction, context) -> str:
+    """Where this run's execute journals its changes (derived from the run, never passed along)."""
+    return str(run_journal.journal_path(params.get("data_root") or settings.data_root(), action.name,
+                                        context["dag"].dag_id, context["run_id"], params["cluster"]))
+
+
+GATE_SEQ = "gate"  # the gate's own journal entry: execute started (intent) / ended (done, failed)
 
 
 def render_plan(action: GateAction, plan: dict, digest: str,
@@ -216,14 +231,35 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                    f"{digest_now}. Re-run the runbook to plan and approve again.",
                    {"approved_digest": approved_digest, "stored_digest": digest_now})
 
+        journal_file = execute_journal(params, action, context)
+
         def run(ctx: ClusterContext) -> dict:
             problems = action.check(ctx, plan)
             if problems:
                 refuse("preconditions no longer hold: " + "; ".join(problems), {"problems": problems})
-            log.info("preconditions hold; executing %s approved by %s (plan %s)", action.name, actor, digest_now)
-            return action.execute(ctx, plan)
+            log.info("preconditions hold; executing %s approved by %s (plan %s); journal %s", action.name, actor,
+                     digest_now, journal_file)
+            with run_journal.Journal(journal_file) as j:
+                j.intent(GATE_SEQ, step="execute", actor=actor, digest=digest_now)
+            try:
+                out = action.execute(ctx, plan)
+            except Exception as e:
+                with run_journal.Journal(journal_file) as j:
+                    j.outcome(GATE_SEQ, "failed", error=f"{type(e).__name__}: {e}")
+                account = run_journal.summary(journal_file)
+                _audit(params, context, action.name, "failed", actor=actor, digest=digest_now,
+                       message=f"execute failed after {len(account['done'])} change(s) made, "
+                               f"{len(account['unknown'])} of unknown outcome: {type(e).__name__}: {e}",
+                       details={"journal": account, "rollback": plan["rollback"]})
+                raise
+            with run_journal.Journal(journal_file) as j:
+                j.outcome(GATE_SEQ, "done")
+            return out
 
-        result = _with_cluster(params, run)
+        try:
+            result = _with_cluster(params, run, journal_path=journal_file)
+        except FleetError as e:
+            raise AirflowFailException(str(e)) from None
         _audit(params, context, action.name, "executed", actor=actor, digest=digest_now,
                message=f"executed, approved by {actor}", details={"result": result, "rollback": plan["rollback"]})
         return result
@@ -241,6 +277,28 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         _audit(params, context, action.name, "verified", digest=digest, message="verified: the cluster reads back the plan")
         return "verified"
 
+    @task(task_id="cleanup")
+    def cleanup_task(**context) -> list[str]:
+        """Teardown: record an execute that started and never finished, then the action's teardown."""
+        params = context["params"]
+        journal_file = execute_journal(params, action, context)
+        gate_entry = run_journal.read_journal(journal_file).get(GATE_SEQ)
+        if gate_entry is None:
+            log.info("execute never started: nothing to clean up")
+            return []
+        plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
+        if gate_entry["status"] == "intent":
+            account = run_journal.summary(journal_file)
+            _audit(params, context, action.name, "interrupted", actor=gate_entry.get("actor"), digest=digest,
+                   message=f"execute started and never finished (killed or lost): {len(account['done'])} change(s) "
+                           f"made, {len(account['unknown'])} of unknown outcome; see the journal {journal_file}",
+                   details={"journal": account, "rollback": plan["rollback"]})
+        done = _with_cluster(params, lambda ctx: action.teardown(ctx, plan), journal_path=journal_file)
+        if done:
+            _audit(params, context, action.name, "teardown", digest=digest, message="; ".join(done),
+                   details={"done": done})
+        return done
+
     @task(task_id="unlock")
     def unlock_task(**context) -> bool:
         owner = f"{context['dag'].dag_id}/{context['run_id']}"
@@ -251,6 +309,8 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     lock = lock_task()
     executed = execute_task()
     verified = verify_task()
+    cleanup = cleanup_task()
     unlock = unlock_task()
-    planned >> stop >> approve >> lock >> executed >> verified >> unlock.as_teardown(setups=lock)
+    planned >> stop >> approve >> lock >> executed >> verified >> cleanup.as_teardown(setups=lock)
+    cleanup >> unlock.as_teardown(setups=lock)
     return planned, unlock

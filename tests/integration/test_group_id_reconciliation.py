@@ -14,6 +14,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
+from fleetkit.core.journal import read_journal
 from fleetkit.group_ids import collect as gi_collect
 from fleetkit.group_ids import execute as gi_execute
 from fleetkit.group_ids import rules as gi
@@ -119,7 +120,7 @@ def test_reconcile_real_consumers_exactly(lab, zk, root, unique, tmp_path):
                                     f"{HOST}-dup-1": ga, f"{HOST}-young-1": ga}
         assert zk.get(p("mism-1"))[1].version == 1
         # the journal: an intent before each write, its outcome after, before/after recorded
-        entries = gi_execute.read_journal(journal)
+        entries = read_journal(journal)
         assert sorted((e["op"], e["status"], e["before"], e["after"]) for e in entries.values()) == sorted([
             ("create", "done", None, ga), ("set", "done", "wrong-group", gb), ("delete", "done", gb, None)])
         assert gi_verify.verify(zk, res.changed) == ([], [])
@@ -209,7 +210,7 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_pat
     done = {o["path"].rsplit("/", 1)[1] for o in res.changed}
     unknown = {o["path"].rsplit("/", 1)[1] for o in res.unknown}
     assert done <= present and present - done <= unknown  # nothing happened that the record does not say
-    entries = gi_execute.read_journal(journal)
+    entries = read_journal(journal)
     assert {e["path"].rsplit("/", 1)[1] for e in entries.values() if e["status"] == "done"} == done
     assert all(e["status"] in ("done", "unknown", "not_sent", "intent") for e in entries.values())
     # the next run sees the truth and finishes the job

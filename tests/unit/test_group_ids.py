@@ -209,7 +209,8 @@ def _missing_ops():
 
 
 def test_execute_ops_rechecks_members_applies_and_journals(tmp_path):
-    from fleetkit.group_ids.execute import execute_ops, journal_path, read_journal
+    from fleetkit.core.journal import read_journal
+    from fleetkit.group_ids.execute import execute_ops, journal_path
 
     zk = _FakeZK()
     res = execute_ops(zk, _FakeKafka([("g1", "10.0.0.7", "stays")]), "c1", _missing_ops(), ROOT,

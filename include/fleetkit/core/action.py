@@ -17,10 +17,15 @@ class ClusterContext:
     cluster: Any
     kafka: Any
     zk: Any
+    journal_path: Any = None  # where execute journals each change (core.journal); None outside a run
 
 
 def _no_table(plan: dict) -> dict | None:
     return None
+
+
+def _no_teardown(ctx: ClusterContext, plan: dict) -> list[str]:
+    return []
 
 
 @dataclass(frozen=True)
@@ -33,3 +38,6 @@ class Action:
     execute: Callable[[ClusterContext, dict], dict]
     verify: Callable[[ClusterContext, dict, dict], list[str]]  # (ctx, plan, execute's result)
     details_table: Callable[[dict], dict | None] = _no_table
+    # runs after execute whatever happened to it (failed, killed, skipped after approval): puts the
+    # cluster back into service (e.g. starts a broker the trim stopped); returns what it did
+    teardown: Callable[[ClusterContext, dict], list[str]] = _no_teardown

@@ -1,6 +1,8 @@
 """The audit dataset: who did what to which cluster, when, with which plan, before -> after.
 
-Events: planned, dry_run, approved, rejected, refused, executed, verified, verify_failed,
+Events: planned, dry_run, approved, rejected, refused, executed, failed (execute raised: details
+hold the journal's account of what was changed), interrupted (execute was killed or ended without
+a record: the same account, written by the gate's teardown), teardown, verified, verify_failed,
 rollback_requested. `details` is JSON (before/after values, refusal reasons, the rollback conf).
 """
 
@@ -16,8 +18,8 @@ from fleetkit.core.errors import FleetError
 
 log = logging.getLogger(__name__)
 
-EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "verified",
-          "verify_failed", "rollback_requested")
+EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "failed", "interrupted",
+          "teardown", "verified", "verify_failed", "rollback_requested")
 
 
 def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: str, event: str,

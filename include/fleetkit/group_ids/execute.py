@@ -12,8 +12,6 @@ after) so that a session lost mid-apply leaves an exact record of what was done
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,7 +23,9 @@ from kazoo.exceptions import (
     NotEmptyError, OperationTimeoutError, SessionExpiredError,
 )
 
+from fleetkit.core import journal as core_journal
 from fleetkit.core.action import ClusterContext
+from fleetkit.core.journal import Journal
 from fleetkit.group_ids.collect import read_members
 from fleetkit.group_ids.rules import (
     ACTION, ReconcileError, is_unknown_marker, name_problem, unknown_groups, znode_name,
@@ -59,43 +59,6 @@ class ApplyInterrupted(ReconcileError):
     def __init__(self, msg: str, result: "ApplyResult"):
         super().__init__(msg)
         self.result = result
-
-
-class Journal:
-    """Append-only JSON Lines: an `intent` line is durable (fsync) before its operation is sent,
-    its outcome follows. Replaying it tells exactly which writes happened."""
-
-    def __init__(self, path: str | os.PathLike | None):
-        self.path = Path(path) if path else None
-        self._f = None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", encoding="utf-8")
-
-    def write(self, entries: Iterable[dict], sync: bool = True) -> None:
-        if not self._f:
-            return
-        stamp = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-        for e in entries:
-            self._f.write(json.dumps({"at": stamp, **e}, ensure_ascii=False, sort_keys=True) + "\n")
-        self._f.flush()
-        if sync:
-            os.fsync(self._f.fileno())
-
-    def close(self) -> None:
-        if self._f:
-            self._f.close()
-
-
-def read_journal(path: str | os.PathLike) -> dict[int, dict]:
-    """seq -> the last line of each operation (status intent = sent or about to be, outcome unknown)."""
-    out: dict[int, dict] = {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                e = json.loads(line)
-                out[e["seq"]] = e
-    return out
 
 
 _LOST = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
@@ -282,10 +245,7 @@ def rollback_ops(changed: Iterable[dict]) -> list[dict]:
 
 def journal_path(data_root: str | os.PathLike, dag_id: str, run_id: str, cluster: str) -> Path:
     """Where a run's apply journal lives: <data root>/journals/group_ids/<dag>/<run>/<cluster>.jsonl."""
-    from fleetkit.core.plans import safe_component
-
-    return (Path(data_root) / "journals" / "group_ids" / safe_component(dag_id) / safe_component(run_id) /
-            f"{safe_component(cluster)}.jsonl")
+    return core_journal.journal_path(data_root, "group_ids", dag_id, run_id, cluster)
 
 
 def record_interrupted(data_root: str, cluster: str, dag_id: str, run_id: str, action: str, exc: ApplyInterrupted,
