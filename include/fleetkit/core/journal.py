@@ -59,8 +59,8 @@ class Journal:
 
 
 def read_journal(path: str | os.PathLike) -> dict[int, dict]:
-    """seq -> the last line of each change (status `intent`: made or about to be, outcome unknown).
-    A torn last line (the writer was killed mid-write) is ignored: its change had no outcome yet."""
+    """seq -> each change's lines merged, the later ones winning (so an outcome keeps its intent's
+    fields; status `intent`: made or about to be, outcome unknown). A torn last line (the writer was killed mid-write) is ignored: its change had no outcome yet."""
     out: dict[int, dict] = {}
     try:
         f = open(path, encoding="utf-8")
@@ -74,7 +74,7 @@ def read_journal(path: str | os.PathLike) -> dict[int, dict]:
                 e = json.loads(line)
             except ValueError:
                 continue
-            out[e["seq"]] = e
+            out[e["seq"]] = {**out.get(e["seq"], {}), **e}
     return out
 
 
