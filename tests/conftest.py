@@ -114,7 +114,18 @@ def airflow_db():
         yield TEST_AIRFLOW_HOME
     finally:
         if not was_running:
+            _close_airflow_sessions()  # before the server goes: no rollback on a closed socket at exit
             print(f"postgresql: {postgres.down(TEST_PG)}")
+
+
+def _close_airflow_sessions() -> None:
+    import sys as _sys
+
+    if "airflow.settings" in _sys.modules:
+        try:
+            _sys.modules["airflow.settings"].dispose_orm()
+        except Exception as e:  # noqa: BLE001 - best effort at the end of the session
+            print(f"closing Airflow's database sessions: {e}")
 
 
 @pytest.fixture(scope="session")
