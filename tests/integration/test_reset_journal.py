@@ -94,7 +94,11 @@ class CommitsOnePartitionThenFails(KafkaCluster):
     made to refuse part of one commit request here: it accepts offsets even for a partition the
     topic does not have, and refuses a memberless commit for every partition or none."""
 
+    journal = None  # set by the test
+    seen_before_commit: tuple = ()
+
     def commit_offsets(self, group, offsets, retry_for=0.0):
+        self.seen_before_commit = tuple(_lines(self.journal))  # what a kill at this instant leaves
         first = min(offsets)
         super().commit_offsets(group, {first: offsets[first]})
         raise ClusterUnreachable(f"cluster {self.name!r}: connection lost during the commit for group {group!r}")
@@ -103,12 +107,14 @@ class CommitsOnePartitionThenFails(KafkaCluster):
 def test_commit_failing_halfway_leaves_which_partitions_moved(setup, lab):
     s = setup
     kafka = CommitsOnePartitionThenFails("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka.journal = s["journal"]
     ctx = ClusterContext(cluster=lab.cluster, kafka=kafka, zk=None, journal_path=str(s["journal"]))
     p = action.RESET_OFFSETS.plan(ctx, {"group": s["group"], "topic": s["topic"], "partitions": "0,1",
                                         "target": "skip 1"})
     with pytest.raises(FleetError) as err:
         action.RESET_OFFSETS.execute(ctx, p)
     intent, outcome = _lines(s["journal"])
+    assert kafka.seen_before_commit == (intent,)  # the intent was on disk before anything was committed
     assert [c["partition"] for c in intent["partitions"]] == [0, 1]
     assert outcome["status"] == "failed" and "connection lost" in outcome["error"]
     assert outcome["moved"] == [{"partition": 0, "before": 3, "after": 4}]
