@@ -297,6 +297,31 @@ def cmd_audit_rollback(args) -> int:
     return 0
 
 
+def cmd_audit_verify(args) -> int:
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    from fleet_airflow import settings
+
+    root = DataRoot(args.data_root or settings.data_root())
+    reports = audit.verify(root, args.cluster)
+    if not reports:
+        print(f"no audit records under {root.uri}")
+        return 0
+    for rep in reports:
+        before = f", {rep.before_chain} before the chain" if rep.before_chain else ""
+        if rep.ok:
+            print(f"OK\tcluster={rep.cluster}\t{rep.chained} records chained{before}")
+        for warning in rep.warnings:
+            print(f"WARNING\tcluster={rep.cluster}\t{warning}")
+        for record_id, what in rep.problems:
+            print(f"FAIL\tcluster={rep.cluster}\trecord={record_id}\t{what}")
+        if not rep.ok:
+            print(f"FAILED\tcluster={rep.cluster}\t{len(rep.problems)} problem(s); {rep.chained} records on the "
+                  f"chain that ends at the head{before}")
+    return 0 if all(rep.ok for rep in reports) else 1
+
+
 # -- collect ---------------------------------------------------------------------------------
 def cmd_collect(args) -> int:
     _airflow_context()
@@ -450,6 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
     ar.add_argument("--data-root")
     ar.set_defaults(func=cmd_audit_rollback)
+    av = au_sub.add_parser("verify", help="check every cluster's audit hash chain: modified, removed, inserted or "
+                                          "re-ordered records and a truncated tail (exit 1 when one is found)")
+    av.add_argument("--cluster", help="only this cluster's chain")
+    av.add_argument("--data-root")
+    av.set_defaults(func=cmd_audit_verify)
 
     g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
     g_sub = g.add_subparsers(dest="groupids_command", required=True)

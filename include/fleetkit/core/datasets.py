@@ -69,6 +69,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("dag_id", pa.string()), ("run_id", pa.string()), ("action", pa.string()),
         ("event", pa.string()), ("actor", pa.string()), ("digest", pa.string()),
         ("message", pa.string()), ("details", pa.string()),
+        # the cluster's hash chain (core/audit.py); null in records written before the chain existed
+        ("prev_hash", pa.string()), ("hash", pa.string()),
     ]),
     "leader_changes": pa.schema([  # seen by the leader-change watch as they happened
         ("cluster", pa.string()), ("partition", pa.int32()), ("observed_at", TS),

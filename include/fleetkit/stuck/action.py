@@ -23,7 +23,7 @@ RESET_OFFSETS = Action(
     name=plan.ACTION,
     plan=_reset_plan,
     check=lambda ctx, p: execute.check_preconditions(ctx.kafka, p),
-    execute=lambda ctx, p: execute.execute(ctx.kafka, p),
+    execute=lambda ctx, p: execute.execute(ctx.kafka, p, ctx.journal_path),
     verify=lambda ctx, p, result: verify.verify(ctx.kafka, p),
     details_table=_reset_table,
 )

@@ -1,10 +1,18 @@
 """Executing an offset reset: the plan's preconditions re-checked right before acting (the group
-still has no live members, its committed offsets are still those planned), then the commit."""
+still has no live members, its committed offsets are still those planned), then the commit,
+journaled (intent before, outcome after) so a failed commit leaves which partitions moved."""
 
 from __future__ import annotations
 
+import logging
+import os
+
 from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.core.errors import FleetError
+from fleetkit.core.journal import Journal
 from fleetkit.stuck.plan import EMPTY_STATES
+
+log = logging.getLogger(__name__)
 
 
 def check_preconditions(kafka: KafkaCluster, plan: dict) -> list[str]:
@@ -28,10 +36,56 @@ def check_preconditions(kafka: KafkaCluster, plan: dict) -> list[str]:
     return problems
 
 
-def execute(kafka: KafkaCluster, plan: dict) -> dict:
+COMMIT_SEQ = 0  # the journal's change number of the one commit request (every planned partition)
+
+
+def execute(kafka: KafkaCluster, plan: dict, journal_path: str | os.PathLike | None = None) -> dict:
+    """Commit the planned offsets in one request, journaled at journal_path (core.journal) as one
+    change listing every partition: intent (before -> after) before the commit, outcome after. When
+    the commit fails, the offsets are read back and the outcome says which partitions moved."""
     d = plan["details"]
-    offsets = {(d["topic"], r["partition"]): r["new"] for r in d["partitions"]}
-    kafka.commit_offsets(d["group"], offsets)
-    return {"group": d["group"], "topic": d["topic"],
-            "changes": [{"partition": r["partition"], "before": r["committed"], "after": r["new"]}
-                        for r in d["partitions"]]}
+    group, topic = d["group"], d["topic"]
+    changes = [{"partition": r["partition"], "before": r["committed"], "after": r["new"]} for r in d["partitions"]]
+    offsets = {(topic, c["partition"]): c["after"] for c in changes}
+    with Journal(journal_path) as j:
+        j.intent(COMMIT_SEQ, op="commit_offsets", group=group, topic=topic, partitions=changes)
+        try:
+            kafka.commit_offsets(group, offsets)
+        except Exception as e:
+            moved = _moved(kafka, group, topic, changes)
+            j.outcome(COMMIT_SEQ, "failed", error=f"{type(e).__name__}: {e}", **moved)
+            raise ResetFailed(
+                f"reset of group {group!r} on topic {topic!r} failed ({e}); read back after the failure: "
+                f"moved {_names(topic, moved['moved'])}, not moved {_names(topic, moved['not_moved'])}, "
+                f"unknown {_names(topic, moved['unknown'])}"
+                + (f"; journal {journal_path}" if journal_path else "")) from e
+        j.outcome(COMMIT_SEQ, "done")
+    return {"group": group, "topic": topic, "changes": changes}
+
+
+class ResetFailed(FleetError):
+    """The commit of a reset failed; the message says which partitions moved."""
+
+
+def _moved(kafka: KafkaCluster, group: str, topic: str, changes: list[dict]) -> dict:
+    """Split the planned changes by what the group's committed offsets read back now: moved (at the
+    new offset), not_moved (still at the old one), unknown (unreadable, or at neither)."""
+    out = {"moved": [], "not_moved": [], "unknown": []}
+    try:
+        now = kafka.group_offsets(group, [(topic, c["partition"]) for c in changes])
+    except Exception as e:  # noqa: BLE001 - the account must be written whatever the cluster answers
+        log.error("reset of group %r: offsets not readable after the failed commit (%s)", group, e)
+        now = None
+    for c in changes:
+        current = None if now is None else now.get((topic, c["partition"]))
+        if now is not None and current == c["after"] and c["after"] != c["before"]:
+            out["moved"].append(c)
+        elif now is not None and current == c["before"]:
+            out["not_moved"].append(c)
+        else:
+            out["unknown"].append({**c, "reads_back": current})
+    return out
+
+
+def _names(topic: str, changes: list[dict]) -> str:
+    return "[" + ", ".join(f"{topic}-{c['partition']}" for c in changes) + "]"

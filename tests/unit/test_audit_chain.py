@@ -1,0 +1,311 @@
+"""The audit's hash chain: every kind of tampering is reported with the record's id; intact chains,
+records from before the chain and a writer killed mid-append are not errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from fleetkit.core import audit
+from fleetkit.core.datasets import SCHEMAS, DataRoot, write_collection
+
+HOSTILE = 'lab "x"; rm -rf * {{ y }} é'
+
+
+@pytest.fixture
+def heads(tmp_path, monkeypatch):
+    d = tmp_path / "heads"
+    monkeypatch.setenv("FLEET_AUDIT_HEADS_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def root(tmp_path, heads):
+    return DataRoot(tmp_path / "data")
+
+
+def _append(root, cluster="lab", n=5, start=None):
+    start = start or dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+    return [audit.record(root, cluster=cluster, dag_id="runbook_reset_offsets", run_id=f"r{i}",
+                         action="reset_offsets", event="planned", actor="alice", digest=f"sha256:{i}",
+                         message=f"step {i}", details={"i": i}, now=start + dt.timedelta(seconds=i))
+            for i in range(n)]
+
+
+def _file_of(root, record_id):
+    for f in root.files("audit"):
+        if record_id in pq.read_table(f).column("record_id").to_pylist():
+            return f
+    raise AssertionError(record_id)
+
+
+def _rewrite(path, change):
+    rows = pq.read_table(path).to_pylist()
+    rows = [change(dict(r)) for r in rows]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMAS["audit"]), path)
+
+
+def _problems(root, cluster="lab"):
+    (rep,) = audit.verify(root, cluster)
+    problems: dict[str, str] = {}
+    for rid, what in rep.problems:
+        problems[rid] = f"{problems[rid]}; {what}" if rid in problems else what
+    return rep, problems
+
+
+def test_intact_chain_links_each_record_to_the_one_before(root):
+    rows = _append(root, n=4)
+    assert rows[0]["prev_hash"] == audit.GENESIS
+    assert [r["prev_hash"] for r in rows[1:]] == [r["hash"] for r in rows[:-1]]
+    assert all(audit.record_hash(r) == r["hash"] for r in rows)
+    rep, problems = _problems(root)
+    assert rep.ok and problems == {} and rep.chained == 4 and rep.before_chain == 0
+    stored = {r["record_id"]: r for r in audit.records(root, "lab")}
+    assert stored[rows[2]["record_id"]]["hash"] == rows[2]["hash"]
+
+
+def test_modified_record_is_reported(root):
+    rows = _append(root)
+    _rewrite(_file_of(root, rows[2]["record_id"]), lambda r: {**r, "actor": "mallory"})
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "modified" in problems[rows[2]["record_id"]]
+
+
+def test_modified_record_with_its_hash_recomputed_is_reported(root):
+    rows = _append(root)
+
+    def forge(r):
+        r = {**r, "details": json.dumps({"i": 99})}
+        return {**r, "hash": audit.record_hash(r)}
+
+    _rewrite(_file_of(root, rows[2]["record_id"]), forge)
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "chain broken" in problems[rows[3]["record_id"]]
+
+
+def test_removed_record_is_reported(root):
+    rows = _append(root)
+    os.remove(_file_of(root, rows[2]["record_id"]))
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "chain broken" in problems[rows[3]["record_id"]]
+    assert rows[1]["record_id"] in problems[rows[3]["record_id"]]  # the last intact record before the gap
+
+
+def test_removed_first_record_is_reported(root):
+    rows = _append(root)
+    os.remove(_file_of(root, rows[0]["record_id"]))
+    rep, problems = _problems(root)
+    assert "chain broken" in problems[rows[1]["record_id"]]
+
+
+def test_inserted_record_is_reported(root):
+    rows = _append(root)
+    forged = {**rows[1], "record_id": "f" * 32, "message": "nothing happened here",
+              "observed_at": rows[1]["observed_at"] + dt.timedelta(milliseconds=500), "prev_hash": rows[1]["hash"]}
+    forged["hash"] = audit.record_hash(forged)
+    write_collection(root, "lab", forged["observed_at"], {"audit": [forged]})
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "off the chain" in problems["f" * 32]
+    assert rep.chained == 5
+
+
+def test_reordered_records_are_reported(root):
+    a, b, c, d, e = _append(root)
+    # c moved before b, each rewritten with a consistent hash of its own
+    c2 = {**c, "prev_hash": a["hash"]}
+    c2["hash"] = audit.record_hash(c2)
+    b2 = {**b, "prev_hash": c2["hash"]}
+    b2["hash"] = audit.record_hash(b2)
+    _rewrite(_file_of(root, c["record_id"]), lambda r: c2)
+    _rewrite(_file_of(root, b["record_id"]), lambda r: b2)
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "chain broken" in problems[d["record_id"]]
+
+
+def test_swapped_timestamps_are_reported(root):
+    rows = _append(root)
+    t1, t2 = rows[1]["observed_at"], rows[2]["observed_at"]
+    _rewrite(_file_of(root, rows[1]["record_id"]), lambda r: {**r, "observed_at": t2})
+    _rewrite(_file_of(root, rows[2]["record_id"]), lambda r: {**r, "observed_at": t1})
+    rep, problems = _problems(root)
+    assert "modified" in problems[rows[1]["record_id"]] and "modified" in problems[rows[2]["record_id"]]
+
+
+def test_truncated_tail_is_reported(root):
+    rows = _append(root)
+    os.remove(_file_of(root, rows[-1]["record_id"]))
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "truncated" in problems[rows[-1]["record_id"]]
+
+
+def test_whole_audit_removed_is_reported(root):
+    rows = _append(root, n=2)
+    for f in root.files("audit"):
+        os.remove(f)
+    (rep,) = audit.verify(root)  # the cluster is still found through its head
+    assert rep.cluster == "lab" and "truncated" in dict(rep.problems)[rows[-1]["record_id"]]
+
+
+def test_lost_head_is_reported(root, heads):
+    _append(root, n=2)
+    for p in heads.rglob("*.head.json"):
+        p.unlink()
+    rep, problems = _problems(root)
+    assert not rep.ok and "no head file" in " ".join(problems.values())
+
+
+def test_lost_head_is_rebuilt_by_the_next_append_and_reported_as_a_warning(root, heads):
+    rows = _append(root, n=2)
+    for p in heads.rglob("*.head.json"):
+        p.unlink()
+    nxt = audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    assert nxt["prev_hash"] == rows[-1]["hash"]
+    rep, _ = _problems(root)
+    assert rep.ok and rep.chained == 3 and "rebuilt" in rep.warnings[0]
+
+
+def test_records_before_the_chain_are_counted_not_errors(root):
+    old_schema = pa.schema([f for f in SCHEMAS["audit"] if f.name not in ("prev_hash", "hash")])
+    when = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
+    folder = Path(root.partition_dir("audit", "lab", when.date()))
+    folder.mkdir(parents=True)
+    old = {"cluster": "lab", "observed_at": when, "record_id": "0" * 32, "dag_id": "d", "run_id": "old",
+           "action": "a", "event": "planned", "actor": None, "digest": None, "message": "", "details": "{}"}
+    pq.write_table(pa.Table.from_pylist([old], schema=old_schema), folder / "part-old.parquet")
+    _append(root, n=3)
+    rep, problems = _problems(root)
+    assert rep.ok and rep.chained == 3 and rep.before_chain == 1
+    assert [r["run_id"] for r in audit.records(root, "lab")][0] == "old"
+
+
+def test_record_without_hash_after_the_chain_began_is_reported(root):
+    rows = _append(root, n=3)
+    _rewrite(_file_of(root, rows[2]["record_id"]), lambda r: {**r, "hash": None, "prev_hash": None})
+    rep, problems = _problems(root)
+    assert "inserted" in problems[rows[2]["record_id"]]
+
+
+def test_writer_killed_between_record_and_head_is_not_tampering(root, heads):
+    rows = _append(root, n=2)
+    (head_file,) = heads.rglob("*.head.json")
+    head = json.loads(head_file.read_text())
+    # what a writer killed after writing the record and before updating the head leaves behind
+    nxt = {**rows[1], "record_id": "a" * 32, "observed_at": rows[1]["observed_at"] + dt.timedelta(seconds=1),
+           "prev_hash": rows[1]["hash"]}
+    nxt["hash"] = audit.record_hash(nxt)
+    write_collection(root, "lab", nxt["observed_at"], {"audit": [nxt]})
+    head_file.write_text(json.dumps({**head, "pending": {"hash": nxt["hash"], "record_id": nxt["record_id"],
+                                                         "observed_at": nxt["observed_at"].isoformat()}}))
+    rep, _ = _problems(root)
+    assert rep.ok and rep.chained == 3
+    after = audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    assert after["prev_hash"] == nxt["hash"]
+    rep, _ = _problems(root)
+    assert rep.ok and rep.chained == 4
+
+
+def test_failed_write_leaves_the_head_as_it_was(root, heads, monkeypatch):
+    rows = _append(root, n=2)
+
+    def broken(*a, **k):
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(audit, "write_collection", broken)
+        with pytest.raises(OSError):
+            audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    (head_file,) = heads.rglob("*.head.json")
+    assert json.loads(head_file.read_text())["hash"] == rows[-1]["hash"]
+    assert "pending" not in json.loads(head_file.read_text())
+    rep, _ = _problems(root)
+    assert rep.ok and rep.chained == 2
+
+
+def test_append_reads_only_the_head_not_the_dataset(root, monkeypatch):
+    _append(root, n=3)
+
+    def no_reading(*a, **k):
+        raise AssertionError("record() read the audit dataset")
+
+    monkeypatch.setattr(audit, "read_dataset", no_reading)
+    audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+
+
+def test_chains_are_per_cluster_and_per_data_root(tmp_path, heads):
+    a, b = DataRoot(tmp_path / "a"), DataRoot(tmp_path / "b")
+    _append(a, cluster="lab", n=2)
+    _append(b, cluster="lab", n=3)
+    _append(a, cluster=HOSTILE, n=2)
+    reps = {r.cluster: r for r in audit.verify(a)}
+    assert set(reps) == {"lab", HOSTILE}
+    assert all(r.ok for r in reps.values()) and reps["lab"].chained == 2 and reps[HOSTILE].chained == 2
+    (rb,) = audit.verify(b)
+    assert rb.ok and rb.chained == 3
+
+
+def _append_many(args):
+    root_path, heads_dir, worker = args
+    os.environ["FLEET_AUDIT_HEADS_DIR"] = heads_dir
+    root = DataRoot(root_path)
+    for i in range(10):
+        audit.record(root, cluster="lab", dag_id="d", run_id=f"w{worker}-{i}", action="a", event="planned")
+
+
+def test_concurrent_appends_from_several_processes_keep_one_chain(root, heads):
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(4) as pool:
+        pool.map(_append_many, [(root.path, str(heads), w) for w in range(4)])
+    rep, problems = _problems(root)
+    assert problems == {} and rep.chained == 40
+
+
+def test_cli_audit_verify(root, heads):
+    """`fleetctl audit verify` as a process: OK per cluster and exit 0, then the tampered record's id
+    and exit 1."""
+    _append(root, cluster="lab", n=3)
+    rows = _append(root, cluster="other", n=2)
+    fleetctl = Path(sys.executable).with_name("fleetctl")
+    env = dict(os.environ, FLEET_AUDIT_HEADS_DIR=str(heads))
+
+    def run(*args):
+        return subprocess.run([str(fleetctl), "audit", "verify", "--data-root", root.path, *args],
+                              capture_output=True, text=True, env=env, timeout=120)
+
+    out = run()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["OK\tcluster=lab\t3 records chained", "OK\tcluster=other\t2 records chained"]
+
+    os.remove(_file_of(root, rows[-1]["record_id"]))
+    out = run()
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "OK\tcluster=lab\t3 records chained" in out.stdout
+    assert f"FAIL\tcluster=other\trecord={rows[-1]['record_id']}\ttruncated" in out.stdout
+
+
+
+def test_cli_audit_verify_one_cluster(root, capsys):
+    from fleetctl.cli import main
+
+    _append(root, cluster="lab", n=3)
+    rows = _append(root, cluster="other", n=2)
+    os.remove(_file_of(root, rows[0]["record_id"]))
+    assert main(["audit", "verify", "--cluster", "lab", "--data-root", root.path]) == 0
+    assert capsys.readouterr().out == "OK\tcluster=lab\t3 records chained\n"
+    assert main(["audit", "verify", "--cluster", "other", "--data-root", root.path]) == 1
+    out = capsys.readouterr().out
+    assert f"FAIL\tcluster=other\trecord={rows[1]['record_id']}\tchain broken" in out
