@@ -79,14 +79,16 @@ def read_journal(path: str | os.PathLike) -> dict[int, dict]:
 
 
 def summary(path: str | os.PathLike) -> dict:
-    """What a journal says was done: counts per status and the changes whose outcome is unknown."""
+    """What a journal says was done: counts per status, the changes done, those whose outcome is
+    unknown (intent only) and every other outcome (failed, skipped, ...) with its fields."""
     entries = read_journal(path)
     counts: dict[str, int] = {}
     for e in entries.values():
         counts[e["status"]] = counts.get(e["status"], 0) + 1
     return {"journal": str(path), "counts": counts,
             "done": [e for e in entries.values() if e["status"] in DONE_STATUSES],
-            "unknown": [e for e in entries.values() if e["status"] == "intent"]}
+            "unknown": [e for e in entries.values() if e["status"] == "intent"],
+            "other": [e for e in entries.values() if e["status"] not in DONE_STATUSES | {"intent"}]}
 
 
 def journal_path(data_root: str | os.PathLike, capability: str, dag_id: str, run_id: str, cluster: str) -> Path:
