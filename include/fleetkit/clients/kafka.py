@@ -204,6 +204,14 @@ class KafkaCluster:
                     )
         return out
 
+    def cluster_id(self) -> str | None:
+        """The cluster id the brokers report in metadata (Kafka 0.10.1 and later); None before."""
+        try:
+            md = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as e:
+            raise self._unreachable("a metadata request", e) from None
+        return md.cluster_id or None
+
     # -- groups ---------------------------------------------------------------------------
     def list_groups(self, errors: list[str] | None = None) -> list[tuple[str, str]]:
         """(group, state) of every group the brokers list. Some brokers failing is logged and, when
