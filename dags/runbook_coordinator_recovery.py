@@ -36,7 +36,8 @@ run).
 leader or its epoch changed since the plan, the target left the ISR, or another reassignment /
 election is in progress) -> verify (the new leader / the broker back in the ISR, and every group
 of the plan served again, waiting for the load) -> unlock. Roll back a move: the `executed` audit
-record holds the replica order before; run `move_leader` back to the old leader.
+record's rollback conf (`fleetctl audit rollback RECORD_ID`) moves leadership back to the old leader and
+sets `replica_order` to the order before, exactly. The order approved is the order executed.
 """
 
 with DAG(**runbook_dag_args(
@@ -49,6 +50,9 @@ with DAG(**runbook_dag_args(
         "action": Param("move_leader", type="string", enum=["move_leader", "restart_broker", "trim_handover"]),
         "target_broker": Param(-1, type="integer", minimum=-1,
                                description="move_leader: new leader; restart_broker: broker (-1: default)"),
+        "replica_order": Param("", type="string",
+                               description="move_leader: the replica order to set, e.g. 3,1,2 (empty: the new "
+                                           "leader first, the others in their order); a rollback restores the old one"),
         "evidence_report": Param("", type="string", description="an ownership report folder (default: latest)"),
     },
     max_active_runs=4,

@@ -381,6 +381,57 @@ def cmd_groupids_diff(args) -> int:
     return 0
 
 
+# -- per-cluster locks ---------------------------------------------------------------------------
+def _lock_dir(args) -> str:
+    from fleet_airflow.settings import load_airflow_env  # no Airflow import: the env file only
+    from fleetkit.core import settings as core_settings
+
+    if args.lock_dir:
+        return args.lock_dir
+    load_airflow_env()  # the Airflow home the workers use, hence their lock folder
+    return core_settings.lock_dir()
+
+
+def cmd_lock_status(args) -> int:
+    """Every held lock: cluster, holder run, since, identity (exit 3 when one is held)."""
+    from fleetkit.core.locks import held_locks
+    from fleetkit.core.render import visible_controls
+
+    lock_dir = _lock_dir(args)
+    held = held_locks(lock_dir)
+    if not held:
+        print(f"no cluster is locked (lock folder {lock_dir})")
+        return 0
+    for path, h in held:
+        print("\t".join(visible_controls(str(x)) for x in (
+            h.get("cluster", "?"), f"dag={h.get('dag_id', '?')}", f"run={h.get('run_id', '?')}",
+            f"since={h.get('since', '?')}", f"host={h.get('host', '?')}", f"pid={h.get('pid', '?')}",
+            f"identity={h.get('identity', '?')}", str(path))))
+    return 3
+
+
+def cmd_lock_clear(args) -> int:
+    """Clear the lock of a cluster (by the name or identity its holder recorded), after checking the
+    cluster: the lock file is moved to <lock folder>/cleared/."""
+    from fleetkit.core.locks import find_locks
+    from fleetkit.core.render import visible_controls
+
+    lock_dir = _lock_dir(args)
+    locks = find_locks(lock_dir, args.cluster)
+    if not locks:
+        print(f"error: no lock held for cluster {visible_controls(args.cluster)!r} in {lock_dir} "
+              "(fleetctl lock status lists the held locks)", file=sys.stderr)
+        return 2
+    for lock in locks:
+        h = lock.clear()
+        if h is None:
+            continue
+        print(f"cleared the lock of cluster {visible_controls(str(h.get('cluster')))!r} ({h.get('identity')}) held by "
+              f"DAG {visible_controls(str(h.get('dag_id')))!r} run {visible_controls(str(h.get('run_id')))!r} since "
+              f"{h.get('since')}; kept in {lock.lock_dir / 'cleared'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetctl", description="Kafka fleet maintenance toolkit")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -489,6 +540,16 @@ def build_parser() -> argparse.ArgumentParser:
     gd.add_argument("--all", action="store_true", help="print OK paths too")
     gd.set_defaults(func=cmd_groupids_diff)
 
+    lk = sub.add_parser("lock", help="the per-cluster locks of the destructive runbooks")
+    lk_sub = lk.add_subparsers(dest="lock_command", required=True)
+    ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
+    ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    ls_.set_defaults(func=cmd_lock_status)
+    lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster (its holder run is gone)")
+    lc.add_argument("cluster", help="the cluster name (or identity) the lock's holder recorded")
+    lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    lc.set_defaults(func=cmd_lock_clear)
+
     c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
@@ -499,7 +560,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
 # Airflow for them (nor for --help), so they start in a fraction of a second.
-AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition")
+AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

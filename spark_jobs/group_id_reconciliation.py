@@ -16,7 +16,8 @@ them through Arrow-optimised Python UDFs, so reasons are the library's word for 
   MISMATCHED       the znode holds another group than the live member's
   MISSING          a live member has no znode
   STALE            no live member and the znode not modified for longer than the grace period
-                   (never when the znode's group could not be described: its members are unknown)
+                   (never when the znode's group could not be described, nor on a cluster whose
+                   group listing was partial (a member row with group null): members unknown)
   OK               everything else (a znode without live member younger than the grace period)
 
 Writes DIR/findings.jsonl (every finding that is not OK: cluster, path, class, reason, group,
@@ -150,8 +151,12 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
     cfg = F.broadcast(config.select("cluster", "root", "grace_seconds"))
     name = F.concat(F.col("client_host"), F.lit("-"), F.col("client_id"))
     marker = F.col("member_id").isNull() & F.col("client_id").isNull() & F.col("client_host").isNull()
-    unknown = (members.filter(marker).select("cluster", F.col("group").alias("znode_group")).distinct()
+    unknown = (members.filter(marker & F.col("group").isNotNull())
+               .select("cluster", F.col("group").alias("znode_group")).distinct()
                .withColumn("group_unknown", F.lit(True)))
+    # a marker with no group (rules.ALL_GROUPS): the listing was partial, every group is unknown
+    cluster_unknown = (members.filter(marker & F.col("group").isNull()).select("cluster").distinct()
+                       .withColumn("cluster_unknown", F.lit(True)))
     m = members.filter(~marker).withColumn("problem", name_problem("client_host", "client_id")).withColumn("name", name)
     unrep = (m.filter(F.col("problem").isNotNull())
              .select("cluster", F.lit(None).cast("string").alias("path"), "problem",
@@ -179,7 +184,8 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
         F.array_sort(F.collect_list("member_id")).alias("member_ids"),
         *[F.first(c, ignorenulls=True).alias(c) for c, _ in _Z_COLS])
         .join(cfg, "cluster", "left")
-        .join(F.broadcast(unknown), ["cluster", "znode_group"], "left"))
+        .join(F.broadcast(unknown), ["cluster", "znode_group"], "left")
+        .join(F.broadcast(cluster_unknown), "cluster", "left"))
     n = F.size("groups")  # collect_set of no value: an empty array
     root = F.coalesce(F.col("root"), F.lit(default_root))
     paths = j.select("cluster",
@@ -191,7 +197,8 @@ def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None =
                      F.coalesce("m_client_id", "z_client_id").alias("client_id"),
                      F.coalesce(F.col("member_ids"), F.array().cast("array<string>")).alias("member_ids"),
                      "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds",
-                     F.coalesce(F.col("group_unknown"), F.lit(False)).alias("group_unknown"),
+                     (F.coalesce(F.col("group_unknown"), F.lit(False))
+                      | F.coalesce(F.col("cluster_unknown"), F.lit(False))).alias("group_unknown"),
                      F.col("grace_seconds").alias("grace"))
     grace = F.coalesce(F.col("grace"), F.lit(float(default_grace)))
     verdict = classify_path("problem", "groups", "znode_group", "age_seconds", "group_unknown", grace)

@@ -52,6 +52,12 @@ CASES = [
     (18, "old znode of a group that could not be described", [("gx", None, None), ("g1", "10.0.0.7", "c2")],
      {"10.0.0.7-c1": ("gx", 99999), "10.0.0.7-c2": ("g1", 5)}, {"10.0.0.7-c1": "OK", "10.0.0.7-c2": "OK"},
      "its coordinator was loading: its members are unknown, so its mappings are not stale"),
+    (19, "partial group listing (a broker did not answer ListGroups)",
+     [(None, None, None), ("g1", "10.0.0.7", "c2")],
+     {"10.0.0.7-c1": ("gy", 99999), "10.0.0.7-c2": ("g1", 5), "10.0.0.7-c3": ("g1", 99999)},
+     {"10.0.0.7-c1": "OK", "10.0.0.7-c2": "OK", "10.0.0.7-c3": "OK"},
+     "the groups the silent broker coordinates were not listed: any client may be a member of one, so "
+     "no mapping of the cluster is stale, not even one of a group that was listed"),
     (17, "znode exactly at the grace", [], {"10.0.0.7-c1": ("g1", 3600)}, {"10.0.0.7-c1": "OK"},
      "STALE needs longer than the grace period"),
 ]

@@ -196,13 +196,29 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
 
     @task(task_id="lock")
     def lock_task(**context) -> str:
-        params = context["params"]
+        # keyed by the cluster's identity (its cluster id, or ZooKeeper ensemble + chroot), so two
+        # fleet-file names of one cluster share the lock; a holder run that no longer runs is
+        # reported (how to clear it), never taken over. Whether it runs: the task SDK's
+        # RuntimeTaskInstance.get_dr_count / get_dagrun_state (the execution API, no database access).
+        from fleetkit.core.locks import RUNNING_STATES
+
+        params, ti = context["params"], context["ti"]
         owner = f"{context['dag'].dag_id}/{context['run_id']}"
+
+        def holder_running(dag_id: str, run_id: str):
+            if ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]) == 0:
+                return False, "no such run"
+            state = str(ti.get_dagrun_state(dag_id=dag_id, run_id=run_id))
+            return state in RUNNING_STATES, state
+
         try:
-            ClusterLock(lock_dir(), params["cluster"]).acquire(owner, context["dag"].dag_id, context["run_id"])
+            lock = _with_cluster(params, lambda ctx: ClusterLock.for_cluster(lock_dir(), ctx.cluster, ctx.kafka, ctx.zk))
+            lock.acquire(owner, context["dag"].dag_id, context["run_id"], holder_running=holder_running)
         except FleetError as e:
             _audit(params, context, action.name, "refused", message=str(e))
             raise AirflowFailException(str(e)) from None
+        ti.xcom_push(key="lock_identity", value=lock.identity)
+        log.info("locked cluster %s (%s) for %s: %s", params["cluster"], lock.identity, owner, lock.path)
         return owner
 
     @task(task_id="execute")
@@ -301,8 +317,16 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
 
     @task(task_id="unlock")
     def unlock_task(**context) -> bool:
+        # the identity the lock task took (no need to reach the cluster again); none: never locked
         owner = f"{context['dag'].dag_id}/{context['run_id']}"
-        return ClusterLock(lock_dir(), context["params"]["cluster"]).release(owner)
+        identity = context["ti"].xcom_pull(task_ids="lock", key="lock_identity")
+        if not identity:
+            log.info("this run holds no lock (the lock task did not take it)")
+            return False
+        released = ClusterLock(lock_dir(), identity, context["params"]["cluster"]).release(owner)
+        log.info("lock of %s (%s) %s", context["params"]["cluster"], identity,
+                 "released" if released else "was not held by this run")
+        return released
 
     planned = plan_task()
     stop = dry_run_stop()

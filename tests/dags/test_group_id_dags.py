@@ -126,3 +126,62 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         kafka.close()
         zk.delete(root, recursive=True)
         zk.stop()
+
+
+def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_path, monkeypatch):
+    """CreateMissingGroupIdsOperator is a writer like the runbooks: it takes the cluster's lock. Held
+    by a run that no longer exists, nothing is created and the task fails saying how to clear it;
+    once cleared, the creator runs (and leaves the lock free)."""
+    import datetime as dt
+
+    from airflow.sdk import DAG
+
+    from fleetctl import cli
+    from fleetkit.core.locks import held_locks
+
+    from fleet_airflow import clusters
+    from fleet_airflow.operators.group_ids import CreateMissingGroupIdsOperator
+
+    locks = tmp_path / "locks"
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(locks))
+    root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet["clusters"][0]["group_id_mappings"] = {"root": root, "create_missing_unattended": True}
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet))
+    out, data = tmp_path / "out", tmp_path / "data"
+    out.mkdir()
+    path = f"{root}/10.8.0.1-c1"
+    (out / "findings.jsonl").write_text(json.dumps(
+        {"cluster": "labtest", "path": path, "class": "MISSING", "reason": "r", "group": "g", "groups": ["g"],
+         "client_host": "10.8.0.1", "client_id": "c1", "member_ids": ["m"], "znode_group": None,
+         "znode_version": None, "ctime_ms": None, "mtime": None, "age_seconds": None}) + "\n")
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.locks import ClusterLock
+
+    cluster = load_fleet(fleet_file).cluster("labtest")
+    with clusters.connected(cluster) as (kafka, zk):
+        held = ClusterLock.for_cluster(locks, cluster, kafka, zk)
+    held.acquire("runbook_group_id_reconciliation/manual__gone", "runbook_group_id_reconciliation", "manual__gone")
+
+    with DAG(f"test_create_missing_lock_{uuid.uuid4().hex[:6]}", schedule=None, catchup=False,
+             start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
+        CreateMissingGroupIdsOperator(task_id="create_missing", out_dir=str(out), fleet_file=str(fleet_file),
+                                      data_root=str(data))
+    # dag.test() serialises only DAGs of a bundle: this one is written to the metadata database here
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+
+    bag = DagBag(dag_folder=str(tmp_path / "no_dags"))
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+    dr = dag.test()
+    assert mapped_task_states(dr) == {("create_missing", -1): "failed"}
+    assert held.holder()["run_id"] == "manual__gone"  # never stolen
+    assert not any(r["action"] == "create_missing_group_ids" for r in audit.records(DataRoot(data), "labtest"))
+
+    assert cli.main(["lock", "clear", "labtest", "--lock-dir", str(locks)]) == 0
+    dr = dag.test()
+    assert mapped_task_states(dr) == {("create_missing", -1): "success"}
+    (rec,) = [r for r in audit.records(DataRoot(data), "labtest") if r["action"] == "create_missing_group_ids"]
+    assert rec["run_id"] == dr.run_id and rec["details"]["result"]["skipped"] == 1  # no live member: rechecked
+    assert held_locks(locks) == []  # taken and released

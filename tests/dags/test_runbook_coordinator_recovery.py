@@ -49,7 +49,7 @@ def live_group(lab, tmp_path, unique, monkeypatch):
         st = leadership.state(zk, OFFSETS, p)
     conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
             "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data"),
-            "evidence_report": ""}
+            "evidence_report": "", "replica_order": ""}
     yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data")}
     member.stop()
     with lab.zookeeper() as zk:
@@ -74,14 +74,25 @@ def test_dry_run_is_the_default_and_changes_nothing(dag, lab, live_group):
 
 def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, live_group):
     p, before = live_group["partition"], live_group["state"]
+    with lab.zookeeper() as zk:
+        original = leadership.assignment(zk, OFFSETS)[p]
+    target = original[-1]  # the last replica: moving back to the first would not restore the order by itself
     answer = Answerer(DAG_ID, "Approve")
-    dr = run(dag, live_group["conf"], answer)
+    dr = run(dag, dict(live_group["conf"], target_broker=target), answer)
     assert dr.state == "success", states(dr)
+    plan, _ = plans.load(Path(live_group["conf"]["data_root"]) / "plans", DAG_ID, dr.run_id)
     with lab.zookeeper() as zk:
         after = leadership.state(zk, OFFSETS, p)
         replicas = leadership.assignment(zk, OFFSETS)[p]
-    target = next(b for b in before.isr if b != before.leader)
-    assert after.leader == target and after.leader_epoch > before.leader_epoch and replicas[0] == target
+    assert after.leader == target and after.leader_epoch > before.leader_epoch
+    assert replicas == plan["details"]["new_order"] == [target] + original[:-1]  # exactly the approved order
+    # each step in the gate's execute journal, between the gate's own start and end
+    from fleetkit.core.journal import journal_path, read_journal
+
+    entries = read_journal(journal_path(live_group["conf"]["data_root"], "coordinator_recovery", DAG_ID, dr.run_id,
+                                        "labtest"))
+    assert [(e.get("step"), e["status"]) for e in entries.values()] == [
+        ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
     # the approver saw the evidence: expected vs named coordinator for the group, the partition
     shown = answer.body.replace("\\", "")  # the body is Markdown-escaped
     assert f"partition**: {OFFSETS}-{p} (of 50)" in shown
@@ -90,7 +101,8 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
     res = recs[2]["details"]["result"]
     assert res["leader_before"] == before.leader and res["leader_after"] == target
-    assert recs[2]["details"]["rollback"]["conf"]["target_broker"] == before.leader
+    rollback = recs[2]["details"]["rollback"]["conf"]
+    assert (rollback["target_broker"], rollback["replica_order"]) == (before.leader, ",".join(map(str, original)))
     # the group is served by its new coordinator (verify waited for that; check it independently)
     from fleetkit.clients.kafka import KafkaCluster, client_config
 
@@ -100,6 +112,13 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     finally:
         k.close()
     assert d.coordinator_id == target and d.error is None
+    # the rollback (its conf from the executed record, behind an approval): leader and order from before
+    back = run(dag, dict(live_group["conf"], **{k: v for k, v in rollback.items() if k != "cluster"}),
+               Answerer(DAG_ID, "Approve"))
+    assert back.state == "success", states(back)
+    with lab.zookeeper() as zk:
+        assert leadership.assignment(zk, OFFSETS)[p] == original
+        assert leadership.state(zk, OFFSETS, p).leader == before.leader
 
 
 def test_a_leader_change_after_the_plan_is_refused(dag, lab, live_group):
@@ -150,3 +169,47 @@ def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, l
         assert before.leader in zk.broker_ids() and before.leader in now.isr
     # the controller moved leadership away while the broker was down (no automatic rebalance back)
     assert now.leader_epoch > before.leader_epoch
+
+
+def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, lab, live_group, tmp_path):
+    """Two fleet-file names of one cluster share its lock (0.9: keyed by ZooKeeper ensemble and
+    chroot); a holder run that does not exist any more is reported with how to clear the lock."""
+    import copy
+
+    import yaml
+
+    from fleetctl import cli
+    from fleetkit.core.locks import ClusterLock
+
+    from fleet_airflow import clusters
+
+    doc = yaml.safe_load(lab.fleet_file.read_text())
+    alias = copy.deepcopy(doc["clusters"][0])
+    alias["name"] = "labtest-alias"
+    doc["clusters"].append(alias)
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(doc))
+    from fleetkit.core.fleet import load_fleet
+
+    locks = tmp_path / "locks"
+    with clusters.connected(load_fleet(fleet_file).cluster("labtest-alias")) as (kafka, zk):
+        held = ClusterLock.for_cluster(locks, load_fleet(fleet_file).cluster("labtest-alias"), kafka, zk)
+    assert held.identity.startswith("zookeeper:") and held.identity.endswith("/kafka")
+    held.acquire(f"{DAG_ID}/manual__gone", DAG_ID, "manual__gone")
+    with lab.zookeeper() as zk:
+        order_before = leadership.assignment(zk, OFFSETS)[live_group["partition"]]
+
+    dr = run(dag, dict(live_group["conf"], fleet_file=str(fleet_file)), Answerer(DAG_ID, "Approve"))
+    st = states(dr)
+    assert st["lock"] == "failed" and st["execute"] in ("upstream_failed", "skipped"), st
+    with lab.zookeeper() as zk:
+        now = leadership.state(zk, OFFSETS, live_group["partition"])
+        assert leadership.assignment(zk, OFFSETS)[live_group["partition"]] == order_before
+    assert (now.leader, now.leader_epoch) == (live_group["state"].leader, live_group["state"].leader_epoch)
+    refused = [r for r in audit.records(live_group["root"], "labtest", dr.run_id) if r["event"] == "refused"]
+    assert "holder run 'manual__gone' of DAG 'runbook_coordinator_recovery' is no longer running (state no such " \
+           "run)" in refused[0]["message"]
+    assert "clear it with fleetctl lock clear labtest-alias" in refused[0]["message"]
+    assert held.holder()["run_id"] == "manual__gone"  # never stolen, not released by the refused run
+    assert cli.main(["lock", "clear", "labtest-alias", "--lock-dir", str(locks)]) == 0
+    assert held.holder() is None

@@ -18,7 +18,7 @@ from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
 from fleetkit.clients.kafka import client_config
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
-from fleetkit.core.locks import ClusterLock
+from fleetkit.core.locks import ClusterLock, zookeeper_identity
 
 from tests.hitl import Answerer
 from tests.hitl import run_dag as run
@@ -127,7 +127,7 @@ def test_a_plan_edited_after_approval_is_refused(dag, setup):
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
     refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
     assert len(refused) == 1 and "stored plan changed after approval" in refused[0]["message"]
-    assert ClusterLock(Path(setup["conf"]["data_root"]).parent / "locks", "labtest").holder() is None  # released
+    assert _lab_lock(setup["lab"], Path(setup["conf"]["data_root"]).parent / "locks").holder() is None  # released
 
 
 def test_a_group_that_came_back_to_life_is_refused(dag, setup):
@@ -158,13 +158,18 @@ def test_a_group_that_came_back_to_life_is_refused(dag, setup):
     assert "live member(s) (clients: revived-1); it must be Empty or Dead" in refused[0]["message"]
 
 
+def _lab_lock(lab, lock_dir) -> ClusterLock:
+    """The lab cluster's lock: Kafka 0.9 has no cluster id, the lock is keyed by ZooKeeper and chroot."""
+    return ClusterLock(lock_dir, zookeeper_identity(lab.spec.zk_hosts, lab.spec.chroot), "labtest")
+
+
 def test_one_destructive_runbook_per_cluster(dag, setup, tmp_path):
-    lock = ClusterLock(tmp_path / "locks", "labtest")
+    lock = _lab_lock(setup["lab"], tmp_path / "locks")
     lock.acquire("other_dag/other_run", "other_dag", "other_run")
     dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve"))
     st = states(dr)
     assert st["lock"] == "failed" and st["execute"] in ("upstream_failed", "skipped")
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
     refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
-    assert "locked by another destructive runbook: DAG 'other_dag' run 'other_run'" in refused[0]["message"]
+    assert "holder run 'other_run' of DAG 'other_dag' is no longer running" in refused[0]["message"]
     assert lock.holder()["owner"] == "other_dag/other_run"  # not released by the refused run

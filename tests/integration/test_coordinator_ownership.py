@@ -148,3 +148,75 @@ def test_move_leader_refuses_a_replica_outside_the_isr_and_a_busy_controller(lab
         assert res["leader_after"] == target and res["replicas_after"][0] == target
         assert sorted(res["replicas_after"]) == sorted(before)
     balance_leaders(lab)
+
+
+def _restore(lab, partition: int, order: list[int]) -> None:
+    with lab.zookeeper() as zk:
+        leadership.reorder_replicas(zk, OFFSETS, partition, order)
+    balance_leaders(lab)
+
+
+def _plan(lab, zk, tmp_path, **params):
+    from fleetkit.ownership.plan import build_plan
+
+    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    try:
+        return build_plan(lab.cluster, kafka, zk, str(tmp_path), {"action": "move_leader", **params})
+    finally:
+        kafka.close()
+
+
+def test_a_move_sets_exactly_the_approved_order_journaled_and_its_rollback_restores_it(lab, tmp_path):
+    """The plan holds the replica order; execute sets that order (here one whose first replica is not
+    the new leader), journals each step, and the plan's rollback conf restores order and leader."""
+    from fleetkit.core.journal import read_journal
+    from fleetkit.ownership import execute as ownership_execute
+    from fleetkit.ownership.verify import verify
+
+    balance_leaders(lab)
+    p = 5
+    with lab.zookeeper() as zk:
+        original = leadership.assignment(zk, OFFSETS)[p]
+        a, b, c = original
+        try:
+            plan = _plan(lab, zk, tmp_path, partition=p, target_broker=b, replica_order=f"{c},{a},{b}")
+            assert (plan["details"]["target"], plan["details"]["new_order"]) == (b, [c, a, b])
+            res = ownership_execute.execute(zk, plan, journal_path=tmp_path / "move.jsonl")
+            assert leadership.assignment(zk, OFFSETS)[p] == [c, a, b]
+            assert leadership.state(zk, OFFSETS, p).leader == b
+            assert (res["replicas_before"], res["replicas_after"], res["leader_after"]) == (original, [c, a, b], b)
+            steps = [(e["step"], e["status"], e.get("after")) for e in read_journal(tmp_path / "move.jsonl").values()]
+            assert steps == [("reorder_replicas", "done", [b, c, a]), ("preferred_election", "done", None),
+                             ("reorder_replicas", "done", [c, a, b])]
+            assert verify(None, zk, plan, timeout=5) == []
+            # the rollback: the leader and the order from before, exactly
+            conf = plan["rollback"]["conf"]
+            assert (conf["target_broker"], conf["replica_order"]) == (a, f"{a},{b},{c}")
+            back = _plan(lab, zk, tmp_path, **{k: v for k, v in conf.items() if k != "cluster"})
+            ownership_execute.execute(zk, back, journal_path=tmp_path / "rollback.jsonl")
+            assert leadership.assignment(zk, OFFSETS)[p] == original
+            assert leadership.state(zk, OFFSETS, p).leader == a
+        finally:
+            if leadership.assignment(zk, OFFSETS)[p] != original:
+                _restore(lab, p, original)
+
+
+def test_execute_refuses_when_the_assignment_changed_since_the_plan(lab, tmp_path):
+    from fleetkit.ownership import execute as ownership_execute
+    from fleetkit.ownership.plan import RecoveryError
+
+    balance_leaders(lab)
+    p = 6
+    with lab.zookeeper() as zk:
+        original = leadership.assignment(zk, OFFSETS)[p]
+        a, b, c = original
+        try:
+            plan = _plan(lab, zk, tmp_path, partition=p, target_broker=b)
+            assert plan["details"]["new_order"] == [b, a, c]
+            leadership.reorder_replicas(zk, OFFSETS, p, [a, c, b])  # someone else, between plan and execute
+            with pytest.raises(RecoveryError, match=r"refused, nothing changed: .*replica assignment .* changed since "
+                                                    r"the plan"):
+                ownership_execute.execute(zk, plan)
+            assert leadership.assignment(zk, OFFSETS)[p] == [a, c, b] and leadership.state(zk, OFFSETS, p).leader == a
+        finally:
+            _restore(lab, p, original)

@@ -266,3 +266,76 @@ def test_fleetctl_groupids_diff_prints_findings_and_writes_nothing(lab, zk, root
     line = next(x for x in out.splitlines() if x.startswith("STALE\t"))
     assert line.split("\t")[:5] == ["STALE", f"{root}/10.4.0.1-gone 'x' $(y)", "-", "g\\nnewline", "0"]
     assert zk.exists(f"{root}/10.4.0.1-gone 'x' $(y)") is not None  # a diff never writes
+
+
+def test_rollback_delete_spares_a_znode_recreated_since(zk, root, tmp_path):
+    """A rollback deletes what the run created only if it is still that znode: one KoP deleted and
+    re-created since (version 0 again, new creation time) is skipped; an untouched one is deleted."""
+    from tests.kop_standin import kop_delete
+
+    members = [{"group": "g 'ü' $(x)", "client_host": "10.5.0.1", "client_id": c, "member_id": f"m-{c}"}
+               for c in ("kept", "recreated")]
+    ops = gi.ops_for(gi.diff([], members, root, 3600), ["MISSING"])
+    res = gi_execute.apply(zk, ops, root, tmp_path / "run.jsonl")
+    assert len(res.changed) == 2 and all(c["ctime_ms"] == zk.exists(c["path"]).ctime for c in res.changed)
+    time.sleep(0.05)  # a distinct creation time (ms)
+    kop_delete(zk, root, "10.5.0.1", "recreated")
+    kop_write(zk, root, "10.5.0.1", "recreated", "g 'ü' $(x)")  # the client reconnected: KoP's own znode
+    assert zk.exists(f"{root}/10.5.0.1-recreated").version == 0
+    back = gi_execute.apply(zk, gi_execute.rollback_ops(res.changed), root, tmp_path / "rollback.jsonl")
+    assert [c["path"] for c in back.changed] == [f"{root}/10.5.0.1-kept"]
+    assert [(s["path"], s["reason"]) for s in back.skipped] == [
+        (f"{root}/10.5.0.1-recreated", "the znode was deleted and re-created since it was read: not touched")]
+    assert _state(zk, root) == {"10.5.0.1-recreated": "g 'ü' $(x)"}
+
+
+def test_writes_outside_the_root_are_refused(zk, root):
+    """Every write is confined below the mapping root: the root itself, a sibling, '..' and '//'
+    are refused before anything is sent, even with the right version and creation time."""
+    sibling = f"{root}_sibling"
+    zk.create(f"{root}/keep", b"g", makepath=True)
+    zk.delete(f"{root}/keep")
+    zk.create(f"{sibling}/10.6.0.1-c1", b"g", makepath=True)
+    try:
+        rstat, sstat = zk.exists(root), zk.exists(f"{sibling}/10.6.0.1-c1")
+        ops = [{"op": "delete", "class": "STALE", "path": root, "before": "", "after": None,
+                "version": rstat.version, "ctime_ms": rstat.ctime},
+               {"op": "delete", "class": "STALE", "path": f"{sibling}/10.6.0.1-c1", "before": "g", "after": None,
+                "version": sstat.version, "ctime_ms": sstat.ctime},
+               {"op": "create", "class": "MISSING", "path": f"{root}/../{sibling.lstrip('/')}/x", "before": None,
+                "after": "g", "version": None},
+               {"op": "create", "class": "MISSING", "path": f"{root}//x", "before": None, "after": "g", "version": None}]
+        res = gi_execute.apply(zk, ops, root)
+        assert res.changed == [] and len(res.errors) == 4
+        assert all(e["reason"].startswith("refused, never sent") for e in res.errors)
+        assert zk.exists(root) is not None and zk.exists(f"{sibling}/10.6.0.1-c1") is not None
+    finally:
+        zk.delete(sibling, recursive=True)
+
+
+def test_a_created_root_gets_its_parents_acl(lab):
+    """A missing mapping root (and a missing folder above it) is created with the ACL of its nearest
+    existing ancestor, never open to anyone."""
+    hosts = f"{lab.spec.zk_hosts}{lab.spec.chroot}"
+    authed = KazooClient(hosts=hosts, timeout=10, auth_data=[("digest", "kop:s3cret")])
+    anon = KazooClient(hosts=hosts, timeout=10)
+    authed.start(timeout=15)
+    anon.start(timeout=15)
+    parent = f"/kop_{uuid.uuid4().hex[:8]}"
+    root = f"{parent}/pulsar/client_group_id"
+    acl = [make_digest_acl("kop", "s3cret", all=True)]
+    try:
+        authed.create(parent, b"", acl=acl)
+        members = [{"group": "g", "client_host": "10.7.0.1", "client_id": "c1", "member_id": "m"}]
+        res = gi_execute.apply(authed, gi.ops_for(gi.diff([], members, root, 3600), ["MISSING"]), root)
+        assert len(res.changed) == 1
+        for node in (f"{parent}/pulsar", root, f"{root}/10.7.0.1-c1"):
+            assert authed.get_acls(node)[0] == acl, node
+        from kazoo.exceptions import NoAuthError
+
+        with pytest.raises(NoAuthError):
+            anon.create(f"{root}/10.7.0.1-intruder", b"x")
+    finally:
+        authed.delete(parent, recursive=True) if authed.exists(parent) else None
+        authed.stop()
+        anon.stop()

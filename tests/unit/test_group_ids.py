@@ -75,11 +75,11 @@ def test_recheck_members_drops_ops_the_members_no_longer_justify():
 
 
 def test_rollback_ops_undo_each_change_conditionally():
-    changed = [{"op": "create", "path": "/r/a", "before": None, "after": "g", "new_version": 0},
-               {"op": "set", "path": "/r/b", "before": "g0", "after": "g1", "new_version": 4},
-               {"op": "delete", "path": "/r/c", "before": "gx", "after": None, "new_version": None}]
-    assert [(o["op"], o["path"], o["after"], o["version"]) for o in rollback_ops(changed)] == [
-        ("delete", "/r/a", None, 0), ("set", "/r/b", "g0", 4), ("create", "/r/c", "gx", None)]
+    changed = [{"op": "create", "path": "/r/a", "before": None, "after": "g", "new_version": 0, "ctime_ms": 111},
+               {"op": "set", "path": "/r/b", "before": "g0", "after": "g1", "new_version": 4, "ctime_ms": 222},
+               {"op": "delete", "path": "/r/c", "before": "gx", "after": None, "new_version": None, "ctime_ms": 333}]
+    assert [(o["op"], o["path"], o["after"], o["version"], o.get("ctime_ms")) for o in rollback_ops(changed)] == [
+        ("delete", "/r/a", None, 0, 111), ("set", "/r/b", "g0", 4, 222), ("create", "/r/c", "gx", None, None)]
 
 
 BASE = """
@@ -167,11 +167,11 @@ class _FakeZK:
     def get_acls(self, path):
         from kazoo.exceptions import NoNodeError
 
-        if path not in self.nodes:
+        if path != "/" and path not in self.nodes:
             raise NoNodeError()
         return ["acl"], None
 
-    def create(self, path, data, makepath=False):
+    def create(self, path, data, acl=None, makepath=False):
         self.nodes[path] = (data.decode(), 0)
 
     def exists_async(self, path):
@@ -190,11 +190,16 @@ class _FakeZK:
 
 
 class _FakeKafka:
-    def __init__(self, members: list[tuple[str, str, str]]):
-        self.members = members
+    """Members as (group, host, client id); `list_errors`: brokers that did not answer ListGroups
+    (their groups are left out of the listing, as librdkafka does)."""
 
-    def list_groups(self):
-        return [(g, "consumer") for g in sorted({g for g, _, _ in self.members})]
+    def __init__(self, members: list[tuple[str, str, str]], list_errors: list[str] = (), unlisted=()):
+        self.members, self.list_errors, self.unlisted = members, list(list_errors), set(unlisted)
+
+    def list_groups(self, errors=None):
+        if errors is not None:
+            errors.extend(self.list_errors)
+        return [(g, "consumer") for g in sorted({g for g, _, _ in self.members} - self.unlisted)]
 
     def describe_groups(self, groups):
         from types import SimpleNamespace as NS
@@ -244,5 +249,116 @@ def test_execute_ops_interrupted_leaves_an_audit_record_and_raises(tmp_path):
     assert (len(e.value.result.changed), len(e.value.result.not_started)) == (1, 1)
     (rec,) = audit.records(DataRoot(str(tmp_path)), "c1", "r")
     assert (rec["action"], rec["event"], rec["actor"], rec["details"]["partial"]) == \
-        ("create_missing_group_ids", "executed", "scheduler", True)
+        ("create_missing_group_ids", "failed", "scheduler", True)
     assert rec["message"].startswith("INTERRUPTED: ZooKeeper connection lost mid-apply")
+
+
+# -- a partial group listing: every group of the cluster is unknown -----------------------------
+def test_a_partial_listing_marks_the_whole_cluster_unknown():
+    from fleetkit.group_ids.collect import read_members
+
+    kafka = _FakeKafka([("g1", "10.0.0.7", "c1"), ("g2", "10.0.0.7", "c2")],
+                       list_errors=["KafkaError{code=_TRANSPORT,val=-195,str=\"broker 2 down\"}"], unlisted={"g2"})
+    members, problems = read_members(kafka, "c1", None)
+    assert [m for m in members if gi.is_unknown_marker(m)] == [
+        {"cluster": "c1", "observed_at": None, "group": None, "client_id": None, "client_host": None, "member_id": None}]
+    assert gi.ALL_GROUPS in gi.unknown_groups(members)
+    assert "listing the groups partly failed" in problems[0] and "broker 2 down" in problems[0]
+    # c2 (of the unlisted g2) has an old znode, and so has a client of the listed g1 that left
+    zn, _ = rows(1, [], {"10.0.0.7-c2": ("g2", 99999), "10.0.0.7-gone": ("g1", 99999)})
+    got = {f["path"]: f["class"] for f in gi.diff(zn, members, ROOT, GRACE)}
+    assert got == {f"{ROOT}/10.0.0.7-c1": "MISSING", f"{ROOT}/10.0.0.7-c2": "OK", f"{ROOT}/10.0.0.7-gone": "OK"}
+    # the same findings without the failed broker: both old znodes are STALE
+    full, _ = read_members(_FakeKafka([("g1", "10.0.0.7", "c1")]), "c1", None)
+    assert sorted(f["class"] for f in gi.diff(zn, full, ROOT, GRACE)) == ["MISSING", "STALE", "STALE"]
+
+
+def test_recheck_after_a_partial_listing_keeps_only_creates():
+    findings, mem = _findings()
+    ops = gi.ops_for(findings, ["MISSING", "MISMATCHED", "STALE"])
+    keep, dropped = recheck_members(ops, mem + [gi.unknown_marker("case-01", None, gi.ALL_GROUPS)])
+    assert [o["op"] for o in keep] == ["create"]
+    assert sorted(o["op"] for o in dropped) == ["delete", "set"]
+    assert all("listing the groups partly failed" in o["reason"] for o in dropped)
+
+
+# -- every write confined below the mapping root ---------------------------------------------------
+@pytest.mark.parametrize("path", [
+    "/client_group_id", "/client_group_id/", "/client_group_id/../zookeeper", "/client_group_id/..",
+    "/client_group_id/.", "/client_group_id//x", "//client_group_id/x", "/client_group_id/a/b",
+    "/client_group_idx/y", "/brokers/ids/1", "client_group_id/x", "", None,
+])
+def test_apply_refuses_every_path_not_directly_below_the_root(tmp_path, path):
+    from fleetkit.core.journal import read_journal
+    from fleetkit.group_ids.execute import apply, outside_root
+
+    assert outside_root(path, ROOT) is not None
+    zk = _FakeZK()
+    ok = {"op": "create", "class": "MISSING", "path": f"{ROOT}/10.0.0.7-c 'x' ..", "before": None, "after": "g",
+          "version": None}
+    bad = [dict(ok, path=path), {"op": "delete", "class": "STALE", "path": path, "before": "g", "after": None,
+                                 "version": 0, "ctime_ms": 1}]
+    res = apply(zk, bad + [ok], ROOT, tmp_path / "j.jsonl")
+    assert [c["path"] for c in res.changed] == [ok["path"]]
+    assert len(res.errors) == 2 and all("refused, never sent" in e["reason"] for e in res.errors)
+    assert zk.sent == 1 and set(zk.nodes) == {ROOT, ok["path"]}
+    assert sorted(e["status"] for e in read_journal(tmp_path / "j.jsonl").values() if e["seq"] >= 0) == \
+        ["done", "error", "error"]
+
+
+def test_apply_never_sets_or_deletes_a_znode_whose_ctime_is_unknown():
+    from fleetkit.group_ids.execute import apply
+
+    class ZK(_FakeZK):
+        def delete_async(self, path, version=-1):
+            raise AssertionError("sent")
+
+        set_async = delete_async
+
+    ops = [{"op": "delete", "class": "ROLLBACK", "path": f"{ROOT}/a", "before": "g", "after": None, "version": 0},
+           {"op": "set", "class": "ROLLBACK", "path": f"{ROOT}/b", "before": "g", "after": "h", "version": 2,
+            "ctime_ms": None}]
+    res = apply(ZK(), ops, ROOT)
+    assert res.changed == [] and [s["path"] for s in res.skipped] == [f"{ROOT}/a", f"{ROOT}/b"]
+    assert all("creation time is not known" in s["reason"] for s in res.skipped)
+
+
+def test_run_journals_in_the_gates_journal(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.core.journal import read_journal
+    from fleetkit.group_ids.execute import run
+
+    gate_journal = tmp_path / "gate" / "execute.jsonl"
+    zk = _FakeZK()
+    ctx = ClusterContext(NS(name="c1"), _FakeKafka([("g1", "10.0.0.7", "stays"), ("g1", "10.0.0.7", "left")]),
+                         NS(client=zk), journal_path=str(gate_journal))
+    plan = {"dag_id": "d", "run_id": "r", "details": {"ops": _missing_ops(), "root": ROOT,
+                                                      "data_root": str(tmp_path / "data")}}
+    out = run(ctx, plan)
+    assert out["journal"] == str(gate_journal) and out["changed"] == 2
+    assert sorted(e["path"] for e in read_journal(gate_journal).values() if e["status"] == "done" and e["seq"] >= 0) \
+        == [f"{ROOT}/10.0.0.7-left", f"{ROOT}/10.0.0.7-stays"]
+    assert not (tmp_path / "data" / "journals").exists()
+
+
+def test_run_interrupted_under_the_gate_leaves_the_record_to_the_gate(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from fleetkit.core import audit
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.journal import summary
+    from fleetkit.group_ids.execute import ApplyInterrupted, run
+
+    gate_journal = tmp_path / "execute.jsonl"
+    ctx = ClusterContext(NS(name="c1"), _FakeKafka([("g1", "10.0.0.7", "stays"), ("g1", "10.0.0.7", "left")]),
+                         NS(client=_FakeZK(lose_at=2)), journal_path=str(gate_journal))
+    plan = {"dag_id": "d", "run_id": "r", "details": {"ops": _missing_ops(), "root": ROOT,
+                                                      "data_root": str(tmp_path)}}
+    with pytest.raises(ApplyInterrupted):
+        run(ctx, plan)
+    assert audit.records(DataRoot(str(tmp_path)), "c1", "r") == []  # the gate writes `failed` from the journal
+    account = summary(gate_journal)
+    assert [e["path"] for e in account["done"] if e["seq"] >= 0] == [f"{ROOT}/10.0.0.7-left"]

@@ -204,8 +204,18 @@ class KafkaCluster:
                     )
         return out
 
+    def cluster_id(self) -> str | None:
+        """The cluster id the brokers report in metadata (Kafka 0.10.1 and later); None before."""
+        try:
+            md = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as e:
+            raise self._unreachable("a metadata request", e) from None
+        return md.cluster_id or None
+
     # -- groups ---------------------------------------------------------------------------
-    def list_groups(self) -> list[tuple[str, str]]:
+    def list_groups(self, errors: list[str] | None = None) -> list[tuple[str, str]]:
+        """(group, state) of every group the brokers list. Some brokers failing is logged and, when
+        `errors` is given, appended to it (the groups those brokers coordinate are then missing)."""
         try:
             res = self.admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
@@ -214,6 +224,8 @@ class KafkaCluster:
             raise self._unreachable("ListGroups", res.errors[0])
         for err in res.errors:
             log.warning("cluster %s: ListGroups partly failed: %s", self.name, err)
+            if errors is not None:
+                errors.append(str(err))
         return sorted((g.group_id, state_name(g.state)) for g in res.valid)
 
     def describe_groups(self, groups: Iterable[str], batch: int = 200) -> dict[str, GroupDescription]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from fleetkit.group_ids.rules import ReconcileError, join_path, split_name
+from fleetkit.group_ids.rules import ALL_GROUPS, ReconcileError, join_path, split_name, unknown_marker
 
 
 def _ts(seconds: float) -> dt.datetime:
@@ -55,15 +55,22 @@ def read_members(kafka, cluster: str, observed_at: dt.datetime) -> tuple[list[di
     """Live members of every group the cluster lists (group_members rows): client id and client host
     (Kafka's leading slash and any port stripped: the mapping path uses the bare IP). A group that
     cannot be described (e.g. its coordinator is loading) gets one row with member id, client id and
-    host null: its members are unknown, so no mapping of it is judged stale."""
+    host null: its members are unknown, so no mapping of it is judged stale. When listing failed on
+    some broker, the groups it coordinates are missing from the list: one such row with group null
+    (rules.ALL_GROUPS) makes every group of the cluster unknown."""
     problems: list[str] = []
-    groups = [g for g, _ in kafka.list_groups()]
+    list_errors: list[str] = []
+    groups = [g for g, _ in kafka.list_groups(errors=list_errors)]
     rows = []
+    if list_errors:
+        problems.append(f"listing the groups partly failed ({len(list_errors)} broker(s) did not answer, first: "
+                        f"{list_errors[0]}): the groups they coordinate are unknown, so no mapping is judged "
+                        "stale on this cluster")
+        rows.append(unknown_marker(cluster, observed_at, ALL_GROUPS))
     for g, d in sorted(kafka.describe_groups(groups).items()):
         if d.error:
             problems.append(f"group {g!r} could not be described: {d.error}")
-            rows.append({"cluster": cluster, "observed_at": observed_at, "group": g, "client_id": None,
-                         "client_host": None, "member_id": None})
+            rows.append(unknown_marker(cluster, observed_at, g))
             continue
         for m in d.members:
             rows.append({"cluster": cluster, "observed_at": observed_at, "group": g, "client_id": m.client_id,

@@ -3,7 +3,8 @@
 appeared, set/delete pass the version read and the znode's creation time is compared first), a
 lost race skipped and reported, every operation journaled (intent before it is sent, outcome
 after) so that a session lost mid-apply leaves an exact record of what was done
-(``record_interrupted``).
+(``record_interrupted``). Writes are confined to the znodes directly below the mapping root
+(``outside_root``); a missing root is created with its parent's ACL.
 
 ``execute_ops`` is that sequence, the one both writers run: the runbook's approved execute
 (``run``) and the scheduled MISSING-mapping writer (plugins/fleet_airflow/operators/group_ids.py).
@@ -28,7 +29,7 @@ from fleetkit.core.action import ClusterContext
 from fleetkit.core.journal import Journal
 from fleetkit.group_ids.collect import read_members
 from fleetkit.group_ids.rules import (
-    ACTION, ReconcileError, is_unknown_marker, name_problem, unknown_groups, znode_name,
+    ACTION, ALL_GROUPS, ReconcileError, is_unknown_marker, name_problem, unknown_groups, znode_name,
 )
 
 
@@ -79,17 +80,44 @@ def _send(client, op: dict, acl):
     raise ReconcileError(f"unknown operation {op['op']!r}")
 
 
+def outside_root(path, root: str) -> str | None:
+    """Why `path` is not a mapping znode directly below `root` (None: it is). Every write is
+    confined there: an empty component (`//`), `.` or `..`, the root itself or any other place is
+    refused before anything is sent."""
+    root = root.rstrip("/")
+    if not isinstance(path, str) or not path.startswith("/"):
+        return f"path {path!r} is not an absolute znode path"
+    parts = path.split("/")[1:]
+    if any(x in ("", ".", "..") for x in parts):
+        return f"path {path!r} has an empty, '.' or '..' component"
+    parent, _, name = path.rpartition("/")
+    if parent != root or not name:
+        return f"path {path!r} is not directly below the mapping root {root or '/'}"
+    return None
+
+
 def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | None = None,
           window: int = 256, timeout: float = 30.0,
           on_progress: Callable[[int], None] | None = None,
           on_sent: Callable[[int], None] | None = None) -> ApplyResult:
-    """Run conditional writes, `window` in flight. Raises ApplyInterrupted (with the exact result)
+    """Run conditional writes, `window` in flight. An op whose path is not directly below `root`
+    is refused (an error, never sent). Raises ApplyInterrupted (with the exact result)
     when the connection or session is lost: nothing more is sent, in-flight writes end up in
     `unknown` (the next collection sees what really happened)."""
     t0 = time.monotonic()
     res = ApplyResult(journal=str(journal_path) if journal_path else None)
     journal = Journal(journal_path)
     ops = [dict(op, seq=i) for i, op in enumerate(ops)]
+    refused = []
+    for o in ops:
+        why = outside_root(o.get("path"), root)
+        if why:
+            refused.append({**o, "status": "error", "reason": f"refused, never sent: {why}"})
+    if refused:
+        res.errors.extend(refused)
+        journal.write(refused)
+        bad = {o["seq"] for o in refused}
+        ops = [o for o in ops if o["seq"] not in bad]
     try:
         acl = _root_acl(client, root, journal) if any(o["op"] == "create" for o in ops) else None
         done_count = 0
@@ -109,12 +137,16 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
             journal.write(stale, sync=False)
             journal.write([{**o, "status": "intent"} for o in chunk])
             futs = []
+            stats: dict[int, object] = {}
             for o in chunk:
                 try:
                     futs.append((o, _send(client, o, acl)))
+                    if o["op"] == "create":  # the new znode's creation time, read right behind the create
+                        stats[o["seq"]] = client.exists_async(o["path"])
                 except _LOST as e:  # the client refuses to send once the connection is gone
                     res.interrupted = res.interrupted or f"{type(e).__name__} {e}".strip()
-                    futs.append((o, None))
+                    if not any(f[0] is o for f in futs):
+                        futs.append((o, None))
             if on_sent:
                 on_sent(done_count + len(futs))
             outcomes = []
@@ -140,12 +172,13 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
                     res.errors.append(s)
                     outcomes.append(s)
                     continue
-                new_version = None
+                new_version, extra = None, {}
                 if o["op"] == "create":
                     new_version = 0
+                    extra["ctime_ms"] = _created_ctime(stats.get(o["seq"]), timeout)
                 elif o["op"] == "set":
                     new_version = value.version
-                s = {**o, "status": "done", "new_version": new_version}
+                s = {**o, "status": "done", "new_version": new_version, **extra}
                 res.changed.append(s)
                 outcomes.append(s)
             journal.write(outcomes)
@@ -162,12 +195,30 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
     return res
 
 
+def _created_ctime(fut, timeout: float) -> int | None:
+    """The creation time of a znode we just created, from the exists read pipelined behind the
+    create; None when it cannot be told (then a rollback leaves the znode alone)."""
+    if fut is None:
+        return None
+    try:
+        stat = fut.get(timeout=timeout)
+    except Exception:  # noqa: BLE001 - the write is done; only its rollback condition is unknown
+        return None
+    return stat.ctime if stat is not None and stat.version == 0 else None
+
+
 def _same_incarnation(client, ops: list[dict], timeout: float) -> tuple[list[dict], list[dict]]:
     """Split set/delete ops into (still the znode that was read, skipped): ZooKeeper's version check
     alone cannot tell a znode from one deleted and re-created since (both at version 0), its ctime
-    can. Read right before the conditional write, in the same pipeline."""
-    checks = [(o, client.exists_async(o["path"])) for o in ops if o["op"] in ("set", "delete") and o.get("ctime_ms")]
+    can. Read right before the conditional write, in the same pipeline. A set or delete without
+    the znode's ctime is never sent."""
     gone: dict[int, str] = {}
+    for o in ops:
+        if o["op"] in ("set", "delete") and o.get("ctime_ms") is None:
+            gone[o["seq"]] = ("the znode's creation time is not known: it cannot be told from one re-created "
+                              "since, not touched")
+    checks = [(o, client.exists_async(o["path"])) for o in ops
+              if o["op"] in ("set", "delete") and o["seq"] not in gone]
     for o, fut in checks:
         stat = fut.get(timeout=timeout)
         if stat is None:
@@ -182,18 +233,31 @@ def _same_incarnation(client, ops: list[dict], timeout: float) -> tuple[list[dic
 
 
 def _root_acl(client, root: str, journal: Journal):
-    """The root's ACL (children get the same: a digest-protected root keeps them protected); the
-    root is created when missing (journaled)."""
+    """The root's ACL (children get the same: a digest-protected root keeps them protected). A
+    missing root (and any missing folder above it) is created with the ACL of its nearest existing
+    ancestor, never an open one (each creation journaled)."""
     try:
         acl, _ = client.get_acls(root)
         return acl
     except NoNodeError:
         pass
-    try:
-        client.create(root, b"", makepath=True)
-        journal.write([{"seq": -1, "op": "create_root", "path": root, "status": "done"}])
-    except NodeExistsError:
-        pass
+    missing = []
+    node = root.rstrip("/")
+    while node:
+        try:
+            acl, _ = client.get_acls(node)
+            break
+        except NoNodeError:
+            missing.append(node)
+            node = node.rpartition("/")[0]
+    else:
+        acl, _ = client.get_acls("/")
+    for i, node in enumerate(reversed(missing)):
+        try:
+            client.create(node, b"", acl=acl)
+            journal.write([{"seq": -1 - i, "op": "create_root", "path": node, "status": "done", "acl": str(acl)}])
+        except NodeExistsError:
+            pass
     acl, _ = client.get_acls(root)
     return acl
 
@@ -201,7 +265,8 @@ def _root_acl(client, root: str, journal: Journal):
 def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict], list[dict]]:
     """(ops still justified, ops dropped with a reason) against a fresh member list, right before
     acting: a STALE path whose client came back, or a MISSING/MISMATCHED path whose member left or
-    moved to another group, is not written."""
+    moved to another group, is not written; nor is any overwrite or delete when the listing of the
+    groups was partial (rules.ALL_GROUPS)."""
     now: dict[str, set] = {}
     members = list(members)
     unknown = unknown_groups(members)
@@ -210,11 +275,15 @@ def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict
             continue
         if name_problem(m.get("client_host"), m.get("client_id")) is None:
             now.setdefault(znode_name(m["client_host"], m["client_id"]), set()).add(m["group"])
+    every_group_unknown = ALL_GROUPS in unknown
     keep, dropped = [], []
     for op in ops:
         groups = now.get(op["path"].rsplit("/", 1)[-1], set())
         if ({op.get("before"), op.get("after")} - {None}) & unknown:
             dropped.append(dict(op, status="skipped", reason="the group could not be described now (members unknown)"))
+        elif every_group_unknown and op["op"] in ("delete", "set"):
+            dropped.append(dict(op, status="skipped", reason="listing the groups partly failed now: the client may be "
+                                                             "a member of a group not listed (members unknown)"))
         elif op["op"] == "delete" and groups:
             dropped.append(dict(op, status="skipped", reason=f"a live member appeared (groups {sorted(groups)})"))
         elif op["op"] in ("create", "set") and groups != {op["after"]}:
@@ -226,18 +295,20 @@ def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict
 
 
 def rollback_ops(changed: Iterable[dict]) -> list[dict]:
-    """Conditional writes that undo applied ops (from an apply result's `changed`), each
-    conditional on the version the apply left: a create is deleted, a set is set back, a delete is
-    re-created with its previous data. A path someone changed since is skipped, like any lost race."""
+    """Conditional writes that undo applied ops (from an apply result's `changed`, or the done
+    entries of its journal), each conditional on the version the apply left and on the znode's
+    creation time, like every set and delete: a create is deleted, a set is set back, a delete is
+    re-created with its previous data. A path someone changed, or deleted and re-created, since
+    is skipped, like any lost race (so is one whose creation time was not recorded)."""
     out = []
     for c in changed:
-        if c["op"] == "create":
+        if c.get("op") == "create":
             out.append({"op": "delete", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": None,
-                        "version": c["new_version"]})
-        elif c["op"] == "set":
+                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
+        elif c.get("op") == "set":
             out.append({"op": "set", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": c["before"],
-                        "version": c["new_version"]})
-        elif c["op"] == "delete":
+                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
+        elif c.get("op") == "delete":
             out.append({"op": "create", "class": "ROLLBACK", "path": c["path"], "before": None, "after": c["before"],
                         "version": None})
     return out
@@ -250,32 +321,35 @@ def journal_path(data_root: str | os.PathLike, dag_id: str, run_id: str, cluster
 
 def record_interrupted(data_root: str, cluster: str, dag_id: str, run_id: str, action: str, exc: ApplyInterrupted,
                        actor: str | None = None) -> None:
-    """An interrupted apply still leaves an audit record of exactly what it did."""
+    """An interrupted apply still leaves an audit record (event `failed`) of exactly what it did."""
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
 
-    audit.record(DataRoot(data_root), cluster=cluster, dag_id=dag_id, run_id=run_id, action=action, event="executed",
+    audit.record(DataRoot(data_root), cluster=cluster, dag_id=dag_id, run_id=run_id, action=action, event="failed",
                  actor=actor, message=f"INTERRUPTED: {exc}", details={"result": exc.result.to_dict(), "partial": True})
 
 
 def execute_ops(zk_client, kafka, cluster: str, ops: list[dict], root: str, *, data_root: str | os.PathLike,
                 dag_id: str, run_id: str, action: str, actor: str | None = None,
-                recheck: bool = True) -> ApplyResult:
+                recheck: bool = True, journal: str | os.PathLike | None = None,
+                record_failure: bool = True) -> ApplyResult:
     """The one execution sequence of mapping writes, whoever runs them: re-read the live members and
     drop the ops they no longer justify (`recheck`; off for a rollback, which restores what was there
-    whatever the members say), apply the rest conditionally, journaled at journal_path(data_root,
-    dag_id, run_id, cluster). An interrupted apply leaves an `executed` audit record of `action`
-    (by `actor`) of exactly what it did, then ApplyInterrupted is raised again. The result's
+    whatever the members say), apply the rest conditionally, journaled at `journal` (default
+    journal_path(data_root, dag_id, run_id, cluster)). An interrupted apply leaves a `failed` audit
+    record of `action` (by `actor`) of exactly what it did (unless `record_failure` is off: the
+    approval gate records it from the journal), then ApplyInterrupted is raised again. The result's
     `skipped` ends with the ops the recheck dropped."""
     dropped: list[dict] = []
     if recheck:
         members, _ = read_members(kafka, cluster, None)
         ops, dropped = recheck_members(ops, members)
-    journal = journal_path(data_root, dag_id, run_id, cluster)
+    journal = journal or journal_path(data_root, dag_id, run_id, cluster)
     try:
         res = apply(zk_client, ops, root, journal)
     except ApplyInterrupted as e:
-        record_interrupted(str(data_root), cluster, dag_id, run_id, action, e, actor=actor)
+        if record_failure:
+            record_interrupted(str(data_root), cluster, dag_id, run_id, action, e, actor=actor)
         raise
     res.skipped.extend(dropped)
     return res
@@ -288,9 +362,12 @@ def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
 
 
 def run(ctx: ClusterContext, plan: dict) -> dict:
-    """The approved plan's writes (re-checked against the members unless it is a rollback)."""
+    """The approved plan's writes (re-checked against the members unless it is a rollback),
+    journaled in the gate's execute journal (ctx.journal_path) when there is one, so the gate's
+    `failed` / `interrupted` record accounts for every write."""
     d = plan["details"]
     res = execute_ops(ctx.zk.client, ctx.kafka, ctx.cluster.name, d["ops"], d["root"], data_root=d["data_root"],
                       dag_id=plan["dag_id"], run_id=plan["run_id"], action=ACTION,
-                      recheck=not d.get("rollback_of"))
+                      recheck=not d.get("rollback_of"), journal=ctx.journal_path,
+                      record_failure=ctx.journal_path is None)
     return res.to_dict()

@@ -70,18 +70,28 @@ def build(ctx: ClusterContext, params: dict) -> dict:
 
 
 def rollback_plan(ctx: ClusterContext, params: dict, data_root: str) -> dict:
-    """The plan that undoes the writes of run `params["rollback_run"]` (its executed audit records)."""
+    """The plan that undoes the writes of run `params["rollback_run"]`: its executed audit record, or
+    the account of a failed / interrupted one (the writes its journal says were done)."""
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
 
     run = params["rollback_run"]
     recs = [r for r in audit.records(DataRoot(data_root), ctx.cluster.name, run)
-            if r["action"] == ACTION and r["event"] == "executed"]
+            if r["action"] == ACTION and r["event"] in ("executed", "failed", "interrupted")]
     if not recs:
-        raise FleetError(f"no executed {ACTION} audit record of run {run!r} on cluster {ctx.cluster.name!r} "
-                         f"under {data_root}")
-    changed = [c for r in recs for c in (r["details"].get("result") or {}).get("changed_paths", [])]
-    ops = rollback_ops(changed)
+        raise FleetError(f"no executed, failed or interrupted {ACTION} audit record of run {run!r} on cluster "
+                         f"{ctx.cluster.name!r} under {data_root}")
+    changed: dict[tuple, dict] = {}
+    for r in recs:
+        details = r.get("details") or {}
+        result = details.get("result") or {}
+        if result.get("changed_paths") is not None:
+            done = result["changed_paths"]
+        else:  # failed / interrupted under the gate: the journal's account of the writes done
+            done = [e for e in (details.get("journal") or {}).get("done", []) if e.get("op") in ("create", "set", "delete")]
+        for c in done:
+            changed[(c.get("seq"), c["path"])] = c
+    ops = rollback_ops(sorted(changed.values(), key=lambda c: (c.get("seq") if isinstance(c.get("seq"), int) else -1)))
     cfg = ctx.cluster.group_id_mappings
     return {
         "action": ACTION, "cluster": ctx.cluster.name,

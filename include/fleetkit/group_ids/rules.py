@@ -91,7 +91,8 @@ class PathFacts:
     znode_group: str | None = None               # the znode's data; None: no znode
     age_seconds: float | None = None             # observed_at - mtime of the znode
     problem: str | None = None                   # name_problem of the member, when it has one
-    group_unknown: bool = False                  # the znode's group could not be described (members unknown)
+    group_unknown: bool = False                  # the znode's group could not be listed or described (members
+                                                 # unknown), or the cluster's listing was partial
 
 
 def classify(f: PathFacts, grace_seconds: float) -> tuple[str, str]:
@@ -110,7 +111,8 @@ def classify(f: PathFacts, grace_seconds: float) -> tuple[str, str]:
         return "OK", "mapping matches the live member"
     if f.znode_group is not None:
         if f.group_unknown:
-            return "OK", "its group could not be described: its members are unknown, nothing is judged stale"
+            return "OK", ("its group could not be listed or described: its members are unknown, nothing is "
+                          "judged stale")
         if f.age_seconds is not None and f.age_seconds > grace_seconds:
             return "STALE", f"no live member and not modified for {f.age_seconds:.0f} s (grace {grace_seconds:.0f} s)"
         return "OK", "no live member, but modified within the grace period"
@@ -125,6 +127,7 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
     unrepresentable: list[dict] = []
     members = list(members)
     unknown = unknown_groups(members)
+    every_group_unknown = ALL_GROUPS in unknown
     for m in members:
         if is_unknown_marker(m):
             continue
@@ -153,7 +156,7 @@ def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_sec
             age = (ref - z["mtime"]).total_seconds()
         facts = PathFacts(member_groups=frozenset(mem["groups"]) if mem else frozenset(),
                           znode_group=z["group"] if z else None, age_seconds=age,
-                          group_unknown=bool(z) and z["group"] in unknown)
+                          group_unknown=bool(z) and (every_group_unknown or z["group"] in unknown))
         cls, reason = classify(facts, grace_seconds)
         host, cid = (mem["client_host"], mem["client_id"]) if mem else split_name(name)
         groups = sorted(mem["groups"]) if mem else []
@@ -171,13 +174,26 @@ def _ms(ts: dt.datetime) -> int:
     return round(ts.timestamp() * 1000)
 
 
+#: the group of the unknown marker that stands for every group of the cluster: listing the groups
+#: failed on some broker, so the groups it did not list (their members) are unknown
+ALL_GROUPS = None
+
+
 def is_unknown_marker(m: dict) -> bool:
-    """A group_members row without member id and client id: the group could not be described."""
+    """A group_members row without member id, client id and host: its group could not be described
+    (or, with group ALL_GROUPS, the cluster's groups could not all be listed)."""
     return m.get("member_id") is None and m.get("client_id") is None and m.get("client_host") is None
 
 
-def unknown_groups(members: Iterable[dict]) -> set[str]:
-    return {m["group"] for m in members if is_unknown_marker(m)}
+def unknown_marker(cluster: str, observed_at, group: str | None) -> dict:
+    """The group_members row saying `group`'s members are unknown (ALL_GROUPS: every group's)."""
+    return {"cluster": cluster, "observed_at": observed_at, "group": group, "client_id": None,
+            "client_host": None, "member_id": None}
+
+
+def unknown_groups(members: Iterable[dict]) -> set[str | None]:
+    """The groups whose members are unknown; holds ALL_GROUPS when the listing was partial."""
+    return {m.get("group") for m in members if is_unknown_marker(m)}
 
 
 def ops_for(findings: Iterable[dict], classes: Iterable[str]) -> list[dict]:

@@ -21,8 +21,10 @@ def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
 
 def _recovery_table(plan: dict) -> dict:
     d = plan["details"]
-    return {"header": ["partition", "leader", "leader epoch", "ISR", "replicas", "groups checked"],
-            "rows": [[d["partition"], d["leader"], d["leader_epoch"], d["isr"], d["replicas"], len(d["groups"])]]}
+    return {"header": ["partition", "leader", "leader epoch", "ISR", "replicas", "replicas after", "new leader",
+                       "groups checked"],
+            "rows": [[d["partition"], d["leader"], d["leader_epoch"], d["isr"], d["replicas"], d.get("new_order"),
+                      d.get("target"), len(d["groups"])]]}
 
 
 def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
@@ -40,7 +42,7 @@ def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
 def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
     from fleetkit.ownership.execute import execute
 
-    return execute(ctx.zk, plan, _lab_control(ctx))
+    return execute(ctx.zk, plan, _lab_control(ctx), journal_path=ctx.journal_path)
 
 
 COORDINATOR_RECOVERY = Action(

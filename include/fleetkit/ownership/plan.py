@@ -9,8 +9,9 @@ partition's size and health (``health_facts``, the newest offsets-health run).
 
 The actions ``build_plan`` plans (each re-checked right before it runs, fleetkit.ownership.execute,
 and verified, fleetkit.ownership.verify):
-* move_leader: make another in-sync replica the leader (fleetkit.clients.leadership: reorder the replicas
-  through /admin/reassign_partitions, then a preferred-replica election);
+* move_leader: make another in-sync replica the leader and set the replica order the plan names
+  (details.new_order: the target first by default, or the param replica_order, e.g. a rollback's
+  order from before); executed exactly as approved (fleetkit.ownership.execute);
 * restart_broker: restart the broker that leads the partition (clusters with a broker_control in the
   fleet file only);
 * trim_handover: no change here; the runbook starts runbook_offsets_trim for the cluster.
@@ -69,6 +70,22 @@ def resolve_partition(group: str | None, partition, count: int) -> int:
     if partition is None:
         raise RecoveryError("give a group or a partition of __consumer_offsets (params group / partition)")
     return partition
+
+
+def parse_replica_order(value, replicas: list[int], partition: int) -> list[int] | None:
+    """The param replica_order ('3,1,2', or a list): a reordering of the partition's replicas;
+    None when not given."""
+    if value in (None, "", []):
+        return None
+    items = value if isinstance(value, (list, tuple)) else str(value).replace(" ", "").split(",")
+    try:
+        order = [int(b) for b in items]
+    except (TypeError, ValueError):
+        raise RecoveryError(f"param replica_order {value!r} is not a comma-separated list of broker ids") from None
+    if sorted(order) != sorted(replicas):
+        raise RecoveryError(f"param replica_order {order} is not a reordering of the replicas {replicas} of "
+                            f"{OFFSETS_TOPIC}-{partition}")
+    return order
 
 
 def leader_history(root: DataRoot, cluster: str, partition: int, limit: int = HISTORY_LIMIT) -> list[dict]:
@@ -155,32 +172,45 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
     pre_state = {"what": f"{OFFSETS_TOPIC}-{partition} still has leader {state.leader if state else '?'} at epoch "
                          f"{state.leader_epoch if state else '?'} (otherwise the situation changed: plan again)"}
     if action == "move_leader":
+        order = parse_replica_order(params.get("replica_order"), replicas, partition)
         candidates = [b for b in (list(state.isr)) if b != state.leader]
         target = params.get("target_broker")
-        target = int(target) if target not in (None, "", -1, "-1") else (candidates[0] if candidates else None)
+        if target not in (None, "", -1, "-1"):
+            target = int(target)
+        elif order is not None:
+            target = order[0]
+        else:
+            target = candidates[0] if candidates else None
         if target is None:
             raise RecoveryError(f"{OFFSETS_TOPIC}-{partition} has no other in-sync replica than its leader "
                                 f"{state.leader} (ISR {list(state.isr)}): nothing to move leadership to")
-        if target not in state.isr or target == state.leader:
+        new_order = order if order is not None else [target] + [b for b in replicas if b != target]
+        if target not in state.isr or (target == state.leader and new_order == replicas):
             raise RecoveryError(f"target broker {target} is not another in-sync replica of {OFFSETS_TOPIC}-{partition} "
                                 f"(leader {state.leader}, ISR {list(state.isr)})")
-        new_order = [target] + [b for b in replicas if b != target]
+        moves = target != state.leader
         plan.update(
-            title=f"Move leadership of {OFFSETS_TOPIC}-{partition} from broker {state.leader} to broker {target}",
+            title=(f"Move leadership of {OFFSETS_TOPIC}-{partition} from broker {state.leader} to broker {target}"
+                   if moves else f"Set the replica order of {OFFSETS_TOPIC}-{partition} to {new_order} "
+                                 f"(leader {state.leader} stays)"),
             changes=[{"target": f"{OFFSETS_TOPIC}-{partition} replica order", "before": str(replicas),
                       "after": str(new_order)},
                      {"target": f"{OFFSETS_TOPIC}-{partition} leader", "before": f"broker {state.leader}",
                       "after": f"broker {target}"}],
-            preconditions=[pre_state, {"what": f"broker {target} is in the ISR"},
+            preconditions=[pre_state, {"what": f"the replica order is still {replicas} (the order approved is "
+                                               f"set exactly: {new_order})"},
+                           {"what": f"broker {target} is in the ISR"},
                            {"what": "no reassignment or election in progress (/admin znodes absent)"}],
             risks=[f"broker {target} must load the partition before it serves its groups (they see "
                    "NOT_COORDINATOR meanwhile); if the partition is bloated, trim it first (action trim_handover)",
                    "keep auto.leader.rebalance.enable=false, or the controller moves leadership back to the "
-                   "first replica of the old order"],
-            rollback={"how": f"run this runbook again with action move_leader and target_broker {state.leader} "
-                             f"(the replica order before was {replicas})",
+                   "first replica of the order" + ("" if new_order[0] == target else
+                                                   f" (broker {new_order[0]} here, not the new leader {target})")],
+            rollback={"how": f"run this runbook again with action move_leader, target_broker {state.leader} and "
+                             f"replica_order {','.join(map(str, replicas))}: leadership back to broker "
+                             f"{state.leader} and the replica order before ({replicas}) restored exactly",
                       "conf": {"cluster": cluster.name, "partition": partition, "action": "move_leader",
-                               "target_broker": state.leader}})
+                               "target_broker": state.leader, "replica_order": ",".join(map(str, replicas))}})
         plan["details"].update(target=target, new_order=new_order)
     elif action == "restart_broker":
         target = params.get("target_broker")

@@ -1,5 +1,6 @@
-"""Verifying a coordinator recovery: the new leader (or the restarted broker back in the ISR), and
-every group of the plan served by its partition's leader again."""
+"""Verifying a coordinator recovery: the new leader and the approved replica order (or the
+restarted broker back in the ISR), and every group of the plan served by its partition's leader
+again."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:
         st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
         if action == "move_leader" and st.leader != d["target"]:
             problems.append(f"leader of {OFFSETS_TOPIC}-{d['partition']} is {st.leader}, not {d['target']}")
+        if action == "move_leader":
+            order = leadership.assignment(zk, OFFSETS_TOPIC).get(d["partition"])
+            if order != d["new_order"]:
+                problems.append(f"replica order of {OFFSETS_TOPIC}-{d['partition']} is {order}, not the approved "
+                                f"{d['new_order']}")
         if action == "restart_broker" and d["target"] not in st.isr:
             problems.append(f"broker {d['target']} is not back in the ISR {list(st.isr)}")
         if d["groups"]:

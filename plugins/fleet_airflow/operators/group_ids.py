@@ -78,11 +78,12 @@ class CreateMissingGroupIdsOperator(BaseOperator):
     def execute(self, context) -> dict:
         from fleetkit.core import audit
         from fleetkit.core.datasets import DataRoot
+        from fleetkit.core.locks import RUNNING_STATES, ClusterLock, ClusterLocked
         from fleetkit.group_ids.execute import ApplyInterrupted, execute_ops
         from fleetkit.group_ids.report import load_findings
         from fleetkit.group_ids.rules import ops_for
 
-        from fleet_airflow import clusters
+        from fleet_airflow import clusters, settings
 
         if str(self.enabled).lower() in ("false", "0", "no", "off"):
             self.log.info("create_missing is off for this run: nothing written")
@@ -90,7 +91,15 @@ class CreateMissingGroupIdsOperator(BaseOperator):
         findings, _ = load_findings(self.out_dir)
         fleet = load_fleet(self.fleet_file)
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
-        out, failed = {}, []
+        owner, ti = f"{dag_id}/{run_id}", context["ti"]
+        out, failed, stuck_locks = {}, [], []
+
+        def holder_running(holder_dag: str, holder_run: str):
+            # the task SDK's view of the holder run (RuntimeTaskInstance, through the execution API)
+            if ti.get_dr_count(dag_id=holder_dag, run_ids=[holder_run]) == 0:
+                return False, "no such run"
+            state = str(ti.get_dagrun_state(dag_id=holder_dag, run_id=holder_run))
+            return state in RUNNING_STATES, state
         for cluster in fleet.clusters:
             cfg = cluster.group_id_mappings
             mine = [f for f in findings if f["cluster"] == cluster.name]
@@ -103,8 +112,23 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                 continue
             try:
                 with clusters.connected(cluster) as (kafka, zk):
-                    res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=self.data_root,
-                                      dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler")
+                    # the cluster's lock, like every writer: never while a runbook changes the cluster
+                    lock = ClusterLock.for_cluster(settings.lock_dir(), cluster, kafka, zk)
+                    lock.acquire(owner, dag_id, run_id, holder_running=holder_running)
+                    try:
+                        res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=self.data_root,
+                                          dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler")
+                    finally:
+                        lock.release(owner)
+            except ClusterLocked as e:
+                if e.holder_running is False:
+                    self.log.error("cluster %s: %d MISSING mapping(s) not created: %s", cluster.name, len(ops), e)
+                    stuck_locks.append(cluster.name)
+                else:
+                    self.log.warning("cluster %s: %d MISSING mapping(s) left for the next run: %s", cluster.name,
+                                     len(ops), e)
+                out[cluster.name] = {"locked": str(e)}
+                continue
             except ApplyInterrupted as e:  # execute_ops left the audit record of what was done
                 self.log.error("cluster %s: %s", cluster.name, e)
                 failed.append(cluster.name)
@@ -126,4 +150,7 @@ class CreateMissingGroupIdsOperator(BaseOperator):
         if failed:
             raise AirflowException(f"creating missing mappings failed on cluster(s) {', '.join(failed)} "
                                    "(the audit and the journal record what was done)")
+        if stuck_locks:
+            raise AirflowException(f"cluster(s) {', '.join(stuck_locks)} locked by a run that no longer runs: "
+                                   "nothing created there; see the log for how to clear each lock")
         return out

@@ -1,0 +1,146 @@
+"""The per-cluster lock: keyed by the cluster's identity, never stolen, cleared by an operator."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace as NS
+
+import pytest
+
+from fleetkit.core.locks import (
+    ClusterLock, ClusterLocked, find_locks, held_locks, lock_identity, zookeeper_identity,
+)
+
+
+class _Kafka:
+    """The one call lock_identity makes (the cluster id from a metadata response)."""
+
+    def __init__(self, cluster_id):
+        self.id = cluster_id
+
+    def cluster_id(self):
+        return self.id
+
+
+def _zk(hosts, chroot=""):
+    return NS(hosts=hosts, chroot=chroot)
+
+
+@pytest.mark.parametrize("hosts, chroot", [
+    ("zk1:2181,zk2:2181", "/kafka"), ("zk2:2181,zk1:2181", "/kafka"), ("ZK2,zk1", "/kafka"),
+    (" zk1:2181 , zk2:2181,zk1:2181", "/kafka/"), ("zk2:2181,zk1:2181/kafka", ""), ("zk1,zk2/kafka", ""),
+])
+def test_zookeeper_identity_is_normalised(hosts, chroot):
+    assert zookeeper_identity(hosts, chroot) == "zookeeper:zk1:2181,zk2:2181/kafka"
+
+
+def test_zookeeper_identity_tells_chroots_ports_and_ensembles_apart():
+    ids = {zookeeper_identity("zk1:2181", ""), zookeeper_identity("zk1:2181", "/kafka"),
+           zookeeper_identity("zk1:2182", "/kafka"), zookeeper_identity("zk1,zk3", "/kafka"),
+           zookeeper_identity("[::1]", "/kafka"), zookeeper_identity("[::1]:2182", "/kafka")}
+    assert len(ids) == 6
+    assert zookeeper_identity("[::1]", "") == "zookeeper:[::1]:2181"
+
+
+def test_identity_prefers_the_cluster_id_then_zookeeper_then_the_name():
+    c = NS(name="prod-a")
+    assert lock_identity(c, _Kafka("Xy-3_9"), _zk("zk1")) == "kafka-cluster-id:Xy-3_9"
+    assert lock_identity(c, _Kafka(None), _zk("zk2,zk1", "/kafka")) == "zookeeper:zk1:2181,zk2:2181/kafka"
+    assert lock_identity(c, _Kafka(None), None) == "fleet-name:prod-a"
+
+
+def test_two_fleet_names_for_one_cluster_share_one_lock(tmp_path):
+    a = ClusterLock.for_cluster(tmp_path, NS(name="prod"), _Kafka(None), _zk("zk1:2181,zk2:2181", "/kafka"))
+    b = ClusterLock.for_cluster(tmp_path, NS(name="prod-alias"), _Kafka(None), _zk("zk2,zk1/kafka"))
+    assert a.path == b.path
+    a.acquire("dag/run1", "dag", "run1")
+    with pytest.raises(ClusterLocked) as e:
+        b.acquire("dag2/run2", "dag2", "run2")
+    assert "DAG 'dag' run 'run1'" in str(e.value) and "cluster 'prod'" in str(e.value)
+    other = ClusterLock.for_cluster(tmp_path, NS(name="prod"), _Kafka(None), _zk("zk1:2181,zk2:2181", "/other"))
+    other.acquire("dag2/run2", "dag2", "run2")  # another chroot: another cluster
+
+
+def test_hostile_identities_make_safe_distinct_file_names(tmp_path):
+    names = ["kafka-cluster-id:../../etc", "fleet-name:a/b", "fleet-name:a_b", "fleet-name:{{ x }}\n'$(rm)'"]
+    paths = {ClusterLock(tmp_path, n).path for n in names}
+    assert len(paths) == 4 and all(p.parent == tmp_path and "/" not in p.name for p in paths)
+
+
+def test_a_holder_that_no_longer_runs_is_reported_with_how_to_clear_it_never_stolen(tmp_path):
+    lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod a")
+    lock.acquire("d/r1", "d", "r1")
+    asked = []
+
+    def gone(dag_id, run_id):
+        asked.append((dag_id, run_id))
+        return False, "failed"
+
+    with pytest.raises(ClusterLocked) as e:
+        ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod b").acquire("d/r2", "d", "r2", holder_running=gone)
+    assert asked == [("d", "r1")]
+    msg = str(e.value)
+    assert "holder run 'r1' of DAG 'd' is no longer running (state failed)" in msg
+    assert "after checking the cluster, clear it with fleetctl lock clear 'prod a'" in msg.replace("After", "after")
+    assert lock.holder()["owner"] == "d/r1"  # still held by the gone run
+
+
+@pytest.mark.parametrize("answer, expect", [
+    (True, "Wait for it to finish"), ((True, "running"), "Wait for it to finish"),
+    (None, "could not be told"), (False, "is no longer running (state unknown)"),
+])
+def test_holder_running_answers(tmp_path, answer, expect):
+    ClusterLock(tmp_path, "i").acquire("d/r1", "d", "r1")
+    with pytest.raises(ClusterLocked, match=expect.replace("(", r"\(").replace(")", r"\)")):
+        ClusterLock(tmp_path, "i").acquire("d/r2", "d", "r2", holder_running=lambda d, r: answer)
+
+
+def test_a_failing_running_check_keeps_the_lock(tmp_path):
+    ClusterLock(tmp_path, "i").acquire("d/r1", "d", "r1")
+
+    def broken(dag_id, run_id):
+        raise RuntimeError("api down")
+
+    with pytest.raises(ClusterLocked, match="could not be told"):
+        ClusterLock(tmp_path, "i").acquire("d/r2", "d", "r2", holder_running=broken)
+    assert ClusterLock(tmp_path, "i").holder()["owner"] == "d/r1"
+
+
+def test_the_same_run_reenters_without_asking(tmp_path):
+    lock = ClusterLock(tmp_path, "i")
+    lock.acquire("d/r1", "d", "r1")
+    lock.acquire("d/r1", "d", "r1", holder_running=lambda d, r: pytest.fail("asked"))
+
+
+def test_clear_moves_the_lock_aside_and_find_by_name_or_identity(tmp_path):
+    lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod")
+    lock.acquire("d/r1", "d", "r1")
+    (held,) = held_locks(tmp_path)
+    assert held[1]["identity"] == "zookeeper:zk1:2181/kafka" and held[1]["cluster"] == "prod"
+    assert [x.path for x in find_locks(tmp_path, "prod")] == [lock.path]
+    assert [x.path for x in find_locks(tmp_path, "zookeeper:zk1:2181/kafka")] == [lock.path]
+    assert find_locks(tmp_path, "other") == []
+    (found,) = find_locks(tmp_path, "prod")
+    assert found.clear()["owner"] == "d/r1"
+    assert lock.holder() is None and held_locks(tmp_path) == []
+    (kept,) = (tmp_path / "cleared").iterdir()
+    assert json.loads(kept.read_text())["run_id"] == "r1"
+    ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod").acquire("d/r2", "d", "r2")
+
+
+def test_fleetctl_lock_status_and_clear(tmp_path, capsys, monkeypatch):
+    from fleetctl import cli
+
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path))
+    assert cli.main(["lock", "status"]) == 0
+    assert "no cluster is locked" in capsys.readouterr().out
+    ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod 'a'").acquire("d/r1", "d", "r1")
+    assert cli.main(["lock", "status"]) == 3
+    line = capsys.readouterr().out.strip()
+    assert line.split("\t")[:3] == ["prod 'a'", "dag=d", "run=r1"] and "identity=zookeeper:zk1:2181/kafka" in line
+    assert cli.main(["lock", "clear", "nope"]) == 2
+    assert "no lock held for cluster 'nope'" in capsys.readouterr().err
+    assert cli.main(["lock", "clear", "prod 'a'"]) == 0
+    assert "cleared the lock of cluster \"prod 'a'\"" in capsys.readouterr().out
+    assert held_locks(tmp_path) == []
+    assert cli.needs_airflow(cli.build_parser().parse_args(["lock", "clear", "x"])) is False
