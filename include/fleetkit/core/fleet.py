@@ -5,21 +5,22 @@ A fleet file is YAML::
     version: 1
     clusters:
       - name: lab                        # [A-Za-z0-9_.-], unique
-        kafka_version: "0.9.0.1"         # decides client protocol settings (0.9 needs fallbacks)
+        kafka_version: "0.9.0.1"         # quoted; decides client protocol settings (0.9 needs fallbacks)
         kafka_conn_id: lab_kafka         # Airflow connection (type kafka), holds bootstrap.servers
         zookeeper:                       # ZooKeeper-mode clusters only
           conn_id: lab_zookeeper         # Airflow connection (type zookeeper)
           chroot: /kafka
         offsets_topic_partitions: 50
         groups: [billing]                # always collected, even when the cluster forgot them
-        approvers: [alice]               # optional, for the approval gate
+        approvers: [alice]               # who may approve plans (required for destructive runbooks)
         cleaner:                         # when the broker cannot report it (0.9: no DescribeConfigs)
           dedupe_buffer_size: 134217728
           threads: 1
           io_buffer_load_factor: 0.9
         brokers:
           - id: 0
-            log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file
+            log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file; at least
+                                               # two folders below / (ssh: absolute on the host)
             access: local                      # local | ssh
             ssh_conn_id: broker0_ssh           # with access: ssh
         broker_control:                  # optional: how runbooks stop, start, reconfigure a broker
@@ -292,8 +293,9 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     kafka_conn_id = f.string(raw["kafka_conn_id"], f"{where}.kafka_conn_id", CONN_ID_RE, "connection id")
     kafka_version = raw.get("kafka_version", "2.8.0")
     if not isinstance(kafka_version, str):
+        number = isinstance(kafka_version, (int, float)) and not isinstance(kafka_version, bool)
         hint = (f" (YAML reads an unquoted version such as 0.10 as the number {kafka_version!r}): quote it, "
-                f'e.g. kafka_version: "0.10.2.1"') if isinstance(kafka_version, (int, float)) and not isinstance(kafka_version, bool) else ""
+                f'e.g. kafka_version: "0.10.2.1"') if number else ""
         raise f.fail(f"{where}.kafka_version", f"expected a version string, got {type(kafka_version).__name__} "
                                                f"{kafka_version!r}{hint}")
     if not VERSION_RE.match(kafka_version):
@@ -405,7 +407,7 @@ def _log_dir(f: _Field, d: str, where: str, access: str, base_dir: Path) -> str:
         path = os.path.normpath(d)
     depth = len([p for p in path.split("/") if p])
     if depth < MIN_LOG_DIR_DEPTH:
-        shown = d if d == path else f"{d!r} (resolves to {path!r})"
+        shown = repr(d) if d == path else f"{d!r} (resolves to {path!r})"
         raise f.fail(where, f"{shown} is too close to / for a broker log dir: the trim moves segment files out of "
                             f"it; give the full path, at least {MIN_LOG_DIR_DEPTH} folders deep, e.g. "
                             "/var/lib/kafka/data")
