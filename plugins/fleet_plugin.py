@@ -1,24 +1,98 @@
 """Registers the toolkit with Airflow: the report link on tasks and the /fleet-reports pages
-(the reports folder under the data root, served read-only by the api-server)."""
+(the reports folder under the data root, served read-only by the api-server).
+
+The reports name clusters, hosts, client ids, broker paths and trim plans, so /fleet-reports
+answers only logged-in users who may read DAGs: the api-server's own authentication (a Bearer
+token, or the UI's `_token` cookie when the page is opened from the Airflow UI) and its auth
+manager's DAG read check, against the DAG that writes the report's folder (REPORT_DAGS) or, for
+any other folder, against all DAGs. 401 without or with an invalid token, 403 without the
+permission, 400 for a path that leaves the reports folder.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
+from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
 
 from fleet_airflow import settings
 from fleet_airflow.operators.report import StuckReportLink
 
+# the DAG that writes each folder under <data root>/reports; reading a report needs read access
+# to that DAG (other folders: read access to all DAGs)
+REPORT_DAGS = {
+    "stuck": "fleet_maintenance",
+    "offsets": "fleet_maintenance",
+    "trim": "runbook_offsets_trim",
+    "coordinator": "coordinator_ownership",
+    "group_ids": "group_id_reconciliation",
+}
 
-def _reports_app():
-    from fastapi import FastAPI
-    from fastapi.staticfiles import StaticFiles
 
+def report_path_error(path: str) -> str | None:
+    """Why a requested path (relative to the reports folder, already URL-decoded) is refused, or
+    None: no `..` component, no absolute path, no backslash, no NUL."""
+    if "\x00" in path:
+        return "the path holds a NUL byte"
+    if "\\" in path:
+        return "the path holds a backslash"
+    if path.startswith("/"):
+        return "the path is absolute"
+    if any(part == ".." for part in path.split("/")):
+        return "the path leaves the reports folder (..)"
+    return None
+
+
+def _reports_app() -> FastAPI:
     reports = Path(settings.data_root()) / "reports"
     reports.mkdir(parents=True, exist_ok=True)
-    app = FastAPI(title="Kafka fleet reports")
-    app.mount("/", StaticFiles(directory=str(reports), html=True), name="reports")
+    # StaticFiles looks files up in a worker thread and streams them with anyio: the event loop
+    # never waits on the disk. follow_symlink=False: a symlink out of the folder is not served.
+    static = StaticFiles(directory=str(reports), html=True, follow_symlink=False)
+    bearer = HTTPBearer(auto_error=False)
+
+    async def reader(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)):
+        """The user of the api-server's session: Bearer token first, else the `_token` cookie."""
+        from airflow.api_fastapi.core_api.security import get_user
+
+        try:
+            return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+        except HTTPException as e:
+            # Airflow answers 403 to a token it cannot verify; here that is "not logged in"
+            if e.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
+                raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"Not authenticated: {e.detail}",
+                                    headers={"WWW-Authenticate": "Bearer"}) from None
+            raise
+
+    def may_read(path: str, user=Depends(reader)) -> None:
+        """The auth manager's DAG read check (a sync dependency: the team look-up hits the
+        database, so FastAPI runs it in a worker thread)."""
+        from airflow.api_fastapi.app import get_auth_manager
+        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+        from airflow.models.dag import DagModel
+
+        dag_id = REPORT_DAGS.get(path.split("/", 1)[0])
+        team = DagModel.get_team_name(dag_id) if dag_id else None
+        if not get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id, team_name=team),
+                                                   user=user):
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                f"Forbidden: reading this report needs read access to "
+                                f"{'DAG ' + repr(dag_id) if dag_id else 'all DAGs'}")
+
+    app = FastAPI(title="Kafka fleet reports", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.api_route("/{path:path}", methods=["GET", "HEAD"], dependencies=[Depends(may_read)])
+    async def report(path: str, request: Request):
+        why = report_path_error(path)
+        if why:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"refused {path!r}: {why}")
+        response = await static.get_response(path or ".", request.scope)
+        response.headers["Cache-Control"] = "private, no-cache"
+        return response
+
     return app
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fleetkit.core.settings import run_folder
 from fleetlab.traffic import ConsumerThread, commit, not_poison, produce, producer, wait_topic, POISON
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, un
             c.stop()
         feeder.join(10)
 
-    out = data / "reports" / "stuck" / runs[-1].run_id.replace(":", "_").replace("+", "_")
+    out = run_folder(data / "reports", "stuck", runs[-1].run_id)
     findings = [json.loads(x) for x in (out / "findings.jsonl").read_text().splitlines()]
     by = {}
     for f in findings:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fleetkit.clients import leadership
+from fleetkit.core.settings import run_folder
 from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
 from tests.ui.test_approval_server import wait_for
@@ -83,7 +84,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
         lab.lab.start_broker(victim)
         _balance(lab)
 
-    out = Path(lab_data_root()) / "reports" / "coordinator" / run["dag_run_id"].replace(":", "_").replace("+", "_")
+    out = run_folder(Path(lab_data_root()) / "reports", "coordinator", run["dag_run_id"])
     parts = {r["partition"]: r for r in map(json.loads, (out / "partitions.jsonl").read_text().splitlines())
              if r["cluster"] == "labtest"}
     changed = parts[p]

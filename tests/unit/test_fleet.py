@@ -165,3 +165,84 @@ def test_lab_fleet_document_escapes_braces_in_its_paths():
     spec = LabSpec(lab_dir="/tmp/odd {broker} lab")
     bc = parse_fleet(yaml.safe_dump(spec.fleet_document()), path="gen").cluster("lab").broker_control
     assert bc.argv("stop", broker=1)[-3:] == ["--lab-dir", "/tmp/odd {broker} lab", "1"]
+
+
+def test_a_fleet_file_that_is_not_utf8_names_the_file_and_line(tmp_path):
+    p = tmp_path / "fleet.yaml"
+    p.write_bytes(GOOD.replace("[alice]", "[alice]  # Zürich").encode("latin-1"))
+    with pytest.raises(FleetConfigError) as e:
+        load_fleet(p)
+    text = str(e.value)
+    assert str(p) in text and "not UTF-8" in text and "byte 0xfc at line 9" in text, text
+
+
+@pytest.mark.parametrize("written, seen", [("0.10", "0.1"), ("2.8", "2.8"), ("2.10", "2.1"), ("1.0", "1.0")])
+def test_an_unquoted_kafka_version_is_refused_with_the_fix(written, seen):
+    text = GOOD.replace('kafka_version: "0.9.0.1"', f"kafka_version: {written}")
+    with pytest.raises(FleetConfigError) as e:
+        parse_fleet(text, path="fleet.yaml", base_dir=Path("/etc"))
+    msg = str(e.value)
+    assert msg.startswith("fleet.yaml: clusters[prod-eu].kafka_version: expected a version string"), msg
+    assert f"the number {seen}" in msg and "quote it" in msg
+    quoted = parse_fleet(GOOD.replace('kafka_version: "0.9.0.1"', f'kafka_version: "{written}"'), path="f.yaml",
+                         base_dir=Path("/etc")).cluster("prod-eu")
+    assert quoted.kafka_version == written  # quoted, 0.10 stays 0.10 (not 0.1)
+
+
+def test_a_kafka_version_of_another_type_is_refused():
+    with pytest.raises(FleetConfigError, match=r"clusters\[prod-eu\].kafka_version: expected a version string, "
+                                               r"got bool True$"):
+        parse_fleet(GOOD.replace('kafka_version: "0.9.0.1"', "kafka_version: yes"), path="f.yaml")
+
+
+@pytest.mark.parametrize("log_dir, base, access", [
+    ("/", "/etc", "local"), ("/data", "/etc", "local"), ("//", "/etc", "local"), ("/data/..", "/etc", "local"),
+    ("data", "/", "local"), (".", "/etc", "local"), ("..", "/etc", "local"), ("../..", "/etc/kafka", "local"),
+    ("/kafka-logs", "/etc", "ssh"), ("/", "/etc", "ssh"),
+])
+def test_a_log_dir_too_close_to_root_is_refused(log_dir, base, access):
+    doc = yaml.safe_load(GOOD)
+    doc["clusters"][0]["brokers"][0].update(log_dirs=["/var/lib/kafka/ok", log_dir], access=access,
+                                             **({"ssh_conn_id": "k1_ssh"} if access == "ssh" else {}))
+    with pytest.raises(FleetConfigError) as e:
+        parse_fleet(yaml.safe_dump(doc), path="fleet.yaml", base_dir=Path(base))
+    msg = str(e.value)
+    assert msg.startswith("fleet.yaml: clusters[prod-eu].brokers[0].log_dirs[1]: "), msg
+    assert "too close to /" in msg and "trim moves segment files out of it" in msg
+
+
+@pytest.mark.parametrize("log_dir, access, message", [
+    ("kafka/data", "ssh", "must be absolute"),
+    ("/var/lib/../kafka", "ssh", "must not hold . or .. components"),
+    ("/var/lib/kafka\ndata", "local", "control character"),
+])
+def test_a_log_dir_that_is_not_a_plain_path_is_refused(log_dir, access, message):
+    doc = yaml.safe_load(GOOD)
+    doc["clusters"][0]["brokers"][0].update(log_dirs=[log_dir], access=access,
+                                             **({"ssh_conn_id": "k1_ssh"} if access == "ssh" else {}))
+    with pytest.raises(FleetConfigError, match=f"brokers\\[0\\].log_dirs\\[0\\]: .*{message}"):
+        parse_fleet(yaml.safe_dump(doc), path="fleet.yaml", base_dir=Path("/etc"))
+
+
+def test_log_dirs_that_are_deep_enough_parse():
+    doc = yaml.safe_load(GOOD)
+    doc["clusters"][0]["brokers"][0]["log_dirs"] = ["/data/k1/", "/tmp/kafka-logs", "k1", "../var/k1"]
+    doc["clusters"][0]["brokers"][2]["log_dirs"] = ["/srv/kafka/data"]
+    c = parse_fleet(yaml.safe_dump(doc), path="fleet.yaml", base_dir=Path("/etc")).cluster("prod-eu")
+    assert c.broker(1).log_dirs == ("/data/k1", "/tmp/kafka-logs", "/etc/k1", "/var/k1")
+    assert c.broker(3).log_dirs == ("/srv/kafka/data",)
+    doc["clusters"][0]["brokers"][0]["log_dirs"] = ["/data/k1", "/data/k1/"]
+    with pytest.raises(FleetConfigError, match=r"brokers\[0\].log_dirs: a log dir appears twice"):
+        parse_fleet(yaml.safe_dump(doc), path="fleet.yaml", base_dir=Path("/etc"))
+
+
+def test_require_approvers_names_the_file_and_cluster(tmp_path):
+    p = tmp_path / "fleet.yaml"
+    p.write_text(GOOD)
+    fleet = load_fleet(p)
+    assert fleet.cluster("prod-eu").require_approvers() == ("alice",)
+    with pytest.raises(FleetConfigError) as e:
+        fleet.cluster("kraft1").require_approvers()
+    assert str(e.value).startswith(f"fleet file {p}: cluster kraft1: `approvers` is required for destructive "
+                                   "runbooks (")
+    assert fleet.cluster("kraft1") == parse_fleet(GOOD, path="other.yaml").cluster("kraft1")  # not part of equality

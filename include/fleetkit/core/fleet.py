@@ -5,21 +5,22 @@ A fleet file is YAML::
     version: 1
     clusters:
       - name: lab                        # [A-Za-z0-9_.-], unique
-        kafka_version: "0.9.0.1"         # decides client protocol settings (0.9 needs fallbacks)
+        kafka_version: "0.9.0.1"         # quoted; decides client protocol settings (0.9 needs fallbacks)
         kafka_conn_id: lab_kafka         # Airflow connection (type kafka), holds bootstrap.servers
         zookeeper:                       # ZooKeeper-mode clusters only
           conn_id: lab_zookeeper         # Airflow connection (type zookeeper)
           chroot: /kafka
         offsets_topic_partitions: 50
         groups: [billing]                # always collected, even when the cluster forgot them
-        approvers: [alice]               # optional, for the approval gate
+        approvers: [alice]               # who may approve plans (required for destructive runbooks)
         cleaner:                         # when the broker cannot report it (0.9: no DescribeConfigs)
           dedupe_buffer_size: 134217728
           threads: 1
           io_buffer_load_factor: 0.9
         brokers:
           - id: 0
-            log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file
+            log_dirs: [/var/lib/kafka/data]   # relative paths resolve against the fleet file; at least
+                                               # two folders below / (ssh: absolute on the host)
             access: local                      # local | ssh
             ssh_conn_id: broker0_ssh           # with access: ssh
         broker_control:                  # optional: how runbooks stop, start, reconfigure a broker
@@ -162,6 +163,7 @@ class Cluster:
     brokers: tuple[Broker, ...] = ()
     group_id_mappings: GroupIdMappingSettings | None = None  # None: no KoP mappings, skipped
     broker_control: BrokerControlSettings | None = None  # None: brokers are restarted by hand
+    fleet_file: str = field(default="", compare=False)  # the file it was read from, for messages
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -175,6 +177,15 @@ class Cluster:
     @property
     def zk_mode(self) -> bool:
         return self.zookeeper is not None
+
+    def require_approvers(self) -> tuple[str, ...]:
+        """The cluster's approvers; FleetConfigError when the fleet file names none."""
+        if not self.approvers:
+            raise FleetConfigError(
+                f"fleet file {self.fleet_file or '<fleet>'}: cluster {self.name}: `approvers` is required for "
+                f"destructive runbooks (add `approvers: [user, ...]` under the cluster: the Airflow users who "
+                f"may approve its plans)")
+        return self.approvers
 
     def broker(self, broker_id: int) -> Broker:
         for b in self.brokers:
@@ -280,7 +291,13 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     name = f.string(raw["name"], f"{where}.name", CLUSTER_NAME_RE, "cluster name")
     where = f"clusters[{name}]"
     kafka_conn_id = f.string(raw["kafka_conn_id"], f"{where}.kafka_conn_id", CONN_ID_RE, "connection id")
-    kafka_version = str(raw.get("kafka_version", "2.8.0"))
+    kafka_version = raw.get("kafka_version", "2.8.0")
+    if not isinstance(kafka_version, str):
+        number = isinstance(kafka_version, (int, float)) and not isinstance(kafka_version, bool)
+        hint = (f" (YAML reads an unquoted version such as 0.10 as the number {kafka_version!r}): quote it, "
+                f'e.g. kafka_version: "0.10.2.1"') if number else ""
+        raise f.fail(f"{where}.kafka_version", f"expected a version string, got {type(kafka_version).__name__} "
+                                               f"{kafka_version!r}{hint}")
     if not VERSION_RE.match(kafka_version):
         raise f.fail(f"{where}.kafka_version", f"{kafka_version!r} is not a version like 0.9.0.1")
 
@@ -337,8 +354,9 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         if access == "ssh":
             ssh_conn_id = f.string(ssh_conn_id, f"{bwhere}.ssh_conn_id", CONN_ID_RE, "connection id")
         log_dirs = f.strings(braw.get("log_dirs"), f"{bwhere}.log_dirs")
-        if access == "local":
-            log_dirs = tuple(str((base_dir / d).resolve()) if not os.path.isabs(d) else d for d in log_dirs)
+        log_dirs = tuple(_log_dir(f, d, f"{bwhere}.log_dirs[{j}]", access, base_dir) for j, d in enumerate(log_dirs))
+        if len(set(log_dirs)) != len(log_dirs):
+            raise f.fail(f"{bwhere}.log_dirs", f"a log dir appears twice in {list(log_dirs)}")
         brokers.append(Broker(id=bid, log_dirs=log_dirs, access=access, ssh_conn_id=ssh_conn_id))
 
     gim = None
@@ -361,7 +379,39 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         brokers=tuple(brokers),
         group_id_mappings=gim,
         broker_control=control,
+        fleet_file=f.path,
     )
+
+
+MIN_LOG_DIR_DEPTH = 2
+
+
+def _log_dir(f: _Field, d: str, where: str, access: str, base_dir: Path) -> str:
+    """A broker log dir as an absolute path, at least MIN_LOG_DIR_DEPTH folders below /.
+
+    The trim moves segment files out of <log dir>/__consumer_offsets-N/: a log dir written as
+    `/`, `/data` or a bare `data` resolved next to a fleet file in / would point it at a
+    system-wide folder, so those are refused. Local relative paths resolve against the fleet file's
+    folder; ssh log dirs are paths on the broker host, so they must be absolute and plain (no
+    `.` or `..`). No control characters (they end up in rendered shell runbooks)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in d):
+        raise f.fail(where, f"{d!r} holds a control character")
+    if access == "local":
+        path = d if os.path.isabs(d) else str((base_dir / d).resolve())
+        path = os.path.normpath(path)
+    else:
+        if not d.startswith("/"):
+            raise f.fail(where, f"{d!r} must be absolute: it is a path on the broker host (access: ssh)")
+        if any(part in (".", "..") for part in d.split("/")):
+            raise f.fail(where, f"{d!r} must not hold . or .. components (a path on the broker host)")
+        path = os.path.normpath(d)
+    depth = len([p for p in path.split("/") if p])
+    if depth < MIN_LOG_DIR_DEPTH:
+        shown = repr(d) if d == path else f"{d!r} (resolves to {path!r})"
+        raise f.fail(where, f"{shown} is too close to / for a broker log dir: the trim moves segment files out of "
+                            f"it; give the full path, at least {MIN_LOG_DIR_DEPTH} folders deep, e.g. "
+                            "/var/lib/kafka/data")
+    return path
 
 
 def _parse_broker_control(f: _Field, raw: Any, where: str, base_dir: Path) -> BrokerControlSettings:
@@ -479,4 +529,8 @@ def load_fleet(path: str | os.PathLike) -> Fleet:
         raise FleetConfigError(f"fleet file {str(p)!r} does not exist") from None
     except OSError as e:
         raise FleetConfigError(f"fleet file {str(p)!r} cannot be read: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        line = e.object[:e.start].count(b"\n") + 1
+        raise FleetConfigError(f"fleet file {str(p)!r} is not UTF-8: byte 0x{e.object[e.start]:02x} at line {line} "
+                               f"(offset {e.start}); save the file as UTF-8") from None
     return parse_fleet(text, path=str(p), base_dir=p.resolve().parent)

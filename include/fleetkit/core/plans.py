@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from fleetkit.core import settings
@@ -51,7 +52,8 @@ def validate(plan: dict) -> dict:
 
 
 def safe_component(value: str) -> str:
-    """A path component from a run id or DAG id (core.settings.safe_component), PlanError if empty."""
+    """A path component from a run id or DAG id (core.settings.safe_component, one-to-one),
+    PlanError if empty."""
     try:
         return settings.safe_component(value)
     except ValueError as e:
@@ -73,12 +75,39 @@ def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -
     return path, digest(plan)
 
 
+def _legacy_component(value: str) -> str:
+    """The folder names of earlier releases (not one-to-one: `a:b` and `a_b` met); read only."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value)).strip("._")[:200]
+
+
+def _legacy_plan(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> tuple[Path, dict] | None:
+    """A plan stored by an earlier release under its folder names, if it says it is this run's."""
+    parts = (_legacy_component(dag_id), _legacy_component(run_id))
+    if not all(parts):
+        return None
+    path = Path(plans_root).joinpath(*parts, "plan.json")
+    if path == plan_path(plans_root, dag_id, run_id):
+        return None
+    try:
+        plan = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if isinstance(plan, dict) and plan.get("dag_id") == dag_id and plan.get("run_id") == run_id:
+        return path, plan
+    return None
+
+
 def load(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> tuple[dict, str]:
+    """The run's stored plan and its digest. A plan stored before the folder names became
+    one-to-one is still found, when the plan names this DAG and run."""
     path = plan_path(plans_root, dag_id, run_id)
     try:
         plan = json.loads(path.read_bytes())
     except FileNotFoundError:
-        raise PlanError(f"no stored plan for DAG {dag_id!r} run {run_id!r} (expected {path})") from None
+        legacy = _legacy_plan(plans_root, dag_id, run_id)
+        if legacy is None:
+            raise PlanError(f"no stored plan for DAG {dag_id!r} run {run_id!r} (expected {path})") from None
+        path, plan = legacy
     except ValueError as e:
         raise PlanError(f"stored plan {path} is not valid JSON: {e}") from None
     return validate(plan), digest(plan)

@@ -14,11 +14,15 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
+import string
 from pathlib import Path
 
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_SAFE_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
+ESCAPE = "~"
+MAX_COMPONENT = 200  # well below the 255 bytes most file systems allow in a name
+_HASH_CHARS = 16
 
 
 def home() -> Path:
@@ -55,15 +59,60 @@ def lock_dir() -> str:
 
 
 def safe_component(value: str) -> str:
-    """A path component made from a run id, DAG id or cluster name (run ids hold ':' and '+').
-    ValueError when nothing is left."""
-    out = _SAFE.sub("_", str(value)).strip("._")
-    if not out:
-        raise ValueError(f"cannot make a file name from {value!r}")
-    return out[:200]
+    """A path component made from a run id, DAG id or cluster name, one-to-one: distinct values
+    give distinct components, never empty, `.`, `..` or holding `/`.
+
+    Letters, digits, `_`, `-` and `.` stay (a leading `.` does not); every other byte of the UTF-8
+    form is written `~XX` (hex), so `manual__2024-05-01T10:15:00+00:00` becomes
+    `manual__2024-05-01T10~3A15~3A00~2B00~3A00` and `component_value` reads it back. A name
+    longer than MAX_COMPONENT keeps its first characters, then `~~` and 16 hex digits of the
+    SHA-256 of the value. ValueError for the empty string."""
+    value = str(value)
+    if not value:
+        raise ValueError("cannot make a file name from an empty value")
+    out = []
+    for i, ch in enumerate(value):
+        if ch in _SAFE_CHARS and not (i == 0 and ch == "."):
+            out.append(ch)
+        else:
+            out.extend(f"{ESCAPE}{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+    name = "".join(out)
+    if len(name) <= MAX_COMPONENT:
+        return name
+    head = name[:MAX_COMPONENT - 2 - _HASH_CHARS]
+    cut = head.rfind(ESCAPE, len(head) - 2)
+    if cut >= 0:  # never split an escape
+        head = head[:cut]
+    return f"{head}{ESCAPE}{ESCAPE}{hashlib.sha256(value.encode('utf-8', 'surrogatepass')).hexdigest()[:_HASH_CHARS]}"
+
+
+def component_value(name: str) -> str:
+    """The value safe_component made `name` from; ValueError for a shortened name (`~~`) or one
+    safe_component cannot have made."""
+    if ESCAPE * 2 in name:
+        raise ValueError(f"{name!r} was shortened: its value is not in the name")
+    raw = bytearray()
+    i = 0
+    while i < len(name):
+        ch = name[i]
+        if ch == ESCAPE:
+            hx = name[i + 1:i + 3]
+            if len(hx) != 2 or any(c not in "0123456789ABCDEF" for c in hx):
+                raise ValueError(f"{name!r}: bad escape at {i}")
+            raw.append(int(hx, 16))
+            i += 3
+        elif ch in _SAFE_CHARS:
+            raw += ch.encode()
+            i += 1
+        else:
+            raise ValueError(f"{name!r}: {ch!r} is never left as is")
+    value = bytes(raw).decode("utf-8", "surrogatepass")
+    if safe_component(value) != name:
+        raise ValueError(f"{name!r} is not the component of {value!r}")
+    return value
 
 
 def run_folder(base: str | os.PathLike, *parts: str) -> Path:
-    """The folder of one run's output under `base`: each part (kind, DAG id, run id) made a safe
-    path component. The one naming of run folders (reports, plans, trims)."""
+    """The folder of one run's output under `base`: each part (kind, DAG id, run id) made a path
+    component by safe_component. The one naming of run folders (reports, plans, journals, trims)."""
     return Path(base).joinpath(*(safe_component(p) for p in parts))
