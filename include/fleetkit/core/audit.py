@@ -15,6 +15,7 @@ import uuid
 
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow, write_collection
 from fleetkit.core.errors import FleetError
+from fleetkit.core.render import visible_controls as v
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,9 @@ def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: st
            "run_id": run_id, "action": action, "event": event, "actor": actor, "digest": digest,
            "message": message, "details": json.dumps(details or {}, sort_keys=True, default=str)}
     write_collection(root, cluster, now, {"audit": [row]})
-    log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, cluster, run_id,
-             actor or "-", digest or "-", message)
+    # one line, whatever a name in the message holds (newlines, bidi, zero-width: shown escaped)
+    log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, v(cluster), v(run_id),
+             v(actor or "-"), v(digest or "-"), v(message))
     return row
 
 
@@ -54,5 +56,6 @@ def find(root: DataRoot, record_id: str) -> dict:
 
 
 def describe(r: dict) -> str:
-    return (f"{iso_z(r['observed_at'])} {r['cluster']} {r['action']} {r['event']:<13} "
-            f"by {r['actor'] or '-'} run {r['run_id']} {r['digest'] or ''} {r['record_id']}\n    {r['message']}")
+    return (f"{iso_z(r['observed_at'])} {v(r['cluster'])} {v(r['action'])} {r['event']:<13} "
+            f"by {v(r['actor'] or '-')} run {v(r['run_id'])} {v(r['digest'] or '')} {r['record_id']}\n    "
+            f"{v(r['message'])}")
