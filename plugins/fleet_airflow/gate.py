@@ -38,7 +38,7 @@ from fleetkit.core.datasets import DataRoot
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
 from fleetkit.core.locks import ClusterLock
-from fleetkit.core.render import render
+from fleetkit.core.render import render, visible_controls
 
 from fleet_airflow import settings
 
@@ -140,7 +140,8 @@ class PlanApprovalOperator(ApprovalOperator):
             self.response_timeout = dt.timedelta(seconds=int(params["approval_timeout"]))
         cluster = _cluster(params)
         plan, digest = plans.load(plans_root(params), context["dag"].dag_id, context["run_id"])
-        self.subject = f"{self.action.name} on cluster {cluster.name}: {plan['title']}"[:250]
+        # the title names groups and topics: one line, bidi and zero-width characters shown escaped
+        self.subject = visible_controls(f"{self.action.name} on cluster {cluster.name}: {plan['title']}")[:250]
         self.body = render_plan(self.action, plan, digest, self.response_timeout or DEFAULT_RESPONSE_TIMEOUT)
         if cluster.approvers:
             self.assigned_users = [{"id": a, "name": a} for a in cluster.approvers]

@@ -73,11 +73,14 @@ def test_html_is_inert(name):
     assert "".join(parsed.text) == visible_controls(name)
 
 
-shell_safe = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=60)
+shell_safe = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zl", "Zp")), max_size=60)
+# shlex knows POSIX quoting only; format characters (bash's $'...') go through a real bash below
+posix_safe = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Cf", "Zl", "Zp")), max_size=60)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.one_of(shell_safe, nasty.filter(lambda s: "\n" not in s and "\t" not in s and "\r" not in s)))
+@given(st.one_of(posix_safe, nasty.filter(lambda s: "\n" not in s and "\t" not in s and "\r" not in s
+                                          and "\u202e" not in s)))
 def test_shell_word_round_trips(name):
     assert shlex.split(f"echo {sh(name)}") == ["echo", name]
 

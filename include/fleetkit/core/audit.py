@@ -37,6 +37,7 @@ from pathlib import Path
 
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow, write_collection
 from fleetkit.core.errors import FleetError
+from fleetkit.core.render import visible_controls as v
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +227,9 @@ def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: st
                 chain.write_head(head)
             raise
         chain.write_head(chain.head_doc(row, **carry))
-    log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, cluster, run_id,
-             actor or "-", digest or "-", message)
+    # one line, whatever a name in the message holds (newlines, bidi, zero-width: shown escaped)
+    log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, v(cluster), v(run_id),
+             v(actor or "-"), v(digest or "-"), v(message))
     return row
 
 
@@ -249,8 +251,9 @@ def find(root: DataRoot, record_id: str) -> dict:
 
 
 def describe(r: dict) -> str:
-    return (f"{iso_z(r['observed_at'])} {r['cluster']} {r['action']} {r['event']:<13} "
-            f"by {r['actor'] or '-'} run {r['run_id']} {r['digest'] or ''} {r['record_id']}\n    {r['message']}")
+    return (f"{iso_z(r['observed_at'])} {v(r['cluster'])} {v(r['action'])} {r['event']:<13} "
+            f"by {v(r['actor'] or '-')} run {v(r['run_id'])} {v(r['digest'] or '')} {r['record_id']}\n    "
+            f"{v(r['message'])}")
 
 
 # -- verifying ---------------------------------------------------------------------------------------

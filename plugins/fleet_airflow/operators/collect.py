@@ -8,6 +8,7 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
 
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import load_fleet
+from fleetkit.core.render import visible_controls as v
 
 
 class CollectClusterOperator(BaseOperator):
@@ -39,9 +40,9 @@ class CollectClusterOperator(BaseOperator):
             res = clusters.collect(cluster, self.data_root, self.retention_days)
         except FleetError as e:
             raise AirflowException(str(e)) from None
-        self.log.info("%s", res.summary())
-        for p in res.problems:
-            self.log.warning("cluster %s: %s", cluster.name, p)
+        self.log.info("%s", v(res.summary()))
+        for p in res.problems:  # problems name groups and topics: one line each
+            self.log.warning("cluster %s: %s", cluster.name, v(p))
         return {"cluster": res.cluster, "observed_at": res.observed_at.isoformat(),
                 "groups": len(res.groups), "rows": {k: len(v) for k, v in res.rows.items()},
                 "problems": res.problems[:50], "seconds": round(res.seconds, 2)}
@@ -72,6 +73,6 @@ class CollectOffsetsTopicOperator(BaseOperator):
         except FleetError as e:
             raise AirflowException(str(e)) from None
         for p in res.problems[:100]:
-            self.log.warning("cluster %s: %s", self.cluster, p)
+            self.log.warning("cluster %s: %s", self.cluster, v(p))
         return {"cluster": self.cluster, "records": res.records_written, "other_versions": res.other_versions,
                 "restarted": res.restarted, "problems": len(res.problems), "seconds": round(res.seconds, 1)}

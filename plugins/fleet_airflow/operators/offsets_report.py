@@ -9,7 +9,7 @@ from typing import Sequence
 from airflow.providers.common.compat.sdk import BaseOperator
 
 from fleetkit.core.fleet import load_fleet
-from fleetkit.core.render import render
+from fleetkit.core.render import render, visible_controls as v
 from fleetkit.core.datasets import read_jsonl
 
 from fleet_airflow.notifiers import FleetAlertNotifier
@@ -28,8 +28,8 @@ class OffsetsHealthReportOperator(BaseOperator):
         plans = json.loads((out / "trim_plan.json").read_text()) if (out / "trim_plan.json").exists() else []
         unhealthy = [h for h in health if h["verdict"] != "HEALTHY"]
         for h in unhealthy:
-            self.log.warning("%s broker %s __consumer_offsets-%s %s: %s", h["cluster"], h["broker"], h["partition"],
-                             h["verdict"], h["reason"])
+            self.log.warning("%s broker %s __consumer_offsets-%s %s: %s", v(h["cluster"]), h["broker"], h["partition"],
+                             h["verdict"], v(h["reason"]))
         md = out / "offsets_health.md"
         md.write_text(render("offsets_health.md.j2", health=health, unhealthy=unhealthy, plans=plans), encoding="utf-8")
         self.log.info("__consumer_offsets health: %d replica(s), %d unhealthy; report %s", len(health), len(unhealthy), md)

@@ -1,4 +1,8 @@
-"""StuckReportOperator: render the stuck-partitions report of a run, log it, link it, alert."""
+"""StuckReportOperator: render the stuck-partitions report of a run, log it, link it, alert.
+
+Groups, topics and reasons come from the clusters: they are logged through
+fleetkit.core.render.visible_controls (one line each, nothing hidden) and reach the alert
+notifier as data (never as templates)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Sequence
 from airflow.providers.common.compat.sdk import BaseOperator, BaseOperatorLink
 
 from fleetkit.core.fleet import load_fleet
+from fleetkit.core.render import visible_controls as v
 from fleetkit.stuck.report import StuckReport
 
 from fleet_airflow.notifiers import FleetAlertNotifier
@@ -72,13 +77,14 @@ class StuckReportOperator(BaseOperator):
         context["ti"].xcom_push(key=REPORT_XCOM_KEY, value=url)
         self.log.info("stuck-partitions report: %s (Markdown %s, link %s)", html_path, md_path, url)
         for c in report.clusters():
-            self.log.info("cluster %s: %d partition(s): %s; rebalance storms: %s", c["cluster"], c["partitions"],
-                          ", ".join(f"{k} {v}" for k, v in c["counts"].items()), ", ".join(c["storms"]) or "none")
+            self.log.info("cluster %s: %d partition(s): %s; rebalance storms: %s", v(c["cluster"]), c["partitions"],
+                          ", ".join(f"{k} {n}" for k, n in c["counts"].items()),
+                          ", ".join(repr(g) for g in c["storms"]) or "none")
         flagged = report.flagged()
         for f in flagged:
-            self.log.warning("%s %s group %r %s-%s lag %s%s: %s", f["status"], f["cluster"], f["group"], f["topic"],
-                             f["partition"], f["lag"],
-                             f" (offset expires in {f['expires_in']})" if f.get("expires_in") else "", f["reason"])
+            self.log.warning("%s %s group %r %s-%s lag %s%s: %s", f["status"], v(f["cluster"]), f["group"],
+                             v(f["topic"]), f["partition"], f["lag"],
+                             f" (offset expires in {f['expires_in']})" if f.get("expires_in") else "", v(f["reason"]))
         alerts = report.alerts()
         if alerts:
             settings = load_fleet(self.fleet_file).alerts
