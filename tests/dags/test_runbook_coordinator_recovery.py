@@ -36,6 +36,7 @@ def dag(dagbag):
 def live_group(lab, tmp_path, unique, monkeypatch):
     """A group with a live member, leaders balanced, the group's partition and its state."""
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))  # a deployment setting, not a param
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
     topic, group = unique("rec"), unique("recovery 'ü😀' $x")
@@ -48,9 +49,9 @@ def live_group(lab, tmp_path, unique, monkeypatch):
     with lab.zookeeper() as zk:
         st = leadership.state(zk, OFFSETS, p)
     conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
-            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data"),
-            "evidence_report": ""}
-    yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data")}
+            "dry_run": False, "evidence_report": ""}
+    yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data"),
+           "data": tmp_path / "data"}
     member.stop()
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
@@ -133,8 +134,26 @@ def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, liv
     dr = run(dag, conf)
     st = states(dr)
     assert st["start_trim_runbook"] == "success" and st["dry_run_stop"] == "skipped", st
-    plan, _ = plans.load(Path(conf["data_root"]) / "plans", DAG_ID, dr.run_id)
+    plan, _ = plans.load(live_group["data"] / "plans", DAG_ID, dr.run_id)
     assert plan["changes"] == [] and plan["details"]["partition"] == live_group["partition"]
+    # the trim run TriggerDagRunOperator started: Airflow gave it this run's triggering user, the
+    # hand-over passed on who requested the recovery and no fleet file or data root
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from fleet_airflow.gate import requesters
+
+    with create_session() as session:
+        trim = session.scalars(select(DagRun).where(DagRun.dag_id == "runbook_offsets_trim",
+                                                    DagRun.run_type == "operator_triggered")
+                               .order_by(DagRun.id.desc())).first()
+        trim_conf, trim_user = dict(trim.conf), trim.triggering_user_name
+    assert trim_conf == {"cluster": "labtest", "partitions": str(live_group["partition"]), "dry_run": True,
+                         "requested_by": "admin"}
+    assert trim_user == "dag_test"  # dag.test()'s triggering user, inherited
+    assert requesters(trim_conf, trim_user) == ("admin", "dag_test")
 
 
 def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, lab, live_group):
