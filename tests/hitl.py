@@ -151,7 +151,8 @@ class MarkSuccess(threading.Thread):
                     first = first or time.monotonic()
                     if time.monotonic() - first >= 1.5:  # parked for a moment, as a person would see it
                         XComModel.set(key="return_value", value=self.claimed, dag_id=ti.dag_id, task_id=ti.task_id,
-                                      run_id=ti.run_id, map_index=ti.map_index, session=session)
+                                      run_id=ti.run_id, map_index=ti.map_index, serialize=False,  # as REST does
+                                      session=session)
                         ti.set_state(TaskInstanceState.SUCCESS, session=session)
                         session.commit()
                         self.done.set()
