@@ -103,6 +103,59 @@ def test_approve_through_the_rest_api(case):
     assert events == [("planned", None), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
 
 
+def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
+    """A user who may not approve marks the waiting approval task success and writes the XCom an
+    answer would have left: the executor reads the approval record, finds no answer, refuses."""
+    run_id = trigger(case)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    base = f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve"
+    forged = {"chosen_options": ["Approve"], "params_input": {},
+              "responded_by_user": {"id": "approver", "name": "approver"}}
+    case["api"]("POST", f"{base}/xcomEntries", {"key": "return_value", "value": forged}, user="admin")
+    case["api"]("PATCH", base, {"new_state": "success"}, user="admin")
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "failed"
+    tis = {t["task_id"]: t["state"] for t in
+           case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+    assert tis["approve"] == "success" and tis["execute"] == "failed", tis
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    recs = audit.records(case["root"], "labtest", run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("refused", "unknown")]
+    assert "recorded no answer from Airflow's HITL record" in recs[1]["message"]
+
+
+def test_a_cli_rollback_is_requested_by_the_os_user_and_approved_by_another(case, capsys, monkeypatch):
+    import getpass
+    import json
+
+    from fleetctl.cli import main
+
+    run_id = trigger(case)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    answer(case, run_id, "Approve", user="approver")
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
+    executed = next(r for r in audit.records(case["root"], "labtest", run_id) if r["event"] == "executed")
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
+    capsys.readouterr()
+    assert main(["audit", "rollback", executed["record_id"], "--execute"]) == 0
+    out = capsys.readouterr().out
+    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" (", 1)[0]
+    run = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(rollback_id)}")
+    assert run["conf"]["requested_by"] == getpass.getuser() and "data_root" not in run["conf"]
+    assert run["triggering_user_name"] == "admin"  # the CLI's API user: a requester too
+    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]
+    settle(case, rollback_id)
+    answer(case, rollback_id, "Approve", user="approver")
+    assert wait_for(lambda: finished(case, rollback_id), 180, "the rollback to finish") == "success"
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", rollback_id)]
+    assert events[1:3] == [("approved", "approver"), ("executed", "approver")]
+
+
 def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
     run_id = trigger(case, approval_timeout=15)
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
