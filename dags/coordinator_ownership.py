@@ -158,8 +158,7 @@ with DAG(
         if params["recovery"] == "off":
             return []
         return [{"cluster": r["cluster"], "partition": r["partition"], "group": "", "action": "move_leader",
-                 "dry_run": params["recovery"] == "dry_run", "fleet_file": params["fleet_file"],
-                 "data_root": params["data_root"], "evidence_report": out}
+                 "dry_run": params["recovery"] == "dry_run", "evidence_report": out}
                 for r in summary["needs_recovery"]]
 
     reported = report_ownership(checked, collected)

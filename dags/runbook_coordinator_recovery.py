@@ -68,15 +68,18 @@ with DAG(**runbook_dag_args(
         return params["action"] == "trim_handover"
 
     @task(task_id="trim_conf")
-    def trim_conf(params=None, dag=None, run_id=None) -> dict:
+    def trim_conf(params=None, dag=None, run_id=None, dag_run=None) -> dict:
         from fleetkit.core import plans
 
         from fleet_airflow.gate import plans_root
 
         plan, _ = plans.load(plans_root(params), dag.dag_id, run_id)
-        return {"cluster": params["cluster"], "partitions": str(plan["details"]["partition"]),
-                "dry_run": bool(params["dry_run"]), "fleet_file": params["fleet_file"],
-                "data_root": params["data_root"]}
+        conf = {"cluster": params["cluster"], "partitions": str(plan["details"]["partition"]),
+                "dry_run": bool(params["dry_run"])}
+        requested_by = (dag_run.conf or {}).get("requested_by")
+        if requested_by:  # the trim is requested by whoever requested the recovery
+            conf["requested_by"] = requested_by
+        return conf
 
     conf = trim_conf()
     handover = TriggerDagRunOperator(task_id="start_trim_runbook", trigger_dag_id="runbook_offsets_trim",

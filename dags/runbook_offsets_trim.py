@@ -36,7 +36,7 @@ Roll back: stop the broker, move the files back (each quarantine folder has `man
 Params: `cluster`, `partitions` (`all-unhealthy` or `3,7`), `dry_run` (default true).
 """
 
-OUT = "{{ params.data_root }}/reports/trim/{{ run_id | run_folder_name }}"
+OUT = "{{ fleet_settings.data_root }}/reports/trim/{{ run_id | run_folder_name }}"
 
 with DAG(**runbook_dag_args(
     "runbook_offsets_trim",
@@ -49,16 +49,16 @@ with DAG(**runbook_dag_args(
     },
 )) as dag:
     collect = CollectOffsetsTopicOperator(
-        task_id="collect_offsets", fleet_file="{{ params.fleet_file }}", cluster="{{ params.cluster }}",
-        data_root="{{ params.data_root }}", partitions="all")
+        task_id="collect_offsets", fleet_file="{{ fleet_settings.fleet_file }}", cluster="{{ params.cluster }}",
+        data_root="{{ fleet_settings.data_root }}", partitions="all")
     health = spark_job_operator(
         "offsets_health", "offsets_health",
-        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+        ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
          "--min-bloat-bytes", "{{ params.min_bloat_bytes }}"])
     plan = spark_job_operator(
         "trim_plan", "trim_plan",
-        ["--data-root", "{{ params.data_root }}", "--health", OUT, "--out", OUT,
+        ["--data-root", "{{ fleet_settings.data_root }}", "--health", OUT, "--out", OUT,
          "--partitions", "{{ params.partitions }}"])
     first, _ = approval_gate(TRIM_OFFSETS)
     collect >> health >> plan >> first

@@ -269,6 +269,15 @@ def cmd_audit_list(args) -> int:
     return 0
 
 
+def _os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER
+        return f"uid-{os.getuid()}"
+
+
 def cmd_audit_rollback(args) -> int:
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
@@ -283,9 +292,10 @@ def cmd_audit_rollback(args) -> int:
         print(f"error: record {args.record_id} ({rec['event']}) holds no rollback; roll back from the "
               "'executed' record of the run", file=sys.stderr)
         return 2
-    conf = dict(conf, dry_run=not args.execute)
-    if args.data_root:
-        conf["data_root"] = args.data_root
+    # the runbook reads the fleet file and the data root from its deployment, never from the conf;
+    # who asked is recorded so that they cannot approve the rollback themselves
+    conf = {k: v for k, v in conf.items() if k not in ("fleet_file", "data_root")}
+    conf = dict(conf, dry_run=not args.execute, requested_by=args.requested_by or _os_user())
     print(f"rollback of {rec['action']} run {rec['run_id']} on cluster {rec['cluster']}:")
     print(f"  {rollback['dag_id']} conf {json.dumps(conf, sort_keys=True)}")
     if args.print_only:
@@ -524,7 +534,10 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("record_id")
     ar.add_argument("--execute", action="store_true", help="not a dry run: the rollback itself waits for approval")
     ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
-    ar.add_argument("--data-root")
+    ar.add_argument("--data-root", help="where to find the audit record (the rollback run audits into the "
+                                        "deployment's data root)")
+    ar.add_argument("--requested-by", help="who asks for the rollback (default: the OS user); they may not "
+                                           "approve it")
     ar.set_defaults(func=cmd_audit_rollback)
     av = au_sub.add_parser("verify", help="check every cluster's audit hash chain: modified, removed, inserted or "
                                           "re-ordered records and a truncated tail (exit 1 when one is found)")

@@ -16,7 +16,9 @@ def main() -> None:
     print()
     print("=" * 72)
     print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
-    print(f"login          admin / {pw.get('admin', '(see .airflow/simple_auth_manager_passwords.json.generated)')}")
+    pw_file = services.airflow_home() / "simple_auth_manager_passwords.json.generated"
+    for user in services.USERS:
+        print(f"login          {user} / {pw.get(user, f'(see {pw_file})')}")
     print("DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
     print(f"datasets       {root.uri}")
     for name in SCHEMAS:
@@ -47,6 +49,9 @@ def main() -> None:
                 print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
+    print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "
+          "approver (a private window, or log out first) and answer under Browse > Required Actions; "
+          f"approvers are the fleet file's `approvers` ({settings.fleet_file()}); passwords: {pw_file}")
     print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
           "(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster lab` names: "
           "`.venv/bin/fleetctl lab stop-broker N`); report: "

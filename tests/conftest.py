@@ -78,8 +78,14 @@ class LabHandle:
         return self.fleet.cluster(self.spec.name)
 
 
+# Who may approve a destructive runbook on the test cluster: the two users of airflow.cfg's
+# simple_auth_manager_users (tests trigger as one and approve as the other)
+TEST_APPROVERS = ["admin", "approver"]
+
+
 def write_fleet_file(spec: LabSpec, path: Path, **cluster_overrides) -> Path:
     doc = spec.fleet_document()
+    doc["clusters"][0]["approvers"] = list(TEST_APPROVERS)
     doc["clusters"][0].update(cluster_overrides)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

@@ -3,6 +3,11 @@
 Under dag.test() an approval task waits forever (its timeout is not applied), so tests answer it
 the way Airflow's REST route PATCH .../hitlDetails does: write the response on the hitl_detail row
 and resume the parked task instance (handle_event_submit), in one transaction.
+
+Who asks and who answers: dag.test() records every run as triggered by "dag_test", so `run_dag`
+names the requester in the conf (`requested_by`, "admin" by default) and the answerer answers as
+"approver" by default, another listed approver of the test fleet file (tests/conftest.py). The
+gate refuses an approver who requested the run.
 """
 
 from __future__ import annotations
@@ -12,8 +17,11 @@ import threading
 import time
 
 
-def run_dag(dag, conf: dict, answerer: "Answerer | None" = None):
-    """dag.test() with the approval answered by `answerer` (started first, checked after)."""
+def run_dag(dag, conf: dict, answerer: "Answerer | None" = None, requested_by: str | None = "admin"):
+    """dag.test() with the approval answered by `answerer` (started first, checked after), the run
+    requested by `requested_by` (the conf key, unless the conf names one; None: nobody)."""
+    if requested_by is not None:
+        conf = {"requested_by": requested_by, **conf}
     if answerer is not None:
         answerer.start()
     dr = dag.test(run_conf=conf)
@@ -34,7 +42,7 @@ class Answerer(threading.Thread):
     approver has answered, the task cannot resume yet (a test edits the stored plan there).
     """
 
-    def __init__(self, dag_id: str, answer: str = "Approve", user: str = "admin", before_commit=None,
+    def __init__(self, dag_id: str, answer: str = "Approve", user: str = "approver", before_commit=None,
                  timeout: float = 180):
         super().__init__(daemon=True, name=f"answer-{dag_id}")
         self.dag_id, self.answer, self.user = dag_id, answer, user
@@ -101,3 +109,53 @@ class Answerer(threading.Thread):
                     return
             time.sleep(0.5)
         raise TimeoutError(f"no approval of {self.dag_id} to answer within {self.timeout}s")
+
+
+class MarkSuccess(threading.Thread):
+    """Waits for the first unanswered approval of `dag_id` and, without answering it, does what a
+    user can do through the public REST API: mark the approval task success (PATCH .../taskInstances/
+    approve) and write its return XCom (POST .../xcomEntries) claiming an approval."""
+
+    def __init__(self, dag_id: str, claimed: dict, timeout: float = 180):
+        super().__init__(daemon=True, name=f"mark-{dag_id}")
+        self.dag_id, self.claimed, self.timeout = dag_id, claimed, timeout
+        self.error: BaseException | None = None
+        self.created = time.time()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+
+    def _run(self) -> None:
+        from sqlalchemy import select
+
+        from airflow.models.hitl import HITLDetail
+        from airflow.models.taskinstance import TaskInstance as TI
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+        from airflow.utils.state import TaskInstanceState
+
+        deadline = time.monotonic() + self.timeout
+        first = None
+        while time.monotonic() < deadline:
+            with create_session() as session:
+                ti = session.scalars(
+                    select(TI).join(HITLDetail, TI.id == HITLDetail.ti_id)
+                    .where(TI.dag_id == self.dag_id, HITLDetail.responded_at.is_(None),
+                           TI.start_date >= dt.datetime.fromtimestamp(self.created - 5, dt.timezone.utc),
+                           TI.state == TaskInstanceState.AWAITING_INPUT)).first()
+                if ti is not None:
+                    first = first or time.monotonic()
+                    if time.monotonic() - first >= 1.5:  # parked for a moment, as a person would see it
+                        XComModel.set(key="return_value", value=self.claimed, dag_id=ti.dag_id, task_id=ti.task_id,
+                                      run_id=ti.run_id, map_index=ti.map_index, serialize=False,  # as REST does
+                                      session=session)
+                        ti.set_state(TaskInstanceState.SUCCESS, session=session)
+                        session.commit()
+                        self.done.set()
+                        return
+            time.sleep(0.3)
+        raise TimeoutError(f"no approval of {self.dag_id} to mark within {self.timeout}s")

@@ -16,6 +16,25 @@ from fleetkit.core.settings import safe_component as _safe_component
 # Jinja filters of every DAG: run folders are named in one place (fleetkit.core.settings)
 TEMPLATE_FILTERS = {"run_folder_name": _safe_component}
 
+
+class Deployment:
+    """The deployment settings seen from a template: ``{{ fleet_settings.data_root }}`` and
+    ``{{ fleet_settings.fleet_file }}``, read from the environment when the template is rendered.
+    Destructive runbooks use these, never trigger params: whoever triggers a run chooses neither
+    the approvers (the fleet file) nor where the audit goes (the data root)."""
+
+    @property
+    def fleet_file(self) -> str:
+        return fleet_file()
+
+    @property
+    def data_root(self) -> str:
+        return data_root()
+
+
+# Jinja macros of the destructive runbooks
+DEPLOYMENT_MACROS = {"fleet_settings": Deployment()}
+
 REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
 
 

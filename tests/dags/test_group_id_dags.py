@@ -49,7 +49,10 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet, allow_unicode=True))
     data = tmp_path / "data"
-    conf = {"fleet_file": str(fleet_file), "data_root": str(data)}
+    conf = {"fleet_file": str(fleet_file), "data_root": str(data)}  # params of the scheduled DAG
+    # the runbook reads both from its deployment settings only
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c) for c in (miss, mism)]
     for t in threads:
         t.start()
@@ -84,7 +87,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
 
         # 2. the runbook's dry run (the default) changes nothing
         rb = dagbag.get_dag("runbook_group_id_reconciliation")
-        rconf = {"cluster": "labtest", **conf}
+        rconf = {"cluster": "labtest", "requested_by": "admin"}
         dr = rb.test(run_conf=rconf)
         st = mapped_task_states(dr)
         assert st[("plan", -1)] == "success" and st[("approve", -1)] == "skipped"
@@ -94,7 +97,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.exists(p["gone-1"]) is not None
 
         # 3. approved: overwrite and delete, each conditional on the version read
-        answer = Answerer(rb.dag_id, "Approve", user="admin")
+        answer = Answerer(rb.dag_id, "Approve", user="approver")
         answer.start()
         dr = rb.test(run_conf=dict(rconf, dry_run=False))
         answer.join(5)
@@ -111,9 +114,9 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         # 4. roll back from the executed record (what fleetctl audit rollback triggers), approved
         rollback = recs[2]["details"]["rollback"]
         assert rollback["dag_id"] == rb.dag_id and rollback["conf"]["rollback_run"] == dr.run_id
-        answer = Answerer(rb.dag_id, "Approve", user="admin")
+        answer = Answerer(rb.dag_id, "Approve", user="approver")
         answer.start()
-        dr = rb.test(run_conf=dict(rollback["conf"], dry_run=False, **conf))
+        dr = rb.test(run_conf=dict(rollback["conf"], dry_run=False, requested_by="admin"))
         answer.join(5)
         assert answer.error is None and dr.state == "success", mapped_task_states(dr)
         assert zk.get(p[mism])[0].decode() == "wrong-group" and zk.get(p["gone-1"])[0].decode() == gone_group

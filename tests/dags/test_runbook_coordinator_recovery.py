@@ -36,6 +36,7 @@ def dag(dagbag):
 def live_group(lab, tmp_path, unique, monkeypatch):
     """A group with a live member, leaders balanced, the group's partition and its state."""
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))  # a deployment setting, not a param
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
     topic, group = unique("rec"), unique("recovery 'ü😀' $x")
@@ -48,9 +49,9 @@ def live_group(lab, tmp_path, unique, monkeypatch):
     with lab.zookeeper() as zk:
         st = leadership.state(zk, OFFSETS, p)
     conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
-            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data"),
-            "evidence_report": "", "replica_order": ""}
-    yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data")}
+            "dry_run": False, "evidence_report": "", "replica_order": ""}
+    yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data"),
+           "data": tmp_path / "data"}
     member.stop()
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
@@ -80,7 +81,7 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     answer = Answerer(DAG_ID, "Approve")
     dr = run(dag, dict(live_group["conf"], target_broker=target), answer)
     assert dr.state == "success", states(dr)
-    plan, _ = plans.load(Path(live_group["conf"]["data_root"]) / "plans", DAG_ID, dr.run_id)
+    plan, _ = plans.load(live_group["data"] / "plans", DAG_ID, dr.run_id)
     with lab.zookeeper() as zk:
         after = leadership.state(zk, OFFSETS, p)
         replicas = leadership.assignment(zk, OFFSETS)[p]
@@ -89,7 +90,7 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     # each step in the gate's execute journal, between the gate's own start and end
     from fleetkit.core.journal import journal_path, read_journal
 
-    entries = read_journal(journal_path(live_group["conf"]["data_root"], "coordinator_recovery", DAG_ID, dr.run_id,
+    entries = read_journal(journal_path(live_group["data"], "coordinator_recovery", DAG_ID, dr.run_id,
                                         "labtest"))
     assert [(e.get("step"), e["status"]) for e in entries.values()] == [
         ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
@@ -152,8 +153,29 @@ def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, liv
     dr = run(dag, conf)
     st = states(dr)
     assert st["start_trim_runbook"] == "success" and st["dry_run_stop"] == "skipped", st
-    plan, _ = plans.load(Path(conf["data_root"]) / "plans", DAG_ID, dr.run_id)
+    plan, _ = plans.load(live_group["data"] / "plans", DAG_ID, dr.run_id)
     assert plan["changes"] == [] and plan["details"]["partition"] == live_group["partition"]
+    # the trim run TriggerDagRunOperator started: the hand-over passed on who requested the
+    # recovery, and no fleet file or data root
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+
+    from fleet_airflow.gate import requesters
+
+    with create_session() as session:
+        trim = session.scalars(select(DagRun).where(DagRun.dag_id == "runbook_offsets_trim",
+                                                    DagRun.run_type == "operator_triggered")
+                               .order_by(DagRun.id.desc())).first()
+        trim_conf, trim_user = dict(trim.conf), trim.triggering_user_name
+    assert trim_conf == {"cluster": "labtest", "partitions": str(live_group["partition"]), "dry_run": True,
+                         "requested_by": "admin"}
+    # a deployment's execution API gives the child its parent's triggering user; dag.test()'s in-process
+    # API names no task instance in its token, so here the child has none: requested_by alone names
+    # who asked, and without it any listed approver could approve the trim
+    assert trim_user is None
+    assert requesters(trim_conf, trim_user) == ("admin",)
 
 
 def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, lab, live_group):
@@ -171,7 +193,7 @@ def test_restart_broker_on_the_lab_brings_it_back_and_the_group_is_served(dag, l
     assert now.leader_epoch > before.leader_epoch
 
 
-def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, lab, live_group, tmp_path):
+def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, lab, live_group, tmp_path, monkeypatch):
     """Two fleet-file names of one cluster share its lock (0.9: keyed by ZooKeeper ensemble and
     chroot); a holder run that does not exist any more is reported with how to clear the lock."""
     import copy
@@ -199,7 +221,8 @@ def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, 
     with lab.zookeeper() as zk:
         order_before = leadership.assignment(zk, OFFSETS)[live_group["partition"]]
 
-    dr = run(dag, dict(live_group["conf"], fleet_file=str(fleet_file)), Answerer(DAG_ID, "Approve"))
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))  # a deployment setting, not a param
+    dr = run(dag, live_group["conf"], Answerer(DAG_ID, "Approve"))
     st = states(dr)
     assert st["lock"] == "failed" and st["execute"] in ("upstream_failed", "skipped"), st
     with lab.zookeeper() as zk:

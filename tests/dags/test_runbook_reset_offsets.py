@@ -41,14 +41,16 @@ def dag(dagbag):
 def setup(lab, tmp_path, unique, monkeypatch):
     """A topic with 10 records per partition and a group with no live members."""
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))  # a deployment setting, not a param
     topic = unique("poison")
     group = unique(HOSTILE)
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
     commit(lab.bootstrap, group, {(topic, 0): 3, (topic, 1): 5, (topic, 2): 10})
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0,1", "target": "skip 1",
-            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data")}
-    return {"topic": topic, "group": group, "conf": conf, "root": DataRoot(tmp_path / "data"), "lab": lab}
+            "dry_run": False}
+    return {"topic": topic, "group": group, "conf": conf, "root": DataRoot(tmp_path / "data"), "lab": lab,
+            "data": tmp_path / "data", "locks": tmp_path / "locks"}
 
 
 def offsets(lab, group, topic):
@@ -73,13 +75,13 @@ def test_dry_run_is_the_default_and_changes_nothing(dag, setup):
 
 
 def test_approve_changes_offsets_exactly_as_planned_and_rollback_restores(dag, setup):
-    answer = Answerer(DAG_ID, "Approve", user="admin")
+    answer = Answerer(DAG_ID, "Approve", user="approver")
     dr = run(dag, setup["conf"], answer)
     assert dr.state == "success", states(dr)
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 4, 1: 6, 2: 10}
 
     # what the approver saw: subject names action + cluster, body is the plan with its digest
-    plan, digest = plans.load(Path(setup["conf"]["data_root"]) / "plans", DAG_ID, dr.run_id)
+    plan, digest = plans.load(setup["data"] / "plans", DAG_ID, dr.run_id)
     assert "reset_offsets on cluster labtest" in answer.subject
     assert digest in answer.body and "| 0 | 3 | 0 | 10 | 4 | 7 | 6 |" in answer.body
     assert plan["changes"] == [{"target": f"{setup['topic']}-0", "before": 3, "after": 4},
@@ -88,14 +90,14 @@ def test_approve_changes_offsets_exactly_as_planned_and_rollback_restores(dag, s
     recs = audit.records(setup["root"], "labtest", dr.run_id)
     assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
     approved, executed = recs[1], recs[2]
-    assert approved["actor"] == "admin" and approved["digest"] == digest
+    assert approved["actor"] == "approver" and approved["digest"] == digest
     assert executed["details"]["result"]["changes"] == [{"partition": 0, "before": 3, "after": 4},
                                                        {"partition": 1, "before": 5, "after": 6}]
 
     # roll back from the audit record: the same runbook with the previous offsets
     rollback = executed["details"]["rollback"]["conf"]
     assert rollback["target"] == "restore" and rollback["offsets"] == {"0": 3, "1": 5}
-    conf = dict(rollback, dry_run=False, fleet_file=setup["conf"]["fleet_file"], data_root=setup["conf"]["data_root"])
+    conf = dict(rollback, dry_run=False)
     dr2 = run(dag, conf, Answerer(DAG_ID, "Approve"))
     assert dr2.state == "success", states(dr2)
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
@@ -112,7 +114,7 @@ def test_reject_changes_nothing_and_is_recorded(dag, setup):
 
 
 def test_a_plan_edited_after_approval_is_refused(dag, setup):
-    path = plans.plan_path(Path(setup["conf"]["data_root"]) / "plans", DAG_ID, "x")
+    path = plans.plan_path(setup["data"] / "plans", DAG_ID, "x")
 
     def tamper(body):
         # the approver has answered; now someone edits the stored plan before execution
@@ -127,7 +129,7 @@ def test_a_plan_edited_after_approval_is_refused(dag, setup):
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
     refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
     assert len(refused) == 1 and "stored plan changed after approval" in refused[0]["message"]
-    assert _lab_lock(setup["lab"], Path(setup["conf"]["data_root"]).parent / "locks").holder() is None  # released
+    assert _lab_lock(setup["lab"], setup["locks"]).holder() is None  # released
 
 
 def test_a_group_that_came_back_to_life_is_refused(dag, setup):

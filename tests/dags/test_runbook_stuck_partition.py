@@ -30,6 +30,7 @@ def dag(dagbag):
 
 def test_diagnose_and_skip_the_poison_record(dag, lab, tmp_path, unique, monkeypatch):
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))  # a deployment setting, not a param
     topic, group = unique("poisoned"), unique("stuck-consumer")
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 3, 1: 2, 2: 2})
@@ -51,7 +52,7 @@ def test_diagnose_and_skip_the_poison_record(dag, lab, tmp_path, unique, monkeyp
     assert offsets(lab, group, topic) == {0: 3, 1: 2, 2: 2}  # frozen at the poison record
 
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partition": 0, "skip": 1, "window": "1m",
-            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(data)}
+            "dry_run": False, "requested_by": "admin"}
     answer = Answerer(DAG_ID, "Approve")
     answer.start()
     dr = dag.test(run_conf=conf)

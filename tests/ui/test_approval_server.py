@@ -1,5 +1,7 @@
 """The approval gate under a real Airflow: REST approval (no database write), the timeout under the
-real scheduler, and a person clicking Approve in headless Chromium."""
+real scheduler, and a person clicking Approve in headless Chromium. Runs are triggered as "admin"
+and approved as "approver" (both listed approvers of the test fleet file); the services read the
+fleet file and the data root from their environment (tests/conftest.py), never from the conf."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def wait_for(fn, timeout, what):
 
 
 @pytest.fixture
-def case(lab, airflow_server, tmp_path, unique):
+def case(lab, airflow_server, unique):
     topic, group = unique("ui"), unique("ui-group")
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
@@ -42,15 +44,20 @@ def case(lab, airflow_server, tmp_path, unique):
     wait_for(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 120, "the DAG parsed by the dag-processor")
     api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0", "target": "offset 7",
-            "dry_run": False, "fleet_file": str(lab.fleet_file), "data_root": str(tmp_path / "data")}
+            "dry_run": False}
     return {"api": api, "topic": topic, "group": group, "conf": conf, "lab": lab,
-            "root": DataRoot(tmp_path / "data")}
+            "root": DataRoot(os.environ["FLEET_DATA_ROOT"])}
 
 
-def trigger(case, **overrides) -> str:
+def trigger(case, user: str = "admin", **overrides) -> str:
     run = case["api"]("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                      {"logical_date": None, "conf": dict(case["conf"], **overrides)})
+                      {"logical_date": None, "conf": dict(case["conf"], **overrides)}, user=user)
     return run["dag_run_id"]
+
+
+def answer(case, run_id, option: str, user: str):
+    return case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
+                       {"chosen_options": [option], "params_input": {}}, user=user)
 
 
 def pending_approval(case, run_id):
@@ -80,17 +87,73 @@ def test_approve_through_the_rest_api(case):
     assert "Plan digest: `sha256:" in detail["body"] and "| 0 | 2 | 0 | 10 | 7 | 8 | 3 |" in detail["body"]
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
 
+    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]  # admin triggered the run
+
     settle(case, run_id)
-    case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
-                {"chosen_options": ["Approve"], "params_input": {}})
+    with pytest.raises(urllib.error.HTTPError) as own:  # the requester is not asked: Airflow refuses the answer
+        answer(case, run_id, "Approve", user="admin")
+    assert own.value.code == 403
+    answer(case, run_id, "Approve", user="approver")
     with pytest.raises(urllib.error.HTTPError) as again:  # an answered request cannot be answered twice
-        case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
-                    {"chosen_options": ["Reject"], "params_input": {}})
+        answer(case, run_id, "Reject", user="approver")
     assert again.value.code == 409
     assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", run_id)]
-    assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
+    assert events == [("planned", None), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
+
+
+def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
+    """A user who may not approve marks the waiting approval task success and writes the XCom an
+    answer would have left: the executor reads the approval record, finds no answer, refuses."""
+    run_id = trigger(case)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    base = f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve"
+    forged = {"chosen_options": ["Approve"], "params_input": {},
+              "responded_by_user": {"id": "approver", "name": "approver"}}
+    case["api"]("POST", f"{base}/xcomEntries", {"key": "return_value", "value": forged}, user="admin")
+    case["api"]("PATCH", base, {"new_state": "success"}, user="admin")
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "failed"
+    tis = {t["task_id"]: t["state"] for t in
+           case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+    assert tis["approve"] == "success" and tis["execute"] == "failed", tis
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    recs = audit.records(case["root"], "labtest", run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("refused", "unknown")]
+    assert "recorded no answer from Airflow's HITL record" in recs[1]["message"]
+
+
+def test_a_cli_rollback_is_requested_by_the_os_user_and_approved_by_another(case, capsys, monkeypatch):
+    import getpass
+    import json
+
+    from fleetctl.cli import main
+
+    run_id = trigger(case)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    answer(case, run_id, "Approve", user="approver")
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
+    executed = next(r for r in audit.records(case["root"], "labtest", run_id) if r["event"] == "executed")
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
+    capsys.readouterr()
+    assert main(["audit", "rollback", executed["record_id"], "--execute"]) == 0
+    out = capsys.readouterr().out
+    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" (", 1)[0]
+    run = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(rollback_id)}")
+    assert run["conf"]["requested_by"] == getpass.getuser() and "data_root" not in run["conf"]
+    assert run["triggering_user_name"] == "admin"  # the CLI's API user: a requester too
+    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]
+    settle(case, rollback_id)
+    answer(case, rollback_id, "Approve", user="approver")
+    assert wait_for(lambda: finished(case, rollback_id), 180, "the rollback to finish") == "success"
+    assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
+    events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", rollback_id)]
+    assert events[1:3] == [("approved", "approver"), ("executed", "approver")]
 
 
 def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
@@ -136,9 +199,9 @@ def test_a_person_approves_in_the_browser(case):
         wait = WebDriverWait(driver, 60)
         from fleetlab import airflow_services as services
 
-        password = services.passwords()["admin"]
+        password = services.passwords()["approver"]  # admin triggered the run; another approver approves
         driver.get(f"{base}/auth/login/")
-        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("approver")
         driver.find_element(By.NAME, "password").send_keys(password)
         driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
         wait.until(lambda d: "/auth/login" not in d.current_url)
@@ -156,4 +219,5 @@ def test_a_person_approves_in_the_browser(case):
         driver.quit()
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
-    assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "admin"), ("executed", "admin")]
+    assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "approver"),
+                                                           ("executed", "approver")]

@@ -1,5 +1,6 @@
 """Pure parts of the approval gate: plan digests, locks, reset targets, audit, the CLI's rollback."""
 
+import getpass
 import json
 
 import pytest
@@ -7,6 +8,7 @@ import pytest
 from fleetkit.core import audit
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
+from fleetkit.core.errors import FleetConfigError, FleetError
 from fleetkit.core.locks import ClusterLock, ClusterLocked
 from fleetkit.stuck.plan import ResetError, Target, new_offset, parse_partitions, parse_target
 
@@ -100,6 +102,91 @@ def test_audit_records_and_cli_rollback(tmp_path, capsys):
     assert main(["audit", "rollback", rec["record_id"], "--print-only", "--data-root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     printed = json.loads(out.split(" conf ", 1)[1])
-    assert printed == dict(conf, data_root=str(tmp_path), dry_run=True)
+    # the data root only finds the record: the rollback run uses its deployment's; the OS user asks
+    assert printed == dict(conf, dry_run=True, requested_by=getpass.getuser())
+    assert main(["audit", "rollback", rec["record_id"], "--print-only", "--data-root", str(tmp_path),
+                 "--requested-by", "bob 'b' $(x)"]) == 0
+    assert json.loads(capsys.readouterr().out.split(" conf ", 1)[1])["requested_by"] == "bob 'b' $(x)"
     first = audit.records(root, "lab", "r1")[0]["record_id"]
     assert main(["audit", "rollback", first, "--print-only", "--data-root", str(tmp_path)]) == 2
+
+
+# -- who may approve ---------------------------------------------------------------------------
+def test_requesters_are_the_named_one_and_the_triggering_user():
+    from fleet_airflow.gate import requesters
+
+    assert requesters({"requested_by": "alice"}, "admin") == ("alice", "admin")
+    assert requesters({"requested_by": " alice "}, "alice") == ("alice",)
+    assert requesters({}, "admin") == ("admin",) and requesters(None, "admin") == ("admin",)
+    assert requesters({"requested_by": "alice"}, None) == ("alice",)
+    assert requesters({}, None) == () and requesters(None, "") == ()  # asset-triggered, scheduled parent
+    for bad in ("", "  ", ["alice"], 3):
+        with pytest.raises(FleetError, match="conf key 'requested_by' must be a user name"):
+            requesters({"requested_by": bad}, "admin")
+
+
+HOSTILE = "x'; $(rm -rf /) {{ 7*7 }} ü\n"
+
+
+@pytest.mark.parametrize("approver, requested, problem", [
+    ("bob", ("alice",), None),
+    ("bob", (), None),                                   # nobody asked: any listed approver
+    ("alice", ("alice",), "self-approval: 'alice' requested this run"),
+    ("alice", ("carol", "alice"), "self-approval: 'alice' requested this run"),
+    ("mallory", ("alice",), "'mallory' is not an approver of cluster 'lab' (f.yaml: clusters[lab].approvers: alice, bob)"),
+    (HOSTILE, (), "is not an approver"),
+    (None, (), "names no approver"), ("", ("alice",), "names no approver"),
+])
+def test_approver_problem(approver, requested, problem):
+    from fleet_airflow.gate import approver_problem
+
+    got = approver_problem(approver, ("alice", "bob"), requested, "lab", "f.yaml")
+    assert (got is None) if problem is None else (problem in got)
+
+
+def test_eligible_approvers_leave_out_the_requesters():
+    from fleet_airflow.gate import eligible_approvers
+
+    assert eligible_approvers(("alice", "bob", "carol"), ("bob", "dag_test")) == ["alice", "carol"]
+    assert eligible_approvers(("alice",), ("alice",)) == []
+
+
+def test_no_approvers_names_file_cluster_and_field(tmp_path):
+    from fleetkit.core.fleet import load_fleet
+
+    from fleet_airflow.gate import require_approvers
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text("version: 1\nclusters:\n  - {name: lab, kafka_conn_id: k}\n  - {name: two, kafka_conn_id: k, approvers: [a]}\n")
+    fleet = load_fleet(path)
+    with pytest.raises(FleetConfigError) as e:
+        require_approvers(fleet.cluster("lab"), str(path))
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: clusters[lab].approvers:") and "'approvers'" in msg
+    assert "required for destructive runbooks" in msg
+    assert require_approvers(fleet.cluster("two"), str(path)) == ("a",)
+
+
+def test_the_conf_may_not_name_deployment_settings():
+    from fleet_airflow.gate import deployment_keys_in
+
+    assert deployment_keys_in({"cluster": "lab", "dry_run": False}) is None and deployment_keys_in(None) is None
+    msg = deployment_keys_in({"fleet_file": "/tmp/mine.yaml", "data_root": "/tmp/x"})
+    assert "'fleet_file', 'data_root'" in msg and "FLEET_FILE" in msg and "FLEET_DATA_ROOT" in msg
+
+
+def test_runbook_params_hold_no_deployment_settings():
+    from fleet_airflow.gate import runbook_dag_args
+
+    args = runbook_dag_args("d", "desc", "doc", {})
+    assert set(args["params"]) == {"cluster", "dry_run", "approval_timeout"}
+    assert "Who approves" in args["doc_md"] and "fleet_settings" in args["user_defined_macros"]
+
+
+def test_deployment_macros_read_the_environment_when_rendered(monkeypatch):
+    from fleet_airflow import settings
+
+    monkeypatch.setenv("FLEET_DATA_ROOT", "/srv/fleet data")
+    monkeypatch.setenv("FLEET_FILE", "/etc/fleet.yaml")
+    d = settings.DEPLOYMENT_MACROS["fleet_settings"]
+    assert (d.data_root, d.fleet_file) == ("/srv/fleet data", "/etc/fleet.yaml")
