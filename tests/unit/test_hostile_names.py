@@ -15,6 +15,7 @@ import json
 import re
 import subprocess
 import sys
+import os
 import tempfile
 import unicodedata
 from html.parser import HTMLParser
@@ -230,6 +231,7 @@ class _TI:
 
     def __init__(self):
         self.xcom: dict = {}
+        self.id, self.try_number = "00000000-0000-0000-0000-000000000000", 1
 
     def xcom_push(self, key, value):
         self.xcom[key] = value
@@ -304,14 +306,17 @@ def _approval(tmp: Path, name: str):
 
     with DAG("runbook_reset_offsets", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
         op = PlanApprovalOperator(task_id="approve", action=RESET_OFFSETS)
-    params = {"cluster": "lab", "fleet_file": str(REPO / "include/fleets/lab.yaml"), "data_root": str(tmp),
-              "approval_timeout": 60}
+    params = {"cluster": "lab", "approval_timeout": 60}
+    # the fleet file and data root are deployment settings (environment), never params
+    env = {"FLEET_FILE": str(REPO / "include/fleets/lab.yaml"), "FLEET_DATA_ROOT": str(tmp)}
     plans.store(fleet_settings.plans_root(str(tmp)), "runbook_reset_offsets", "manual__x", _plan(name))
     ctx = {**_airflow_context(), "dag": dag, "params": params, "run_id": "manual__x", "ti": _TI(),
+           "dag_run": mock.Mock(conf={}, triggering_user_name="admin"),
            "task_instance": mock.Mock(id="00000000-0000-0000-0000-000000000000")}
     op.render_template_fields(ctx)
     sent = {}
-    with mock.patch("airflow.providers.standard.operators.hitl.upsert_hitl_detail", lambda **kw: sent.update(kw)):
+    with mock.patch.dict(os.environ, env), \
+            mock.patch("airflow.providers.standard.operators.hitl.upsert_hitl_detail", lambda **kw: sent.update(kw)):
         try:
             op.execute(ctx)
         except BaseException as e:  # noqa: BLE001 - the task parks itself (TaskAwaitingInput)
