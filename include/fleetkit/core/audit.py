@@ -3,7 +3,8 @@
 Events: planned, dry_run, approved, rejected, refused, executed, failed (execute raised: details
 hold the journal's account of what was changed), interrupted (execute was killed or ended without
 a record: the same account, written by the gate's teardown), teardown, verified, verify_failed,
-rollback_requested. `details` is JSON (before/after values, refusal reasons, the rollback conf).
+rollback_requested, resumed (an interrupted run finished from its journal), restored (its changes
+put back from the journal). `details` is JSON (before/after values, refusal reasons, the rollback conf).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from fleetkit.core.errors import FleetError
 log = logging.getLogger(__name__)
 
 EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "failed", "interrupted",
-          "teardown", "verified", "verify_failed", "rollback_requested")
+          "teardown", "verified", "verify_failed", "rollback_requested", "resumed", "restored")
 
 
 def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: str, event: str,

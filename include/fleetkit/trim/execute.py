@@ -579,7 +579,9 @@ def restore(ctx: ClusterContext, plan: dict) -> list[str]:
     journal = Journal(ctx.journal_path)
     try:
         for b in plan["details"]["order"]:
-            mine = [m for m in files if m["broker"] == b]
+            # newest segment first, each one's .log before its index files: stopped halfway, the log
+            # dir never holds an index without its .log (Kafka would delete it)
+            mine = [m for m in reversed(files) if m["broker"] == b]
             if not mine:
                 continue
             if b in registered_brokers(ctx):
