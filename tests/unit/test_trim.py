@@ -203,6 +203,46 @@ def test_a_move_killed_halfway_is_settled_from_the_journal(tmp_path):
         trim.settle(moves[3], None)
 
 
+def test_teardown_puts_back_the_index_of_a_segment_whose_log_did_not_move(tmp_path):
+    """Killed after a segment's .index moved and before its .log: before the broker starts, the
+    .index goes back (Kafka would otherwise rebuild one beside the quarantined original); a
+    resumed run then moves the segment again. A segment moved whole stays in the quarantine."""
+    from fleetkit.core.journal import Journal, read_journal
+
+    plan = two_partition_plan(tmp_path)
+    moves = trim.file_moves(plan)
+    journal_file = tmp_path / "journal.jsonl"
+    with Journal(journal_file) as j:
+        for m in moves[:4]:  # partition 3's segment whole, partition 4's .index
+            trim.apply_move(j, m, None)
+    segs = trim._segments_of(moves)
+    with Journal(journal_file) as j:
+        assert trim._repair_segment(j, read_journal(journal_file), segs[(0, 3, 0)]) == []
+        did = trim._repair_segment(j, read_journal(journal_file), segs[(0, 4, 0)])
+    assert len(did) == 1 and "__consumer_offsets-4/00000000000000000000.index back" in did[0]
+    assert (tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.index").read_bytes() == b"J" * 10
+    assert not Path(moves[3]["destination"]).exists()
+    assert not (tmp_path / "d" / "__consumer_offsets-3" / "00000000000000000000.log").exists()
+    entries = read_journal(journal_file)
+    assert entries[3]["status"] == "moved_back" and entries["3 back"]["status"] == "done"
+    assert run_moves(plan, journal_file) == ["already", "absent", "already", "moved", "absent", "moved"]
+
+
+def test_resumed_preconditions_only_check_what_is_left(tmp_path):
+    from fleetkit.core.journal import Journal, read_journal
+
+    plan = two_partition_plan(tmp_path)
+    journal_file = tmp_path / "journal.jsonl"
+    with Journal(journal_file) as j:
+        for m in trim.file_moves(plan)[:3]:  # partition 3's segment 0 moved
+            trim.apply_move(j, m, None)
+    assert trim.check(plan, {3: [0], 4: [0]}, {}, read_journal(journal_file)) == []
+    assert "no longer exists" in trim.check(plan, {3: [0], 4: [0]}, {})[0]  # a fresh run would refuse
+    (tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.log").write_bytes(b"grown" * 100)
+    assert "changed size" in trim.check(plan, {3: [0], 4: [0]}, {}, read_journal(journal_file))[0]
+    assert "broker 0 is not in the ISR" in trim.check(plan, {3: [0], 4: []}, {}, read_journal(journal_file))[-1]
+
+
 def test_recommit_never_rewinds():
     d = trim.recommit_decision
     assert d(5, 5, None, "Empty")[0] == "commit"  # the trim removed it: put back

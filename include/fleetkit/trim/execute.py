@@ -396,6 +396,9 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
     again with the same journal (a resumed run), it skips what is done, checks every file already
     in the quarantine against its checksum and finishes the rest."""
     control = _control(ctx)
+    if not ctx.journal_path:
+        raise TrimError("a trim executes only with a journal (ClusterContext.journal_path): it is what resume, "
+                        "teardown and restore read")
     d = plan["details"]
     groups = all_groups(plan)
     entries = _journal_entries(ctx)
@@ -438,7 +441,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
                 counts[done] += 1
                 if done == "moved":
                     pause_hook(counts["moved"])
-            write_manifests(plan, read_journal(ctx.journal_path) if ctx.journal_path else {})
+            write_manifests(plan, read_journal(ctx.journal_path))
             t0 = time.monotonic()
             control.start(b)
             ctx.kafka.close()  # a fresh admin client: librdkafka's may keep stale state across the restart
@@ -491,6 +494,30 @@ def _segments_of(moves: list[dict]) -> dict[tuple, list[dict]]:
     return segs
 
 
+def _repair_segment(journal: Journal, entries: dict, files: list[dict]) -> list[str]:
+    """A segment whose .log is still in the log dir gets back those of its index files that are
+    already in the quarantine (checksummed, journaled)."""
+    log_move = files[-1]
+    if settle(log_move, entries.get(log_move["seq"])) not in ("pending", "copied"):
+        return []  # the .log is in the quarantine (its index files went first): the segment moved whole
+    did = []
+    for m in files[:-1]:
+        e = entries.get(m["seq"])
+        if settle(m, e) != "done":
+            continue
+        problem = _checksum_problem(Path(m["destination"]), e)
+        if problem:
+            raise TrimError(f"cannot put {m['source']} back: {problem}")
+        back = f"{m['seq']} back"
+        journal.intent(back, step="move back", source=m["destination"], destination=m["source"],
+                       sha256=e["sha256"], size=e.get("size"))
+        move_verified(Path(m["destination"]), Path(m["source"]), e["sha256"])
+        journal.outcome(back, "done")
+        journal.outcome(m["seq"], "moved_back")
+        did.append(f"moved {m['source']} back from the quarantine (its segment's .log had not moved)")
+    return did
+
+
 def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
     """Whatever happened to execute: start every broker of the plan that is not running. Before a
     stopped broker starts, a segment whose move was cut short (its index files in the quarantine,
@@ -503,39 +530,31 @@ def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
     entries = _journal_entries(ctx)
     running = registered_brokers(ctx)
     journal = Journal(ctx.journal_path)
+    errors = []
     try:
         for (b, p, base), files in _segments_of(file_moves(plan)).items():
             if b in running:
                 continue
-            log_move = files[-1]
-            if settle(log_move, entries.get(log_move["seq"])) != "pending":
-                continue  # the .log is in the quarantine (its index files went first): the segment moved whole
-            for m in files[:-1]:
-                e = entries.get(m["seq"])
-                state = settle(m, e)
-                if state == "copied":  # verified copy in the quarantine, source still in place
-                    state = "pending"
-                if state != "done":
-                    continue
-                problem = _checksum_problem(Path(m["destination"]), e)
-                if problem:
-                    raise TrimError(f"cannot put {m['source']} back before starting broker {b}: {problem}")
-                back = f"{m['seq']} back"
-                journal.intent(back, step="move back", source=m["destination"], destination=m["source"],
-                               sha256=e["sha256"], size=e.get("size"))
-                move_verified(Path(m["destination"]), Path(m["source"]), e["sha256"])
-                journal.outcome(back, "done")
-                journal.outcome(m["seq"], "moved_back")
-                did.append(f"moved {m['source']} back from the quarantine (its segment's .log had not moved)")
+            try:
+                did += _repair_segment(journal, entries, files)
+            except (FleetError, OSError) as e:  # the broker starts anyway: Kafka rebuilds a missing index
+                errors.append(f"broker {b} {OFFSETS_TOPIC}-{p} segment {base}: {e}")
         for b in plan["details"]["order"]:
             if b in running:
                 continue
-            journal.intent(f"teardown start broker {b}", step="start", broker=b)
-            control.start(b)
-            ctx.kafka.close()
-            wait_back_in_isr(ctx, b, broker_partitions(plan, b))
-            journal.outcome(f"teardown start broker {b}", "done")
-            did.append(f"started broker {b} (it was not running) and it is back in the ISR")
+            try:  # every broker gets its start, whatever happens to the others
+                journal.intent(f"teardown start broker {b}", step="start", broker=b)
+                control.start(b)
+                ctx.kafka.close()
+                wait_back_in_isr(ctx, b, broker_partitions(plan, b))
+                journal.outcome(f"teardown start broker {b}", "done")
+                did.append(f"started broker {b} (it was not running) and it is back in the ISR")
+            except FleetError as e:
+                journal.outcome(f"teardown start broker {b}", "failed", error=str(e))
+                errors.append(f"broker {b}: {e}")
+        if errors:
+            raise TrimError("teardown finished with problems: " + "; ".join(errors) +
+                            (f" (done: {'; '.join(did)})" if did else ""))
     finally:
         journal.close()
     return did

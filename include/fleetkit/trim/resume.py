@@ -64,8 +64,10 @@ def describe(run: ApprovedRun) -> list[str]:
     entries = journal.read_journal(run.journal)
     p = execute.progress(run.plan, entries)
     gate = entries.get("gate") or {}
+    said = {None: "never started", "intent": "started and never finished (killed or lost)", "done": "finished",
+            "failed": f"failed: {gate.get('error')}"}
     lines = [f"plan {run.digest}, approved by {run.approval['actor']}; journal {run.journal}",
-             f"execute: {gate.get('status', 'never started')}" + (f" ({gate['error']})" if gate.get("error") else "")]
+             f"the runbook's execute step: {said.get(gate.get('status'), gate.get('status'))}"]
     for state in ("done", "copied", "pending", "restored", "inconsistent"):
         for m in p["moves"].get(state, []):
             lines.append(f"  {state:<12} {m['source']} -> {m['destination']}" +
