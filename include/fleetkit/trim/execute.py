@@ -30,7 +30,7 @@ from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for
 from fleetkit.clients import offsets_leaders
-from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
+from fleetkit.clients.broker_files import sha256_file
 from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
@@ -38,11 +38,6 @@ log = logging.getLogger(__name__)
 
 class TrimError(FleetError):
     pass
-
-
-def segment_files(log_dir: str, partition: int, base_offset: int) -> list[Path]:
-    folder = Path(log_dir) / f"{OFFSETS_TOPIC}-{partition}"
-    return [folder / f"{base_offset:020d}{s}" for s in SEGMENT_SUFFIXES if (folder / f"{base_offset:020d}{s}").exists()]
 
 
 def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[str]:
