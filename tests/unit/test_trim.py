@@ -412,3 +412,37 @@ def test_the_lab_broker_config_command_changes_the_lab_settings(tmp_path):
     assert not (tmp_path / "nolab").exists()
     assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "5", "a=b"]) == 2
     assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2
+
+
+def test_resume_and_restore_act_only_on_an_approved_plan(tmp_path, monkeypatch):
+    """fleetctl trim resume|restore read the run's stored plan and require an `approved` audit
+    event of the runbook for that run with the stored plan's digest."""
+    from fleetkit.core import audit, plans
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.errors import FleetError
+    from fleetkit.trim import resume
+
+    monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
+    data = str(tmp_path / "data")
+    run = "manual__2026-01-01T00:00:00+00:00"
+    plan = two_partition_plan(tmp_path, run)
+    plan["dag_id"] = resume.DAG_ID
+    _, digest = plans.store(f"{data}/plans", resume.DAG_ID, run, plan)
+    with pytest.raises(FleetError, match="was never approved"):
+        resume.approved_run(data, run)
+
+    def approve(d: str, dag_id: str = resume.DAG_ID, run_id: str = run):
+        audit.record(DataRoot(data), cluster="c1", dag_id=dag_id, run_id=run_id, action="trim_offsets_segments",
+                     event="approved", actor="alice", digest=d)
+
+    approve(digest, run_id="manual__other")
+    approve(digest, dag_id="another_dag")
+    approve("sha256:" + "0" * 64)
+    with pytest.raises(FleetError, match="the plan changed after approval"):
+        resume.approved_run(data, run)
+    approve(digest)
+    got = resume.approved_run(data, run)
+    assert got.digest == digest and got.approval["actor"] == "alice" and got.cluster == "c1"
+    assert got.journal.name == "c1.jsonl" and "manual__2026-01-01T00_00_00_00_00" in str(got.journal)
+    with pytest.raises(FleetError, match="no stored plan"):
+        resume.approved_run(data, "manual__never")
