@@ -454,8 +454,8 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             "files": counts, "journal": str(ctx.journal_path) if ctx.journal_path else None,
             "recommitted": recommitted, "recommit_skipped": skipped,
             "coordinator_load_wait_seconds": round(load_wait, 1),
-            "offsets_missing_before_recommit": sum(1 for g in inactive for tp, o in
-                                                   (before.get(g) or {}).items() if not isinstance(offs_now.get(g), str)
+            "offsets_missing_before_recommit": sum(1 for g in inactive if isinstance(before.get(g), dict)
+                                                   for tp, o in before[g].items() if not isinstance(offs_now.get(g), str)
                                                    and (offs_now.get(g) or {}).get(tp) is None and o is not None)}
 
 
