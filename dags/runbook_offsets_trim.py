@@ -29,10 +29,16 @@ not committed since. This runbook does it without losing an offset:
 4. **plan / approve** (the approval gate, dry run by default);
 5. **execute** (lab fleet): re-checks the segments and the ISR, applies the cleaner fix, then broker
    by broker, **followers first and the current leader last**: stop, move the segment files (with
-   SHA-256) to the quarantine, start, wait for the ISR; then re-commits;
-6. **verify**: every group's committed offsets read after the trim equal those read before.
+   SHA-256) to the quarantine (`<quarantine>/<run>/broker-N/__consumer_offsets-P/`), start, wait for
+   the ISR; then re-commits, never setting a group back (a group whose committed offset moved after
+   the plan was read is skipped and reported). Every file move is journaled (source, destination,
+   size, SHA-256) before it is made;
+6. **verify**: no group's committed offset is lost or behind the one read before the trim;
+7. **cleanup** (teardown, whatever happened to execute): starts any broker of the plan left stopped.
 
-Roll back: stop the broker, move the files back (each quarantine folder has `manifest.json`).
+An interrupted execute (failed, killed) is finished from its plan and journal with
+`fleetctl trim resume RUN --execute`; `fleetctl trim restore RUN --execute` puts the quarantined
+files back byte for byte. Both are dry runs without `--execute` and act only on an approved plan.
 Params: `cluster`, `partitions` (`all-unhealthy` or `3,7`), `dry_run` (default true).
 """
 

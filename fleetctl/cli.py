@@ -332,6 +332,76 @@ def cmd_audit_verify(args) -> int:
     return 0 if all(rep.ok for rep in reports) else 1
 
 
+# -- trim ------------------------------------------------------------------------------------
+def _trim_command(args, what: str) -> int:
+    """resume / restore of one run of runbook_offsets_trim: dry run unless --execute."""
+    _airflow_context()
+    import getpass
+
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.locks import ClusterLock
+    from fleetkit.core.render import visible_controls
+    from fleetkit.trim import resume as trim_resume
+
+    from fleet_airflow import clusters, settings
+
+    data_root = args.data_root or settings.data_root()
+    run = trim_resume.approved_run(data_root, args.run, args.dag)
+    actor = args.actor or getpass.getuser()
+    print(f"{what} of {run.dag_id} run {visible_controls(run.run_id)} on cluster {visible_controls(run.cluster)}")
+    for line in trim_resume.describe(run):
+        print(visible_controls(line))
+    if not args.execute:
+        trim_resume.record(run, "dry_run", actor, f"fleetctl trim {what} (dry run): nothing changed")
+        print(f"dry run: nothing changed (add --execute to {what})")
+        return 0
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(run.cluster)
+    owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
+    with clusters.connected(cluster) as (kafka, zk):
+        lock = ClusterLock.for_cluster(settings.lock_dir(), cluster, kafka, zk)  # the cluster's identity
+        lock.acquire(owner, run.dag_id, run.run_id)
+        try:
+            ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)
+            try:
+                out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
+            except Exception as e:
+                trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
+                                   {"journal": trim_resume.journal.summary(run.journal)})
+                raise
+        finally:
+            lock.release(owner)
+    if what == "restore":
+        for line in out["done"]:
+            print(visible_controls(line))
+        trim_resume.record(run, "restored", actor, f"restored {sum(1 for x in out['done'] if x.startswith('restored'))} "
+                           "file(s) from the quarantine (checksums verified)", {"done": out["done"]})
+        print("restored")
+        return 0
+    res = out["result"]
+    for line in out["teardown"]:
+        print(visible_controls(line))
+    print(f"files: {res['files']}; re-committed {len(res['recommitted'])}, skipped {len(res['recommit_skipped'])}")
+    for c in res["recommit_skipped"]:
+        print(visible_controls(f"  skipped {c['group']} {c['topic']}-{c['partition']}: {c['reason']}"))
+    if out["problems"]:
+        trim_resume.record(run, "verify_failed", actor, "; ".join(out["problems"]), {"problems": out["problems"]})
+        for p in out["problems"]:
+            print(visible_controls(f"  problem: {p}"))
+        return 1
+    trim_resume.record(run, "resumed", actor, "fleetctl trim resume: the interrupted trim finished and verified",
+                       {"result": res, "teardown": out["teardown"], "rollback": run.plan["rollback"]})
+    print("resumed: finished and verified")
+    return 0
+
+
+def cmd_trim_resume(args) -> int:
+    return _trim_command(args, "resume")
+
+
+def cmd_trim_restore(args) -> int:
+    return _trim_command(args, "restore")
+
+
 # -- collect ---------------------------------------------------------------------------------
 def cmd_collect(args) -> int:
     _airflow_context()
@@ -544,6 +614,23 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--cluster", help="only this cluster's chain")
     av.add_argument("--data-root")
     av.set_defaults(func=cmd_audit_verify)
+
+    tr = sub.add_parser("trim", help="an interrupted __consumer_offsets trim: finish it or put its files back")
+    tr_sub = tr.add_subparsers(dest="trim_command", required=True)
+    for name, fn, hlp in (
+            ("resume", cmd_trim_resume, "finish an approved, interrupted trim from its stored plan and journal: skip "
+                                        "the moves done (checking their checksums), move the rest, restart brokers, "
+                                        "wait for the ISR, re-commit (never rewinding), verify"),
+            ("restore", cmd_trim_restore, "put an approved trim's quarantined files back byte for byte (checksums), "
+                                          "broker by broker")):
+        sp = tr_sub.add_parser(name, help=hlp + "; dry run unless --execute")
+        sp.add_argument("run", metavar="RUN", help="the DAG run id of the trim")
+        sp.add_argument("--dag", default="runbook_offsets_trim", help="the trim DAG (default runbook_offsets_trim)")
+        sp.add_argument("--execute", action="store_true", help="act (default: show what would be done)")
+        sp.add_argument("--data-root", help="data root of the run (default: $FLEET_DATA_ROOT or ./data)")
+        sp.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+        sp.add_argument("--actor", help="who acts, for the audit (default: the login name)")
+        sp.set_defaults(func=fn)
 
     g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
     g_sub = g.add_subparsers(dest="groupids_command", required=True)

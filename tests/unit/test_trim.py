@@ -2,7 +2,11 @@
 the offsets comparison, the gate plan (followers first, leader last), the health verdicts, and the
 broker control the fleet file describes (real commands, no shell)."""
 
+import hashlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,7 +38,36 @@ def make_partition(log_dir: Path, partition: int, bases: list[int]) -> None:
     (log_dir / "cleaner-offset-checkpoint").write_text(f"0\n1\n__consumer_offsets {partition} 0\n")
 
 
-def test_inventory_quarantine_and_restore(tmp_path):
+def two_partition_plan(tmp_path: Path, run_id: str = "manual__2026-01-01T00:00:00+00:00") -> dict:
+    """A gate plan quarantining segment 0 of __consumer_offsets-3 and -4 on broker 0 (same file
+    names in both partitions)."""
+    for p in (3, 4):
+        make_partition(tmp_path / "d", p, [0, 50, 90]) if p == 3 else None
+    folder = tmp_path / "d" / "__consumer_offsets-4"
+    folder.mkdir(parents=True)
+    for b in (0, 50, 90):
+        (folder / f"{b:020d}.log").write_bytes(b"M" * (200 + b))
+        (folder / f"{b:020d}.index").write_bytes(b"J" * 10)
+    tp = {"cluster": "c1", "partitions": [
+        {"partition": p, "recommit": [], "active_groups": [], "group_metadata_lost": [], "groups": [],
+         "replicas": [{"broker": 0, "log_dir": str(tmp_path / "d"), "bytes_freed": 1, "kept": [],
+                       "quarantine": [{"base_offset": 0, "size_bytes": 100 if p == 3 else 200}]}]}
+        for p in (3, 4)]}
+    plan = trim_plan.gate_plan(FLEET.cluster("c1"), tp, leaders={3: 0, 4: 0}, isr={3: [0], 4: [0]},
+                               quarantine_root=str(tmp_path / "q"))
+    plan["run_id"] = run_id
+    return plan
+
+
+def run_moves(plan: dict, journal_file: Path) -> list[str]:
+    from fleetkit.core.journal import Journal, read_journal
+
+    entries = read_journal(journal_file)
+    with Journal(journal_file) as j:
+        return [trim.apply_move(j, m, entries.get(m["seq"])) for m in trim.file_moves(plan)]
+
+
+def test_inventory_and_preconditions(tmp_path):
     make_partition(tmp_path / "d", 3, [0, 50, 90])
     segs = LocalBrokerFiles([str(tmp_path / "d")]).segments("__consumer_offsets", 3)
     assert [(s.base_offset, s.size_bytes, s.is_active) for s in segs] == [(0, 100, False), (50, 150, False),
@@ -43,22 +76,182 @@ def test_inventory_quarantine_and_restore(tmp_path):
     planned = [{"base_offset": 0, "size_bytes": 100}]
     assert trim.check_segments(str(tmp_path / "d"), 3, planned) == []
     assert "changed size" in trim.check_segments(str(tmp_path / "d"), 3, [{"base_offset": 0, "size_bytes": 99}])[0]
-    manifest = trim.quarantine(str(tmp_path / "d"), 3, planned, tmp_path / "q", "c1/b0/p3/run")
-    assert sorted(Path(e["quarantined"]).name for e in manifest["files"]) == \
-        ["00000000000000000000.index", "00000000000000000000.log"]
-    assert not (tmp_path / "d" / "__consumer_offsets-3" / "00000000000000000000.log").exists()
-    assert json.loads((tmp_path / "q" / "c1/b0/p3/run" / "manifest.json").read_text())["files"]
+    (tmp_path / "d" / "__consumer_offsets-3" / "00000000000000000000.log").unlink()
     assert "no longer exists" in trim.check_segments(str(tmp_path / "d"), 3, planned)[0]
-    restored = trim.restore(manifest)
-    assert len(restored) == 2 and (tmp_path / "d" / "__consumer_offsets-3" / "00000000000000000000.log").read_bytes() == b"L" * 100
 
 
-def test_restore_refuses_a_changed_file(tmp_path):
-    make_partition(tmp_path / "d", 1, [0, 10, 20])
-    manifest = trim.quarantine(str(tmp_path / "d"), 1, [{"base_offset": 0, "size_bytes": 100}], tmp_path / "q", "x")
-    Path(manifest["files"][0]["quarantined"]).write_bytes(b"tampered")
-    with pytest.raises(trim.TrimError, match="does not match its recorded checksum"):
-        trim.restore(manifest)
+def test_same_named_segments_of_two_partitions_both_land_journaled(tmp_path):
+    """Segment 0 of two partitions: each file lands in its partition's own quarantine folder; the
+    journal has, per file, an intent (source, destination, size, sha256) before its outcome."""
+    from fleetkit.core.journal import read_journal
+
+    plan = two_partition_plan(tmp_path)
+    before = {p: {f.name: f.read_bytes() for f in (tmp_path / "d" / f"__consumer_offsets-{p}").iterdir()}
+              for p in (3, 4)}
+    journal_file = tmp_path / "journal.jsonl"
+    assert run_moves(plan, journal_file) == ["moved", "absent", "moved"] * 2  # .index, (.timeindex), .log
+    run_root = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0"
+    for p in (3, 4):
+        q = run_root / f"__consumer_offsets-{p}"
+        assert sorted(f.name for f in q.iterdir()) == ["00000000000000000000.index", "00000000000000000000.log"]
+        for name in ("00000000000000000000.index", "00000000000000000000.log"):
+            assert (q / name).read_bytes() == before[p][name]
+            assert not (tmp_path / "d" / f"__consumer_offsets-{p}" / name).exists()
+    lines = [json.loads(ln) for ln in journal_file.read_text().splitlines()]
+    assert [(ln["seq"], ln["status"]) for ln in lines] == [(0, "intent"), (0, "done"), (2, "intent"), (2, "done"),
+                                                          (3, "intent"), (3, "done"), (5, "intent"), (5, "done")]
+    log4 = read_journal(journal_file)[5]
+    assert log4["source"] == str(tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.log")
+    assert log4["destination"] == str(run_root / "__consumer_offsets-4" / "00000000000000000000.log")
+    assert log4["size"] == 200 and log4["sha256"] == hashlib.sha256(b"M" * 200).hexdigest()
+    # run again (a resumed run): nothing moves, every quarantined file is checked against its checksum
+    assert run_moves(plan, journal_file) == ["already", "absent", "already"] * 2
+    (run_root / "__consumer_offsets-4" / "00000000000000000000.log").write_bytes(b"tampered")
+    with pytest.raises(trim.TrimError, match="has SHA-256 .* the journal recorded"):
+        run_moves(plan, journal_file)
+    files, problems = trim.restorable(plan, read_journal(journal_file))
+    assert len(files) == 4 and len(problems) == 1 and "__consumer_offsets-4/00000000000000000000.log" in problems[0]
+
+
+def test_the_shell_runbook_puts_each_partition_in_its_own_folder(tmp_path):
+    """The generated runbook, run by bash: segment 0 of both partitions lands, checksums verified."""
+    plan = two_partition_plan(tmp_path)
+    before = {p: (tmp_path / "d" / f"__consumer_offsets-{p}" / "00000000000000000000.log").read_bytes() for p in (3, 4)}
+    script = tmp_path / "runbook-broker-0.sh"
+    script.write_text(trim_plan.runbooks(plan, plan["run_id"])[0])
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    run_root = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0"
+    for p in (3, 4):
+        assert (run_root / f"__consumer_offsets-{p}" / "00000000000000000000.log").read_bytes() == before[p]
+        assert (run_root / f"__consumer_offsets-{p}" / "00000000000000000000.index").exists()
+        assert not (tmp_path / "d" / f"__consumer_offsets-{p}" / "00000000000000000000.log").exists()
+    # run twice: the files are gone from the log dir, so the runbook stops at the first one
+    assert subprocess.run(["bash", str(script)], capture_output=True, text=True).returncode != 0
+
+
+def test_a_second_file_of_the_same_name_stops_the_shell_runbook(tmp_path):
+    plan = two_partition_plan(tmp_path)
+    q = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0" / "__consumer_offsets-4"
+    q.mkdir(parents=True)
+    (q / "00000000000000000000.index").write_bytes(b"already here")
+    script = tmp_path / "runbook-broker-0.sh"
+    script.write_text(trim_plan.runbooks(plan, plan["run_id"])[0])
+    out = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert out.returncode != 0 and "not moved" in out.stderr
+    assert (tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.index").read_bytes() == b"J" * 10
+    assert (q / "00000000000000000000.index").read_bytes() == b"already here"
+
+
+def other_filesystem(tmp_path: Path) -> Path:
+    """/dev/shm is a tmpfs here: a real second filesystem, so rename fails with EXDEV."""
+    shm = Path("/dev/shm") / f"fleet-trim-test-{os.getpid()}-{tmp_path.name}"
+    shm.mkdir(parents=True)
+    assert os.stat(shm).st_dev != os.stat(tmp_path).st_dev
+    return shm
+
+
+def test_cross_filesystem_move_verifies_the_copy_before_unlinking(tmp_path):
+    shm = other_filesystem(tmp_path)
+    try:
+        src = tmp_path / "00000000000000000000.log"
+        src.write_bytes(b"segment bytes" * 1000)
+        digest = hashlib.sha256(src.read_bytes()).hexdigest()
+        with pytest.raises(trim.TrimError, match="copy removed, the source is untouched"):
+            trim.move_verified(src, shm / "a" / src.name, "0" * 64)  # a copy that does not match
+        assert src.exists() and not list((shm / "a").iterdir())
+        trim.move_verified(src, shm / "a" / src.name, digest)
+        assert not src.exists() and hashlib.sha256((shm / "a" / src.name).read_bytes()).hexdigest() == digest
+        with pytest.raises(trim.TrimError, match="refusing to overwrite"):
+            src.write_bytes(b"other")
+            trim.move_verified(src, shm / "a" / src.name, hashlib.sha256(b"other").hexdigest())
+    finally:
+        shutil.rmtree(shm)
+
+
+def test_a_move_killed_halfway_is_settled_from_the_journal(tmp_path):
+    """Killed after the intent: renamed but no outcome (settled, checksum checked), or a
+    cross-filesystem copy in place with the source still there (source unlinked after the check)."""
+    from fleetkit.core.journal import Journal, read_journal
+
+    plan = two_partition_plan(tmp_path)
+    moves = trim.file_moves(plan)
+    journal_file = tmp_path / "journal.jsonl"
+    with Journal(journal_file) as j:
+        for m in (moves[0], moves[2]):
+            src, dst = Path(m["source"]), Path(m["destination"])
+            j.intent(m["seq"], source=m["source"], destination=m["destination"], size=src.stat().st_size,
+                     sha256=hashlib.sha256(src.read_bytes()).hexdigest())
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if m is moves[0]:
+                os.rename(src, dst)  # the rename happened, the outcome was never written
+            else:
+                shutil.copyfile(src, dst)  # the verified copy is in place, the source not yet unlinked
+    entries = read_journal(journal_file)
+    assert trim.settle(moves[0], entries[0]) == "done" and trim.settle(moves[2], entries[2]) == "copied"
+    with Journal(journal_file) as j:
+        assert trim.apply_move(j, moves[0], entries[0]) == "already"
+        assert trim.apply_move(j, moves[2], entries[2]) == "moved"
+    entries = read_journal(journal_file)
+    assert entries[0]["status"] == entries[2]["status"] == "done"
+    assert not Path(moves[2]["source"]).exists() and Path(moves[2]["destination"]).exists()
+    # a quarantined file nobody journaled is never overwritten nor adopted
+    stray = Path(moves[3]["destination"])
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    stray.write_bytes(b"stray")
+    with pytest.raises(trim.TrimError, match="not from this run's journal"):
+        trim.settle(moves[3], None)
+
+
+def test_teardown_puts_back_the_index_of_a_segment_whose_log_did_not_move(tmp_path):
+    """Killed after a segment's .index moved and before its .log: before the broker starts, the
+    .index goes back (Kafka would otherwise rebuild one beside the quarantined original); a
+    resumed run then moves the segment again. A segment moved whole stays in the quarantine."""
+    from fleetkit.core.journal import Journal, read_journal
+
+    plan = two_partition_plan(tmp_path)
+    moves = trim.file_moves(plan)
+    journal_file = tmp_path / "journal.jsonl"
+    with Journal(journal_file) as j:
+        for m in moves[:4]:  # partition 3's segment whole, partition 4's .index
+            trim.apply_move(j, m, None)
+    segs = trim._segments_of(moves)
+    with Journal(journal_file) as j:
+        assert trim._repair_segment(j, read_journal(journal_file), segs[(0, 3, 0)]) == []
+        did = trim._repair_segment(j, read_journal(journal_file), segs[(0, 4, 0)])
+    assert len(did) == 1 and "__consumer_offsets-4/00000000000000000000.index back" in did[0]
+    assert (tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.index").read_bytes() == b"J" * 10
+    assert not Path(moves[3]["destination"]).exists()
+    assert not (tmp_path / "d" / "__consumer_offsets-3" / "00000000000000000000.log").exists()
+    entries = read_journal(journal_file)
+    assert entries[3]["status"] == "moved_back" and entries["3 back"]["status"] == "done"
+    assert run_moves(plan, journal_file) == ["already", "absent", "already", "moved", "absent", "moved"]
+
+
+def test_resumed_preconditions_only_check_what_is_left(tmp_path):
+    from fleetkit.core.journal import Journal, read_journal
+
+    plan = two_partition_plan(tmp_path)
+    journal_file = tmp_path / "journal.jsonl"
+    with Journal(journal_file) as j:
+        for m in trim.file_moves(plan)[:3]:  # partition 3's segment 0 moved
+            trim.apply_move(j, m, None)
+    assert trim.check(plan, {3: [0], 4: [0]}, {}, read_journal(journal_file)) == []
+    assert "no longer exists" in trim.check(plan, {3: [0], 4: [0]}, {})[0]  # a fresh run would refuse
+    (tmp_path / "d" / "__consumer_offsets-4" / "00000000000000000000.log").write_bytes(b"grown" * 100)
+    assert "changed size" in trim.check(plan, {3: [0], 4: [0]}, {}, read_journal(journal_file))[0]
+    assert "broker 0 is not in the ISR" in trim.check(plan, {3: [0], 4: []}, {}, read_journal(journal_file))[-1]
+
+
+def test_recommit_never_rewinds():
+    d = trim.recommit_decision
+    assert d(5, 5, None, "Empty")[0] == "commit"  # the trim removed it: put back
+    assert d(5, 5, 5, "Empty")[0] == "already"
+    assert d(5, 5, 9, "Empty") == ("skip", "committed offset moved after the plan was read (plan 5, now 9): "
+                                           "not set back")
+    assert d(5, 9, None, "Empty")[0] == "skip"  # moved before execute started: never set back to 5
+    assert d(5, None, None, "Dead")[0] == "skip"
+    assert d(5, 5, None, "HasMembers:Stable")[0] == "skip"
 
 
 def test_checkpoint_parsing():
@@ -219,3 +412,37 @@ def test_the_lab_broker_config_command_changes_the_lab_settings(tmp_path):
     assert not (tmp_path / "nolab").exists()
     assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "5", "a=b"]) == 2
     assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2
+
+
+def test_resume_and_restore_act_only_on_an_approved_plan(tmp_path, monkeypatch):
+    """fleetctl trim resume|restore read the run's stored plan and require an `approved` audit
+    event of the runbook for that run with the stored plan's digest."""
+    from fleetkit.core import audit, plans
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.errors import FleetError
+    from fleetkit.trim import resume
+
+    monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
+    data = str(tmp_path / "data")
+    run = "manual__2026-01-01T00:00:00+00:00"
+    plan = two_partition_plan(tmp_path, run)
+    plan["dag_id"] = resume.DAG_ID
+    _, digest = plans.store(f"{data}/plans", resume.DAG_ID, run, plan)
+    with pytest.raises(FleetError, match="was never approved"):
+        resume.approved_run(data, run)
+
+    def approve(d: str, dag_id: str = resume.DAG_ID, run_id: str = run):
+        audit.record(DataRoot(data), cluster="c1", dag_id=dag_id, run_id=run_id, action="trim_offsets_segments",
+                     event="approved", actor="alice", digest=d)
+
+    approve(digest, run_id="manual__other")
+    approve(digest, dag_id="another_dag")
+    approve("sha256:" + "0" * 64)
+    with pytest.raises(FleetError, match="the plan changed after approval"):
+        resume.approved_run(data, run)
+    approve(digest)
+    got = resume.approved_run(data, run)
+    assert got.digest == digest and got.approval["actor"] == "alice" and got.cluster == "c1"
+    assert got.journal.name == "c1.jsonl" and "manual__2026-01-01T00_00_00_00_00" in str(got.journal)
+    with pytest.raises(FleetError, match="no stored plan"):
+        resume.approved_run(data, "manual__never")

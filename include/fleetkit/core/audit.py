@@ -3,7 +3,8 @@
 Events: planned, dry_run, approved, rejected, refused, executed, failed (execute raised: details
 hold the journal's account of what was changed), interrupted (execute was killed or ended without
 a record: the same account, written by the gate's teardown), teardown, verified, verify_failed,
-rollback_requested. `details` is JSON (before/after values, refusal reasons, the rollback conf).
+rollback_requested, resumed (an interrupted run finished from its journal), restored (its changes
+put back from the journal). `details` is JSON (before/after values, refusal reasons, the rollback conf).
 
 Append-only and tamper-evident: each cluster's records form one hash chain. A record carries
 `prev_hash` (the `hash` of the cluster's record before it; GENESIS for the first) and `hash`
@@ -42,7 +43,7 @@ from fleetkit.core.render import visible_controls as v
 log = logging.getLogger(__name__)
 
 EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "failed", "interrupted",
-          "teardown", "verified", "verify_failed", "rollback_requested")
+          "teardown", "verified", "verify_failed", "rollback_requested", "resumed", "restored")
 
 GENESIS = "0" * 64  # prev_hash of a chain's first record
 HASHED_FIELDS = ("cluster", "observed_at", "record_id", "dag_id", "run_id", "action", "event", "actor",

@@ -31,6 +31,12 @@ def _verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
     return verify.verify(ctx, plan, result)
 
 
+def _teardown(ctx: ClusterContext, plan: dict) -> list[str]:
+    from fleetkit.trim import execute
+
+    return execute.teardown(ctx, plan)
+
+
 def details_table(plan: dict) -> dict:
     rows = []
     for p in plan["details"]["trim_plan"]["partitions"]:
@@ -48,4 +54,5 @@ TRIM_OFFSETS = Action(
     execute=_execute,
     verify=_verify,
     details_table=details_table,
+    teardown=_teardown,
 )

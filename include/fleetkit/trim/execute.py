@@ -2,39 +2,42 @@
 checksums (and restored), brokers stopped and started one by one, offsets re-committed.
 
 Nothing is deleted: segment files (.log, .index, .timeindex) are moved into a quarantine folder
-with a manifest of their SHA-256 before and after; rollback moves them back. The broker must be
-stopped while its files move. Broker control is an interface: `CommandBrokerControl` runs the
+(<quarantine>/<run>/broker-<id>/__consumer_offsets-<p>/) with a manifest of their SHA-256; restore
+moves them back. The broker must be stopped while its files move. Every step is journaled
+(fleetkit.core.journal: intent before, outcome after, fsync), each file move with its source,
+destination, size and SHA-256, so `run` picks up an interrupted execution where it stopped
+(`fleetctl trim resume`), `teardown` starts any broker left stopped, and `restore` puts the
+files back byte for byte. Broker control is an interface: `CommandBrokerControl` runs the
 commands of the cluster's `broker_control` in the fleet file (the lab's point at its fleetctl);
 clusters without one get the rendered shell runbook for their own tooling.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
+from fleetkit.core.journal import Journal, read_journal
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for
 from fleetkit.clients import offsets_leaders
-from fleetkit.clients.broker_files import SEGMENT_SUFFIXES, sha256_file
-from fleetkit.trim.verify import all_groups, offsets_json, read_offsets_when_loaded
+from fleetkit.clients.broker_files import sha256_file
+from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
 
 
 class TrimError(FleetError):
     pass
-
-
-def segment_files(log_dir: str, partition: int, base_offset: int) -> list[Path]:
-    folder = Path(log_dir) / f"{OFFSETS_TOPIC}-{partition}"
-    return [folder / f"{base_offset:020d}{s}" for s in SEGMENT_SUFFIXES if (folder / f"{base_offset:020d}{s}").exists()]
 
 
 def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[str]:
@@ -49,53 +52,179 @@ def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[s
     return problems
 
 
-def _move(src: Path, dst: Path) -> None:
+# -- moving files into and out of the quarantine ------------------------------------------------
+#: the order of a segment's files: index files first, the .log last, so that a move stopped between
+#: two files leaves the segment whole in the log dir (Kafka rebuilds a missing index, but deletes
+#: an index whose .log is gone)
+FILE_ORDER = (".index", ".timeindex", ".log")
+
+
+def quarantine_folder(root: str | os.PathLike, run_id: str, broker: int, partition: int) -> Path:
+    """<quarantine>/<run>/broker-<id>/__consumer_offsets-<p>: one folder per replica, so the
+    same-named segments of two partitions never meet."""
+    return Path(root) / safe_component(run_id) / f"broker-{int(broker)}" / f"{OFFSETS_TOPIC}-{int(partition)}"
+
+
+def file_moves(plan: dict) -> list[dict]:
+    """Every file move the plan can make, numbered (`seq`) in execution order: broker by broker
+    (the plan's order), partition by partition, segment by segment (oldest first), each segment's
+    files in FILE_ORDER. A file that does not exist when its turn comes (.timeindex before 0.10.1)
+    is skipped."""
+    d = plan["details"]
+    out = []
+    for b in d["order"]:
+        for pre in plan["preconditions"][0]["segments"]:
+            if pre["broker"] != b:
+                continue
+            src_dir = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
+            dst_dir = quarantine_folder(d["quarantine_root"], plan["run_id"], b, pre["partition"])
+            for s in sorted(pre["segments"], key=lambda s: s["base_offset"]):
+                for suffix in FILE_ORDER:
+                    name = f"{int(s['base_offset']):020d}{suffix}"
+                    out.append({"seq": len(out), "step": "move", "broker": b, "partition": pre["partition"],
+                                "base_offset": s["base_offset"], "source": str(src_dir / name),
+                                "destination": str(dst_dir / name)})
+    return out
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def move_verified(src: Path, dst: Path, sha256: str) -> None:
+    """Move one file without overwriting anything. Same filesystem: rename (atomic). Across
+    filesystems: copy to a hidden .partial name, fsync, check the copy's SHA-256 against `sha256`,
+    rename it into place, and only then unlink the source."""
+    src, dst = Path(src), Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     if dst.exists():
-        raise TrimError(f"refusing to overwrite {dst} in the quarantine")
+        raise TrimError(f"refusing to overwrite {dst}: it already exists")
     try:
         os.rename(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-        with open(dst, "rb") as f:
-            os.fsync(f.fileno())
+        _fsync_dir(dst.parent)
+        _fsync_dir(src.parent)
+        return
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise TrimError(f"cannot move {src} to {dst}: {e.strerror or e}") from None
+    tmp = dst.with_name(f".{dst.name}.partial")
+    tmp.unlink(missing_ok=True)
+    shutil.copyfile(src, tmp)
+    shutil.copystat(src, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    copied = sha256_file(str(tmp))
+    if copied != sha256:
+        tmp.unlink()
+        raise TrimError(f"the copy of {src} to {dst} has SHA-256 {copied}, the source {sha256}: copy removed, "
+                        "the source is untouched")
+    os.rename(tmp, dst)
+    _fsync_dir(dst.parent)
+    os.unlink(src)
+    _fsync_dir(src.parent)
+
+
+def _checksum_problem(path: Path, entry: dict) -> str | None:
+    if not path.exists():
+        return f"{path} is missing"
+    got = sha256_file(str(path))
+    if got != entry.get("sha256"):
+        return f"{path} has SHA-256 {got}, the journal recorded {entry.get('sha256')}"
+    return None
+
+
+def settle(m: dict, entry: dict | None) -> str:
+    """Where move `m` stands from its journal entry and the files on disk:
+    `done` (in the quarantine), `pending` (in the log dir, nothing of it in the quarantine),
+    `absent` (neither: the file never existed), `copied` (a cross-filesystem move killed after the
+    verified copy was in place and before the source was unlinked: both exist), `restored`."""
+    src, dst = Path(m["source"]), Path(m["destination"])
+    status = (entry or {}).get("status")
+    if status == "restored":
+        return "restored"
+    if status in ("done", "intent"):
+        if dst.exists() and not src.exists():
+            return "done"
+        if dst.exists() and src.exists():
+            if status == "done":
+                raise TrimError(f"{src} is back in the log dir while the journal says it was quarantined at {dst} "
+                                "(did the broker rebuild it?); move it aside by hand, then resume")
+            return "copied"
+        if src.exists():
+            return "pending"
+        raise TrimError(f"{src} is neither in the log dir nor in the quarantine ({dst}), and the journal says "
+                        f"it was being moved ({status}): check the quarantine folder and the journal")
+    if dst.exists():
+        if not src.exists():
+            raise TrimError(f"{dst} is in the quarantine but the journal has no record of moving it there")
+        raise TrimError(f"{dst} already exists in the quarantine (not from this run's journal): refusing to overwrite")
+    return "pending" if src.exists() else "absent"
+
+
+def apply_move(journal: Journal, m: dict, entry: dict | None) -> str:
+    """Make move `m` (journaled: intent with source, destination, size, sha256; then the outcome)
+    unless the journal and the disk say it is already made. Returns moved / already / absent."""
+    state = settle(m, entry)
+    src, dst = Path(m["source"]), Path(m["destination"])
+    if state == "restored":
+        raise TrimError(f"{dst} was restored by `fleetctl trim restore`: this run was rolled back; plan again")
+    if state == "done":  # moved earlier (a resumed run): the quarantined copy must match its checksum
+        problem = _checksum_problem(dst, entry)
+        if problem:
+            raise TrimError(problem)
+        if entry.get("status") != "done":  # killed between the rename and the outcome
+            journal.outcome(m["seq"], "done", settled=True)
+        return "already"
+    if state == "copied":
+        problem = _checksum_problem(dst, entry)
+        if problem:
+            raise TrimError(f"{problem}; the source {src} is still in place")
         os.unlink(src)
+        _fsync_dir(src.parent)
+        journal.outcome(m["seq"], "done", settled=True)
+        return "moved"
+    if state == "absent":
+        return "absent"
+    size = src.stat().st_size
+    digest = sha256_file(str(src))
+    journal.intent(m["seq"], **{k: m[k] for k in ("step", "broker", "partition", "base_offset", "source",
+                                                  "destination")}, size=size, sha256=digest)
+    move_verified(src, dst, digest)
+    journal.outcome(m["seq"], "done")
+    log.info("quarantined %s -> %s (%d bytes, sha256 %s)", src, dst, size, digest[:16])
+    return "moved"
 
 
-def quarantine(log_dir: str, partition: int, segments: list[dict], quarantine_dir: str | Path,
-               label: str) -> dict:
-    """Move the segments' files to quarantine_dir/label/, checksummed; returns the manifest (also
-    written next to the files as manifest.json)."""
-    dest = Path(quarantine_dir) / label
-    entries = []
-    for s in segments:
-        for src in segment_files(log_dir, partition, s["base_offset"]):
-            digest = sha256_file(str(src))
-            size = src.stat().st_size
-            dst = dest / src.name
-            _move(src, dst)
-            after = sha256_file(str(dst))
-            if after != digest:
-                raise TrimError(f"checksum of {dst} differs after the move ({digest} -> {after}); moving it back")
-            entries.append({"source": str(src), "quarantined": str(dst), "sha256": digest, "size": size})
-            log.info("quarantined %s -> %s (%d bytes, sha256 %s)", src, dst, size, digest[:16])
-    manifest = {"log_dir": log_dir, "partition": partition, "files": entries,
-                "moved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    return manifest
+def write_manifests(plan: dict, entries: dict) -> list[dict]:
+    """manifest.json in each quarantine folder: the files moved there and their SHA-256."""
+    by_folder: dict[Path, dict] = {}
+    for m in file_moves(plan):
+        e = entries.get(m["seq"]) or {}
+        if e.get("status") != "done":
+            continue
+        folder = Path(m["destination"]).parent
+        man = by_folder.setdefault(folder, {"log_dir": str(Path(m["source"]).parent.parent), "broker": m["broker"],
+                                            "partition": m["partition"], "files": []})
+        man["files"].append({"source": m["source"], "quarantined": m["destination"], "sha256": e.get("sha256"),
+                             "size": e.get("size")})
+    for folder, man in by_folder.items():
+        (folder / "manifest.json").write_text(json.dumps(man, indent=1))
+    return list(by_folder.values())
 
 
-def restore(manifest: dict) -> list[str]:
-    """Move quarantined files back where they were (checksums verified). The broker must be stopped."""
-    restored = []
-    for e in manifest["files"]:
-        src, dst = Path(e["quarantined"]), Path(e["source"])
-        if sha256_file(str(src)) != e["sha256"]:
-            raise TrimError(f"{src} does not match its recorded checksum; not restoring it")
-        _move(src, dst)
-        restored.append(str(dst))
-    return restored
+def pause_hook(moved: int) -> None:
+    """Test hook: with FLEET_TRIM_PAUSE_AFTER_MOVES=N in the environment, execute stops (sleeps
+    for ever, broker stopped) after its N-th file move, so a test can kill it between two moves.
+    Never set it outside tests."""
+    n = os.environ.get("FLEET_TRIM_PAUSE_AFTER_MOVES")
+    if n and n.isdigit() and moved == int(n):
+        print(f"FLEET_TRIM_PAUSE_AFTER_MOVES: paused after {moved} file move(s)", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
 
 
 # -- live state the preconditions and the execution read -------------------------------------------
@@ -127,18 +256,60 @@ def wait_broker_gone(ctx: ClusterContext, broker_id: int, timeout: float = 60) -
         time.sleep(1)
 
 
+def broker_partitions(plan: dict, broker: int) -> set[int]:
+    return {pre["partition"] for pre in plan["preconditions"][0]["segments"] if pre["broker"] == broker}
+
+
+def wait_back_in_isr(ctx: ClusterContext, broker: int, partitions: set[int], timeout: float = 180) -> None:
+    """After broker_control.start: the broker registered again and in the ISR of `partitions`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        isr: dict = {}
+        if broker in registered_brokers(ctx):
+            _, isr = offsets_topic_state(ctx)
+            if all(broker in isr.get(p, []) for p in partitions):
+                return
+        if time.monotonic() > deadline:
+            raise TrimError(f"broker {broker} is not back in the ISR of {OFFSETS_TOPIC} partition(s) "
+                            f"{sorted(partitions)} {timeout:.0f} s after it was started (ISR {isr}); stopping here: "
+                            "the remaining brokers are untouched (finish with `fleetctl trim resume`)")
+        time.sleep(1)
+
+
 def group_states(ctx: ClusterContext, groups: list[str]) -> dict[str, str]:
     return {g: d.state if not d.members else "HasMembers:" + d.state
             for g, d in ctx.kafka.describe_groups(groups).items()} if groups else {}
 
 
+def _journal_entries(ctx: ClusterContext) -> dict:
+    return read_journal(ctx.journal_path) if ctx.journal_path else {}
+
+
+def _control(ctx: ClusterContext):
+    control = control_for(ctx.cluster)
+    if control is None:
+        raise TrimError(f"cluster {ctx.cluster.name!r} has no broker_control in the fleet file: this runbook stops and "
+                        "starts brokers only through it; run the rendered runbook-broker-N.sh on each broker instead")
+    return control
+
+
 # -- preconditions ---------------------------------------------------------------------------------
-def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, str]) -> list[str]:
+def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, str],
+          entries: dict | None = None) -> list[str]:
+    """The preconditions that do not hold. With a journal's `entries` (a resumed run): only the
+    segments still to move and the brokers still to handle are checked."""
+    entries = entries or {}
+    finished = {b for b in plan["details"]["order"] if (entries.get(f"broker {b}") or {}).get("status") == "done"}
+    moved_logs = {(m["broker"], m["partition"], m["base_offset"]) for m in (file_moves(plan) if entries else [])
+                  if m["source"].endswith(".log") and (entries.get(m["seq"]) or {}).get("status") in ("done", "intent")}
     problems = []
     for s in plan["preconditions"][0]["segments"]:
-        problems += check_segments(s["log_dir"], s["partition"], s["segments"])
+        if s["broker"] in finished:
+            continue
+        todo = [seg for seg in s["segments"] if (s["broker"], s["partition"], seg["base_offset"]) not in moved_logs]
+        problems += check_segments(s["log_dir"], s["partition"], todo)
     for s in plan["preconditions"][0]["segments"]:
-        if s["broker"] not in isr_now.get(s["partition"], []):
+        if s["broker"] not in finished and s["broker"] not in isr_now.get(s["partition"], []):
             problems.append(f"broker {s['broker']} is not in the ISR of {OFFSETS_TOPIC}-{s['partition']} "
                             f"(ISR now {isr_now.get(s['partition'])})")
     for p in plan["details"]["trim_plan"]["partitions"]:
@@ -151,65 +322,297 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
 
 
 def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
-    """The approved plan's preconditions that no longer hold on the cluster now."""
+    """The approved plan's preconditions that no longer hold on the cluster now (for a resumed
+    run, those of what is left to do)."""
     recommit_groups = sorted({c["group"] for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]})
     _, isr = offsets_topic_state(ctx)
-    return check(plan, isr, group_states(ctx, recommit_groups))
+    return check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx))
+
+
+# -- re-commits that never rewind ----------------------------------------------------------------
+def recommit_decision(planned: int, before: int | None, now: int | None, state: str | None) -> tuple[str, str]:
+    """Whether to re-commit a planned offset: ("commit" | "already" | "skip", why).
+
+    `before` is the group's committed offset read when execute started, `now` the one read right
+    before the commit. A re-commit only puts back an offset the trim removed; it never sets a
+    group back (a standalone consumer commits while its group is Empty)."""
+    if state not in ("Empty", "Dead"):
+        return "skip", f"the group is {state} now (live members commit their own offsets)"
+    if now == planned:
+        return "already", f"committed offset is {now}, as planned"
+    if now is not None:
+        return "skip", (f"committed offset moved after the plan was read (plan {planned}, now {now}): "
+                        "not set back")
+    if before != planned:
+        return "skip", (f"committed offset was {before} when execute started, the plan read {planned}: "
+                        "it moved after the plan; not re-committed")
+    return "commit", f"offset {planned} was only in a quarantined segment"
+
+
+def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, before: dict) -> tuple[list, list]:
+    recommitted, skipped = [], []
+    for p in plan["details"]["trim_plan"]["partitions"]:
+        for c in p["recommit"]:
+            seq = f"recommit {json.dumps([c['group'], c['topic'], c['partition']], ensure_ascii=False)}"
+            e = entries.get(seq) or {}
+            if e.get("status") == "done":
+                recommitted.append(c)
+                continue
+            if e.get("status") == "skipped":
+                skipped.append({**c, "reason": e.get("reason")})
+                continue
+            tp = (c["topic"], c["partition"])
+            b = before.get(c["group"])
+            before_off = b.get(tp) if isinstance(b, dict) else None
+            # read right before the commit: the window in which a standalone consumer's commit can
+            # still be overwritten is this one round trip (Kafka has no conditional commit)
+            state = group_states(ctx, [c["group"]]).get(c["group"])
+            now = ctx.kafka.group_offsets(c["group"], [tp]).get(tp)
+            decision, why = recommit_decision(c["offset"], before_off, now, state)
+            if decision == "skip":
+                journal.outcome(seq, "skipped", group=c["group"], topic=c["topic"], partition=c["partition"],
+                                planned=c["offset"], now=now, reason=why)
+                log.warning("re-commit of group %r %s-%s skipped: %s", c["group"], c["topic"], c["partition"], why)
+                skipped.append({**c, "now": now, "reason": why})
+                continue
+            if decision == "commit":
+                journal.intent(seq, step="recommit", group=c["group"], topic=c["topic"], partition=c["partition"],
+                               offset=c["offset"], before=now)
+                ctx.kafka.commit_offsets(c["group"], {tp: c["offset"]}, retry_for=300)
+            journal.outcome(seq, "done", note=why)
+            recommitted.append(c)
+    return recommitted, skipped
 
 
 # -- execution -------------------------------------------------------------------------------------
 def run(ctx: ClusterContext, plan: dict) -> dict:
     """Apply the cleaner fix, then per broker (followers first): stop, quarantine, start, wait for
-    the ISR; then re-commit the offsets of groups without members."""
-    control = control_for(ctx.cluster)
-    if control is None:
-        raise TrimError(f"cluster {ctx.cluster.name!r} has no broker_control in the fleet file: this runbook stops and "
-                        "starts brokers only through it; run the rendered runbook-broker-N.sh on each broker instead")
+    the ISR; then re-commit the offsets of groups without members. Journaled step by step: run
+    again with the same journal (a resumed run), it skips what is done, checks every file already
+    in the quarantine against its checksum and finishes the rest."""
+    control = _control(ctx)
+    if not ctx.journal_path:
+        raise TrimError("a trim executes only with a journal (ClusterContext.journal_path): it is what resume, "
+                        "teardown and restore read")
     d = plan["details"]
     groups = all_groups(plan)
-    before, _ = read_offsets_when_loaded(ctx, groups)
-    inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in ("Empty", "Dead"))
-    for b, fix in sorted(d["cleaner_fix"].items()):
-        control.set_config(int(b), fix)
-    manifests = []
-    timings = {}
-    for b in d["order"]:
-        t0 = time.monotonic()
-        control.stop(b)
-        wait_broker_gone(ctx, b)
-        timings[f"broker {b} stop"] = round(time.monotonic() - t0, 1)
-        for pre in plan["preconditions"][0]["segments"]:
-            if pre["broker"] == b:
-                label = f"{ctx.cluster.name}/broker-{b}/{OFFSETS_TOPIC}-{pre['partition']}/{plan['run_id']}"
-                manifests.append(quarantine(pre["log_dir"], pre["partition"], pre["segments"],
-                                            d["quarantine_root"], label.replace(":", "_").replace("+", "_")))
-        t0 = time.monotonic()
-        control.start(b)
-        ctx.kafka.close()  # a fresh admin client: librdkafka's may keep stale state across the restart
-        timings[f"broker {b} start"] = round(time.monotonic() - t0, 1)
-        t0 = time.monotonic()
-        deadline = time.monotonic() + 180
-        parts = {pre["partition"] for pre in plan["preconditions"][0]["segments"] if pre["broker"] == b}
-        while True:
-            _, isr = offsets_topic_state(ctx)
-            if all(b in isr.get(p, []) for p in parts):
-                break
-            if time.monotonic() > deadline:
-                raise TrimError(f"broker {b} is not back in the ISR of {sorted(parts)} after 180 s (ISR {isr}); "
-                                "stopping here: the remaining brokers are untouched")
-            time.sleep(1)
-        timings[f"broker {b} back in ISR"] = round(time.monotonic() - t0, 1)
-    offs_now, load_wait = read_offsets_when_loaded(ctx, groups)
-    timings["coordinator load"] = round(load_wait, 1)
-    recommitted = []
-    for p in d["trim_plan"]["partitions"]:
-        for c in p["recommit"]:
-            if c["group"] in inactive:
-                ctx.kafka.commit_offsets(c["group"], {(c["topic"], c["partition"]): c["offset"]}, retry_for=300)
-                recommitted.append(c)
-    return {"before": offsets_json(before), "inactive": inactive, "manifests": manifests, "order": d["order"],
-            "timings": timings,
-            "recommitted": recommitted, "coordinator_load_wait_seconds": round(load_wait, 1),
-            "offsets_missing_before_recommit": sum(1 for g in inactive for tp, o in
-                                                   (before.get(g) or {}).items() if not isinstance(offs_now.get(g), str)
+    entries = _journal_entries(ctx)
+    if any(e.get("status") == "restored" for e in entries.values()):
+        raise TrimError("the journal shows files restored by `fleetctl trim restore`: this run was rolled back; "
+                        "plan a new trim")
+    journal = Journal(ctx.journal_path)
+    try:
+        if (entries.get("before") or {}).get("status") == "read":
+            before = offsets_from_json(entries["before"]["offsets"])
+            inactive = list(entries["before"]["inactive"])
+        else:
+            before, _ = read_offsets_when_loaded(ctx, groups)
+            inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in ("Empty", "Dead"))
+            journal.write([{"seq": "before", "status": "read", "offsets": offsets_json(before), "inactive": inactive}])
+        for b, fix in sorted(d["cleaner_fix"].items()):
+            seq = f"cleaner fix broker {b}"
+            if (entries.get(seq) or {}).get("status") != "done":
+                journal.intent(seq, step="set_config", broker=int(b), config=fix)
+                control.set_config(int(b), fix)
+                journal.outcome(seq, "done")
+        moves = file_moves(plan)
+        timings: dict[str, float] = {}
+        counts = {"moved": 0, "already": 0, "absent": 0}
+        for b in d["order"]:
+            mine = [m for m in moves if m["broker"] == b]
+            seq = f"broker {b}"
+            if (entries.get(seq) or {}).get("status") == "done":
+                for m in mine:  # a resumed run: what was quarantined must still match its checksum
+                    counts[apply_move(journal, m, entries.get(m["seq"]))] += 1
+                continue
+            journal.intent(seq, step="stop, quarantine, start", broker=b)
+            t0 = time.monotonic()
+            if b in registered_brokers(ctx):
+                control.stop(b)
+            wait_broker_gone(ctx, b)
+            timings[f"broker {b} stop"] = round(time.monotonic() - t0, 1)
+            for m in mine:
+                done = apply_move(journal, m, entries.get(m["seq"]))
+                counts[done] += 1
+                if done == "moved":
+                    pause_hook(counts["moved"])
+            write_manifests(plan, read_journal(ctx.journal_path))
+            t0 = time.monotonic()
+            control.start(b)
+            ctx.kafka.close()  # a fresh admin client: librdkafka's may keep stale state across the restart
+            timings[f"broker {b} start"] = round(time.monotonic() - t0, 1)
+            t0 = time.monotonic()
+            wait_back_in_isr(ctx, b, broker_partitions(plan, b))
+            timings[f"broker {b} back in ISR"] = round(time.monotonic() - t0, 1)
+            journal.outcome(seq, "done")
+        offs_now, load_wait = read_offsets_when_loaded(ctx, groups)
+        timings["coordinator load"] = round(load_wait, 1)
+        recommitted, skipped = _recommit(ctx, journal, entries, plan, before)
+    finally:
+        journal.close()
+    return {"before": offsets_json(before), "inactive": inactive, "order": d["order"], "timings": timings,
+            "files": counts, "journal": str(ctx.journal_path) if ctx.journal_path else None,
+            "recommitted": recommitted, "recommit_skipped": skipped,
+            "coordinator_load_wait_seconds": round(load_wait, 1),
+            "offsets_missing_before_recommit": sum(1 for g in inactive if isinstance(before.get(g), dict)
+                                                   for tp, o in before[g].items() if not isinstance(offs_now.get(g), str)
                                                    and (offs_now.get(g) or {}).get(tp) is None and o is not None)}
+
+
+def progress(plan: dict, entries: dict) -> dict:
+    """What the journal says of a run: file moves per state, brokers finished, re-commits made."""
+    states: dict[str, list[dict]] = {}
+    for m in file_moves(plan):
+        try:
+            st = settle(m, entries.get(m["seq"]))
+        except TrimError as e:
+            st = "inconsistent"
+            m = {**m, "problem": str(e)}
+        states.setdefault(st, []).append(m)
+    recommits = [c for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]]
+    return {"moves": states,
+            "brokers_done": [b for b in plan["details"]["order"]
+                             if (entries.get(f"broker {b}") or {}).get("status") == "done"],
+            "brokers_started": [b for b in plan["details"]["order"]
+                                if (entries.get(f"broker {b}") or {}).get("status") == "intent"],
+            "recommits_done": sum(1 for k, e in entries.items() if str(k).startswith("recommit ")
+                                  and e.get("status") in ("done", "skipped")),
+            "recommits": len(recommits),
+            "restored": any(e.get("status") == "restored" for e in entries.values())}
+
+
+# -- teardown: never leave a broker stopped ------------------------------------------------------
+def _segments_of(moves: list[dict]) -> dict[tuple, list[dict]]:
+    segs: dict[tuple, list[dict]] = {}
+    for m in moves:
+        segs.setdefault((m["broker"], m["partition"], m["base_offset"]), []).append(m)
+    return segs
+
+
+def _repair_segment(journal: Journal, entries: dict, files: list[dict]) -> list[str]:
+    """A segment whose .log is still in the log dir gets back those of its index files that are
+    already in the quarantine (checksummed, journaled)."""
+    log_move = files[-1]
+    if settle(log_move, entries.get(log_move["seq"])) not in ("pending", "copied"):
+        return []  # the .log is in the quarantine (its index files went first): the segment moved whole
+    did = []
+    for m in files[:-1]:
+        e = entries.get(m["seq"])
+        if settle(m, e) != "done":
+            continue
+        problem = _checksum_problem(Path(m["destination"]), e)
+        if problem:
+            raise TrimError(f"cannot put {m['source']} back: {problem}")
+        back = f"{m['seq']} back"
+        journal.intent(back, step="move back", source=m["destination"], destination=m["source"],
+                       sha256=e["sha256"], size=e.get("size"))
+        move_verified(Path(m["destination"]), Path(m["source"]), e["sha256"])
+        journal.outcome(back, "done")
+        journal.outcome(m["seq"], "moved_back")
+        did.append(f"moved {m['source']} back from the quarantine (its segment's .log had not moved)")
+    return did
+
+
+def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
+    """Whatever happened to execute: start every broker of the plan that is not running. Before a
+    stopped broker starts, a segment whose move was cut short (its index files in the quarantine,
+    its .log still in the log dir) gets those files back (checksummed, journaled), so the broker
+    never sees a segment without its index. Returns what it did."""
+    control = control_for(ctx.cluster)
+    if control is None:
+        return []
+    did: list[str] = []
+    entries = _journal_entries(ctx)
+    running = registered_brokers(ctx)
+    journal = Journal(ctx.journal_path)
+    errors = []
+    try:
+        for (b, p, base), files in _segments_of(file_moves(plan)).items():
+            if b in running:
+                continue
+            try:
+                did += _repair_segment(journal, entries, files)
+            except (FleetError, OSError) as e:  # the broker starts anyway: Kafka rebuilds a missing index
+                errors.append(f"broker {b} {OFFSETS_TOPIC}-{p} segment {base}: {e}")
+        for b in plan["details"]["order"]:
+            if b in running:
+                continue
+            try:  # every broker gets its start, whatever happens to the others
+                journal.intent(f"teardown start broker {b}", step="start", broker=b)
+                control.start(b)
+                ctx.kafka.close()
+                wait_back_in_isr(ctx, b, broker_partitions(plan, b))
+                journal.outcome(f"teardown start broker {b}", "done")
+                did.append(f"started broker {b} (it was not running) and it is back in the ISR")
+            except FleetError as e:
+                journal.outcome(f"teardown start broker {b}", "failed", error=str(e))
+                errors.append(f"broker {b}: {e}")
+        if errors:
+            raise TrimError("teardown finished with problems: " + "; ".join(errors) +
+                            (f" (done: {'; '.join(did)})" if did else ""))
+    finally:
+        journal.close()
+    return did
+
+
+# -- restore: the quarantined files back, byte for byte -----------------------------------------
+def restorable(plan: dict, entries: dict) -> tuple[list[dict], list[str]]:
+    """The moves whose file is in the quarantine (with its journal entry), and the problems that
+    stop a restore: a quarantined file that does not match its checksum, or a file of the same
+    name back in the log dir."""
+    out, problems = [], []
+    for m in file_moves(plan):
+        e = entries.get(m["seq"])
+        try:
+            st = settle(m, e)
+        except TrimError as err:
+            problems.append(str(err))
+            continue
+        if st in ("done", "copied"):
+            if st == "copied":
+                problems.append(f"{m['source']} and its copy {m['destination']} both exist (an interrupted move): "
+                                "resume or move it by hand first")
+                continue
+            problem = _checksum_problem(Path(m["destination"]), e)
+            if problem:
+                problems.append(problem)
+            out.append({**m, "sha256": e["sha256"], "size": e.get("size")})
+    return out, problems
+
+
+def restore(ctx: ClusterContext, plan: dict) -> list[str]:
+    """Move every quarantined file of the run back where it was (broker by broker: stop, move
+    back with checksums, start, wait for the ISR). Refuses before touching anything when a file
+    does not match its checksum."""
+    control = _control(ctx)
+    entries = _journal_entries(ctx)
+    files, problems = restorable(plan, entries)
+    if problems:
+        raise TrimError("not restoring anything: " + "; ".join(problems))
+    did = []
+    journal = Journal(ctx.journal_path)
+    try:
+        for b in plan["details"]["order"]:
+            # newest segment first, each one's .log before its index files: stopped halfway, the log
+            # dir never holds an index without its .log (Kafka would delete it)
+            mine = [m for m in reversed(files) if m["broker"] == b]
+            if not mine:
+                continue
+            if b in registered_brokers(ctx):
+                control.stop(b)
+            wait_broker_gone(ctx, b)
+            for m in mine:
+                seq = f"{m['seq']} restore"
+                journal.intent(seq, step="restore", source=m["destination"], destination=m["source"],
+                               sha256=m["sha256"], size=m["size"])
+                move_verified(Path(m["destination"]), Path(m["source"]), m["sha256"])
+                journal.outcome(seq, "done")
+                journal.outcome(m["seq"], "restored")
+                did.append(f"restored {m['source']} ({m['size']} bytes, sha256 {m['sha256'][:16]})")
+            control.start(b)
+            ctx.kafka.close()
+            wait_back_in_isr(ctx, b, broker_partitions(plan, b))
+            did.append(f"broker {b} started and back in the ISR")
+    finally:
+        journal.close()
+    return did

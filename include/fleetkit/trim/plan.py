@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.trim.execute import offsets_topic_state, segment_files
+from fleetkit.trim.execute import FILE_ORDER, offsets_topic_state, quarantine_folder
 
 ACTION = "trim_offsets_segments"
 
@@ -69,8 +69,9 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
             "re-committed (the group would overwrite them): listed below for the operator.",
             f"{len(metadata_lost)} group(s) lose their group metadata record and will rebalance.",
         ],
-        "rollback": {"how": "Stop the broker, move the quarantined files back (manifest.json in each quarantine "
-                            f"folder under {quarantine_root}, checksums recorded), start it.",
+        "rollback": {"how": "fleetctl trim restore RUN (dry run; --execute to act): broker by broker, stop it, move "
+                            "its quarantined files back (checksums from the journal; a manifest.json in each "
+                            f"folder under {quarantine_root}), start it.",
                      "dag_id": None, "conf": None},
         "evidence": [{"label": f"partition {p['partition']} broker {r['broker']}", "value": f"{r['verdict']}: "
                       f"{r['reason']}"} for p in trim_plan["partitions"] for r in p["replicas"] if r.get("verdict")],
@@ -93,12 +94,33 @@ def quarantine_root(params: dict):
     return settings.quarantine_root(params.get("data_root") or settings.data_root())
 
 
+def runbooks(plan: dict, run_id: str) -> dict[int, str]:
+    """The shell runbook of each broker of a gate plan (for clusters trimmed with their own
+    tooling): the files of each partition into their own quarantine folder, as execute moves them."""
+    from fleetkit.core.render import render
+
+    out = {}
+    for b in plan["details"]["order"]:
+        segs = []
+        for pre in plan["preconditions"][0]["segments"]:
+            if pre["broker"] != b:
+                continue
+            src = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
+            names = [f"{int(s['base_offset']):020d}{suffix}" for s in sorted(pre["segments"], key=lambda s: s["base_offset"])
+                     for suffix in FILE_ORDER]
+            segs.append({"folder": quarantine_folder("/", run_id, b, pre["partition"]).name,
+                         "files": [str(src / n) for n in names if (src / n).exists()]})
+        out[b] = render("trim_runbook.sh.j2", plan=plan, digest="(see the approval page)", broker=b, segments=segs,
+                        quarantine=str(quarantine_folder(plan["details"]["quarantine_root"], run_id, b, 0).parent),
+                        fix=plan["details"]["cleaner_fix"].get(str(b)))
+    return out
+
+
 def build(ctx: ClusterContext, params: dict) -> dict:
     """The gate plan of the cluster's trim plan in the run folder; writes runbook-broker-N.sh there."""
     import json
 
     from fleetkit.core.errors import FleetError
-    from fleetkit.core.render import render
 
     folder = run_folder(params)
     f = folder / "trim_plan.json"
@@ -111,12 +133,6 @@ def build(ctx: ClusterContext, params: dict) -> dict:
     leaders, isr = offsets_topic_state(ctx)
     root = str(quarantine_root(params))
     plan = gate_plan(ctx.cluster, plans_[0], leaders, isr, root)
-    for b in plan["details"]["order"]:
-        segs = [{"files": [str(x) for s in pre["segments"] for x in segment_files(pre["log_dir"], pre["partition"],
-                                                                                  s["base_offset"])]}
-                for pre in plan["preconditions"][0]["segments"] if pre["broker"] == b]
-        (folder / f"runbook-broker-{b}.sh").write_text(render(
-            "trim_runbook.sh.j2", plan=plan, digest="(see the approval page)", broker=b, segments=segs,
-            quarantine=f"{root}/{ctx.cluster.name}/broker-{b}/{params['_run_id']}",
-            fix=plan["details"]["cleaner_fix"].get(str(b))))
+    for b, text in runbooks(plan, params["_run_id"]).items():
+        (folder / f"runbook-broker-{b}.sh").write_text(text)
     return plan

@@ -1,0 +1,261 @@
+"""A __consumer_offsets trim killed between two file moves, on a real Kafka 0.9.0.1 broker:
+teardown starts the broker, `fleetctl trim resume` finishes the approved plan without losing or
+rewinding a committed offset, `fleetctl trim restore` puts the partition's files back byte for byte.
+
+A one-broker lab of its own (the trim stops its broker) with 16 KiB __consumer_offsets segments
+and the cleaner off (the segments stay as written). Groups on one partition: `early` (hostile
+name) whose only commit sits in the first segment (re-committed after the trim), `standalone`
+whose first commit also sits there and which commits again after the plan was read (its
+re-commit must be skipped, never set back), and `bulk` whose commits roll the segments.
+
+The execute step runs in a child process (the action's execute, journaled as the gate's execute
+task does) with the test hook FLEET_TRIM_PAUSE_AFTER_MOVES=3: it stops after the third file move,
+half-way through the second segment (its index moved, its .log not), and the test SIGKILLs that
+process (not pytest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import TopicPartition
+
+from fleetkit.core import audit, plans
+from fleetkit.core.datasets import DataRoot
+from fleetkit.core.journal import journal_path, read_journal
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.partitioning import partition_for
+from fleetkit.clients.broker_files import LocalBrokerFiles
+from fleetkit.trim import execute as trim
+from fleetkit.trim import plan as trim_plan
+from fleetlab.lab import Lab, LabSpec
+from fleetlab.traffic import consumer, producer, wait_topic
+
+from tests.conftest import PORT_OFFSET
+from tests.helpers import committed_offsets, groups_on_partition, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = LabSpec(lab_dir=str(REPO / ".lab-trim"), name="trimlab", zk_port=32681 + PORT_OFFSET,
+               broker_base_port=39692 + PORT_OFFSET, brokers=1,
+               broker_overrides={"log.cleaner.enable": "false"}, offsets_segment_bytes=16 * 1024)
+DAG = "runbook_offsets_trim"
+RUN = "manual__2026-11-23T10:00:00+00:00"
+BULK_PARTITIONS = 40
+
+
+@pytest.fixture(scope="module")
+def trim_lab():
+    lab = Lab(SPEC)
+    lab.down()
+    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
+    lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()
+        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    c = consumer(bootstrap, group)
+    try:
+        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def partition_files(folder: Path) -> dict[str, str]:
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
+
+
+def broker_running(lab: Lab) -> bool:
+    return next(r for r in lab.status() if r["component"] == "broker-0")["answering"]
+
+
+def fleetctl(env: dict, *args: str) -> subprocess.CompletedProcess:
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "trim", *args], capture_output=True, text=True,
+                         env=env, timeout=600)
+    print(f"$ fleetctl trim {' '.join(args)} -> {out.returncode}\n{out.stdout}{out.stderr[-3000:]}")
+    return out
+
+
+CHILD = textwrap.dedent("""
+    # The trim's execute step as the gate's execute task runs it: the gate's journal entry, the
+    # preconditions, then the action's execute with the run's journal.
+    import json, sys
+    from fleetkit.core import journal, plans
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.trim.action import TRIM_OFFSETS
+    from fleet_airflow import clusters
+
+    plans_root, dag, run, fleet_file, journal_file = sys.argv[1:]
+    plan, digest = plans.load(plans_root, dag, run)
+    cluster = load_fleet(fleet_file).cluster(plan["cluster"])
+    with clusters.connected(cluster) as (kafka, zk):
+        ctx = ClusterContext(cluster, kafka, zk, journal_path=journal_file)
+        problems = TRIM_OFFSETS.check(ctx, plan)
+        assert not problems, problems
+        with journal.Journal(journal_file) as j:
+            j.intent("gate", step="execute", actor="tester", digest=digest)
+        TRIM_OFFSETS.execute(ctx, plan)
+        with journal.Journal(journal_file) as j:
+            j.outcome("gate", "done")
+""")
+
+
+def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monkeypatch):
+    lab = trim_lab
+    bootstrap = lab.spec.bootstrap
+    for k, v in SPEC.connection_env().items():
+        monkeypatch.setenv(k, v)
+    P = partition_for("bulk-trim", 50)
+    early = groups_on_partition(P, 50, 1, "early \"q\" $(id) {{{{ x }}}} ../{i}")[0]
+    standalone = groups_on_partition(P, 50, 1, "standalone-{i}")[0]
+    lab.create_topic("early-topic", 1, 1)
+    lab.create_topic("bulk", BULK_PARTITIONS, 1)
+    wait_topic(bootstrap, "early-topic", 1)
+    wait_topic(bootstrap, "bulk", BULK_PARTITIONS, timeout=60)
+    prod = producer(bootstrap)
+    for i in range(5):
+        prod.produce("early-topic", value=b"x%d" % i, partition=0)
+    prod.flush(10)
+
+    # the first segment: early's only commit and standalone's first one; bulk commits roll segments
+    commit(bootstrap, early, {("early-topic", 0): 3})
+    commit(bootstrap, standalone, {("early-topic", 0): 1})
+    bulk_tps = {("bulk", p): 0 for p in range(BULK_PARTITIONS)}
+    folder = SPEC.log_dir(0) / f"{OFFSETS_TOPIC}-{P}"
+    for _ in range(200):
+        commit(bootstrap, "bulk-trim", bulk_tps)
+        if len(list(folder.glob("*.log"))) >= 5:
+            break
+    segments = LocalBrokerFiles([str(SPEC.log_dir(0))]).segments(OFFSETS_TOPIC, P)
+    rolled = [s for s in segments if not s.is_active]
+    assert len(rolled) >= 4, [s.base_offset for s in segments]
+    before_files = partition_files(folder)
+    active = segments[-1].base_offset
+    offsets_before = {early: committed_offsets(bootstrap, early, "early-topic", 1),
+                      standalone: committed_offsets(bootstrap, standalone, "early-topic", 1),
+                      "bulk-trim": committed_offsets(bootstrap, "bulk-trim", "bulk", BULK_PARTITIONS)}
+    assert offsets_before[early] == {0: 3} and offsets_before[standalone] == {0: 1}
+
+    # the approved plan (as the gate stores it): every rolled segment but the newest; two re-commits
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(SPEC.fleet_document()))
+    data = tmp_path / "data"
+    quarantine = [{"base_offset": s.base_offset, "size_bytes": s.size_bytes} for s in rolled[:-1]]
+    tp = {"cluster": SPEC.name, "partitions": [{
+        "partition": P, "groups": [early, standalone, "bulk-trim"], "active_groups": [], "group_metadata_lost": [],
+        "recommit": [{"group": g, "topic": "early-topic", "partition": 0, "offset": o, "metadata": "",
+                      "record_offset": 0} for g, o in ((early, 3), (standalone, 1))],
+        "replicas": [{"broker": 0, "log_dir": str(SPEC.log_dir(0)), "quarantine": quarantine,
+                      "kept": [{"base_offset": s.base_offset} for s in segments[len(quarantine):]],
+                      "bytes_freed": sum(s["size_bytes"] for s in quarantine), "verdict": "OVER_CAPACITY",
+                      "reason": "test"}]}]}
+    from fleetkit.core.fleet import load_fleet
+
+    cluster = load_fleet(fleet_file).cluster(SPEC.name)
+    plan = trim_plan.gate_plan(cluster, tp, leaders={P: 0}, isr={P: [0]}, quarantine_root=str(data / "quarantine"))
+    plan.update(dag_id=DAG, run_id=RUN)
+    plans_root = str(data / "plans")
+    _, digest = plans.store(plans_root, DAG, RUN, plan)
+    journal_file = journal_path(data, "trim_offsets_segments", DAG, RUN, SPEC.name)
+    env = dict(os.environ, FLEET_LOCK_DIR=str(tmp_path / "locks"), FLEET_DATA_ROOT=str(data))
+    cli = ["--data-root", str(data), "--fleet", str(fleet_file), "--actor", "tester"]
+
+    # not approved yet: resume refuses and changes nothing
+    out = fleetctl(env, "resume", RUN, "--execute", *cli)
+    assert out.returncode == 2 and "was never approved" in out.stderr
+    assert partition_files(folder) == before_files
+    audit.record(DataRoot(str(data)), cluster=SPEC.name, dag_id=DAG, run_id=RUN, action="trim_offsets_segments",
+                 event="approved", actor="tester", digest=digest, message="Approve by tester")
+
+    # execute in a child process, killed (SIGKILL) after its third file move
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    stderr = tmp_path / "child.err"
+    with open(stderr, "w") as err:
+        child = subprocess.Popen([sys.executable, str(script), plans_root, DAG, RUN, str(fleet_file), str(journal_file)],
+                                 stdout=err, stderr=err, env=dict(env, FLEET_TRIM_PAUSE_AFTER_MOVES="3"))
+    try:
+        wait_until(lambda: "paused after 3 file move(s)" in stderr.read_text() or child.poll() is not None,
+                   180, "the execute child paused between two moves")
+        assert child.poll() is None, stderr.read_text()[-3000:]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    assert child.returncode == -signal.SIGKILL
+    entries = read_journal(journal_file)
+    assert entries["gate"]["status"] == "intent" and entries["broker 0"]["status"] == "intent"
+    assert [e["seq"] for e in entries.values() if isinstance(e["seq"], int) and e["status"] == "done"] == [0, 2, 3]
+    assert not broker_running(lab)  # killed while the broker was stopped for its moves
+
+    # the gate's cleanup teardown: the half-moved segment's index goes back, the broker starts
+    from fleet_airflow import clusters
+
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.trim.action import TRIM_OFFSETS
+
+    with clusters.connected(cluster) as (kafka, zk):
+        did = TRIM_OFFSETS.teardown(ClusterContext(cluster, kafka, zk, journal_path=journal_file), plan)
+    print("teardown:", did)
+    assert any("moved" in d and f"{quarantine[1]['base_offset']:020d}.index" in d for d in did)
+    assert any("started broker 0" in d for d in did)
+    assert broker_running(lab)
+    assert (folder / f"{quarantine[1]['base_offset']:020d}.index").exists()
+    assert not (folder / f"{quarantine[0]['base_offset']:020d}.log").exists()  # the whole first segment stays moved
+    assert read_journal(journal_file)[3]["status"] == "moved_back"
+    wait_until(lambda: committed_offsets(bootstrap, "bulk-trim", "bulk", BULK_PARTITIONS) == offsets_before["bulk-trim"],
+               120, "bulk offsets readable after the restart", retry_on=(Exception,))
+
+    # after the plan was read, the standalone consumer commits a newer offset while its group is Empty
+    commit(bootstrap, standalone, {("early-topic", 0): 2})
+
+    files_now = partition_files(folder)
+    out = fleetctl(env, "resume", RUN, *cli)  # dry run
+    assert out.returncode == 0 and "dry run: nothing changed" in out.stdout and " pending " in out.stdout
+    assert partition_files(folder) == files_now and read_journal(journal_file).get(5) is None
+
+    out = fleetctl(env, "resume", RUN, "--execute", *cli)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed: finished and verified" in out.stdout
+    assert broker_running(lab)
+    entries = read_journal(journal_file)
+    progress = trim.progress(plan, entries)
+    assert set(progress["moves"]) <= {"done", "absent"}, {k: len(v) for k, v in progress["moves"].items()}
+    assert progress["brokers_done"] == [0]
+    assert {tuple(json.loads(k.split(" ", 1)[1]))[0]: e["status"] for k, e in entries.items()
+            if str(k).startswith("recommit ")} == {early: "done", standalone: "skipped"}
+    for s in quarantine:
+        assert not (folder / f"{s['base_offset']:020d}.log").exists()
+    # no committed offset lost, none set back
+    assert committed_offsets(bootstrap, early, "early-topic", 1) == {0: 3}
+    assert committed_offsets(bootstrap, standalone, "early-topic", 1) == {0: 2}
+    assert committed_offsets(bootstrap, "bulk-trim", "bulk", BULK_PARTITIONS) == offsets_before["bulk-trim"]
+    events = [r["event"] for r in audit.records(DataRoot(str(data)), SPEC.name, RUN)]
+    assert "dry_run" in events and events[-1] == "resumed"
+
+    # restore: every quarantined file back, byte for byte
+    out = fleetctl(env, "restore", RUN, "--execute", *cli)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert broker_running(lab)
+    after = partition_files(folder)
+    unchanged = {k: v for k, v in before_files.items() if not k.startswith(f"{active:020d}.")}
+    assert {k: after.get(k) for k in unchanged} == unchanged
+    assert not list((data / "quarantine").rglob("*.log"))
+    assert audit.records(DataRoot(str(data)), SPEC.name, RUN)[-1]["event"] == "restored"
+    wait_until(lambda: committed_offsets(bootstrap, early, "early-topic", 1) == {0: 3}, 120,
+               "early's offset after the restore", retry_on=(Exception,))
+    assert committed_offsets(bootstrap, standalone, "early-topic", 1) == {0: 2}
+    assert committed_offsets(bootstrap, "bulk-trim", "bulk", BULK_PARTITIONS) == offsets_before["bulk-trim"]
