@@ -21,6 +21,7 @@ from fleetkit.trim import verify as trim_verify
 from fleetkit.core.fleet import load_fleet, parse_fleet
 from fleetkit.trim.rules import HealthFacts, verdict
 from fleetkit.clients.broker_files import LocalBrokerFiles, parse_checkpoint
+from fleetkit.core.settings import safe_component
 
 FLEET = parse_fleet("""
 version: 1
@@ -90,7 +91,7 @@ def test_same_named_segments_of_two_partitions_both_land_journaled(tmp_path):
               for p in (3, 4)}
     journal_file = tmp_path / "journal.jsonl"
     assert run_moves(plan, journal_file) == ["moved", "absent", "moved"] * 2  # .index, (.timeindex), .log
-    run_root = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0"
+    run_root = tmp_path / "q" / safe_component("manual__2026-01-01T00:00:00+00:00") / "broker-0"
     for p in (3, 4):
         q = run_root / f"__consumer_offsets-{p}"
         assert sorted(f.name for f in q.iterdir()) == ["00000000000000000000.index", "00000000000000000000.log"]
@@ -121,7 +122,7 @@ def test_the_shell_runbook_puts_each_partition_in_its_own_folder(tmp_path):
     script.write_text(trim_plan.runbooks(plan, plan["run_id"])[0])
     out = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    run_root = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0"
+    run_root = tmp_path / "q" / safe_component("manual__2026-01-01T00:00:00+00:00") / "broker-0"
     for p in (3, 4):
         assert (run_root / f"__consumer_offsets-{p}" / "00000000000000000000.log").read_bytes() == before[p]
         assert (run_root / f"__consumer_offsets-{p}" / "00000000000000000000.index").exists()
@@ -132,7 +133,7 @@ def test_the_shell_runbook_puts_each_partition_in_its_own_folder(tmp_path):
 
 def test_a_second_file_of_the_same_name_stops_the_shell_runbook(tmp_path):
     plan = two_partition_plan(tmp_path)
-    q = tmp_path / "q" / "manual__2026-01-01T00_00_00_00_00" / "broker-0" / "__consumer_offsets-4"
+    q = tmp_path / "q" / safe_component("manual__2026-01-01T00:00:00+00:00") / "broker-0" / "__consumer_offsets-4"
     q.mkdir(parents=True)
     (q / "00000000000000000000.index").write_bytes(b"already here")
     script = tmp_path / "runbook-broker-0.sh"
@@ -443,6 +444,6 @@ def test_resume_and_restore_act_only_on_an_approved_plan(tmp_path, monkeypatch):
     approve(digest)
     got = resume.approved_run(data, run)
     assert got.digest == digest and got.approval["actor"] == "alice" and got.cluster == "c1"
-    assert got.journal.name == "c1.jsonl" and "manual__2026-01-01T00_00_00_00_00" in str(got.journal)
+    assert got.journal.name == "c1.jsonl" and safe_component("manual__2026-01-01T00:00:00+00:00") in str(got.journal)
     with pytest.raises(FleetError, match="no stored plan"):
         resume.approved_run(data, "manual__never")
