@@ -8,6 +8,7 @@ from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
 
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import load_fleet
+from fleetkit.core.render import visible_controls as v  # names in log lines: one line, nothing hidden
 
 CREATE_ACTION = "create_missing_group_ids"
 
@@ -33,7 +34,7 @@ class CollectGroupIdsOperator(BaseOperator):
             raise AirflowException(str(e)) from None
         self.log.info("%s", res.summary())
         for p in res.problems[:100]:
-            self.log.warning("cluster %s: %s", self.cluster, p)
+            self.log.warning("cluster %s: %s", self.cluster, v(p))
         return {"cluster": res.cluster, "observed_at": res.observed_at.isoformat(), "mappings": len(res.mappings),
                 "members": len(res.members), "problems": res.problems[:50], "seconds": round(res.seconds, 2)}
 
@@ -54,11 +55,11 @@ class GroupIdReportOperator(BaseOperator):
         path = render_report(self.out_dir)
         self.log.info("group-id report: %s", path)
         for cluster, counts in sorted(summary.get("clusters", {}).items()):
-            self.log.info("cluster %s: %s", cluster, ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+            self.log.info("cluster %s: %s", cluster, ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
         for f in findings[:500]:
             self.log.warning("%s %s path %r group %r znode holds %r (version %s): %s", f["class"], f["cluster"],
                              f["path"], f["group"] if f["group"] is not None else f["groups"], f["znode_group"],
-                             f["znode_version"], f["reason"])
+                             f["znode_version"], v(f["reason"]))
         return {"report": str(path), "findings": len(findings), "clusters": summary.get("clusters", {})}
 
 
@@ -122,23 +123,23 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                         lock.release(owner)
             except ClusterLocked as e:
                 if e.holder_running is False:
-                    self.log.error("cluster %s: %d MISSING mapping(s) not created: %s", cluster.name, len(ops), e)
+                    self.log.error("cluster %s: %d MISSING mapping(s) not created: %s", cluster.name, len(ops), v(str(e)))
                     stuck_locks.append(cluster.name)
                 else:
                     self.log.warning("cluster %s: %d MISSING mapping(s) left for the next run: %s", cluster.name,
-                                     len(ops), e)
+                                     len(ops), v(str(e)))
                 out[cluster.name] = {"locked": str(e)}
                 continue
             except ApplyInterrupted as e:  # execute_ops left the audit record of what was done
-                self.log.error("cluster %s: %s", cluster.name, e)
+                self.log.error("cluster %s: %s", cluster.name, v(str(e)))
                 failed.append(cluster.name)
                 continue
             except FleetError as e:
-                self.log.error("cluster %s: %s", cluster.name, e)
+                self.log.error("cluster %s: %s", cluster.name, v(str(e)))
                 failed.append(cluster.name)
                 continue
             for s in res.skipped:
-                self.log.warning("cluster %s: skipped %s %r: %s", cluster.name, s["op"], s["path"], s["reason"])
+                self.log.warning("cluster %s: skipped %s %r: %s", cluster.name, s["op"], s["path"], v(s["reason"]))
             for c in res.changed:
                 self.log.info("cluster %s: created %r = %r", cluster.name, c["path"], c["after"])
             audit.record(DataRoot(self.data_root), cluster=cluster.name, dag_id=dag_id, run_id=run_id,
