@@ -278,6 +278,11 @@ def _os_user() -> str:
         return f"uid-{os.getuid()}"
 
 
+# records whose details carry the plan's rollback: a finished execute, and one that failed or was
+# killed partway (the rollback's own plan re-reads the cluster, so it undoes only what was done)
+ROLLBACK_EVENTS = ("executed", "failed", "interrupted")
+
+
 def cmd_audit_rollback(args) -> int:
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
@@ -288,9 +293,10 @@ def cmd_audit_rollback(args) -> int:
     rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id)
     rollback = (rec["details"] or {}).get("rollback") or {}
     conf = rollback.get("conf")
-    if rec["event"] != "executed" or not conf:
+    if rec["event"] not in ROLLBACK_EVENTS or not conf:
         print(f"error: record {args.record_id} ({rec['event']}) holds no rollback; roll back from the "
-              "'executed' record of the run", file=sys.stderr)
+              "'executed' record of the run (or its 'failed' / 'interrupted' record when execute did not "
+              "finish)", file=sys.stderr)
         return 2
     # the runbook reads the fleet file and the data root from its deployment, never from the conf;
     # who asked is recorded so that they cannot approve the rollback themselves
