@@ -8,6 +8,7 @@ side by side.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -157,6 +158,23 @@ def dagbag(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
 
     return DagBag(dag_folder=str(REPO / "dags"))
+
+
+@pytest.fixture(autouse=True)
+def _dag_params_restored(request):
+    """dag.test() runs tasks in this process, and resolving a run's conf sets the value of the DAG's
+    and its tasks' own Param objects (a run with dry_run false would make the next run's default false). Every
+    test that uses the shared DagBag gets the params' values put back after it."""
+    if "dagbag" not in request.fixturenames:
+        yield
+        return
+    bag = request.getfixturevalue("dagbag")
+    params = {id(p): p for dag in bag.dags.values()
+              for holder in (dag, *dag.tasks) for p in (holder.params.get_param(k) for k in holder.params.keys())}
+    saved = [(p, copy.deepcopy(p.value)) for p in params.values()]
+    yield
+    for param, value in saved:
+        param.value = value
 
 
 @pytest.fixture(scope="session")

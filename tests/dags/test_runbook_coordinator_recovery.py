@@ -60,8 +60,8 @@ def live_group(lab, tmp_path, unique, monkeypatch):
 
 
 def test_dry_run_is_the_default_and_changes_nothing(dag, lab, live_group):
-    """First in this module: dag.test() keeps a run's conf in the DAG's params, so a default is only
-    a default before any run set it."""
+    """The default (dry run) with no dry_run in the conf (tests/conftest.py puts the DAG's params
+    back after every test: dag.test() would otherwise keep a run's conf as the next default)."""
     conf = dict(live_group["conf"])
     del conf["dry_run"]
     dr = run(dag, conf)
