@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -31,6 +30,7 @@ from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
 from tests.conftest import PORT_OFFSET
+from tests.conftest import write_fleet_file
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark]
@@ -166,16 +166,16 @@ def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_
     print(f"partition {P}: {before_bytes / 2**20:.0f} MiB; after a restart the broker loaded it in {load_before:.2f}s, "
           f"a client saw NOT_COORDINATOR for {client_before:.2f}s")
 
-    fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump(SPEC.fleet_document()))
+    fleet_file = write_fleet_file(SPEC, tmp_path / "fleet.yaml")  # with the test approvers
     data = tmp_path / "data"
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))  # deployment settings, never trigger params
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(dag_folder=str(REPO / "dags")).get_dag("runbook_offsets_trim")
     answer = Answerer("runbook_offsets_trim", "Approve", timeout=600)
     answer.start()
-    dr = dag.test(run_conf={"cluster": "incident", "partitions": str(P), "dry_run": False,
-                            "fleet_file": str(fleet_file), "data_root": str(data), "min_bloat_bytes": 0})
+    dr = dag.test(run_conf={"cluster": "incident", "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0})
     answer.join(5)
     assert answer.error is None
     tis = dr.get_task_instances()
