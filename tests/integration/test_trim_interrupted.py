@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import TopicPartition
 
 from fleetkit.core import audit, plans
 from fleetkit.core.datasets import DataRoot
@@ -39,7 +38,7 @@ from fleetkit.clients.broker_files import LocalBrokerFiles
 from fleetkit.trim import execute as trim
 from fleetkit.trim import plan as trim_plan
 from fleetlab.lab import Lab, LabSpec
-from fleetlab.traffic import consumer, producer, wait_topic
+from fleetlab.traffic import commit, producer, wait_topic
 
 from tests.conftest import PORT_OFFSET
 from tests.helpers import committed_offsets, groups_on_partition, wait_until
@@ -64,14 +63,6 @@ def trim_lab():
     finally:
         lab.down()
         shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-
-
-def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    c = consumer(bootstrap, group)
-    try:
-        c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
 
 
 def partition_files(folder: Path) -> dict[str, str]:
