@@ -1,0 +1,99 @@
+"""The port plan: every port a lab process listens on, for the demo and for the tests.
+
+The demo lives in 2xxxx, the tests in 3xxxx (shifted by FLEET_TEST_PORT_OFFSET, so two checkouts
+can run their suites side by side). Everything binds 127.0.0.1. Nothing here uses a default port
+of its product (2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793), so a real service on the machine
+never collides with the lab.
+
+    what                                demo            tests (+ offset)
+    Airflow api-server                  28080           38080
+    PostgreSQL (Airflow metadata)       25432           35432
+    Redis (Celery broker)               26379           36379
+    Celery workers' log servers         28793, 28794    38793, 38794
+    Spark master / master UI            27077 / 28180   37077 / 38180
+    Spark workers / worker UIs          27078+i / 28181+i  37078+i / 38181+i
+    cluster `lab` (Kafka 0.9.0.1)       ZK 22181, brokers 29092-29094    ZK 32181, brokers 39092-
+    cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 32281, brokers 39192-
+    cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 39292-
+                                        controllers 29342-29344          controllers 39342-
+    single-purpose labs (slot 4..)      ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 3x...)
+
+FLEET_TEST_PORT_OFFSET values that keep two suites apart: multiples of 1000 up to 5000.
+ZooKeeper 3.8's admin server is switched off (admin.enableServer=false), so it takes no port.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+#: the clusters of the lab fleet, in the order they start: name -> (Kafka version, mode, slot)
+CLUSTERS: dict[str, tuple[str, str, int]] = {
+    "lab": ("0.9.0.1", "zookeeper", 0),
+    "lab39": ("3.9.2", "zookeeper", 1),
+    "lab43": ("4.3.1", "kraft", 2),
+}
+
+
+#: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode): name -> slot
+SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6}
+
+
+def test_offset() -> int:
+    return int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    base: int  # 20000 for the demo, 30000 + offset for the tests
+
+    @property
+    def airflow_api(self) -> int:
+        return self.base + 8080
+
+    @property
+    def postgres(self) -> int:
+        return self.base + 5432
+
+    @property
+    def redis(self) -> int:
+        return self.base + 6379
+
+    def celery_log_server(self, worker: int) -> int:
+        return self.base + 8793 + worker
+
+    @property
+    def spark_master(self) -> int:
+        return self.base + 7077
+
+    @property
+    def spark_master_ui(self) -> int:
+        return self.base + 8180
+
+    def spark_worker(self, worker: int) -> int:
+        return self.base + 7078 + worker
+
+    def spark_worker_ui(self, worker: int) -> int:
+        return self.base + 8181 + worker
+
+    def zookeeper(self, slot: int) -> int:
+        return self.base + 2181 + 100 * slot
+
+    def broker_base(self, slot: int) -> int:
+        return self.base + 9092 + 100 * slot
+
+    def controller_base(self, slot: int) -> int:
+        return self.broker_base(slot) + 50
+
+    def cluster(self, name: str) -> dict:
+        """zk_port / broker_base_port / controller_base_port of a lab-fleet cluster."""
+        slot = CLUSTERS[name][2] if name in CLUSTERS else SINGLE_PURPOSE[name]
+        return {"zk_port": self.zookeeper(slot), "broker_base_port": self.broker_base(slot),
+                "controller_base_port": self.controller_base(slot)}
+
+
+DEMO = PortPlan(20000)
+
+
+def tests() -> PortPlan:
+    return PortPlan(30000 + test_offset())
