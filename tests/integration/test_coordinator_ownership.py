@@ -18,17 +18,31 @@ from fleetkit.core.partitioning import partition_for
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.ownership.rules import who
 from fleetlab.lab import expire_zk_session
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.lab
 OFFSETS = "__consumer_offsets"
 
 
 def balance_leaders(lab) -> dict[int, int]:
-    """Preferred-replica election for every offsets partition: leaders spread over the 3 brokers."""
+    """Preferred-replica election for every offsets partition: leaders spread over the 3 brokers.
+    Returns once every broker's metadata names the leaders ZooKeeper does (a lab restarted on old
+    data moves leaders here, and brokers learn of it a moment after ZooKeeper)."""
     with lab.zookeeper() as zk:
         leadership.elect_preferred_leaders(zk, OFFSETS)
         states, _ = zk.partition_states([OFFSETS])
-    return {s.partition: s.leader for s in states}
+    leaders = {s.partition: s.leader for s in states}
+    admins = [lab.lab.admin(f"127.0.0.1:{lab.spec.broker_port(b)}") for b in range(lab.spec.brokers)]
+
+    def brokers_agree() -> bool:
+        for admin in admins:
+            md = admin.list_topics(OFFSETS, timeout=10).topics[OFFSETS]
+            if {p: pm.leader for p, pm in md.partitions.items()} != leaders:
+                return False
+        return True
+
+    wait_until(brokers_agree, 60, "every broker's metadata to show the elected leaders")
+    return leaders
 
 
 def random_name(rnd: random.Random) -> str:
