@@ -132,13 +132,25 @@ def _marker() -> str:
     return "airflow"
 
 
-def up(timeout: float = 180, write_env_file: bool = True) -> None:
+def up(timeout: float = 180, write_env_file: bool = True, progress=None) -> None:
+    """Start PostgreSQL, migrate, start the components, return when the api-server answers.
+    `progress(line)`, when given, hears how long each of those took."""
+    t = time.monotonic()
+
+    def step(what: str) -> None:
+        nonlocal t
+        if progress is not None:
+            progress(f"{what} in {time.monotonic() - t:.1f}s")
+        t = time.monotonic()
+
     if write_env_file:
         ensure_env_file()
     ensure_passwords()
     env = _env()
     db_up()
+    step("postgresql up")
     migrate()
+    step("airflow db migrate")
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)
     for name in COMPONENTS:
         if procs.owned_pid(_pid_file(name), _marker()):
@@ -154,6 +166,7 @@ def up(timeout: float = 180, write_env_file: bool = True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if api_healthy():
+            step("api-server answering")
             return
         for name in COMPONENTS:
             if not procs.owned_pid(_pid_file(name), _marker()):
