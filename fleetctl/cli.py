@@ -685,9 +685,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
-# Airflow for them (nor for --help), so they start in a fraction of a second. The demo talks to
-# Airflow through its REST API and runs the other commands as processes.
-AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo")
+# Airflow for them (nor for --help), so they start in a fraction of a second. `airflow` starts and
+# stops Airflow's processes (and writes their env file); the demo talks to Airflow through its REST
+# API.
+AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

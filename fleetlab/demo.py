@@ -291,9 +291,9 @@ class RunWatch:
         if self.info.get("start_date") and not self.started_said:
             self.started_said = True
             self.clock.say(f"{self.label}: started")
-        for ti in self.airflow.tasks(self.dag_id, self.run_id):
-            key = (ti["task_id"], ti.get("map_index", -1))
-            self.tis[key] = ti
+        # replaced, not merged: a mapped task is listed once unexpanded (map index -1), then per index
+        self.tis = {(ti["task_id"], ti.get("map_index", -1)): ti for ti in self.airflow.tasks(self.dag_id, self.run_id)}
+        for key, ti in self.tis.items():
             if key in self.seen or ti["state"] not in TERMINAL:
                 continue
             self.seen.add(key)

@@ -120,6 +120,12 @@ def test_summary_shows_the_final_runs_stuck_report(tmp_path):
     assert stuck_run_dir(root, None) is not None  # no run named: the newest
 
 
+@pytest.mark.parametrize("argv", [["airflow", "env"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"]])
+def test_airflow_process_commands_need_no_airflow_import(argv):
+    """`make setup` runs `fleetctl airflow env` on every `make demo`: no Airflow import (seconds)."""
+    assert not needs_airflow(build_parser().parse_args(argv))
+
+
 def test_demo_command_needs_no_airflow_import():
     args = build_parser().parse_args(["demo", "--started-at", "1795452017.5"])
     assert args.started_at == 1795452017.5 and not needs_airflow(args)
@@ -130,3 +136,33 @@ def test_demo_command_needs_no_airflow_import():
     heavy = [line for line in out.stderr.splitlines()
              if line.rsplit("|", 1)[-1].strip().split(".")[0] in ("airflow", "pyspark", "confluent_kafka")]
     assert heavy == []
+
+
+class RecordedApi:
+    """What the REST API of Airflow 3.3.2 answered, call after call, for a run whose mapped `collect`
+    is listed unexpanded (map index -1, no state) before the scheduler expands it (map index 0)."""
+
+    def __init__(self, listings):
+        self.listings = list(listings)
+
+    def run(self, dag_id, run_id):
+        return {"state": "running", "start_date": ts(0), "queued_at": ts(0)}
+
+    def tasks(self, dag_id, run_id):
+        return self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
+
+
+def test_run_watch_follows_a_mapped_task_after_its_expansion():
+    unexpanded = [{"task_id": "list_clusters", "map_index": -1, "state": "running", "operator": "x"},
+                  {"task_id": "collect", "map_index": -1, "state": None, "operator": "x"}]
+    expanded = [{"task_id": "list_clusters", "map_index": -1, "state": "success", "operator": "x",
+                 "queued_when": ts(0), "start_date": ts(0), "end_date": ts(1)},
+                {"task_id": "collect", "map_index": 0, "rendered_map_index": "lab", "state": "success",
+                 "operator": "x", "queued_when": ts(1), "start_date": ts(1), "end_date": ts(3)}]
+    out = io.StringIO()
+    w = demo.RunWatch(demo.Clock(out=out), RecordedApi([unexpanded, expanded]), "fleet_maintenance", "r", "run 1")
+    assert w.poll() is False and w.task("collect")["state"] is None
+    assert w.poll() is False
+    assert w.task("collect")["state"] == "success"  # the stale unexpanded entry is gone
+    demo.watch([w], 5, until=lambda: (w.task("collect") or {}).get("state") in demo.TERMINAL, interval=0)
+    assert "run 1: collect[lab] success: queued 0.0s, ran 2.0s" in out.getvalue()
