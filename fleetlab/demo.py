@@ -5,8 +5,9 @@ end with the summary and the time per step.
 The stuck verdicts need two collections of the same groups at least half the analysis window
 apart (fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise). The demo makes them with two
 fleet_maintenance runs: the first collection (a run it triggers, or the scheduled run that is due
-anyway), and the final run (window 2m) queued with `run_after` one minute after the first collection
-ended, so Airflow starts it by itself when both the minute and the first run are over. The offsets
+anyway), and the final run, triggered when the first run is over and held by Airflow (`run_after`) until a
+minute after the first collection; its window is 1.4 x the gap it will have (at least 2m), so
+that a slow first run (a loaded machine) still leaves both collections in the window. The offsets
 health runs in the demo's first run (in the final one when a scheduled run made the first
 collection); coordinator_ownership starts once it is done (its report shows that health), beside
 the rest of the fleet_maintenance runs.
@@ -384,6 +385,19 @@ def first_collection(clock: Clock, airflow: Airflow, dag_id: str = "fleet_mainte
     return w
 
 
+def final_window(gap_seconds: float, minimum: float = 120.0) -> int:
+    """The analysis window (seconds) of the final run when its collection comes about `gap_seconds`
+    after the first one: the rules judge a partition only when its snapshots span at least half the
+    window, and the first snapshot must still be inside it, so the window lies between the gap and
+    twice the gap; 1.4 x the gap leaves room either way (a slow start, a slow collection)."""
+    return int(max(minimum, -(-1.4 * gap_seconds // 1)))
+
+
+#: seconds from a run's start to its collection (list_clusters, then collect), assumed when the
+#: final run's window is chosen
+COLLECT_DELAY = 15.0
+
+
 def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     """The demo's DAG runs; returns the run ids the summary shows."""
     for dag_id in ("fleet_maintenance", "coordinator_ownership"):
@@ -391,14 +405,19 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     first = first_collection(clock, airflow)
     health_in_first = first.triggered
 
-    # the final run waits for a minute after the first collection: Airflow starts it (run_after)
+    # the final run comes when run 1 is over (one fleet_maintenance run at a time) and at least a
+    # minute after the first collection (Airflow holds it until then: run_after); its window is
+    # chosen from the gap it will actually have, so a slow run 1 does not leave it one snapshot
     watch([first], timeout, until=lambda: (first.task("collect") or {}).get("state") in TERMINAL)
     collected = parse_time((first.task("collect") or {}).get("end_date")) or dt.datetime.now(dt.timezone.utc)
-    run_after = collected + dt.timedelta(seconds=GAP_SECONDS)
-    final_conf = FINAL_CONF if health_in_first else FINAL_CONF_WITH_HEALTH
+    watch([first], timeout)
+    now = dt.datetime.now(dt.timezone.utc)
+    run_after = max(now, collected + dt.timedelta(seconds=GAP_SECONDS))
+    gap = (run_after - collected).total_seconds() + COLLECT_DELAY
+    final_conf = dict(FINAL_CONF if health_in_first else FINAL_CONF_WITH_HEALTH, window=f"{final_window(gap)}s")
     final_run = airflow.trigger("fleet_maintenance", final_conf, run_after=run_after)
-    clock.say(f"queued fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
-              f"at {run_after:%H:%M:%S} UTC (a minute after the first collection), or when run 1 ends")
+    clock.say(f"triggered fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
+              f"at {run_after:%H:%M:%S} UTC, about {gap:.0f}s after the first collection")
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
 
     # coordinator_ownership reads the newest offsets health: it starts when there is one
@@ -416,7 +435,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     if failed:
         clock.say(f"warning: not successful: {', '.join(failed)} (see the task logs in the Airflow UI)")
     return {"first": first.run_id, "final": final.run_id, "coordinator": coord.run_id, "failed": failed,
-            "health": health.run_id}
+            "health": health.run_id, "window": final_conf["window"]}
 
 
 # -- the whole demo ------------------------------------------------------------------------------

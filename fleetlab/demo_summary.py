@@ -38,7 +38,7 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
         print(f"login          {user} / {pw.get(user, f'(see {pw_file})')}")
     if runs:
         print(f"DAG            fleet_maintenance (every 5 minutes): run 1 {runs['first']} made the first collection, "
-              f"run 2 {runs['final']} (window 2m) a minute later the verdicts below; offsets health: "
+              f"run 2 {runs['final']} (window {runs.get('window', '2m')}) the verdicts below; offsets health: "
               f"{runs.get('health', runs['final'])}")
         print(f"               coordinator_ownership run {runs['coordinator']}")
     else:

@@ -166,3 +166,25 @@ def test_run_watch_follows_a_mapped_task_after_its_expansion():
     assert w.task("collect")["state"] == "success"  # the stale unexpanded entry is gone
     demo.watch([w], 5, until=lambda: (w.task("collect") or {}).get("state") in demo.TERMINAL, interval=0)
     assert "run 1: collect[lab] success: queued 0.0s, ran 2.0s" in out.getvalue()
+
+
+@pytest.mark.parametrize("gap", [62 + 15, 100, 175, 400])
+def test_final_window_keeps_both_collections_judged(gap):
+    """The stuck rules judge only when the snapshots span half the window, and the first snapshot
+    must be inside the window: for a gap off by a quarter either way, both hold."""
+    from fleetkit.stuck import rules
+
+    window = demo.final_window(gap)
+    assert window >= 120
+    for actual in (gap * 0.75, gap, gap * 1.25):
+        if actual >= 60:  # the demo holds the final run at least GAP_SECONDS after the first collection
+            assert actual <= window  # the first collection is inside the window
+            assert not rules.insufficient(rules_features(actual), window)
+
+
+def rules_features(span: float):
+    from fleetkit.stuck import rules
+
+    fields = {f: None for f in rules.Features.__dataclass_fields__}
+    fields.update(snapshots=2, span_seconds=span)
+    return rules.Features(**fields)
