@@ -188,3 +188,17 @@ def rules_features(span: float):
     fields = {f: None for f in rules.Features.__dataclass_fields__}
     fields.update(snapshots=2, span_seconds=span)
     return rules.Features(**fields)
+
+
+@pytest.mark.parametrize("stamp, revision, expected", [
+    ('{"airflow": "3.3.2", "revision": "abc123"}', "abc123", False),  # migrated by this version: skip
+    (None, "abc123", True),                                            # never stamped
+    ('{"airflow": "3.3.2", "revision": "abc123"}', None, True),       # fresh or dropped database
+    ('{"airflow": "3.3.2", "revision": "abc123"}', "fff000", True),   # the database moved since
+    ('{"airflow": "3.3.1", "revision": "abc123"}', "abc123", True),   # another Airflow installed
+    ('{"airflow": "3.3.2", "rev', "abc123", True),                     # a torn stamp
+])
+def test_airflow_db_migrate_is_skipped_only_when_stamped_for_this_database_and_version(stamp, revision, expected):
+    from fleetlab.airflow_services import migrate_needed
+
+    assert migrate_needed(stamp, revision, "3.3.2") is expected
