@@ -186,7 +186,7 @@ def cmd_airflow(args) -> int:
         print(f"wrote {services.ensure_env_file()}")
     elif args.action == "up":
         print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
-        services.up()
+        services.up(progress=lambda line: print(line, flush=True))
         print(f"Airflow UI: http://{services.API_HOST}:{services.API_PORT}  "
               f"(user admin, password {services.passwords().get('admin', '?')})")
     elif args.action == "down":
@@ -234,6 +234,20 @@ def cmd_trigger(args) -> int:
         if i + 1 < args.times and args.interval:
             time.sleep(args.interval)
     return 1 if failed else 0
+
+
+def cmd_demo(args) -> int:
+    """The demo: lab and Airflow started side by side, traffic, the DAG runs, the summary, with a
+    progress line per step and the time per step at the end (fleetlab.demo)."""
+    from fleetlab import demo
+
+    started = args.started_at if args.started_at else None
+    setup = time.time() - started if started else None
+    try:
+        return demo.main(started_at=started, setup_seconds=setup)
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
 
 # -- offsets --------------------------------------------------------------------------------
@@ -630,6 +644,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--timeout", type=float, default=600)
     t.set_defaults(func=cmd_trigger)
 
+    d = sub.add_parser("demo", help="start the lab, Airflow and traffic, run the demo's DAGs, print the summary "
+                                    "and the time per step (what `make demo` runs after setup)")
+    d.add_argument("--started-at", type=float, help="Unix time the demo started (before setup), so the setup "
+                                                    "check counts in the time per step")
+    d.set_defaults(func=cmd_demo)
+
     o = sub.add_parser("offsets", help="__consumer_offsets: decode records, cleaner capacity")
     o_sub = o.add_subparsers(dest="offsets_command", required=True)
     od = o_sub.add_parser("decode", help="decode one __consumer_offsets record given as hex")
@@ -723,8 +743,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
-# Airflow for them (nor for --help), so they start in a fraction of a second.
-AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock")
+# Airflow for them (nor for --help), so they start in a fraction of a second. `airflow` starts and
+# stops Airflow's processes (and writes their env file); the demo talks to Airflow through its REST
+# API.
+AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

@@ -119,10 +119,62 @@ def _airflow_bin() -> str:
     return str(Path(sys.executable).parent / "airflow")
 
 
-def migrate() -> None:
+def _db_revision() -> str | None:
+    """The metadata database's Alembic revision (None: not migrated yet, or not readable)."""
+    spec = pg_spec()
+    try:
+        conn = postgres._connect(spec, spec.database)
+    except Exception:  # noqa: BLE001 - no database: migrate
+        return None
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT version_num FROM alembic_version")
+            rows = cur.fetchall()
+        return ",".join(sorted(r[0] for r in rows)) or None
+    except Exception:  # noqa: BLE001 - no alembic_version table: migrate
+        return None
+    finally:
+        conn.close()
+
+
+def _migrated_stamp() -> Path:
+    return pg_spec().home / f"migrated-{pg_spec().database}.json"
+
+
+def _airflow_version() -> str:
+    from importlib.metadata import version
+
+    return version("apache-airflow")
+
+
+def migrate_needed(stamp_text: str | None, revision: str | None, airflow_version: str) -> bool:
+    """False only when the stamp says this Airflow version migrated the database to the revision it
+    has now (a fresh or reset database, another Airflow version, a broken stamp: migrate)."""
+    try:
+        done = json.loads(stamp_text) if stamp_text else None
+    except ValueError:
+        return True
+    return revision is None or done != {"airflow": airflow_version, "revision": revision}
+
+
+def migrate() -> bool:
+    """`airflow db migrate`, unless this Airflow version migrated this database to the revision it
+    has now (the stamp written after each migrate): the command costs an Airflow start-up (10 s and
+    more) even when there is nothing to do. Returns whether it ran."""
+    stamp = _migrated_stamp()
+    try:
+        stamp_text = stamp.read_text()
+    except OSError:
+        stamp_text = None
+    if not migrate_needed(stamp_text, _db_revision(), _airflow_version()):
+        return False
     out = subprocess.run([_airflow_bin(), "db", "migrate"], env=_env(), capture_output=True, text=True)
     if out.returncode != 0:
         raise FleetError(f"airflow db migrate failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    revision = _db_revision()
+    if revision is not None:
+        stamp.write_text(json.dumps({"airflow": _airflow_version(), "revision": revision}))
+    return True
 
 
 def _pid_file(name: str) -> Path:
@@ -133,13 +185,24 @@ def _marker() -> str:
     return "airflow"
 
 
-def up(timeout: float = 180, write_env_file: bool = True) -> None:
+def up(timeout: float = 180, write_env_file: bool = True, progress=None) -> None:
+    """Start PostgreSQL, migrate, start the components, return when the api-server answers.
+    `progress(line)`, when given, hears how long each of those took."""
+    t = time.monotonic()
+
+    def step(what: str) -> None:
+        nonlocal t
+        if progress is not None:
+            progress(f"{what} in {time.monotonic() - t:.1f}s")
+        t = time.monotonic()
+
     if write_env_file:
         ensure_env_file()
     ensure_passwords()
     env = _env()
     db_up()
-    migrate()
+    step("postgresql up")
+    step("airflow db migrate" if migrate() else "database already migrated by this Airflow version (checked)")
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)
     for name in COMPONENTS:
         if procs.owned_pid(_pid_file(name), _marker()):
@@ -155,6 +218,7 @@ def up(timeout: float = 180, write_env_file: bool = True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if api_healthy():
+            step("api-server answering")
             return
         for name in COMPONENTS:
             if not procs.owned_pid(_pid_file(name), _marker()):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 from fleetkit.core.datasets import SCHEMAS, DataRoot, read_dataset
 
@@ -10,7 +11,23 @@ from fleet_airflow import settings
 from fleetlab import airflow_services as services
 
 
-def main() -> None:
+def stuck_run_dir(root: DataRoot, run_id: str | None) -> Path | None:
+    """The stuck report folder of `run_id` (the demo's final run), else the newest one."""
+    base = Path(root.path) / "reports" / "stuck"
+    if run_id is not None:
+        from fleetkit.core.settings import run_folder
+
+        folder = run_folder(base, run_id)
+        return folder if (folder / "report.md").exists() else None
+    if not base.is_dir():
+        return None
+    run_dirs = sorted((p for p in base.iterdir() if p.is_dir() and p.name != "latest"), key=lambda p: p.stat().st_mtime)
+    return run_dirs[-1] if run_dirs else None
+
+
+def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
+    """The summary; `stuck_run` names the fleet_maintenance run whose stuck report is shown (default:
+    the newest report), `runs` the demo's run ids (fleetlab.demo)."""
     root = DataRoot(settings.data_root())
     pw = services.passwords()
     print()
@@ -19,7 +36,13 @@ def main() -> None:
     pw_file = services.airflow_home() / "simple_auth_manager_passwords.json.generated"
     for user in services.USERS:
         print(f"login          {user} / {pw.get(user, f'(see {pw_file})')}")
-    print("DAG            fleet_maintenance (every 5 minutes; triggered 4 times now, window 2m)")
+    if runs:
+        print(f"DAG            fleet_maintenance (every 5 minutes): run 1 {runs['first']} made the first collection, "
+              f"run 2 {runs['final']} (window {runs.get('window', '2m')}) the verdicts below; offsets health: "
+              f"{runs.get('health', runs['final'])}")
+        print(f"               coordinator_ownership run {runs['coordinator']}")
+    else:
+        print("DAG            fleet_maintenance (every 5 minutes; window 2m in the demo's runs)")
     print(f"datasets       {root.uri}")
     for name in SCHEMAS:
         files = root.files(name)
@@ -35,18 +58,18 @@ def main() -> None:
             rows = [r for r in latest if r["group"] == group]
             lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
             print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
-    latest = root.join("reports", "stuck", "latest", "report.md")
-    if root.exists(latest):
+    run_dir = stuck_run_dir(root, stuck_run)
+    if run_dir is not None:
         from fleetkit.stuck.report import StuckReport
 
-        run_dirs = sorted((p for p in (__import__("pathlib").Path(root.path) / "reports" / "stuck").iterdir()
-                           if p.is_dir() and p.name != "latest"), key=lambda p: p.stat().st_mtime)
-        if run_dirs:
-            rep = StuckReport.load(run_dirs[-1])
-            print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/latest/report.html")
-            print(f"               {run_dirs[-1] / 'report.html'}")
-            for f in rep.flagged()[:10]:
-                print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
+        rep = StuckReport.load(run_dir)
+        from urllib.parse import quote
+
+        print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/"
+              f"{quote(run_dir.name)}/report.html")
+        print(f"               {run_dir / 'report.html'}")
+        for f in rep.flagged()[:10]:
+            print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
     print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "

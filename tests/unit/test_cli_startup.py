@@ -69,7 +69,7 @@ def test_airflow_free_commands_import_no_heavy_library(argv):
     (["groupids", "diff", "--cluster", "lab"], True),
     (["audit", "list"], True),
     (["trigger", "some_dag"], True),
-    (["airflow", "status"], True),
+    (["airflow", "status"], False),  # starts, stops and checks processes; writes their env file
 ])
 def test_which_commands_set_up_airflow(argv, expected):
     assert needs_airflow(build_parser().parse_args(argv)) is expected
