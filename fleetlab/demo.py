@@ -137,7 +137,7 @@ def in_parallel(clock: Clock, branches: dict[str, list[tuple[str, Callable[[], N
 
 # -- traffic ------------------------------------------------------------------------------------
 def traffic_ready(bootstrap: str, groups: Iterable[tuple[str, Iterable[str]]] = TRAFFIC_GROUPS,
-                  partitions: int = 3) -> list[str]:
+                  partitions: int = 3, kafka_version: str = "0.9.0.1") -> list[str]:
     """The groups (of `groups`) that have not committed an offset on every partition yet."""
     from confluent_kafka import TopicPartition
 
@@ -145,7 +145,7 @@ def traffic_ready(bootstrap: str, groups: Iterable[tuple[str, Iterable[str]]] = 
 
     missing = []
     for group, topics in groups:
-        c = consumer(bootstrap, group)
+        c = consumer(bootstrap, group, kafka_version)
         try:
             got = c.committed([TopicPartition(t, p) for t in topics for p in range(partitions)], timeout=10)
             if any(tp.offset < 0 for tp in got):
@@ -157,11 +157,13 @@ def traffic_ready(bootstrap: str, groups: Iterable[tuple[str, Iterable[str]]] = 
     return missing
 
 
-def wait_traffic(clock: Clock, bootstrap: str, timeout: float = 90) -> None:
-    """Until every traffic group has committed (the first collection then sees them all)."""
+def wait_traffic(clock: Clock, specs: Iterable, timeout: float = 90) -> None:
+    """Until every traffic group has committed on every cluster (the first collection then sees
+    them all)."""
     deadline = time.monotonic() + timeout
     while True:
-        missing = traffic_ready(bootstrap)
+        missing = [f"{spec.name}/{group}" for spec in specs
+                   for group in traffic_ready(spec.bootstrap, kafka_version=spec.kafka_version)]
         if not missing:
             return
         if time.monotonic() > deadline:
@@ -458,15 +460,15 @@ def main(started_at: float | None = None, setup_seconds: float | None = None) ->
     env = dict(os.environ)
     ctl = fleetctl()
 
-    from fleetlab.lab import LabSpec
+    from fleetlab.lab import fleet_specs
 
-    bootstrap = LabSpec().bootstrap
+    specs = list(fleet_specs().values())
     traffic_started: list[float] = []
 
     def traffic() -> None:
         run_logged(clock, "traffic", [ctl, "lab", "traffic", "start"], env)
         traffic_started.append(time.time())
-        wait_traffic(clock, bootstrap)
+        wait_traffic(clock, specs)
 
     # the lab and Airflow do not need each other to start: the DAGs reach the clusters only when
     # they run, and the leader-change watch retries until ZooKeeper answers
