@@ -1,0 +1,206 @@
+"""The wire protocol's encoders and decoders against byte vectors written out from Kafka's message
+schemas (clients/src/main/resources/common/message/*.json), one version at a time.
+
+Conventions in the vectors: int16/int32 big-endian; non-flexible strings are int16 length +
+UTF-8, arrays int32 count; flexible (compact) strings, arrays and bytes are unsigned varint
+(length + 1); "00" after a flexible struct is its empty tagged-field section.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from fleetkit.clients import wire
+
+H = bytes.fromhex
+
+
+def _frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+# client id "fleetkit": int16 length 8 + bytes
+CLIENT = H("0008") + b"fleetkit"
+
+
+# -- version choice ---------------------------------------------------------------------------
+@pytest.mark.parametrize("broker, find, describe", [
+    (None, 0, 0),                               # 0.9: no ApiVersions, version 0 of everything
+    ({10: (0, 2), 15: (0, 2)}, 2, 2),           # 2.0
+    ({10: (0, 4), 15: (0, 5)}, 4, 5),           # 3.9
+    ({10: (1, 6), 15: (1, 6)}, 4, 5),           # 4.x: v0 removed, newer versions than spoken here
+    ({10: (5, 6), 15: (6, 6)}, None, None),     # nothing in common
+    ({18: (0, 3)}, None, None),                 # the broker does not offer the API at all
+])
+def test_version_is_the_highest_both_sides_speak(broker, find, describe):
+    assert wire.pick_version(wire.FIND_COORDINATOR, broker) == find
+    assert wire.pick_version(wire.DESCRIBE_GROUPS, broker) == describe
+
+
+# -- ApiVersions ------------------------------------------------------------------------------
+def test_api_versions_v0_request():
+    # header v1: api key 18, version 0, correlation id -1, client id; no body
+    assert wire.api_versions_request(-1) == _frame(H("0012" "0000" "ffffffff") + CLIENT)
+
+
+def test_api_versions_v0_response():
+    payload = H("ffffffff"          # correlation id (response header v0, even for flexible versions)
+                "0000"              # error code
+                "00000003"          # 3 api keys
+                "000a" "0000" "0004"
+                "000f" "0001" "0005"
+                "0012" "0000" "0004")
+    assert wire.decode_api_versions(payload) == (0, {10: (0, 4), 15: (1, 5), 18: (0, 4)})
+
+
+def test_api_versions_error_answer_with_its_own_versions():
+    # KIP-511: UNSUPPORTED_VERSION (35) still lists ApiVersions' own range
+    assert wire.decode_api_versions(H("00000001" "0023" "00000001" "0012" "0000" "0003")) == (35, {18: (0, 3)})
+
+
+# -- FindCoordinator --------------------------------------------------------------------------
+def test_find_coordinator_v0():
+    req = wire.encode_request(10, 0, 7, wire.find_coordinator_body(0, ["my-group"]))
+    assert req == _frame(H("000a" "0000" "00000007") + CLIENT + H("0008") + b"my-group")
+    resp = H("00000007" "0000" "00000002" "0009") + b"127.0.0.1" + H("00009a44")
+    assert wire.decode_find_coordinator(0, resp, ["my-group"]) == \
+        (7, [wire.Coordinator("my-group", 0, 2, "127.0.0.1", 39492)])
+
+
+def test_find_coordinator_v1_adds_key_type_throttle_and_message():
+    body = wire.find_coordinator_body(1, ["g"])
+    assert body == H("0001") + b"g" + H("00")              # key, key type 0 (group)
+    resp = (H("00000003" "00000000" "000f" "0005") + b"no ld"  # throttle, error 15, message "no ld"
+            + H("ffffffff" "0000" "ffffffff"))                # node -1, host "", port -1
+    assert wire.decode_find_coordinator(1, resp, ["g"]) == (3, [wire.Coordinator("g", 15, -1, "", -1)])
+
+
+def test_find_coordinator_v3_is_flexible():
+    req = wire.encode_request(10, 3, 1, wire.find_coordinator_body(3, ["gé"]))
+    # header v2 (client id keeps its int16 length, then empty tags); compact key: varint 3+1, key type, tags
+    assert req == _frame(H("000a" "0003" "00000001") + CLIENT + H("00") + H("04") + "gé".encode() + H("00" "00"))
+    resp = (H("00000001" "00"           # correlation id, header tags
+              "00000000" "0000" "00"    # throttle, error 0, null compact message
+              "00000001" "0a") + b"127.0.0.1" + H("00009a44" "00"))
+    assert wire.decode_find_coordinator(3, resp, ["gé"]) == (1, [wire.Coordinator("gé", 0, 1, "127.0.0.1", 39492)])
+
+
+def test_find_coordinator_v4_batches_keys():
+    body = wire.find_coordinator_body(4, ["a", "bc"])
+    assert body == H("00" "03" "02") + b"a" + H("03") + b"bc" + H("00")  # key type, 2 keys, tags
+    resp = (H("00000009" "00" "00000000"
+              "03"                                                     # 2 coordinators
+              "02") + b"a" + H("00000001" "0a") + b"127.0.0.1" + H("00009a44" "0000" "00" "00")
+            + H("03") + b"bc" + H("ffffffff" "01" "ffffffff" "000f" "03") + b"no" + H("00")
+            + H("00"))
+    assert wire.decode_find_coordinator(4, resp, ["a", "bc"]) == (9, [
+        wire.Coordinator("a", 0, 1, "127.0.0.1", 39492), wire.Coordinator("bc", 15, -1, "", -1)])
+
+
+def test_find_coordinator_before_v4_takes_one_key():
+    with pytest.raises(ValueError, match="exactly one key"):
+        wire.find_coordinator_body(3, ["a", "b"])
+
+
+def test_long_group_names_get_multi_byte_varints():
+    name = "x" * 200  # 201 = 0xc9 0x01 as an unsigned varint
+    assert wire.find_coordinator_body(4, [name]) == H("00" "02" "c901") + name.encode() + H("00")
+
+
+def test_group_id_longer_than_kafka_allows_is_refused():
+    with pytest.raises(ValueError, match="longer than Kafka's 32767"):
+        wire.find_coordinator_body(0, ["é" * 20000])
+
+
+# -- DescribeGroups ---------------------------------------------------------------------------
+V0_GROUP = (H("0000" "0001") + b"g" + H("0006") + b"Stable" + H("0008") + b"consumer" + H("0005") + b"range"
+            + H("00000001" "0002") + b"m1" + H("0002") + b"c1" + H("000a") + b"/127.0.0.1"
+            + H("00000002" "abcd" "00000000"))
+
+
+def test_describe_groups_v0():
+    assert wire.describe_groups_body(0, ["g", "h"]) == H("00000002" "0001") + b"g" + H("0001") + b"h"
+    cid, groups = wire.decode_describe_groups(0, H("00000005" "00000001") + V0_GROUP)
+    assert cid == 5 and groups == [wire.DescribedGroup(0, "g", "Stable", "consumer", "range", (
+        wire.GroupMember("m1", None, "c1", "/127.0.0.1"),))]
+
+
+def test_describe_groups_v1_adds_throttle_time():
+    cid, groups = wire.decode_describe_groups(1, H("00000005" "00000064" "00000001") + V0_GROUP)
+    assert [g.state for g in groups] == ["Stable"]
+
+
+def test_describe_groups_v3_asks_no_authorized_operations():
+    assert wire.describe_groups_body(3, ["g"]) == H("00000001" "0001") + b"g" + H("00")
+    resp = (H("00000000" "00000000" "00000001" "0010" "0001") + b"g" + H("0004") + b"Dead" + H("0000" "0000")
+            + H("00000000" "80000000"))                    # no members, authorized operations unset
+    assert wire.decode_describe_groups(3, resp)[1] == [wire.DescribedGroup(16, "g", "Dead", "", "", ())]
+
+
+def test_describe_groups_v4_has_group_instance_ids():
+    member = (H("0002") + b"m1" + H("0003") + b"gi1" + H("0002") + b"c1" + H("0001") + b"h"
+              + H("ffffffff" "ffffffff"))
+    resp = (H("00000000" "00000000" "00000001" "0000" "0001") + b"g" + H("0005") + b"Empty" + H("0000" "0000")
+            + H("00000002") + member
+            + H("0002") + b"m2" + H("ffff" "0002") + b"c2" + H("0001") + b"h" + H("00000000" "00000000")
+            + H("80000000"))
+    (g,) = wire.decode_describe_groups(4, resp)[1]
+    assert g.members == (wire.GroupMember("m1", "gi1", "c1", "h"), wire.GroupMember("m2", None, "c2", "h"))
+
+
+def test_describe_groups_v5_is_flexible():
+    assert wire.describe_groups_body(5, ["g"]) == H("02" "02") + b"g" + H("00" "00")
+    resp = (H("00000002" "00" "00000000"
+              "02"                                                  # 1 group
+              "0000" "02") + b"g" + H("07") + b"Stable" + H("09") + b"consumer" + H("06") + b"range"
+            + H("02")                                               # 1 member
+            + H("03") + b"m1" + H("00") + H("03") + b"c1" + H("0a") + b"127.0.0.1"
+            + H("03" "abcd" "01")                                   # metadata 2 bytes, assignment empty
+            + H("01" "00" "02" "aaaa")                              # member tags: one unknown tag skipped
+            + H("80000000" "00")                                    # authorized operations, group tags
+            + H("00"))
+    cid, groups = wire.decode_describe_groups(5, resp)
+    assert cid == 2 and groups == [wire.DescribedGroup(0, "g", "Stable", "consumer", "range", (
+        wire.GroupMember("m1", None, "c1", "127.0.0.1"),))]
+
+
+def test_truncated_response_is_an_error_not_garbage():
+    with pytest.raises(Exception) as e:
+        wire.decode_describe_groups(5, H("00000002" "00" "00000000" "02" "0000" "7f") + b"short")
+    assert isinstance(e.value, wire.struct.error)
+
+
+# -- negotiation with a broker that answers ApiVersions with an error -------------------------
+def test_broker_answering_api_versions_with_a_bare_error_is_spoken_to_in_version_0():
+    """A stand-in socket server (no real broker answers ApiVersions with an error and no versions):
+    the probe falls back to FindCoordinator v0 on the same connection."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    seen = []
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            f = conn.makefile("rb")
+            for _ in range(2):
+                size = int.from_bytes(f.read(4), "big")
+                req = f.read(size)
+                key, ver, cid = int.from_bytes(req[0:2], "big"), int.from_bytes(req[2:4], "big"), req[4:8]
+                seen.append((key, ver))
+                if key == 18:
+                    conn.sendall(_frame(cid + H("0023" "00000000")))
+                else:
+                    conn.sendall(_frame(cid + H("000f" "ffffffff" "0000" "ffffffff")))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        answers = wire.probe(f"127.0.0.1:{port}", ["g"], timeout=5)
+    finally:
+        t.join(5)
+        srv.close()
+    assert seen == [(18, 0), (10, 0)]
+    assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"
