@@ -173,34 +173,76 @@ def test_truncated_response_is_an_error_not_garbage():
     assert isinstance(e.value, wire.struct.error)
 
 
-# -- negotiation with a broker that answers ApiVersions with an error -------------------------
-def test_broker_answering_api_versions_with_a_bare_error_is_spoken_to_in_version_0():
-    """A stand-in socket server (no real broker answers ApiVersions with an error and no versions):
-    the probe falls back to FindCoordinator v0 on the same connection."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    port = srv.getsockname()[1]
-    seen = []
+# -- negotiation with servers that cannot answer ApiVersions ----------------------------------
+class StandIn:
+    """A socket server standing in for a broker in the cases no real broker here shows (an error
+    answer without versions) or that cost a whole lab (0.9's silence is also checked on the real
+    0.9 lab in tests/integration). `on_api_versions`: "error" answers UNSUPPORTED_VERSION with no
+    versions, "silent" never answers (what 0.9 does). FindCoordinator gets COORDINATOR_NOT_AVAILABLE
+    in v0 form."""
 
-    def serve():
-        conn, _ = srv.accept()
+    def __init__(self, on_api_versions: str):
+        self.mode = on_api_versions
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
+        self.seen: list[tuple[int, int]] = []
+        self.connections = 0
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
         with conn:
             f = conn.makefile("rb")
-            for _ in range(2):
-                size = int.from_bytes(f.read(4), "big")
-                req = f.read(size)
+            while True:
+                head = f.read(4)
+                if len(head) < 4:
+                    return
+                req = f.read(int.from_bytes(head, "big"))
                 key, ver, cid = int.from_bytes(req[0:2], "big"), int.from_bytes(req[2:4], "big"), req[4:8]
-                seen.append((key, ver))
+                self.seen.append((key, ver))
                 if key == 18:
-                    conn.sendall(_frame(cid + H("0023" "00000000")))
-                else:
-                    conn.sendall(_frame(cid + H("000f" "ffffffff" "0000" "ffffffff")))
+                    if self.mode == "error":
+                        conn.sendall(_frame(cid + H("0023" "00000000")))
+                    continue
+                conn.sendall(_frame(cid + H("000f" "ffffffff" "0000" "ffffffff")))
 
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    try:
-        answers = wire.probe(f"127.0.0.1:{port}", ["g"], timeout=5)
-    finally:
-        t.join(5)
-        srv.close()
-    assert seen == [(18, 0), (10, 0)]
+    def close(self):
+        self.srv.close()
+
+
+@pytest.fixture
+def stand_in(request):
+    s = StandIn(request.param)
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("stand_in", ["error"], indirect=True)
+def test_broker_answering_api_versions_with_a_bare_error_is_spoken_to_in_version_0(stand_in):
+    answers = wire.probe(f"127.0.0.1:{stand_in.port}", ["g"], timeout=5)
+    assert stand_in.seen == [(18, 0), (10, 0)] and stand_in.connections == 1
+    assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"
+
+
+@pytest.mark.parametrize("stand_in", ["silent"], indirect=True)
+def test_broker_leaving_api_versions_unanswered_is_spoken_to_in_version_0(stand_in, monkeypatch):
+    monkeypatch.setattr(wire, "API_VERSIONS_TIMEOUT", 0.5)
+    answers = wire.probe(f"127.0.0.1:{stand_in.port}", ["g"], timeout=5)
+    assert stand_in.seen == [(18, 0), (10, 0)] and stand_in.connections == 2  # a fresh connection for v0
+    assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"
+
+
+@pytest.mark.parametrize("stand_in", ["silent"], indirect=True)
+def test_a_cluster_known_to_predate_api_versions_is_not_asked(stand_in):
+    answers = wire.probe(f"127.0.0.1:{stand_in.port}", ["g"], timeout=5, api_versions=False)
+    assert stand_in.seen == [(10, 0)]
     assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"

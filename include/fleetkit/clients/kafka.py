@@ -19,6 +19,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from fleetkit.core.errors import ClusterUnreachable
+from fleetkit.core.fleet import version_tuple
 
 if TYPE_CHECKING:
     from fleetkit.clients import wire as kafka_wire
@@ -55,17 +56,48 @@ _rdlog = logging.getLogger("fleetkit.librdkafka")
 _rdlog.addFilter(_LibrdkafkaLog())
 
 
+#: the first Kafka version whose brokers answer ApiVersions (librdkafka then negotiates by itself)
+API_VERSIONS_SINCE = (0, 10)
+
+
+def parse_version(kafka_version: str) -> tuple[int, ...]:
+    """'0.9.0.1' -> (0, 9, 0, 1); ValueError naming the value otherwise."""
+    try:
+        parts = version_tuple(str(kafka_version).strip())
+    except ValueError:
+        parts = ()
+    if len(parts) < 2:
+        raise ValueError(f"kafka_version {kafka_version!r} is not a version like 0.9.0.1, 3.9.2 or 4.3.1")
+    return parts
+
+
+def _is_false(value) -> bool:
+    return str(value).strip().lower() in ("false", "0", "no")
+
+
 def client_config(base: dict, kafka_version: str | None = None) -> dict:
-    """Return a librdkafka config for a cluster, adding 0.9-era protocol fallbacks when needed."""
+    """Return a librdkafka config for a cluster running `kafka_version`.
+
+    Before 0.10 the brokers cannot answer ApiVersions: the client is told the version
+    (api.version.request=false, broker.version.fallback; the connection may override both).
+    From 0.10 on librdkafka negotiates every request version itself and neither is added; a
+    connection that turns ApiVersions off for such a cluster is refused (librdkafka would then speak
+    the oldest request versions, which Kafka 4 no longer accepts)."""
     cfg = dict(base)
     if not cfg.get("bootstrap.servers"):
         raise ValueError("the Kafka connection has no bootstrap.servers in its config")
     if kafka_version:
-        parts = tuple(int(p) for p in kafka_version.split("."))
-        if parts < (0, 10):
+        parts = parse_version(kafka_version)
+        if parts < API_VERSIONS_SINCE:
             cfg.setdefault("api.version.request", False)
             # librdkafka accepts 0.9.0 / 0.8.x here, not four-part versions
             cfg.setdefault("broker.version.fallback", ".".join(str(p) for p in parts[:3]))
+        elif "api.version.request" in cfg and _is_false(cfg["api.version.request"]):
+            raise ValueError(
+                f"the Kafka connection sets api.version.request={cfg['api.version.request']} but the cluster runs "
+                f"Kafka {kafka_version}, whose brokers answer ApiVersions (Kafka 4 refuses the old request versions "
+                f"that setting forces): remove api.version.request and broker.version.fallback from the "
+                f"connection's extra, or correct the fleet file's kafka_version")
     cfg.setdefault("logger", _rdlog)
     return cfg
 
@@ -154,6 +186,11 @@ class KafkaCluster:
         return str(self.config.get("bootstrap.servers"))
 
     @property
+    def asks_api_versions(self) -> bool:
+        """False when the config says the brokers cannot answer ApiVersions (Kafka before 0.10)."""
+        return str(self.config.get("api.version.request", True)).lower() not in ("false", "0")
+
+    @property
     def admin(self) -> AdminClient:
         if self._admin is None:
             self._admin = AdminClient(self.config)
@@ -173,7 +210,8 @@ class KafkaCluster:
         if not kafka_wire.supported(self.config):
             return None
         try:
-            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout)
+            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout,
+                                    api_versions=self.asks_api_versions)
         except ConnectionError as e:
             raise self._unreachable("the coordinator lookup", e) from None
 

@@ -5,8 +5,10 @@ partition loads, say) it reports the error but not which broker it asked, which 
 ownership check needs. So this module speaks, over plain TCP:
 
 * ApiVersions v0 (API key 18): which versions of each request the broker accepts. Brokers from
-  0.10 on answer it; 0.9 does not know it (it closes the connection), and is then spoken to in
-  version 0 only. Kafka 4.0 removed the version 0 of FindCoordinator and DescribeGroups, so the
+  0.10 on answer it. 0.9 does not know it: it logs an error and leaves the request unanswered
+  (other old servers close the connection or answer an error); after API_VERSIONS_TIMEOUT, a
+  close or an error answer the broker is spoken to in version 0 only. Callers that know the
+  cluster predates 0.10 (the fleet file's kafka_version) skip the question (api_versions=False). Kafka 4.0 removed the version 0 of FindCoordinator and DescribeGroups, so the
   version is chosen per broker: the highest both sides support (FindCoordinator v0-v4,
   DescribeGroups v0-v5).
 * FindCoordinator (API key 10): any broker names the coordinator of a group (node id, host,
@@ -45,6 +47,8 @@ ERRORS = {
 UNREACHABLE = "COORDINATOR_UNREACHABLE"  # the named coordinator did not answer at all
 UNSUPPORTED = "UNSUPPORTED_VERSION"      # the broker accepts none of the versions spoken here
 MAX_STRING = 32767
+#: how long a broker may take to answer ApiVersions before it is taken for one that cannot (0.9)
+API_VERSIONS_TIMEOUT = 3.0
 
 API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS = 18, 10, 15
 API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups"}
@@ -391,19 +395,23 @@ class _Broker:
     """A connection to one broker and the request versions it accepts (None: it cannot answer
     ApiVersions, so version 0 of everything)."""
 
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, api_versions: bool = True):
         self.host, self.port, self.timeout = host, port, timeout
         self.conn = _Connection(host, port, timeout)
         self.versions: dict[int, tuple[int, int]] | None = None
-        self._negotiate()
+        if api_versions:
+            self._negotiate()
 
     def _negotiate(self) -> None:
         try:
+            self.conn.sock.settimeout(min(self.timeout, API_VERSIONS_TIMEOUT))
             self.conn.send(api_versions_request(-1))
             payload = self.conn.payload()
+            self.conn.sock.settimeout(self.timeout)
         except (ConnectionError, socket.timeout) as e:
-            # Kafka 0.9 closes the connection on a request type it does not know
-            log.debug("broker %s:%s did not answer ApiVersions (%s): speaking version 0", self.host, self.port, e)
+            # Kafka 0.9 leaves a request type it does not know unanswered; others close
+            log.info("broker %s:%s did not answer ApiVersions (%s): speaking version 0 to it", self.host, self.port,
+                     e or type(e).__name__)
             self.conn.close()
             self.conn = _Connection(self.host, self.port, self.timeout)
             return
@@ -494,9 +502,10 @@ def _describe(broker: _Broker, groups: list[str], answers: dict[str, Answer], ba
                 a.members = [(m.member_id, m.client_id, m.client_host) for m in d.members]
 
 
-def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[str, Answer]:
+def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True) -> dict[str, Answer]:
     """Per group: the coordinator the cluster names and what that broker answers when asked.
 
+    api_versions=False: the cluster is known to predate 0.10 (no ApiVersions): version 0 at once.
     A coordinator that cannot be reached gets describe_error COORDINATOR_UNREACHABLE. Raises
     ConnectionError only when no bootstrap server answers the lookup at all."""
     groups = list(dict.fromkeys(groups))
@@ -506,7 +515,7 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[
     last: Exception | None = None
     for host, port in parse_servers(bootstrap):
         try:
-            broker = _Broker(host, port, timeout)
+            broker = _Broker(host, port, timeout, api_versions)
         except OSError as e:
             last = e
             continue
@@ -528,7 +537,7 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[
     for addr, gs in by_broker.items():
         host, _, port = addr.rpartition(":")
         try:
-            broker = _Broker(host, int(port), timeout)
+            broker = _Broker(host, int(port), timeout, api_versions)
         except OSError:
             for g in gs:
                 answers[g].describe_error = UNREACHABLE
