@@ -437,6 +437,17 @@ class _Broker:
         self.conn.close()
 
 
+def broker_versions(address: str, timeout: float = 10.0) -> dict[int, tuple[int, int]] | None:
+    """What one broker (host:port) answers to ApiVersions v0: {api key: (min, max)}, or None when
+    it cannot answer (0.9). For diagnostics and checks; `probe` asks by itself."""
+    ((host, port),) = parse_servers(address)
+    broker = _Broker(host, port, timeout)
+    try:
+        return broker.versions
+    finally:
+        broker.close()
+
+
 def _find_coordinators(broker: _Broker, groups: list[str], answers: dict[str, Answer]) -> None:
     version = broker.version(FIND_COORDINATOR)
     if version is None:
