@@ -246,3 +246,38 @@ def test_a_cluster_known_to_predate_api_versions_is_not_asked(stand_in):
     answers = wire.probe(f"127.0.0.1:{stand_in.port}", ["g"], timeout=5, api_versions=False)
     assert stand_in.seen == [(10, 0)]
     assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"
+
+
+# -- consumer-protocol assignments in DescribeGroups ------------------------------------------
+ASSIGNMENT = H("0000" "00000002" "0001") + b"t" + H("00000002" "00000002" "00000000") + H("0002") + b"a/" \
+    + H("00000001" "00000007" "ffffffff")  # version 0, t: [2, 0], a/: [7], null user data
+
+
+def test_member_assignments_are_decoded_for_consumer_groups():
+    assert wire.decode_consumer_assignment(ASSIGNMENT) == (("a/", 7), ("t", 0), ("t", 2))
+    assert wire.decode_consumer_assignment(b"") is None          # rebalancing: the broker sends none
+    assert wire.decode_consumer_assignment(H("0000" "0000")) is None  # cut short: unknown, not empty
+    group = (H("0000" "0001") + b"g" + H("0006") + b"Stable" + H("0008") + b"consumer" + H("0005") + b"range"
+             + H("00000001" "0002") + b"m1" + H("0002") + b"c1" + H("0001") + b"h"
+             + H("00000000") + len(ASSIGNMENT).to_bytes(4, "big") + ASSIGNMENT)
+    (g,) = wire.decode_describe_groups(0, H("00000000" "00000001") + group)[1]
+    assert g.members[0].assignment == (("a/", 7), ("t", 0), ("t", 2))
+    connect = group.replace(H("0008") + b"consumer", H("0007") + b"connect")
+    (g,) = wire.decode_describe_groups(0, H("00000000" "00000001") + connect)[1]
+    assert g.members[0].assignment is None  # another protocol's bytes are not read as partitions
+
+
+@pytest.mark.parametrize("broker_state, name", [
+    ("Stable", "Stable"), ("Empty", "Empty"), ("Dead", "Dead"), ("PreparingRebalance", "PreparingRebalance"),
+    ("AwaitingSync", "CompletingRebalance"), ("CompletingRebalance", "CompletingRebalance"),
+])
+def test_descriptions_from_the_wire_use_kafkas_state_names(broker_state, name):
+    from fleetkit.clients.kafka import description_from_answer
+
+    member = wire.GroupMember("m1", None, "c1", "/10.0.0.7", (("t", 0),))
+    a = wire.Answer(group="g", coordinator_id=2, coordinator="h:1", state=broker_state, described=(member,))
+    d = description_from_answer(a)
+    assert (d.state, d.coordinator_id, d.error) == (name, 2, None)
+    assert [(m.client_id, m.host, m.assignment) for m in d.members] == [("c1", "10.0.0.7", (("t", 0),))]
+    failed = description_from_answer(wire.Answer(group="g", coordinator_id=2, describe_error="NOT_COORDINATOR"))
+    assert (failed.state, failed.error, failed.members) == ("Unknown", "NOT_COORDINATOR", ())

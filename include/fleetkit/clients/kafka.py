@@ -40,6 +40,12 @@ _STATE_NAMES = {
     "COMPLETING_REBALANCING": "CompletingRebalance",
     "COMPLETING_REBALANCE": "CompletingRebalance",
     "AWAITINGSYNC": "CompletingRebalance",
+    # the brokers' own spellings (the wire protocol's DescribeGroups)
+    "PREPARINGREBALANCE": "PreparingRebalance",
+    "COMPLETINGREBALANCE": "CompletingRebalance",
+    # KIP-848 consumer groups (Kafka 4)
+    "ASSIGNING": "Assigning",
+    "RECONCILING": "Reconciling",
     "UNKNOWN": "Unknown",
 }
 
@@ -168,6 +174,18 @@ def strip_host(host: str | None) -> str:
     return h
 
 
+def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
+    """A GroupDescription from the wire probe's answer: the coordinator the lookup named and what
+    that broker described (state by Kafka's name, members with their assignments)."""
+    if answer.error:
+        return GroupDescription(group=answer.group, state="Unknown", coordinator_id=answer.coordinator_id,
+                                error=answer.error)
+    members = tuple(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.client_host),
+                           assignment=m.assignment) for m in answer.described)
+    return GroupDescription(group=answer.group, state=state_name(answer.state or "Unknown"),
+                            coordinator_id=answer.coordinator_id, members=members)
+
+
 def _remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
@@ -214,6 +232,16 @@ class KafkaCluster:
                                     api_versions=self.asks_api_versions)
         except ConnectionError as e:
             raise self._unreachable("the coordinator lookup", e) from None
+
+    def describe_with_coordinators(self, groups: Iterable[str]) -> tuple[dict[str, GroupDescription],
+                                                                         dict[str, "kafka_wire.Answer"] | None]:
+        """(descriptions, coordinator answers) in one pass: on PLAINTEXT listeners the wire probe's
+        lookup and DescribeGroups give both; elsewhere the admin client describes and the answers
+        are None."""
+        answers = self.coordinators(groups)
+        if answers is None:
+            return self.describe_groups(groups), None
+        return {g: description_from_answer(a) for g, a in answers.items()}, answers
 
     # -- metadata -------------------------------------------------------------------------
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:

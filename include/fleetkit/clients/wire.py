@@ -112,6 +112,7 @@ class Answer:
     describe_error: str | None = None   # what the named coordinator itself answered
     state: str | None = None
     members: list[tuple[str, str, str]] = field(default_factory=list)  # (member_id, client_id, client_host)
+    described: tuple[GroupMember, ...] = ()  # the members as described, with their assignments
 
     @property
     def error(self) -> str | None:
@@ -135,6 +136,9 @@ class GroupMember:
     group_instance_id: str | None
     client_id: str
     client_host: str
+    #: (topic, partition) pairs of a consumer-protocol member's assignment, sorted; None when the
+    #: broker sent none (the group is rebalancing, or it is not a consumer group)
+    assignment: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -273,6 +277,10 @@ class Reader:
         if n > 0:
             self._take(n)
 
+    def bytes_(self, flexible: bool = False) -> bytes | None:
+        n = self.uvarint() - 1 if flexible else self.int32()
+        return None if n < 0 else self._take(n)
+
     def array_len(self, flexible: bool = False) -> int:
         n = self.uvarint() - 1 if flexible else self.int32()
         return max(n, 0)  # -1: null array
@@ -281,6 +289,23 @@ class Reader:
         for _ in range(self.uvarint()):
             self.uvarint()  # tag
             self._take(self.uvarint())
+
+
+def decode_consumer_assignment(data: bytes | None) -> tuple[tuple[str, int], ...] | None:
+    """The (topic, partition) pairs of a ConsumerProtocolAssignment (any version: later versions
+    only append fields), sorted; None for empty or unreadable bytes."""
+    if not data:
+        return None
+    try:
+        r = Reader(data)
+        r.int16()  # version
+        out = []
+        for _ in range(r.array_len()):
+            topic = r.string() or ""
+            out.extend((topic, r.int32()) for _ in range(r.array_len()))
+        return tuple(sorted(out))
+    except struct.error:
+        return None
 
 
 def response_reader(payload: bytes, flexible: bool) -> tuple[int, Reader]:
@@ -347,10 +372,11 @@ def decode_describe_groups(version: int, payload: bytes) -> tuple[int, list[Desc
             instance = r.string(flexible) if version >= 4 else None
             client_id, host = r.string(flexible) or "", r.string(flexible) or ""
             r.skip_bytes(flexible)  # member metadata
-            r.skip_bytes(flexible)  # member assignment
+            assignment = r.bytes_(flexible)
             if flexible:
                 r.skip_tags()
-            members.append(GroupMember(mid, instance, client_id, host))
+            members.append(GroupMember(mid, instance, client_id, host,
+                                       decode_consumer_assignment(assignment) if ptype == "consumer" else None))
         if version >= 3:
             r.int32()  # authorized operations
         if flexible:
@@ -511,6 +537,7 @@ def _describe(broker: _Broker, groups: list[str], answers: dict[str, Answer], ba
                 a.describe_error = error_name(d.error)
                 a.state = d.state if not d.error else None
                 a.members = [(m.member_id, m.client_id, m.client_host) for m in d.members]
+                a.described = d.members
 
 
 def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True) -> dict[str, Answer]:
