@@ -281,3 +281,42 @@ def test_descriptions_from_the_wire_use_kafkas_state_names(broker_state, name):
     assert [(m.client_id, m.host, m.assignment) for m in d.members] == [("c1", "10.0.0.7", (("t", 0),))]
     failed = description_from_answer(wire.Answer(group="g", coordinator_id=2, describe_error="NOT_COORDINATOR"))
     assert (failed.state, failed.error, failed.members) == ("Unknown", "NOT_COORDINATOR", ())
+
+
+# -- Metadata v7-v8: leaders with their epochs (KRaft clusters have no ZooKeeper to read) ------
+def test_metadata_v8_request_never_creates_topics():
+    assert wire.metadata_body(8, ["t"]) == H("00000001" "0001") + b"t" + H("00" "00" "00")
+    assert wire.metadata_body(7, ["t"]) == H("00000001" "0001") + b"t" + H("00")
+    assert wire.pick_version(wire.METADATA, None) is None          # 0.9: no epochs in metadata
+    assert wire.pick_version(wire.METADATA, {3: (0, 13)}) == 8
+    assert wire.pick_version(wire.METADATA, {3: (0, 5)}) is None   # before 1.0
+
+
+def test_metadata_v8_response():
+    resp = (H("00000000" "00000000"
+              "00000001" "00000001" "0009") + b"127.0.0.1" + H("00009a44" "ffff")   # broker 1, no rack
+            + H("0003") + b"cid" + H("00000001")                                       # cluster id, controller
+            + H("00000002")
+            + H("0000" "0001") + b"t" + H("00" "00000001"                            # topic t, not internal
+                "0000" "00000002" "00000001" "00000007"                              # p2 leader 1 epoch 7
+                "00000002" "00000001" "00000002" "00000001" "00000001" "00000000"    # replicas [1,2], isr [1]
+                "80000000")
+            + H("0003" "0004") + b"nope" + H("00" "00000000" "80000000")             # UNKNOWN_TOPIC_OR_PARTITION
+            + H("80000000"))
+    cid, brokers, errors, parts = wire.decode_metadata(8, resp)
+    assert brokers == {1: "127.0.0.1:39492"} and errors == {"nope": 3}
+    assert parts == [wire.PartitionLeader("t", 2, 0, 1, 7, (1, 2), (1,))]
+
+
+def test_partition_state_without_zookeeper_carries_leader_epochs():
+    from fleetkit.clients.offsets_leaders import LeaderState, partition_leaders
+
+    class Kafka:
+        def leader_epochs(self, topics):
+            return ([wire.PartitionLeader("t", 1, 0, -1, 4, (1, 2), ()),
+                     wire.PartitionLeader("t", 0, 0, 2, 9, (2, 1), (2, 1))], {"gone": "UNKNOWN_TOPIC_OR_PARTITION"})
+
+    problems = []
+    assert partition_leaders(Kafka(), None, ["t", "gone"], problems) == [
+        LeaderState("t", 0, 2, (2, 1), 9, None, "metadata"), LeaderState("t", 1, -1, (), 4, None, "metadata")]
+    assert problems == ["topic 'gone': metadata answered UNKNOWN_TOPIC_OR_PARTITION", "partition t-1 has no leader"]

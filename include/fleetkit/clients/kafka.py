@@ -244,6 +244,19 @@ class KafkaCluster:
         return {g: description_from_answer(a) for g, a in answers.items()}, answers
 
     # -- metadata -------------------------------------------------------------------------
+    def leader_epochs(self, topics: Iterable[str]) -> "tuple[list[kafka_wire.PartitionLeader], dict[str, str]] | None":
+        """Partitions of `topics` with leader, leader epoch and ISR, and {topic: error} (Metadata v7+
+        on the wire; topics are never auto-created). None when the listener is not PLAINTEXT or the
+        brokers predate leader epochs in metadata (Kafka 1.0)."""
+        from fleetkit.clients import wire as kafka_wire
+
+        if not kafka_wire.supported(self.config) or not self.asks_api_versions:
+            return None
+        try:
+            return kafka_wire.partition_leaders(self.bootstrap, topics, timeout=self.timeout)
+        except ConnectionError as e:
+            raise self._unreachable("a metadata request", e) from None
+
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
         try:
             if topics is None:

@@ -42,6 +42,7 @@ ERRORS = {
     0: None, -1: "UNKNOWN_SERVER_ERROR", 7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS",
     15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 24: "INVALID_GROUP_ID",
     25: "UNKNOWN_MEMBER_ID", 30: "GROUP_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
+    3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 29: "TOPIC_AUTHORIZATION_FAILED",
     42: "INVALID_REQUEST", 69: "GROUP_ID_NOT_FOUND",
 }
 UNREACHABLE = "COORDINATOR_UNREACHABLE"  # the named coordinator did not answer at all
@@ -50,12 +51,14 @@ MAX_STRING = 32767
 #: how long a broker may take to answer ApiVersions before it is taken for one that cannot (0.9)
 API_VERSIONS_TIMEOUT = 3.0
 
-API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS = 18, 10, 15
-API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups"}
-#: versions implemented here, per API key (inclusive)
-IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5)}
+API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS, METADATA = 18, 10, 15, 3
+API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups",
+             METADATA: "Metadata"}
+#: versions implemented here, per API key (inclusive). Metadata only from v7, the first with
+#: leader epochs (what ZooKeeper's partition state gives on ZooKeeper-mode clusters).
+IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8)}
 #: first flexible version, per API key
-FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5}
+FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9}
 #: FindCoordinator v4 carries many keys in one request
 BATCHED_FIND_FROM = 4
 KEY_TYPE_GROUP = 0
@@ -93,7 +96,7 @@ def pick_version(api_key: int, broker: dict[int, tuple[int, int]] | None) -> int
     version."""
     lo, hi = IMPLEMENTED[api_key]
     if broker is None:
-        return lo
+        return 0 if lo == 0 else None
     if api_key not in broker:
         return None
     b_lo, b_hi = broker[api_key]
@@ -151,6 +154,19 @@ class DescribedGroup:
     protocol_type: str
     protocol: str
     members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    """One partition of a Metadata answer."""
+
+    topic: str
+    partition: int
+    error: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -224,6 +240,17 @@ def describe_groups_body(version: int, groups: list[str]) -> bytes:
     if version >= 3:
         body += b"\x00"
     return body + (NO_TAGS if flexible else b"")
+
+
+def metadata_body(version: int, topics: list[str]) -> bytes:
+    """Metadata request body (v7-v8): the topics, never auto-created; v8 asks for no authorized
+    operations."""
+    for t in topics:
+        _utf8(t, "topic name")
+    body = _array_len(len(topics), False) + b"".join(_string(t) for t in topics) + b"\x00"
+    if version >= 8:
+        body += b"\x00\x00"
+    return body
 
 
 # -- decoding ---------------------------------------------------------------------------------
@@ -387,6 +414,39 @@ def decode_describe_groups(version: int, payload: bytes) -> tuple[int, list[Desc
     return cid, groups
 
 
+def decode_metadata(version: int, payload: bytes) -> tuple[int, dict[int, str], dict[str, int], list[PartitionLeader]]:
+    """(correlation id, {broker id: host:port}, {topic: error code} of topics answered with an
+    error, partitions) of a Metadata v7-v8 response."""
+    cid, r = response_reader(payload, False)
+    r.int32()  # throttle time
+    brokers = {}
+    for _ in range(r.array_len()):
+        node, host, port = r.int32(), r.string(), r.int32()
+        r.string()  # rack
+        brokers[node] = f"{host}:{port}"
+    r.string()  # cluster id
+    r.int32()  # controller id
+    errors: dict[str, int] = {}
+    parts = []
+    for _ in range(r.array_len()):
+        terr, topic = r.int16(), r.string() or ""
+        r.int8()  # is internal
+        if terr:
+            errors[topic] = terr
+        for _ in range(r.array_len()):
+            perr, p, leader, epoch = r.int16(), r.int32(), r.int32(), r.int32()
+            replicas = tuple(r.int32() for _ in range(r.array_len()))
+            isr = tuple(r.int32() for _ in range(r.array_len()))
+            for _ in range(r.array_len()):
+                r.int32()  # offline replicas
+            parts.append(PartitionLeader(topic, p, perr, leader, epoch, replicas, isr))
+        if version >= 8:
+            r.int32()  # topic authorized operations
+    if version >= 8:
+        r.int32()  # cluster authorized operations
+    return cid, brokers, errors, parts
+
+
 # -- connections ------------------------------------------------------------------------------
 class _Connection:
     def __init__(self, host: str, port: int, timeout: float):
@@ -472,6 +532,33 @@ def broker_versions(address: str, timeout: float = 10.0) -> dict[int, tuple[int,
         return broker.versions
     finally:
         broker.close()
+
+
+def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10.0,
+                      api_versions: bool = True) -> tuple[list[PartitionLeader], dict[str, str]] | None:
+    """(partitions with leader, leader epoch, replicas and ISR, {topic: error name}) of `topics`
+    from the first bootstrap server that answers; topics are never auto-created. None when that
+    broker speaks no Metadata version with leader epochs (before Kafka 1.0)."""
+    topics = sorted(set(topics))
+    last: Exception | None = None
+    for host, port in parse_servers(bootstrap):
+        try:
+            broker = _Broker(host, port, timeout, api_versions)
+        except OSError as e:
+            last = e
+            continue
+        try:
+            version = broker.version(METADATA) if broker.versions is not None else None
+            if version is None:
+                return None
+            broker.conn.send(encode_request(METADATA, version, 0, metadata_body(version, topics)))
+            _, _, errors, parts = decode_metadata(version, broker.conn.payload())
+            return parts, {t: error_name(e) or "" for t, e in errors.items()}
+        except (OSError, ConnectionError, struct.error) as e:
+            last = e
+        finally:
+            broker.close()
+    raise ConnectionError(f"no bootstrap server of {bootstrap} answered a metadata request: {last}")
 
 
 def _find_coordinators(broker: _Broker, groups: list[str], answers: dict[str, Answer]) -> None:
