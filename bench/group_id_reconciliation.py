@@ -125,11 +125,10 @@ def bench_zk(creates: int, read: int) -> None:
 
     from fleetkit.group_ids import collect as gi_collect
     from fleetkit.group_ids import execute as gi_execute
-    from fleetlab.lab import Lab, LabSpec
+    from fleetlab import ports
+    from fleetlab.lab import Lab, fleet_specs
 
-    offset = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
-    spec = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181 + offset,
-                   broker_base_port=39092 + offset)
+    spec = fleet_specs(REPO / ".lab-test", ports.tests(), suffix="test")["labtest"]
     lab = Lab(spec)
     started = not lab.running()
     if started:

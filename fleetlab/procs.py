@@ -171,3 +171,19 @@ def wait_port_free(host: str, port: int, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def memory_mb(pid: int) -> tuple[float, float] | None:
+    """(resident, peak resident) of a live process in MiB, from /proc/<pid>/status (VmRSS, VmHWM)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    if "VmRSS" not in values:
+        return None
+    return values["VmRSS"], values.get("VmHWM", values["VmRSS"])

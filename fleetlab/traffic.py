@@ -32,22 +32,22 @@ KAFKA_VERSION = "0.9.0.1"
 POISON = b"POISON: this record cannot be processed"
 
 
-def producer(bootstrap: str, **extra) -> Producer:
-    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra}, KAFKA_VERSION))
+def producer(bootstrap: str, kafka_version: str = KAFKA_VERSION, **extra) -> Producer:
+    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra}, kafka_version))
 
 
-def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+def consumer(bootstrap: str, group: str, kafka_version: str = KAFKA_VERSION, **extra) -> Consumer:
     cfg = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
            "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 5000}
     cfg.update(extra)
-    return Consumer(client_config(cfg, KAFKA_VERSION))
+    return Consumer(client_config(cfg, kafka_version))
 
 
 def produce(bootstrap: str, topic: str, per_partition: dict[int, int], value: bytes = b"x",
-            prod: Producer | None = None) -> None:
+            prod: Producer | None = None, kafka_version: str = KAFKA_VERSION) -> None:
     """Produce exactly per_partition[p] records to each partition p, and wait for them."""
-    p = prod or producer(bootstrap)
+    p = prod or producer(bootstrap, kafka_version)
     for part, n in per_partition.items():
         for i in range(n):
             p.produce(topic, value=value, key=str(i).encode(), partition=part)
@@ -58,18 +58,20 @@ def produce(bootstrap: str, topic: str, per_partition: dict[int, int], value: by
         raise RuntimeError(f"{left} record(s) to {topic} were not acknowledged in 60s")
 
 
-def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> None:
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int],
+           kafka_version: str = KAFKA_VERSION) -> None:
     """Commit offsets for a group without joining it (a simple commit, as a stopped group leaves them)."""
-    c = consumer(bootstrap, group)
+    c = consumer(bootstrap, group, kafka_version)
     try:
         c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
     finally:
         c.close()
 
 
-def wait_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30) -> None:
+def wait_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30,
+               kafka_version: str = KAFKA_VERSION) -> None:
     """Auto-create a topic (0.9 has no CreateTopics) and wait until every partition has a leader."""
-    p = producer(bootstrap)
+    p = producer(bootstrap, kafka_version)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -94,10 +96,10 @@ class ConsumerThread(threading.Thread):
 
     def __init__(self, bootstrap: str, group: str, topics: Iterable[str],
                  handle: Callable | None = None, commit_every: float = 1.0, client_id: str | None = None,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, kafka_version: str = KAFKA_VERSION):
         super().__init__(daemon=True, name=f"consumer-{group}")
         extra = {"client.id": client_id} if client_id else {}
-        self.consumer = consumer(bootstrap, group, **extra)
+        self.consumer = consumer(bootstrap, group, kafka_version, **extra)
         self.topics = list(topics)
         self.handle = handle or (lambda msg: True)
         self.commit_every = commit_every
@@ -150,14 +152,15 @@ def not_poison(msg) -> bool:
     return msg.value() != POISON
 
 
-def run(bootstrap: str, rate: float, stop: threading.Event) -> None:
+def run(bootstrap: str, rate: float, stop: threading.Event, kafka_version: str = KAFKA_VERSION) -> None:
+    v = kafka_version
     for topic in ("orders", "payments", "inventory", "audit-log"):
-        wait_topic(bootstrap, topic)
-    prod = producer(bootstrap)
+        wait_topic(bootstrap, topic, kafka_version=v)
+    prod = producer(bootstrap, v)
 
     # the stopped group: read part of audit-log once, commit, leave
     produce(bootstrap, "audit-log", {0: 50, 1: 50, 2: 50}, prod=prod)
-    commit(bootstrap, "reporting", {("audit-log", p): 40 for p in range(3)})
+    commit(bootstrap, "reporting", {("audit-log", p): 40 for p in range(3)}, v)
 
     # the poison record, at the current end of inventory-0
     produce(bootstrap, "inventory", {0: 5, 1: 5, 2: 5}, prod=prod)
@@ -165,11 +168,11 @@ def run(bootstrap: str, rate: float, stop: threading.Event) -> None:
     prod.flush(30)
 
     threads = [
-        ConsumerThread(bootstrap, "billing", ["orders"], client_id="billing-1", stop=stop),
-        ConsumerThread(bootstrap, "fraud-check", ["payments"], client_id="fraud-check-1", stop=stop),
-        ConsumerThread(bootstrap, "ledger", ["orders", "payments"], client_id="ledger-1", stop=stop),
+        ConsumerThread(bootstrap, "billing", ["orders"], client_id="billing-1", stop=stop, kafka_version=v),
+        ConsumerThread(bootstrap, "fraud-check", ["payments"], client_id="fraud-check-1", stop=stop, kafka_version=v),
+        ConsumerThread(bootstrap, "ledger", ["orders", "payments"], client_id="ledger-1", stop=stop, kafka_version=v),
         ConsumerThread(bootstrap, "inventory-sync", ["inventory"], handle=not_poison,
-                       client_id="inventory-sync-1", stop=stop),
+                       client_id="inventory-sync-1", stop=stop, kafka_version=v),
     ]
     for t in threads:
         t.start()
@@ -189,6 +192,7 @@ def run(bootstrap: str, rate: float, stop: threading.Event) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--kafka-version", default=KAFKA_VERSION, help="the cluster's Kafka version (client settings)")
     ap.add_argument("--rate", type=float, default=20.0, help="records per second per topic")
     ap.add_argument("--lab-marker", help="the lab folder (lets the lab find this process by PID file)")
     args = ap.parse_args(argv)
@@ -196,7 +200,7 @@ def main(argv=None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    run(args.bootstrap, args.rate, stop)
+    run(args.bootstrap, args.rate, stop, args.kafka_version)
     return 0
 
 

@@ -1,9 +1,10 @@
 """Shared fixtures. The environment is set here, before anything imports Airflow:
 the tests use their own Airflow home (.airflow-test, with its own PostgreSQL on 35432, database
-airflow_test) and their own lab fleet
-(.lab-test, ZooKeeper 32181, brokers 39092-39094), so they never touch the demo's.
-FLEET_TEST_PORT_OFFSET (default 0) shifts every test port, so two checkouts can run their suites
-side by side.
+airflow_test) and their own lab fleet in .lab-test (clusters labtest, lab39test, lab43test: Kafka
+0.9.0.1, 3.9.2 and 4.3.1 on the tests' ports of fleetlab/ports.py), so they never touch the demo's.
+A test starts only the clusters it asks for (fixtures `lab`, `lab_fleet`, `generation_lab`).
+FLEET_TEST_PORT_OFFSET (default 0; multiples of 1000 up to 5000) shifts every test port, so two
+checkouts can run their suites side by side.
 """
 
 from __future__ import annotations
@@ -29,10 +30,13 @@ os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-PORT_OFFSET = int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0"))
-os.environ["FLEET_AIRFLOW_PORT"] = str(38080 + PORT_OFFSET)  # the tests' own api-server (the demo uses 28080)
+from fleetlab import ports  # noqa: E402
+
+PORT_OFFSET = ports.test_offset()
+TEST_PORTS = ports.tests()
+os.environ["FLEET_AIRFLOW_PORT"] = str(TEST_PORTS.airflow_api)  # the tests' own api-server (the demo uses 28080)
 os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
-os.environ["FLEET_PG_PORT"] = str(35432 + PORT_OFFSET)
+os.environ["FLEET_PG_PORT"] = str(TEST_PORTS.postgres)
 os.environ["FLEET_PG_DATABASE"] = "airflow_test"
 
 from fleetlab import postgres  # noqa: E402
@@ -43,13 +47,17 @@ TEST_PG = postgres.PgSpec(home=TEST_AIRFLOW_HOME / "postgres", port=int(os.envir
 # read when something first imports airflow, already point at it
 os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = TEST_PG.url()
 
-from fleetlab.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.lab import Lab, LabSpec, fleet_specs  # noqa: E402
 
-TEST_LAB = LabSpec(lab_dir=str(REPO / ".lab-test"), name="labtest", zk_port=32181 + PORT_OFFSET,
-                   broker_base_port=39092 + PORT_OFFSET)
-os.environ.update(TEST_LAB.connection_env())
+#: the test fleet: cluster name -> LabSpec (.lab-test/<name>)
+TEST_FLEET = fleet_specs(REPO / ".lab-test", TEST_PORTS, suffix="test")
+TEST_LAB = TEST_FLEET["labtest"]
+#: the cluster of each Kafka generation, for tests parametrized over generations
+GENERATIONS = {"0.9": "labtest", "3.9": "lab39test", "4.3": "lab43test"}
+for _spec in TEST_FLEET.values():
+    os.environ.update(_spec.connection_env())
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-TEST_FLEET_FILE = Path(TEST_LAB.lab_dir) / "fleet.yaml"
+TEST_FLEET_FILE = REPO / ".lab-test" / "fleet.yaml"
 os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
 # runs that take the default data root (e.g. started by an asset watcher) never write the demo's ./data
 os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
@@ -84,27 +92,60 @@ class LabHandle:
 TEST_APPROVERS = ["admin", "approver"]
 
 
-def write_fleet_file(spec: LabSpec, path: Path, **cluster_overrides) -> Path:
-    doc = spec.fleet_document()
-    doc["clusters"][0]["approvers"] = list(TEST_APPROVERS)
-    doc["clusters"][0].update(cluster_overrides)
+def write_fleet_file(spec: LabSpec | list[LabSpec], path: Path, **cluster_overrides) -> Path:
+    """A fleet file of one lab cluster (or several), the test approvers and overrides on each."""
+    specs = spec if isinstance(spec, list) else [spec]
+    doc = {"version": 1, "clusters": []}
+    for one in specs:
+        entry = one.fleet_cluster()
+        entry["approvers"] = list(TEST_APPROVERS)
+        entry.update(cluster_overrides)
+        doc["clusters"].append(entry)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
 @pytest.fixture(scope="session")
-def lab():
-    """The real lab fleet (3 x Kafka 0.9.0.1 + ZooKeeper), started for the session and stopped
-    after it (unless it was already running, e.g. kept by FLEET_KEEP_LAB=1)."""
-    lab = Lab(TEST_LAB)
-    was_running = lab.running()
-    lab.up()
-    write_fleet_file(TEST_LAB, TEST_FLEET_FILE)
-    yield LabHandle(lab, TEST_FLEET_FILE)
-    if not was_running and not os.environ.get("FLEET_KEEP_LAB"):
-        lab.stop_traffic()
-        lab.down()
+def lab_fleet():
+    """Starts clusters of the test fleet on demand: `lab_fleet("lab39test")` returns its LabHandle.
+    The shared fleet file (FLEET_FILE) lists every cluster started so far. Clusters are stopped
+    at the end of the session (unless they were already running, or FLEET_KEEP_LAB=1)."""
+    handles: dict[str, LabHandle] = {}
+    started: list[Lab] = []
+
+    def get(name: str) -> LabHandle:
+        if name not in handles:
+            lab = Lab(TEST_FLEET[name])
+            if not lab.running():
+                started.append(lab)
+            lab.up()
+            handles[name] = LabHandle(lab, TEST_FLEET_FILE)
+            write_fleet_file([TEST_FLEET[n] for n in TEST_FLEET if n in handles], TEST_FLEET_FILE)
+        return handles[name]
+
+    yield get
+    if not os.environ.get("FLEET_KEEP_LAB"):
+        for lab in reversed(started):
+            try:
+                lab.stop_traffic()
+                print(f"{lab.spec.name}: {'; '.join(lab.down())}")
+            except Exception as e:  # noqa: BLE001 - stop the other clusters all the same
+                print(f"{lab.spec.name}: stopping failed: {e}")
+
+
+@pytest.fixture(scope="session")
+def lab(lab_fleet):
+    """The Kafka 0.9.0.1 cluster of the test fleet (3 brokers + ZooKeeper 3.4.6), started for the
+    session and stopped after it (unless it was already running, e.g. kept by FLEET_KEEP_LAB=1)."""
+    return lab_fleet("labtest")
+
+
+@pytest.fixture(params=list(GENERATIONS), ids=[f"kafka-{g}" for g in GENERATIONS])
+def generation_lab(request, lab_fleet):
+    """The test-fleet cluster of each Kafka generation (0.9 ZooKeeper, 3.9 ZooKeeper, 4.3 KRaft):
+    a test using it runs once per generation."""
+    return lab_fleet(GENERATIONS[request.param])
 
 
 @pytest.fixture(scope="session")

@@ -29,13 +29,13 @@ from fleetlab.lab import Lab, LabSpec
 from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
-from tests.conftest import PORT_OFFSET
+from tests.conftest import TEST_PORTS
 from tests.conftest import write_fleet_file
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark]
 
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-incident"), name="incident", zk_port=32381 + PORT_OFFSET, broker_base_port=39292 + PORT_OFFSET,
+SPEC = LabSpec(lab_dir=str(REPO / ".lab-incident"), name="incident", **TEST_PORTS.cluster("incident"),
                brokers=1, broker_overrides={"log.cleaner.dedupe.buffer.size": 2 * 1024 * 1024,
                                             "log.cleaner.backoff.ms": 2000},
                offsets_segment_bytes=8 * 1024 * 1024)

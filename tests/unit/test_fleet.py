@@ -137,28 +137,41 @@ def test_unknown_cluster_lists_known_ones():
         fleet.cluster("nope")
 
 
-def test_shipped_lab_fleet_matches_the_lab_it_describes():
-    """include/fleets/lab.yaml must describe what `fleetctl lab up` starts."""
+@pytest.mark.parametrize("name", ["lab", "lab39", "lab43"])
+def test_shipped_lab_fleet_matches_the_lab_it_describes(name):
+    """include/fleets/lab.yaml must describe what `fleetctl lab up` starts, cluster by cluster."""
+    from fleetlab.lab import fleet_specs
+
     fleet = load_fleet(REPO / "include" / "fleets" / "lab.yaml")
-    lab = fleet.cluster("lab")
-    spec = LabSpec()
-    generated = parse_fleet(yaml.safe_dump(spec.fleet_document()), path="gen").cluster("lab")
-    assert lab.kafka_conn_id == generated.kafka_conn_id == "lab_kafka"
+    assert [c.name for c in fleet.clusters] == ["lab", "lab39", "lab43"]
+    lab = fleet.cluster(name)
+    spec = fleet_specs()[name]
+    generated = parse_fleet(yaml.safe_dump(spec.fleet_document()), path="gen").cluster(name)
+    assert lab.kafka_conn_id == generated.kafka_conn_id == f"{name}_kafka"
+    assert lab.kafka_version == generated.kafka_version == spec.kafka_version
     assert lab.zookeeper == generated.zookeeper
+    assert (lab.zookeeper is None) == (name == "lab43")  # KRaft: no ZooKeeper
     assert lab.cleaner == generated.cleaner
     assert [b.log_dirs for b in lab.brokers] == [b.log_dirs for b in generated.brokers]
-    assert lab.kafka_version == "0.9.0.1" and lab.offsets_topic_partitions == 50
+    assert lab.offsets_topic_partitions == 50
 
     def absolute(bc):  # relative elements of the shipped file resolve against its folder
         return {cmd: [os.path.normpath(os.path.join(bc.cwd, a)) if a.startswith(".") else a
                       for a in getattr(bc, cmd)] for cmd in ("stop", "start", "set_config")}
 
     assert absolute(lab.broker_control) == absolute(generated.broker_control)
-    assert lab.broker_control.stop == ("../../.venv/bin/fleetctl", "lab", "stop-broker", "--lab-dir", "../../.lab",
-                                       "{broker}")
+    assert lab.broker_control.stop == ("../../.venv/bin/fleetctl", "lab", "stop-broker", "--lab-dir",
+                                       f"../../.lab/{name}", "{broker}")
     assert absolute(lab.broker_control)["set_config"] == [
-        str(REPO / ".venv" / "bin" / "fleetctl"), "lab", "broker-config", "--lab-dir", str(REPO / ".lab"), "{broker}",
-        "{key}={value}"]
+        str(REPO / ".venv" / "bin" / "fleetctl"), "lab", "broker-config", "--lab-dir", str(REPO / ".lab" / name),
+        "{broker}", "{key}={value}"]
+
+
+def test_lab_fleet_versions_come_from_the_pinned_distributions():
+    from fleetlab import dists, ports
+
+    assert {v for v, _, _ in ports.CLUSTERS.values()} == set(dists.DISTS)
+    assert [ports.CLUSTERS[n][1] for n in ("lab", "lab39", "lab43")] == ["zookeeper", "zookeeper", "kraft"]
 
 
 def test_lab_fleet_document_escapes_braces_in_its_paths():

@@ -1,0 +1,135 @@
+"""The lab fleet's plan: pinned distributions, the port plan, broker settings per generation."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import pytest
+
+from fleetkit.core.errors import LabError
+from fleetlab import dists, ports
+from fleetlab.lab import LabSpec, fleet_specs
+
+
+def _all_ports(plan: ports.PortPlan) -> list[int]:
+    out = [plan.airflow_api, plan.postgres, plan.redis, plan.spark_master, plan.spark_master_ui]
+    for i in range(2):
+        out += [plan.celery_log_server(i), plan.spark_worker(i), plan.spark_worker_ui(i)]
+    for name in list(ports.CLUSTERS) + list(ports.SINGLE_PURPOSE):
+        c = plan.cluster(name)
+        out.append(c["zk_port"])
+        out += [c["broker_base_port"] + i for i in range(3)] + [c["controller_base_port"] + i for i in range(3)]
+    return out
+
+
+def test_port_plan_has_no_collision_within_or_between_the_demo_and_test_labs():
+    plans = {"demo": ports.DEMO, **{f"tests+{o}": ports.PortPlan(30000 + o) for o in range(0, 6000, 1000)}}
+    for name, plan in plans.items():
+        used = _all_ports(plan)
+        assert len(used) == len(set(used)), f"{name} uses a port twice"
+        assert all(1024 < p < 65536 for p in used)
+        # no product's default port: a real service on the machine never collides with the lab
+        assert not set(used) & {2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793}
+    for (a, pa), (b, pb) in itertools.combinations(plans.items(), 2):
+        assert not set(_all_ports(pa)) & set(_all_ports(pb)), f"{a} and {b} share a port"
+
+
+def test_fleet_specs_take_versions_and_ports_from_the_plan(tmp_path):
+    specs = fleet_specs(tmp_path, ports.PortPlan(31000), suffix="test")
+    assert list(specs) == ["labtest", "lab39test", "lab43test"]
+    assert [s.kafka_version for s in specs.values()] == ["0.9.0.1", "3.9.2", "4.3.1"]
+    assert [s.mode for s in specs.values()] == ["zookeeper", "zookeeper", "kraft"]
+    assert specs["lab39test"].bootstrap == "127.0.0.1:40192,127.0.0.1:40193,127.0.0.1:40194"
+    assert specs["lab43test"].controller_port(2) == 40344
+    assert {s.lab_dir for s in specs.values()} == {str(tmp_path / n) for n in specs}
+
+
+def test_broker_settings_per_generation(tmp_path):
+    specs = fleet_specs(tmp_path, ports.DEMO)
+    old, zk39, kraft = (specs[n].broker_props(1) for n in ("lab", "lab39", "lab43"))
+    # 0.9: host.name/port, offsets segment size set on the topic (0.9 ignores the broker setting)
+    assert old["port"] == "29093" and "offsets.topic.segment.bytes" not in old
+    assert "group.initial.rebalance.delay.ms" not in old  # 0.9 does not know it
+    for modern in (zk39, kraft):
+        assert modern["group.initial.rebalance.delay.ms"] == "0"
+        assert modern["auto.leader.rebalance.enable"] == "false"
+        assert modern["offsets.topic.segment.bytes"] == str(100 * 1024 * 1024)
+        assert "port" not in modern and "host.name" not in modern
+    assert zk39["zookeeper.connect"] == "127.0.0.1:22281/kafka" and zk39["broker.id"] == "1"
+    assert "zookeeper.connect" not in kraft and "broker.id" not in kraft
+    assert kraft["process.roles"] == "broker,controller" and kraft["node.id"] == "1"
+    assert kraft["controller.quorum.voters"] == "0@127.0.0.1:29342,1@127.0.0.1:29343,2@127.0.0.1:29344"
+    assert kraft["listeners"] == "PLAINTEXT://127.0.0.1:29293,CONTROLLER://127.0.0.1:29343"
+    assert kraft["group.coordinator.rebalance.protocols"] == "classic,consumer"
+    assert int(kraft["group.consumer.min.session.timeout.ms"]) <= 3000
+
+
+def test_connections_and_fleet_entries_per_generation(tmp_path):
+    specs = fleet_specs(tmp_path, ports.DEMO)
+    assert set(specs["lab43"].connection_env()) == {"AIRFLOW_CONN_LAB43_KAFKA"}
+    assert set(specs["lab39"].connection_env()) == {"AIRFLOW_CONN_LAB39_KAFKA", "AIRFLOW_CONN_LAB39_ZOOKEEPER"}
+    assert "zookeeper" not in specs["lab43"].fleet_cluster()
+    assert "cleaner" in specs["lab"].fleet_cluster()  # 0.9 cannot report its cleaner settings
+    assert "cleaner" not in specs["lab39"].fleet_cluster()
+
+
+def test_client_settings_get_the_old_protocol_fallbacks_only_on_0_9(tmp_path):
+    specs = fleet_specs(tmp_path, ports.DEMO)
+    assert specs["lab"].client_config()["api.version.request"] is False
+    assert specs["lab"].client_config()["broker.version.fallback"] == "0.9.0"
+    for name in ("lab39", "lab43"):
+        cfg = specs[name].client_config()
+        assert "api.version.request" not in cfg and "broker.version.fallback" not in cfg
+
+
+def test_a_saved_lab_keeps_its_overrides_and_cluster_id(tmp_path):
+    spec = LabSpec(lab_dir=str(tmp_path / "lab43"), name="lab43", kafka_version="4.3.1",
+                   cluster_id="AAAAAAAAAAAAAAAAAAAAAA", broker_overrides={"log.cleaner.threads": 2})
+    spec.save()
+    again = fleet_specs(tmp_path, ports.DEMO)["lab43"]
+    assert again.cluster_id == "AAAAAAAAAAAAAAAAAAAAAA"
+    assert again.broker_props(0)["log.cleaner.threads"] == "2"
+
+
+def test_unknown_kafka_version_is_a_clear_error():
+    with pytest.raises(LabError, match=r"no Kafka '2.0.0'.*0.9.0.1, 3.9.2, 4.3.1"):
+        LabSpec(kafka_version="2.0.0").dist
+
+
+def _jar(folder, name, content):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(content)
+    return hashlib.sha256(content).hexdigest()
+
+
+def test_jars_are_checked_against_the_pinned_checksums(tmp_path):
+    libs = tmp_path / "libs"
+    pinned = {"kafka.jar": _jar(libs, "kafka.jar", b"real"), "zk.jar": _jar(libs, "zk.jar", b"zk")}
+    dists.verify("9.9.9", libs, pinned)  # all match: no error
+    (libs / "kafka.jar").write_bytes(b"tampered")
+    _jar(libs, "extra.jar", b"?")
+    (libs / "zk.jar").unlink()
+    with pytest.raises(LabError) as e:
+        dists.verify("9.9.9", libs, pinned)
+    text = str(e.value)
+    assert "missing zk.jar" in text and "unexpected extra.jar" in text
+    assert f"checksum of kafka.jar is {hashlib.sha256(b'tampered').hexdigest()}, pinned {pinned['kafka.jar']}" in text
+
+
+def test_every_distribution_is_pinned_in_the_checksum_file():
+    pinned = dists.read_checksums()
+    assert set(pinned) == set(dists.DISTS)
+    for version, dist in dists.DISTS.items():
+        assert dist.marker_jar in pinned[version]
+        assert all(len(d) == 64 for d in pinned[version].values())
+    assert "zookeeper-3.8.4.jar" in pinned["3.9.2"]  # 3.9's own ZooKeeper comes with its tree
+    assert {"log4j-core-2.25.4.jar", "log4j-slf4j-impl-2.25.4.jar"} <= set(pinned["4.3.1"])
+    assert {"reload4j-1.2.25.jar", "slf4j-reload4j-1.7.36.jar"} <= set(pinned["3.9.2"])
+
+
+def test_a_malformed_checksum_line_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "sums"
+    bad.write_text("# comment\nabc\n")
+    with pytest.raises(LabError, match=r"sums:2: expected"):
+        dists.read_checksums(bad)
