@@ -45,13 +45,24 @@ TARGET_SECONDS = 10.0
 
 
 def bench_lab(cluster: str) -> tuple[Lab, str]:
-    """(the benchmark's own lab for `cluster`'s generation, its Kafka version)."""
-    if cluster != "lab":
-        raise SystemExit(f"--cluster {cluster!r}: this checkout's lab starts only `lab` (Kafka 0.9.0.1)")
-    plan = ports.tests().cluster("bench")
-    spec = LabSpec(lab_dir=str(REPO / ".lab-bench-collect"), name="bench",
-                   zk_port=plan["zk_port"], broker_base_port=plan["broker_base_port"])
-    return Lab(spec), "0.9.0.1"
+    """(the benchmark's own lab for `cluster`'s Kafka generation, its Kafka version): the
+    single-purpose `bench` slot of the tests' port plan, one generation at a time, in
+    .lab-bench-collect/<cluster>."""
+    if cluster not in ports.CLUSTERS:
+        raise SystemExit(f"--cluster {cluster!r}: not a cluster of the lab fleet ({', '.join(ports.CLUSTERS)})")
+    version = ports.CLUSTERS[cluster][0]
+    folder = REPO / ".lab-bench-collect" / cluster
+    spec = LabSpec.load(folder) if (folder / "lab.json").exists() else LabSpec(lab_dir=str(folder))
+    spec.lab_dir, spec.name, spec.kafka_version = str(folder), f"bench-{cluster}", version
+    for key, value in ports.tests().cluster("bench").items():
+        setattr(spec, key, value)
+    for other in ports.CLUSTERS:
+        if other != cluster:
+            peer = REPO / ".lab-bench-collect" / other
+            if (peer / "lab.json").exists() and Lab(LabSpec.load(peer)).running():
+                raise SystemExit(f"the benchmark lab of {other} is running on the same ports: stop it first "
+                                 f"(fleetctl lab down --lab-dir {peer})")
+    return Lab(spec), version
 
 
 def prepare(bootstrap: str, version: str, groups: int) -> list[str]:

@@ -12,10 +12,10 @@ from fleetlab import traffic
 
 from tests.helpers import committed_offsets
 
-#: every generation of the lab fleet
-GENERATIONS = ["lab"]
-#: those with a ZooKeeper (faults of the ZooKeeper session exist only there)
-ZOOKEEPER_GENERATIONS = ["lab"]
+#: every generation of the test fleet: Kafka generation -> cluster (tests/conftest.py GENERATIONS)
+GENERATIONS = {"0.9": "labtest", "3.9": "lab39test", "4.3": "lab43test"}
+#: those with a ZooKeeper (faults of the ZooKeeper session exist only there; 4.3 runs KRaft)
+ZOOKEEPER_GENERATIONS = {"0.9": "labtest", "3.9": "lab39test"}
 
 
 @dataclass
@@ -40,27 +40,29 @@ class Target:
         return "Dead" if self.cluster.version_tuple < (0, 10, 1) else "Empty"
 
     def wait_topic(self, topic: str) -> None:
-        traffic.wait_topic(self.bootstrap, topic)
+        """Create a 3-partition topic and wait for its leaders."""
+        self.handle.lab.create_topic(topic, 3)
+        traffic.wait_topic(self.bootstrap, topic, kafka_version=self.version)
 
     def produce(self, topic: str, per_partition: dict[int, int]) -> None:
-        traffic.produce(self.bootstrap, topic, per_partition)
+        traffic.produce(self.bootstrap, topic, per_partition, kafka_version=self.version)
 
     def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        traffic.commit(self.bootstrap, group, offsets)
+        traffic.commit(self.bootstrap, group, offsets, kafka_version=self.version)
 
     def consumer_thread(self, group: str, topics: list[str], client_id: str):
-        return traffic.ConsumerThread(self.bootstrap, group, topics, client_id=client_id)
+        return traffic.ConsumerThread(self.bootstrap, group, topics, client_id=client_id, kafka_version=self.version)
 
     def committed(self, group: str, topic: str) -> dict[int, int]:
         return committed_offsets(self.bootstrap, group, topic, kafka_version=self.version)
 
 
-def target_fixture(names: list[str]):
-    """A fixture parametrized over `names`, giving a Target of each."""
+def target_fixture(generations: dict[str, str]):
+    """A fixture parametrized over `generations` (Kafka generation -> test-fleet cluster), giving a
+    Target of each (started through the conftest's lab_fleet)."""
 
-    @pytest.fixture(params=names)
-    def fixture(request):
-        assert request.param == "lab"
-        return Target(request.getfixturevalue("lab"))
+    @pytest.fixture(params=list(generations), ids=[f"kafka-{g}" for g in generations])
+    def fixture(request, lab_fleet):
+        return Target(lab_fleet(generations[request.param]))
 
     return fixture

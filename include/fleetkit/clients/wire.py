@@ -8,21 +8,27 @@ ownership check needs. So this module speaks, over plain TCP:
   0.10 on answer it. 0.9 does not know it: it logs an error and leaves the request unanswered
   (other old servers close the connection or answer an error); after API_VERSIONS_TIMEOUT, a
   close or an error answer the broker is spoken to in version 0 only. Callers that know the
-  cluster predates 0.10 (the fleet file's kafka_version) skip the question (api_versions=False). Kafka 4.0 removed the version 0 of FindCoordinator and DescribeGroups, so the
-  version is chosen per broker: the highest both sides support (FindCoordinator v0-v4,
-  DescribeGroups v0-v5).
+  cluster predates 0.10 (the fleet file's kafka_version) skip the question (api_versions=False).
+  Brokers drop old request versions over time (Kafka 4.0 dropped many, KIP-896; 4.3.1 still
+  accepts v0 of FindCoordinator and DescribeGroups), so each request goes out in the highest
+  version both sides speak: FindCoordinator v0-v4, DescribeGroups v0-v5 (v6 answers
+  GROUP_ID_NOT_FOUND for unknown groups where v0-v5 say Dead), Metadata v7-v8 (leader epochs).
 * FindCoordinator (API key 10): any broker names the coordinator of a group (node id, host,
   port) or answers an error (COORDINATOR_NOT_AVAILABLE when the partition has no leader). From
   v4 one request carries many groups.
 * DescribeGroups (API key 15), sent to that named broker: the broker's own answer for the group
-  (state and members, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS).
+  (state and members with their consumer-protocol assignments, or NOT_COORDINATOR /
+  COORDINATOR_LOAD_IN_PROGRESS).
+* Metadata (API key 3, v7+): partition leaders with their leader epochs, for clusters without
+  ZooKeeper (KRaft).
 
 Requests are pipelined on one connection per broker (a broker answers in request order), so a
 thousand groups cost a few round trips. Only PLAINTEXT listeners are supported; for TLS or SASL
 clusters `supported()` is False and callers use the admin client's describe instead.
 
 Schemas: Kafka's clients/src/main/resources/common/message/{RequestHeader, ResponseHeader,
-ApiVersions*, FindCoordinator*, DescribeGroups*}.json. Flexible versions (FindCoordinator v3+,
+ApiVersions*, FindCoordinator*, DescribeGroups*, Metadata*, ConsumerProtocolAssignment}.json.
+Flexible versions (FindCoordinator v3+,
 DescribeGroups v5+) use request header v2 / response header v1, compact strings, arrays and
 bytes (unsigned varint length + 1) and tagged fields; ApiVersions responses always use
 response header v0.
