@@ -75,9 +75,25 @@ def prepare(bootstrap: str, version: str, groups: int) -> list[str]:
         admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, version))
         existing = set(admin.list_topics(timeout=30).topics)
         todo = [NewTopic(n, 3, 1) for n in names if n not in existing]
-        for chunk in range(0, len(todo), 200):
-            for _, fut in admin.create_topics(todo[chunk:chunk + 200], request_timeout=60).items():
-                fut.result(timeout=120)
+        for chunk in range(0, len(todo), 50):
+            for name, fut in admin.create_topics(todo[chunk:chunk + 50], request_timeout=120).items():
+                try:
+                    fut.result(timeout=180)
+                except Exception as e:  # noqa: BLE001 - a slow controller times out; checked below
+                    print(f"prepare: creating {name}: {e}", flush=True)
+        deadline = time.monotonic() + 300
+        while True:  # every topic with 3 led partitions (a timed-out request may still have created it)
+            md = admin.list_topics(timeout=60).topics
+            missing = [n for n in names if n not in md or len(md[n].partitions) < 3
+                       or any(p.leader < 0 for p in md[n].partitions.values())]
+            if not missing:
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{len(missing)} bench topics have no leaders after 300s, e.g. {missing[:3]}")
+            for chunk in range(0, len(missing), 50):
+                admin.create_topics([NewTopic(n, 3, 1) for n in missing[chunk:chunk + 50] if n not in md],
+                                    request_timeout=120)
+            time.sleep(2)
     for chunk in range(0, groups, 100):
         for name in names[chunk:chunk + 100]:
             for p in range(3):
@@ -103,7 +119,7 @@ def prepare(bootstrap: str, version: str, groups: int) -> list[str]:
 
 
 STEPS = {KafkaCluster: ("list_groups", "describe_groups", "committed_offsets", "log_offsets", "coordinators",
-                        "metadata"),
+                        "leader_epochs", "metadata"),
          ZooKeeperCluster: ("partition_states",)}
 
 
