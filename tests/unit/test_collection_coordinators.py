@@ -22,6 +22,9 @@ class FakeKafka:
         self.leaders = leaders
         self.asked = []
 
+    def leader_epochs(self, topics):
+        return None  # brokers whose metadata carries no leader epochs: the admin client's metadata
+
     def metadata(self, topics=None):
         self.asked.append(sorted(topics))
         md = Metadata(brokers={1: "b1", 2: "b2"}, controller_id=1)

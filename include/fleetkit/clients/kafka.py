@@ -19,6 +19,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaExcep
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from fleetkit.core.errors import ClusterUnreachable
+from fleetkit.core.fleet import version_tuple
 
 if TYPE_CHECKING:
     from fleetkit.clients import wire as kafka_wire
@@ -39,6 +40,12 @@ _STATE_NAMES = {
     "COMPLETING_REBALANCING": "CompletingRebalance",
     "COMPLETING_REBALANCE": "CompletingRebalance",
     "AWAITINGSYNC": "CompletingRebalance",
+    # the brokers' own spellings (the wire protocol's DescribeGroups)
+    "PREPARINGREBALANCE": "PreparingRebalance",
+    "COMPLETINGREBALANCE": "CompletingRebalance",
+    # KIP-848 consumer groups (Kafka 4)
+    "ASSIGNING": "Assigning",
+    "RECONCILING": "Reconciling",
     "UNKNOWN": "Unknown",
 }
 
@@ -55,17 +62,48 @@ _rdlog = logging.getLogger("fleetkit.librdkafka")
 _rdlog.addFilter(_LibrdkafkaLog())
 
 
+#: the first Kafka version whose brokers answer ApiVersions (librdkafka then negotiates by itself)
+API_VERSIONS_SINCE = (0, 10)
+
+
+def parse_version(kafka_version: str) -> tuple[int, ...]:
+    """'0.9.0.1' -> (0, 9, 0, 1); ValueError naming the value otherwise."""
+    try:
+        parts = version_tuple(str(kafka_version).strip())
+    except ValueError:
+        parts = ()
+    if len(parts) < 2:
+        raise ValueError(f"kafka_version {kafka_version!r} is not a version like 0.9.0.1, 3.9.2 or 4.3.1")
+    return parts
+
+
+def _is_false(value) -> bool:
+    return str(value).strip().lower() in ("false", "0", "no")
+
+
 def client_config(base: dict, kafka_version: str | None = None) -> dict:
-    """Return a librdkafka config for a cluster, adding 0.9-era protocol fallbacks when needed."""
+    """Return a librdkafka config for a cluster running `kafka_version`.
+
+    Before 0.10 the brokers cannot answer ApiVersions: the client is told the version
+    (api.version.request=false, broker.version.fallback; the connection may override both).
+    From 0.10 on librdkafka negotiates every request version itself and neither is added; a
+    connection that turns ApiVersions off for such a cluster is refused (librdkafka would then speak
+    the oldest request versions, which Kafka 4 no longer accepts)."""
     cfg = dict(base)
     if not cfg.get("bootstrap.servers"):
         raise ValueError("the Kafka connection has no bootstrap.servers in its config")
     if kafka_version:
-        parts = tuple(int(p) for p in kafka_version.split("."))
-        if parts < (0, 10):
+        parts = parse_version(kafka_version)
+        if parts < API_VERSIONS_SINCE:
             cfg.setdefault("api.version.request", False)
             # librdkafka accepts 0.9.0 / 0.8.x here, not four-part versions
             cfg.setdefault("broker.version.fallback", ".".join(str(p) for p in parts[:3]))
+        elif "api.version.request" in cfg and _is_false(cfg["api.version.request"]):
+            raise ValueError(
+                f"the Kafka connection sets api.version.request={cfg['api.version.request']} but the cluster runs "
+                f"Kafka {kafka_version}, whose brokers answer ApiVersions (Kafka 4 refuses the old request versions "
+                f"that setting forces): remove api.version.request and broker.version.fallback from the "
+                f"connection's extra, or correct the fleet file's kafka_version")
     cfg.setdefault("logger", _rdlog)
     return cfg
 
@@ -136,6 +174,18 @@ def strip_host(host: str | None) -> str:
     return h
 
 
+def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
+    """A GroupDescription from the wire probe's answer: the coordinator the lookup named and what
+    that broker described (state by Kafka's name, members with their assignments)."""
+    if answer.error:
+        return GroupDescription(group=answer.group, state="Unknown", coordinator_id=answer.coordinator_id,
+                                error=answer.error)
+    members = tuple(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.client_host),
+                           assignment=m.assignment) for m in answer.described)
+    return GroupDescription(group=answer.group, state=state_name(answer.state or "Unknown"),
+                            coordinator_id=answer.coordinator_id, members=members)
+
+
 def _remaining(deadline: float) -> float:
     return max(0.1, deadline - time.monotonic())
 
@@ -152,6 +202,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return str(self.config.get("bootstrap.servers"))
+
+    @property
+    def asks_api_versions(self) -> bool:
+        """False when the config says the brokers cannot answer ApiVersions (Kafka before 0.10)."""
+        return str(self.config.get("api.version.request", True)).lower() not in ("false", "0")
 
     @property
     def admin(self) -> AdminClient:
@@ -173,11 +228,35 @@ class KafkaCluster:
         if not kafka_wire.supported(self.config):
             return None
         try:
-            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout)
+            return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout,
+                                    api_versions=self.asks_api_versions)
         except ConnectionError as e:
             raise self._unreachable("the coordinator lookup", e) from None
 
+    def describe_with_coordinators(self, groups: Iterable[str]) -> tuple[dict[str, GroupDescription],
+                                                                         dict[str, "kafka_wire.Answer"] | None]:
+        """(descriptions, coordinator answers) in one pass: on PLAINTEXT listeners the wire probe's
+        lookup and DescribeGroups give both; elsewhere the admin client describes and the answers
+        are None."""
+        answers = self.coordinators(groups)
+        if answers is None:
+            return self.describe_groups(groups), None
+        return {g: description_from_answer(a) for g, a in answers.items()}, answers
+
     # -- metadata -------------------------------------------------------------------------
+    def leader_epochs(self, topics: Iterable[str]) -> "tuple[list[kafka_wire.PartitionLeader], dict[str, str]] | None":
+        """Partitions of `topics` with leader, leader epoch and ISR, and {topic: error} (Metadata v7+
+        on the wire; topics are never auto-created). None when the listener is not PLAINTEXT or the
+        brokers predate leader epochs in metadata (Kafka 1.0)."""
+        from fleetkit.clients import wire as kafka_wire
+
+        if not kafka_wire.supported(self.config) or not self.asks_api_versions:
+            return None
+        try:
+            return kafka_wire.partition_leaders(self.bootstrap, topics, timeout=self.timeout)
+        except ConnectionError as e:
+            raise self._unreachable("a metadata request", e) from None
+
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
         try:
             if topics is None:

@@ -1,8 +1,9 @@
 """Where the partition leaders are: leader, ISR and epochs of a topic's partitions, read one way.
 
 ZooKeeper when the cluster has one (its partition state znodes carry the leader and controller
-epochs, and they answer even when the leader broker does not), else a metadata request (no
-epochs). ``offsets_topic_state`` is that read for __consumer_offsets, the question every
+epochs, and they answer even when the leader broker does not), else a metadata request: on the
+wire (Metadata v7+, with leader epochs; KRaft clusters have no controller epoch per partition)
+when the brokers speak it, else through the admin client (no epochs). ``offsets_topic_state`` is that read for __consumer_offsets, the question every
 capability asks ("which broker leads the partition that coordinates this group?");
 ``partition_leaders`` is the same read for any topics (the collection records the leaders of
 the topics it snapshots too).
@@ -30,8 +31,8 @@ class LeaderState:
     partition: int
     leader: int                   # -1: no leader
     isr: tuple[int, ...]
-    leader_epoch: int | None      # None when read from metadata
-    controller_epoch: int | None  # None when read from metadata
+    leader_epoch: int | None      # None when the metadata read carries none (brokers before 1.0, TLS/SASL)
+    controller_epoch: int | None  # None when read from metadata (ZooKeeper only)
     source: str                   # "zookeeper" | "metadata"
 
 
@@ -50,6 +51,18 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
         problems.extend(f"zookeeper: {p}" for p in zk_problems)
         return [LeaderState(s.topic, s.partition, s.leader, tuple(s.isr), s.leader_epoch, s.controller_epoch,
                             "zookeeper") for s in states]
+    epochs = kafka.leader_epochs(topics)
+    if epochs is not None:
+        parts, errors = epochs
+        for t, err in sorted(errors.items()):
+            problems.append(f"topic {t!r}: metadata answered {err}")
+        out = []
+        for pl in sorted(parts, key=lambda x: (x.topic, x.partition)):
+            if pl.leader < 0:
+                problems.append(f"partition {pl.topic}-{pl.partition} has no leader")
+            out.append(LeaderState(pl.topic, pl.partition, pl.leader, pl.isr,
+                                   pl.leader_epoch if pl.leader_epoch >= 0 else None, None, "metadata"))
+        return out
     out = []
     md = kafka.metadata(topics)
     for (t, p), pm in sorted(md.partitions.items()):

@@ -1,35 +1,73 @@
-"""Ask the cluster who coordinates a group, and ask that broker itself: two requests on the wire.
+"""Ask the cluster who coordinates a group, and ask that broker itself: requests on the wire.
 
 confluent-kafka hides the coordinator lookup: when DescribeGroups fails (NOT_COORDINATOR while a
 partition loads, say) it reports the error but not which broker it asked, which is exactly what an
-ownership check needs. So this module speaks the two version-0 requests every broker from 0.9 to
-3.x answers, over plain TCP:
+ownership check needs. So this module speaks, over plain TCP:
 
-* GroupCoordinator / FindCoordinator v0 (API key 10): any broker names the coordinator of a group
-  (node id, host, port) or answers an error (COORDINATOR_NOT_AVAILABLE when the partition has no
-  leader).
-* DescribeGroups v0 (API key 15), sent to that named broker: the broker's own answer for the group
-  (state and members, or NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS).
+* ApiVersions v0 (API key 18): which versions of each request the broker accepts. Brokers from
+  0.10 on answer it. 0.9 does not know it: it logs an error and leaves the request unanswered
+  (other old servers close the connection or answer an error); after API_VERSIONS_TIMEOUT, a
+  close or an error answer the broker is spoken to in version 0 only. Callers that know the
+  cluster predates 0.10 (the fleet file's kafka_version) skip the question (api_versions=False).
+  Brokers drop old request versions over time (Kafka 4.0 dropped many, KIP-896; 4.3.1 still
+  accepts v0 of FindCoordinator and DescribeGroups), so each request goes out in the highest
+  version both sides speak: FindCoordinator v0-v4, DescribeGroups v0-v5 (v6 answers
+  GROUP_ID_NOT_FOUND for unknown groups where v0-v5 say Dead), Metadata v7-v8 (leader epochs).
+* FindCoordinator (API key 10): any broker names the coordinator of a group (node id, host,
+  port) or answers an error (COORDINATOR_NOT_AVAILABLE when the partition has no leader). From
+  v4 one request carries many groups.
+* DescribeGroups (API key 15), sent to that named broker: the broker's own answer for the group
+  (state and members with their consumer-protocol assignments, or NOT_COORDINATOR /
+  COORDINATOR_LOAD_IN_PROGRESS).
+* Metadata (API key 3, v7+): partition leaders with their leader epochs, for clusters without
+  ZooKeeper (KRaft).
 
 Requests are pipelined on one connection per broker (a broker answers in request order), so a
 thousand groups cost a few round trips. Only PLAINTEXT listeners are supported; for TLS or SASL
 clusters `supported()` is False and callers use the admin client's describe instead.
+
+Schemas: Kafka's clients/src/main/resources/common/message/{RequestHeader, ResponseHeader,
+ApiVersions*, FindCoordinator*, DescribeGroups*, Metadata*, ConsumerProtocolAssignment}.json.
+Flexible versions (FindCoordinator v3+,
+DescribeGroups v5+) use request header v2 / response header v1, compact strings, arrays and
+bytes (unsigned varint length + 1) and tagged fields; ApiVersions responses always use
+response header v0.
 """
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+log = logging.getLogger(__name__)
+
 ERRORS = {
     0: None, -1: "UNKNOWN_SERVER_ERROR", 7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS",
     15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 24: "INVALID_GROUP_ID",
     25: "UNKNOWN_MEMBER_ID", 30: "GROUP_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
+    3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 29: "TOPIC_AUTHORIZATION_FAILED",
+    42: "INVALID_REQUEST", 69: "GROUP_ID_NOT_FOUND",
 }
 UNREACHABLE = "COORDINATOR_UNREACHABLE"  # the named coordinator did not answer at all
+UNSUPPORTED = "UNSUPPORTED_VERSION"      # the broker accepts none of the versions spoken here
 MAX_STRING = 32767
+#: how long a broker may take to answer ApiVersions before it is taken for one that cannot (0.9)
+API_VERSIONS_TIMEOUT = 3.0
+
+API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS, METADATA = 18, 10, 15, 3
+API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups",
+             METADATA: "Metadata"}
+#: versions implemented here, per API key (inclusive). Metadata only from v7, the first with
+#: leader epochs (what ZooKeeper's partition state gives on ZooKeeper-mode clusters).
+IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8)}
+#: first flexible version, per API key
+FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9}
+#: FindCoordinator v4 carries many keys in one request
+BATCHED_FIND_FROM = 4
+KEY_TYPE_GROUP = 0
 
 
 def error_name(code: int) -> str | None:
@@ -56,6 +94,22 @@ def parse_servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
+def pick_version(api_key: int, broker: dict[int, tuple[int, int]] | None) -> int | None:
+    """The highest version of `api_key` both the broker and this module speak.
+
+    `broker` is the broker's ApiVersions answer ({api key: (min, max)}), or None for a broker
+    that cannot answer ApiVersions (0.9: version 0 of everything). None when there is no common
+    version."""
+    lo, hi = IMPLEMENTED[api_key]
+    if broker is None:
+        return 0 if lo == 0 else None
+    if api_key not in broker:
+        return None
+    b_lo, b_hi = broker[api_key]
+    lo, hi = max(lo, b_lo), min(hi, b_hi)
+    return hi if lo <= hi else None
+
+
 @dataclass
 class Answer:
     """What the cluster says about one group."""
@@ -67,54 +121,342 @@ class Answer:
     describe_error: str | None = None   # what the named coordinator itself answered
     state: str | None = None
     members: list[tuple[str, str, str]] = field(default_factory=list)  # (member_id, client_id, client_host)
+    described: tuple[GroupMember, ...] = ()  # the members as described, with their assignments
 
     @property
     def error(self) -> str | None:
         return self.lookup_error or self.describe_error
 
 
+@dataclass(frozen=True)
+class Coordinator:
+    """One key of a FindCoordinator answer."""
+
+    key: str
+    error: int
+    node_id: int
+    host: str | None
+    port: int
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    #: (topic, partition) pairs of a consumer-protocol member's assignment, sorted; None when the
+    #: broker sent none (the group is rebalancing, or it is not a consumer group)
+    assignment: tuple[tuple[str, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class DescribedGroup:
+    """One group of a DescribeGroups answer."""
+
+    error: int
+    group: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True)
+class PartitionLeader:
+    """One partition of a Metadata answer."""
+
+    topic: str
+    partition: int
+    error: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
 # -- encoding ---------------------------------------------------------------------------------
-def _string(s: str) -> bytes:
+def _utf8(s: str, what: str = "group id") -> bytes:
     b = s.encode("utf-8", "surrogatepass")
     if len(b) > MAX_STRING:
-        raise ValueError(f"group id of {len(b)} UTF-8 bytes is longer than Kafka's {MAX_STRING}")
-    return struct.pack(">h", len(b)) + b
+        raise ValueError(f"{what} of {len(b)} UTF-8 bytes is longer than Kafka's {MAX_STRING}")
+    return b
 
 
-def _request(api_key: int, correlation_id: int, body: bytes, client_id: str = "fleetkit") -> bytes:
-    payload = struct.pack(">hhi", api_key, 0, correlation_id) + _string(client_id) + body
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _string(s: str, flexible: bool = False) -> bytes:
+    b = _utf8(s)
+    return (_uvarint(len(b) + 1) if flexible else struct.pack(">h", len(b))) + b
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else struct.pack(">i", n)
+
+
+NO_TAGS = b"\x00"  # an empty tagged-field section
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, body: bytes, client_id: str = "fleetkit") -> bytes:
+    """A size-prefixed request: header v1 (v2 with its empty tagged fields for flexible
+    versions; the client id keeps its int16 length in both) followed by `body`."""
+    flexible = version >= FLEXIBLE_FROM[api_key]
+    header = struct.pack(">hhi", api_key, version, correlation_id) + _string(client_id)
+    if flexible:
+        header += NO_TAGS
+    payload = header + body
     return struct.pack(">i", len(payload)) + payload
 
 
-class _Reader:
+def api_versions_request(correlation_id: int) -> bytes:
+    """ApiVersions v0: no body."""
+    return encode_request(API_VERSIONS, 0, correlation_id, b"")
+
+
+def find_coordinator_body(version: int, keys: list[str]) -> bytes:
+    """FindCoordinator request body: one key up to v3 (v1+ adds KeyType, v3 is flexible), a
+    KeyType and the array of keys from v4."""
+    flexible = version >= FLEXIBLE_FROM[FIND_COORDINATOR]
+    if version >= BATCHED_FIND_FROM:
+        return (struct.pack(">b", KEY_TYPE_GROUP) + _array_len(len(keys), True)
+                + b"".join(_string(k, True) for k in keys) + NO_TAGS)
+    if len(keys) != 1:
+        raise ValueError(f"FindCoordinator v{version} carries exactly one key, not {len(keys)}")
+    body = _string(keys[0], flexible)
+    if version >= 1:
+        body += struct.pack(">b", KEY_TYPE_GROUP)
+    return body + (NO_TAGS if flexible else b"")
+
+
+def describe_groups_body(version: int, groups: list[str]) -> bytes:
+    """DescribeGroups request body: the group ids (v3+ adds IncludeAuthorizedOperations=false,
+    v5 is flexible)."""
+    flexible = version >= FLEXIBLE_FROM[DESCRIBE_GROUPS]
+    body = _array_len(len(groups), flexible) + b"".join(_string(g, flexible) for g in groups)
+    if version >= 3:
+        body += b"\x00"
+    return body + (NO_TAGS if flexible else b"")
+
+
+def metadata_body(version: int, topics: list[str]) -> bytes:
+    """Metadata request body (v7-v8): the topics, never auto-created; v8 asks for no authorized
+    operations."""
+    for t in topics:
+        _utf8(t, "topic name")
+    body = _array_len(len(topics), False) + b"".join(_string(t) for t in topics) + b"\x00"
+    if version >= 8:
+        body += b"\x00\x00"
+    return body
+
+
+# -- decoding ---------------------------------------------------------------------------------
+class Reader:
     def __init__(self, data: bytes):
         self.data, self.pos = data, 0
 
-    def int16(self) -> int:
-        (v,) = struct.unpack_from(">h", self.data, self.pos)
-        self.pos += 2
+    def _unpack(self, fmt: str, size: int) -> int:
+        (v,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += size
         return v
+
+    def int8(self) -> int:
+        return self._unpack(">b", 1)
+
+    def int16(self) -> int:
+        return self._unpack(">h", 2)
 
     def int32(self) -> int:
-        (v,) = struct.unpack_from(">i", self.data, self.pos)
-        self.pos += 4
-        return v
+        return self._unpack(">i", 4)
 
-    def string(self) -> str | None:
-        n = self.int16()
-        if n < 0:
-            return None
-        v = self.data[self.pos:self.pos + n].decode("utf-8", "replace")
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            if self.pos >= len(self.data):
+                raise struct.error("varint runs past the end of the response")
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise struct.error("varint longer than 5 bytes")
+
+    def _take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise struct.error(f"field of {n} bytes runs past the end of the response")
+        v = self.data[self.pos:self.pos + n]
         self.pos += n
         return v
 
-    def bytes_(self) -> None:
-        n = self.int32()
-        self.pos += max(n, 0)
+    def string(self, flexible: bool = False) -> str | None:
+        n = self.uvarint() - 1 if flexible else self.int16()
+        if n < 0:
+            return None
+        return self._take(n).decode("utf-8", "replace")
+
+    def skip_bytes(self, flexible: bool = False) -> None:
+        n = self.uvarint() - 1 if flexible else self.int32()
+        if n > 0:
+            self._take(n)
+
+    def bytes_(self, flexible: bool = False) -> bytes | None:
+        n = self.uvarint() - 1 if flexible else self.int32()
+        return None if n < 0 else self._take(n)
+
+    def array_len(self, flexible: bool = False) -> int:
+        n = self.uvarint() - 1 if flexible else self.int32()
+        return max(n, 0)  # -1: null array
+
+    def skip_tags(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint())
 
 
+def decode_consumer_assignment(data: bytes | None) -> tuple[tuple[str, int], ...] | None:
+    """The (topic, partition) pairs of a ConsumerProtocolAssignment (any version: later versions
+    only append fields), sorted; None for empty or unreadable bytes."""
+    if not data:
+        return None
+    try:
+        r = Reader(data)
+        r.int16()  # version
+        out = []
+        for _ in range(r.array_len()):
+            topic = r.string() or ""
+            out.extend((topic, r.int32()) for _ in range(r.array_len()))
+        return tuple(sorted(out))
+    except struct.error:
+        return None
+
+
+def response_reader(payload: bytes, flexible: bool) -> tuple[int, Reader]:
+    """(correlation id, reader at the body) of a response without its size prefix: header v0,
+    or v1 (with tagged fields) for flexible versions."""
+    r = Reader(payload)
+    cid = r.int32()
+    if flexible:
+        r.skip_tags()
+    return cid, r
+
+
+def decode_api_versions(payload: bytes) -> tuple[int, dict[int, tuple[int, int]]]:
+    """(error code, {api key: (min, max)}) of an ApiVersions v0 response (header v0)."""
+    _, r = response_reader(payload, False)
+    err = r.int16()
+    out = {}
+    for _ in range(r.array_len()):
+        key, lo, hi = r.int16(), r.int16(), r.int16()
+        out[key] = (lo, hi)
+    return err, out
+
+
+def decode_find_coordinator(version: int, payload: bytes, keys: list[str]) -> tuple[int, list[Coordinator]]:
+    """(correlation id, one Coordinator per key) of a FindCoordinator response; before v4 the
+    response names no key and answers for the single key sent (`keys`)."""
+    flexible = version >= FLEXIBLE_FROM[FIND_COORDINATOR]
+    cid, r = response_reader(payload, flexible)
+    if version >= 1:
+        r.int32()  # throttle time
+    if version >= BATCHED_FIND_FROM:
+        out = []
+        for _ in range(r.array_len(True)):
+            key = r.string(True)
+            node, host, port, err = r.int32(), r.string(True), r.int32(), r.int16()
+            r.string(True)  # error message
+            r.skip_tags()
+            out.append(Coordinator(key or "", err, node, host, port))
+        r.skip_tags()
+        return cid, out
+    err = r.int16()
+    if version >= 1:
+        r.string(flexible)  # error message
+    node, host, port = r.int32(), r.string(flexible), r.int32()
+    if flexible:
+        r.skip_tags()
+    return cid, [Coordinator(keys[0], err, node, host, port)]
+
+
+def decode_describe_groups(version: int, payload: bytes) -> tuple[int, list[DescribedGroup]]:
+    """(correlation id, the described groups) of a DescribeGroups response."""
+    flexible = version >= FLEXIBLE_FROM[DESCRIBE_GROUPS]
+    cid, r = response_reader(payload, flexible)
+    if version >= 1:
+        r.int32()  # throttle time
+    groups = []
+    for _ in range(r.array_len(flexible)):
+        err = r.int16()
+        g = r.string(flexible) or ""
+        state, ptype, proto = r.string(flexible) or "", r.string(flexible) or "", r.string(flexible) or ""
+        members = []
+        for _ in range(r.array_len(flexible)):
+            mid = r.string(flexible) or ""
+            instance = r.string(flexible) if version >= 4 else None
+            client_id, host = r.string(flexible) or "", r.string(flexible) or ""
+            r.skip_bytes(flexible)  # member metadata
+            assignment = r.bytes_(flexible)
+            if flexible:
+                r.skip_tags()
+            members.append(GroupMember(mid, instance, client_id, host,
+                                       decode_consumer_assignment(assignment) if ptype == "consumer" else None))
+        if version >= 3:
+            r.int32()  # authorized operations
+        if flexible:
+            r.skip_tags()
+        groups.append(DescribedGroup(err, g, state, ptype, proto, tuple(members)))
+    if flexible:
+        r.skip_tags()
+    return cid, groups
+
+
+def decode_metadata(version: int, payload: bytes) -> tuple[int, dict[int, str], dict[str, int], list[PartitionLeader]]:
+    """(correlation id, {broker id: host:port}, {topic: error code} of topics answered with an
+    error, partitions) of a Metadata v7-v8 response."""
+    cid, r = response_reader(payload, False)
+    r.int32()  # throttle time
+    brokers = {}
+    for _ in range(r.array_len()):
+        node, host, port = r.int32(), r.string(), r.int32()
+        r.string()  # rack
+        brokers[node] = f"{host}:{port}"
+    r.string()  # cluster id
+    r.int32()  # controller id
+    errors: dict[str, int] = {}
+    parts = []
+    for _ in range(r.array_len()):
+        terr, topic = r.int16(), r.string() or ""
+        r.int8()  # is internal
+        if terr:
+            errors[topic] = terr
+        for _ in range(r.array_len()):
+            perr, p, leader, epoch = r.int16(), r.int32(), r.int32(), r.int32()
+            replicas = tuple(r.int32() for _ in range(r.array_len()))
+            isr = tuple(r.int32() for _ in range(r.array_len()))
+            for _ in range(r.array_len()):
+                r.int32()  # offline replicas
+            parts.append(PartitionLeader(topic, p, perr, leader, epoch, replicas, isr))
+        if version >= 8:
+            r.int32()  # topic authorized operations
+    if version >= 8:
+        r.int32()  # cluster authorized operations
+    return cid, brokers, errors, parts
+
+
+# -- connections ------------------------------------------------------------------------------
 class _Connection:
     def __init__(self, host: str, port: int, timeout: float):
+        self.addr = f"{host}:{port}"
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.buf = b""
 
@@ -125,14 +467,14 @@ class _Connection:
         while len(self.buf) < n:
             chunk = self.sock.recv(max(65536, n - len(self.buf)))
             if not chunk:
-                raise ConnectionError("broker closed the connection")
+                raise ConnectionError(f"broker {self.addr} closed the connection")
             self.buf += chunk
         out, self.buf = self.buf[:n], self.buf[n:]
         return out
 
-    def response(self) -> _Reader:
+    def payload(self) -> bytes:
         (size,) = struct.unpack(">i", self._exact(4))
-        return _Reader(self._exact(size))
+        return self._exact(size)
 
     def close(self) -> None:
         try:
@@ -141,55 +483,160 @@ class _Connection:
             pass
 
 
-def _find_coordinators(conn: _Connection, groups: list[str], answers: dict[str, Answer], batch: int = 500) -> None:
-    for start in range(0, len(groups), batch):
-        chunk = groups[start:start + batch]
-        sendable = []
-        for i, g in enumerate(chunk):
-            try:
-                sendable.append((start + i, g, _request(10, start + i, _string(g))))
-            except ValueError as e:
-                answers[g].lookup_error = f"INVALID_GROUP_ID ({e})"
-        conn.send(b"".join(r for _, _, r in sendable))
-        for cid, g, _ in sendable:
-            r = conn.response()
-            if r.int32() != cid:
-                raise ConnectionError("responses out of order")
-            err = r.int16()
-            node, host, port = r.int32(), r.string(), r.int32()
-            a = answers[g]
-            if err:
-                a.lookup_error = error_name(err)
-            else:
-                a.coordinator_id, a.coordinator = node, f"{host}:{port}"
+class _Broker:
+    """A connection to one broker and the request versions it accepts (None: it cannot answer
+    ApiVersions, so version 0 of everything)."""
+
+    def __init__(self, host: str, port: int, timeout: float, api_versions: bool = True):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.conn = _Connection(host, port, timeout)
+        self.versions: dict[int, tuple[int, int]] | None = None
+        if api_versions:
+            self._negotiate()
+
+    def _negotiate(self) -> None:
+        try:
+            self.conn.sock.settimeout(min(self.timeout, API_VERSIONS_TIMEOUT))
+            self.conn.send(api_versions_request(-1))
+            payload = self.conn.payload()
+            self.conn.sock.settimeout(self.timeout)
+        except (ConnectionError, socket.timeout) as e:
+            # Kafka 0.9 leaves a request type it does not know unanswered; others close
+            log.info("broker %s:%s did not answer ApiVersions (%s): speaking version 0 to it", self.host, self.port,
+                     e or type(e).__name__)
+            self.conn.close()
+            self.conn = _Connection(self.host, self.port, self.timeout)
+            return
+        try:
+            err, versions = decode_api_versions(payload)
+        except struct.error as e:
+            raise ConnectionError(f"broker {self.host}:{self.port} answered ApiVersions unreadably: {e}") from None
+        if err and not versions:
+            log.debug("broker %s:%s answered ApiVersions with %s: speaking version 0", self.host, self.port,
+                      error_name(err))
+            return
+        self.versions = versions
+
+    def version(self, api_key: int) -> int | None:
+        v = pick_version(api_key, self.versions)
+        if v is None:
+            lo, hi = self.versions.get(api_key, (None, None)) if self.versions else (None, None)
+            log.warning("broker %s:%s accepts %s versions %s-%s, this client speaks %s-%s", self.host, self.port,
+                        API_NAMES[api_key], lo, hi, *IMPLEMENTED[api_key])
+        return v
+
+    def close(self) -> None:
+        self.conn.close()
 
 
-def _describe(conn: _Connection, groups: list[str], answers: dict[str, Answer], batch: int = 200) -> None:
-    for start in range(0, len(groups), batch):
-        chunk = groups[start:start + batch]
-        body = struct.pack(">i", len(chunk)) + b"".join(_string(g) for g in chunk)
-        conn.send(_request(15, start, body))
-        r = conn.response()
-        r.int32()
-        for _ in range(r.int32()):
-            err = r.int16()
-            g = r.string()
-            state, _ptype, _proto = r.string(), r.string(), r.string()
-            members = []
-            for _ in range(r.int32()):
-                mid, cid, host = r.string(), r.string(), r.string()
-                r.bytes_()
-                r.bytes_()
-                members.append((mid, cid, host))
-            if g in answers:
-                answers[g].describe_error = error_name(err)
-                answers[g].state = state if not err else None
-                answers[g].members = members
+def broker_versions(address: str, timeout: float = 10.0) -> dict[int, tuple[int, int]] | None:
+    """What one broker (host:port) answers to ApiVersions v0: {api key: (min, max)}, or None when
+    it cannot answer (0.9). For diagnostics and checks; `probe` asks by itself."""
+    ((host, port),) = parse_servers(address)
+    broker = _Broker(host, port, timeout)
+    try:
+        return broker.versions
+    finally:
+        broker.close()
 
 
-def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[str, Answer]:
+def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10.0,
+                      api_versions: bool = True) -> tuple[list[PartitionLeader], dict[str, str]] | None:
+    """(partitions with leader, leader epoch, replicas and ISR, {topic: error name}) of `topics`
+    from the first bootstrap server that answers; topics are never auto-created. None when that
+    broker speaks no Metadata version with leader epochs (before Kafka 1.0)."""
+    topics = sorted(set(topics))
+    last: Exception | None = None
+    for host, port in parse_servers(bootstrap):
+        try:
+            broker = _Broker(host, port, timeout, api_versions)
+        except OSError as e:
+            last = e
+            continue
+        try:
+            version = broker.version(METADATA) if broker.versions is not None else None
+            if version is None:
+                return None
+            broker.conn.send(encode_request(METADATA, version, 0, metadata_body(version, topics)))
+            _, _, errors, parts = decode_metadata(version, broker.conn.payload())
+            return parts, {t: error_name(e) or "" for t, e in errors.items()}
+        except (OSError, ConnectionError, struct.error) as e:
+            last = e
+        finally:
+            broker.close()
+    raise ConnectionError(f"no bootstrap server of {bootstrap} answered a metadata request: {last}")
+
+
+def _find_coordinators(broker: _Broker, groups: list[str], answers: dict[str, Answer]) -> None:
+    version = broker.version(FIND_COORDINATOR)
+    if version is None:
+        for g in groups:
+            answers[g].lookup_error = UNSUPPORTED
+        return
+    sendable = []
+    for g in groups:
+        try:
+            _utf8(g)
+            sendable.append(g)
+        except ValueError as e:
+            answers[g].lookup_error = f"INVALID_GROUP_ID ({e})"
+    conn = broker.conn
+    if version >= BATCHED_FIND_FROM:
+        batch = 500
+        chunks = [sendable[i:i + batch] for i in range(0, len(sendable), batch)]
+    else:
+        batch = 1
+        chunks = [[g] for g in sendable]
+    for start in range(0, len(chunks), 500):  # at most 500 requests in flight
+        window = chunks[start:start + 500]
+        conn.send(b"".join(encode_request(FIND_COORDINATOR, version, start + i, find_coordinator_body(version, keys))
+                           for i, keys in enumerate(window)))
+        for i, keys in enumerate(window):
+            cid, coords = decode_find_coordinator(version, conn.payload(), keys)
+            if cid != start + i:
+                raise ConnectionError(f"broker {conn.addr}: responses out of order")
+            for c in coords:
+                a = answers.get(c.key)
+                if a is None:
+                    continue
+                if c.error:
+                    a.lookup_error = error_name(c.error)
+                else:
+                    a.coordinator_id, a.coordinator = c.node_id, f"{c.host}:{c.port}"
+            if version >= BATCHED_FIND_FROM:
+                answered = {c.key for c in coords}
+                for g in keys:
+                    if g not in answered:
+                        answers[g].lookup_error = "NO_ANSWER"
+
+
+def _describe(broker: _Broker, groups: list[str], answers: dict[str, Answer], batch: int = 200) -> None:
+    version = broker.version(DESCRIBE_GROUPS)
+    if version is None:
+        for g in groups:
+            answers[g].describe_error = UNSUPPORTED
+        return
+    conn = broker.conn
+    chunks = [groups[i:i + batch] for i in range(0, len(groups), batch)]
+    conn.send(b"".join(encode_request(DESCRIBE_GROUPS, version, i, describe_groups_body(version, chunk))
+                       for i, chunk in enumerate(chunks)))
+    for i, _ in enumerate(chunks):
+        cid, described = decode_describe_groups(version, conn.payload())
+        if cid != i:
+            raise ConnectionError(f"broker {conn.addr}: responses out of order")
+        for d in described:
+            if d.group in answers:
+                a = answers[d.group]
+                a.describe_error = error_name(d.error)
+                a.state = d.state if not d.error else None
+                a.members = [(m.member_id, m.client_id, m.client_host) for m in d.members]
+                a.described = d.members
+
+
+def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True) -> dict[str, Answer]:
     """Per group: the coordinator the cluster names and what that broker answers when asked.
 
+    api_versions=False: the cluster is known to predate 0.10 (no ApiVersions): version 0 at once.
     A coordinator that cannot be reached gets describe_error COORDINATOR_UNREACHABLE. Raises
     ConnectionError only when no bootstrap server answers the lookup at all."""
     groups = list(dict.fromkeys(groups))
@@ -199,19 +646,19 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[
     last: Exception | None = None
     for host, port in parse_servers(bootstrap):
         try:
-            conn = _Connection(host, port, timeout)
+            broker = _Broker(host, port, timeout, api_versions)
         except OSError as e:
             last = e
             continue
         try:
-            _find_coordinators(conn, groups, answers)
+            _find_coordinators(broker, groups, answers)
             break
         except (OSError, ConnectionError, struct.error) as e:
             last = e
             for a in answers.values():
                 a.lookup_error = a.coordinator_id = a.coordinator = None
         finally:
-            conn.close()
+            broker.close()
     else:
         raise ConnectionError(f"no bootstrap server of {bootstrap} answered the coordinator lookup: {last}")
     by_broker: dict[str, list[str]] = {}
@@ -221,17 +668,17 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0) -> dict[
     for addr, gs in by_broker.items():
         host, _, port = addr.rpartition(":")
         try:
-            conn = _Connection(host, int(port), timeout)
+            broker = _Broker(host, int(port), timeout, api_versions)
         except OSError:
             for g in gs:
                 answers[g].describe_error = UNREACHABLE
             continue
         try:
-            _describe(conn, gs, answers)
+            _describe(broker, gs, answers)
         except (OSError, ConnectionError, struct.error):
             for g in gs:
                 if answers[g].describe_error is None and answers[g].state is None:
                     answers[g].describe_error = UNREACHABLE
         finally:
-            conn.close()
+            broker.close()
     return answers

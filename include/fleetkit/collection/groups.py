@@ -15,7 +15,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from fleetkit.clients.kafka import GroupDescription, KafkaCluster
+from fleetkit.clients.kafka import GroupDescription, KafkaCluster, description_from_answer
 from fleetkit.clients.offsets_leaders import partition_leaders
 from fleetkit.clients.zookeeper import ZooKeeperCluster
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
@@ -96,7 +96,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
              cluster.name, len(listed), len(groups), len(known_groups), len(cluster.groups))
 
     observed_at = now or utcnow()
-    descs = kafka.describe_groups(groups)
+    descs, answers = kafka.describe_with_coordinators(groups)
     offsets = kafka.committed_offsets(groups)
 
     # which (topic, partition) each group has: commits plus live assignments
@@ -142,7 +142,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
             })
 
-    coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems)
+    coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)
 
     topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
     partition_rows = partition_state_rows(cluster, kafka, zk, topics, observed_at, problems)
@@ -159,13 +159,16 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
 
 
 def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs: dict | None,
-                     observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+                     observed_at: dt.datetime, problems: list[str], answers: dict | None = None) -> list[dict]:
     """group_coordinators rows: the coordinator the cluster names for each group and the error the
-    group's lookup or that coordinator's describe answers (kafka_wire). Falls back to the admin
-    client's describe (coordinator known only when describe succeeds) for non-PLAINTEXT clusters."""
-    answers = kafka.coordinators(groups)
-    if answers is None and descs is None:
-        descs = kafka.describe_groups(groups)
+    group's lookup or that coordinator's describe answers (kafka_wire; `answers` when already
+    probed). Falls back to the admin client's describe (coordinator known only when describe
+    succeeds) for non-PLAINTEXT clusters."""
+    if answers is None:
+        answers = kafka.coordinators(groups)
+    if descs is None:
+        descs = (kafka.describe_groups(groups) if answers is None
+                 else {g: description_from_answer(a) for g, a in answers.items()})
     rows = []
     for g in groups:
         d = (descs or {}).get(g)

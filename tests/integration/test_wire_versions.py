@@ -1,0 +1,95 @@
+"""The wire probe and the client settings against the real brokers of each generation: the
+versions chosen per broker, and what the brokers answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from fleetkit.clients import wire
+from fleetkit.clients.offsets_leaders import offsets_topic_state
+from fleetkit.core.partitioning import partition_for
+from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
+
+from tests.helpers import committed_offsets, wait_until
+
+
+def test_09_cannot_answer_api_versions_and_is_spoken_to_in_version_0(lab, unique):
+    first = lab.bootstrap.split(",")[0]
+    t = time.monotonic()
+    assert wire.broker_versions(first, timeout=10) is None
+    assert time.monotonic() - t < wire.API_VERSIONS_TIMEOUT + 2  # 0.9 stays silent: the wait is bounded
+
+    topic, live, stopped = unique("wire"), unique("wire live ĝ {{x}}"), unique("wire stopped; rm -rf /")
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 1, 1: 1, 2: 1})
+    commit(lab.bootstrap, stopped, {(topic, 0): 1})
+    member = ConsumerThread(lab.bootstrap, live, [topic], client_id="wire-client")
+    member.start()
+    try:
+        wait_until(lambda: committed_offsets(lab.bootstrap, live, topic) == {0: 1, 1: 1, 2: 1}, 60, "live group caught up")
+        known = wire.probe(lab.bootstrap, [live, stopped], timeout=10, api_versions=False)
+        asked = wire.probe(lab.bootstrap, [live, stopped], timeout=10)
+    finally:
+        member.stop()
+    with lab.zookeeper() as zk:
+        states = {s.partition: s.leader for s in zk.partition_states(["__consumer_offsets"])[0]}
+    for answers in (known, asked):
+        for g in (live, stopped):
+            assert answers[g].error is None
+            assert answers[g].coordinator_id == states[partition_for(g, 50)]
+        assert answers[live].state == "Stable"
+        assert [(c, h) for _, c, h in answers[live].members] == [("wire-client", "/127.0.0.1")]
+        assert (answers[stopped].state, answers[stopped].members) == ("Dead", [])  # 0.9 forgets member-less groups
+
+
+def test_each_generation_is_spoken_to_in_the_versions_it_accepts(generation_lab, unique):
+    """ApiVersions per broker, then the highest common version: 0.9 version 0; 3.9 and 4.3
+    FindCoordinator v4 (one request for many groups) and DescribeGroups v5 (flexible)."""
+    spec = generation_lab.spec
+    cluster = generation_lab.cluster
+    for i in range(spec.brokers):
+        versions = wire.broker_versions(f"127.0.0.1:{spec.broker_port(i)}", timeout=10)
+        if cluster.version_tuple < (0, 10):
+            assert versions is None
+        else:
+            assert wire.pick_version(wire.FIND_COORDINATOR, versions) == 4
+            assert wire.pick_version(wire.DESCRIBE_GROUPS, versions) == 5
+            assert wire.pick_version(wire.METADATA, versions) == 8
+
+    from fleet_airflow import clusters
+
+    topic, group = unique("wire-gen"), unique("wire gen ĝ {{x}}")
+    generation_lab.lab.create_topic(topic, 3)
+    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version)
+    commit(spec.bootstrap, group, {(topic, 1): 1}, kafka_version=spec.kafka_version)
+    kafka = clusters.kafka_for(cluster)  # the Airflow hook, with the fleet file's kafka_version
+    answers = kafka.coordinators([group])
+    leaders = {s.partition: s.leader for s in offsets_topic_state(kafka, None).values()}
+    a = answers[group]
+    assert a.error is None and a.coordinator_id == leaders[partition_for(group, cluster.offsets_topic_partitions)]
+    assert (a.state, a.members) == ("Dead" if cluster.version_tuple < (0, 10, 1) else "Empty", [])
+
+
+def test_confluent_kafka_talks_to_each_generation_with_the_hooks_config(generation_lab, unique):
+    """The hook's config: 0.9 gets api.version.request=false + broker.version.fallback, 3.9 and
+    4.3 get neither, and librdkafka reads metadata, groups and offsets from each."""
+    from fleet_airflow import clusters
+
+    spec, cluster = generation_lab.spec, generation_lab.cluster
+    kafka = clusters.kafka_for(cluster)
+    old = cluster.version_tuple < (0, 10)
+    assert ("api.version.request" in kafka.config, "broker.version.fallback" in kafka.config) == (old, old)
+    topic, group = unique("cfg"), unique("cfg-group")
+    generation_lab.lab.create_topic(topic, 3)
+    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version)
+    produce(spec.bootstrap, topic, {0: 3, 1: 2, 2: 1}, kafka_version=spec.kafka_version)
+    commit(spec.bootstrap, group, {(topic, 0): 3, (topic, 2): 1}, kafka_version=spec.kafka_version)
+    md = kafka.metadata([topic])
+    assert sorted(md.brokers) == [0, 1, 2] and len(md.topic_partitions(topic)) == 3
+    assert kafka.committed_offsets([group])[group] == {(topic, 0): 3, (topic, 2): 1}
+    assert kafka.log_offsets([(topic, p) for p in range(3)]) == {
+        (topic, 0): (0, 3, None), (topic, 1): (0, 2, None), (topic, 2): (0, 1, None)}
+    if not old:  # 0.9 does not list a group that never joined
+        assert group in {g for g, _ in kafka.list_groups()}
