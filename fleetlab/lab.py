@@ -302,6 +302,7 @@ class Lab:
     def __init__(self, spec: LabSpec | None = None):
         self.spec = spec or LabSpec()
         self.marker = str(self.spec.path.resolve())
+        self._probes: dict = {}
 
     # -- files -----------------------------------------------------------------------------
     def _pid_file(self, name: str) -> Path:
@@ -426,8 +427,13 @@ class Lab:
                                          self.spec.kafka_version))
 
     def _broker_answers(self, broker_id: int) -> bool:
+        # one client per broker for the lab's lifetime: librdkafka handles created and destroyed
+        # at a poll's pace, in several threads, with requests outstanding, crash it (SIGSEGV)
         try:
-            admin = self.admin(f"127.0.0.1:{self.spec.broker_port(broker_id)}", **{"socket.timeout.ms": 2000})
+            admin = self._probes.get(broker_id)
+            if admin is None:
+                admin = self._probes[broker_id] = self.admin(f"127.0.0.1:{self.spec.broker_port(broker_id)}",
+                                                             **{"socket.timeout.ms": 2000})
             md = admin.list_topics(timeout=3)
             return broker_id in md.brokers
         except Exception:  # noqa: BLE001 - any failure means "not yet"
@@ -528,15 +534,14 @@ class Lab:
     def _ensure_offsets_topic_admin(self) -> None:
         """3.x/4.x create __consumer_offsets (offsets.topic.* settings) at the first FindCoordinator
         once enough brokers are up; ask for a coordinator, then wait for every leader and full ISR."""
-        from confluent_kafka import ConsumerGroupTopicPartitions
+        from fleetkit.clients import wire
 
         rf = min(3, self.spec.brokers)
         admin = self.admin()
 
         def all_led() -> bool:
-            try:
-                admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("fleetlab-warmup")])[
-                    "fleetlab-warmup"].result(timeout=5)
+            try:  # a coordinator lookup on the wire: no librdkafka handle with requests left behind
+                wire.probe(self.spec.bootstrap, ["fleetlab-warmup"], timeout=5)
             except Exception:  # noqa: BLE001 - "coordinator not available" until the topic exists
                 pass
             md = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics.get(OFFSETS_TOPIC)
