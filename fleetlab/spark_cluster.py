@@ -168,6 +168,9 @@ def spark_defaults(spec: SparkClusterSpec) -> dict[str, str]:
 def daemon_properties(spec: SparkClusterSpec) -> dict[str, str]:
     return {
         "spark.master.rest.enabled": "false",  # no submission REST server (it would take port 6066)
+        # a taken port is an error, not a silent move to the next one (the UIs would not be where
+        # the port plan says); up() retries a daemon whose port was briefly taken
+        "spark.port.maxRetries": "0",
         "spark.ui.reverseProxy": "false",
         "spark.worker.cleanup.enabled": "true",
     }
@@ -267,10 +270,37 @@ def up(spec: SparkClusterSpec, timeout: float = 120) -> None:
                 raise SparkClusterError(f"port 127.0.0.1:{port} is taken by another process: the Spark {name} "
                                         f"of {spec.home} cannot start there")
         (spec.home / name).mkdir(parents=True, exist_ok=True)
-        procs.start(argv(spec, name), spec.pid_file(name), spec.log_file(name), env=env, cwd=str(spec.home / name))
-        if name == "master":
-            _wait(spec, timeout, lambda s: s is not None, "the master's web UI to answer")
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            procs.start(argv(spec, name), spec.pid_file(name), spec.log_file(name), env=env,
+                        cwd=str(spec.home / name))
+            try:
+                if name == "master":
+                    _wait(spec, timeout, lambda s: s is not None, "the master's web UI to answer")
+                else:
+                    i = int(name.removeprefix("worker-"))
+                    _wait(spec, timeout, lambda s, i=i: _worker_alive(s, spec.worker_ports[i]),
+                          f"Spark {name} to register with the master")
+                break
+            except SparkClusterError:
+                # a port of the plan can be held for a moment by an outgoing connection (the plan
+                # lies in the kernel's ephemeral range): try again, up to BIND_ATTEMPTS times
+                if attempt == BIND_ATTEMPTS or running(spec, name) is not None or not _bind_failed(spec, name):
+                    raise
+                spec.pid_file(name).unlink(missing_ok=True)
+                time.sleep(2)
     _wait(spec, timeout, lambda s: alive_workers(s) >= spec.workers, f"{spec.workers} ALIVE workers")
+
+
+BIND_ATTEMPTS = 3
+
+
+def _worker_alive(state: dict | None, port: int) -> bool:
+    return any(w.get("state") == "ALIVE" and w.get("port") == port for w in (state or {}).get("workers", []))
+
+
+def _bind_failed(spec: SparkClusterSpec, name: str) -> bool:
+    text = _tail(spec.log_file(name), 60)
+    return "could not bind" in text or "Address already in use" in text
 
 
 def _wait(spec: SparkClusterSpec, timeout: float, ok, what: str) -> dict:
