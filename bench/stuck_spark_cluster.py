@@ -19,6 +19,7 @@ stack), not a speed-up. Prints both wall times and the ratio per size.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
 import sys
@@ -30,7 +31,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "bench"), str(REPO / "plugins")]
 
 from measure import run_measured, spark_env  # noqa: E402
-from stuck_partitions import generate  # noqa: E402
+
+# bench/stuck_partitions.py's data generator (spark_jobs/ has a module of the same name)
+_spec = importlib.util.spec_from_file_location("bench_stuck_partitions", REPO / "bench" / "stuck_partitions.py")
+_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_bench)
+generate = _bench.generate
 
 from fleetlab import ports, spark_cluster  # noqa: E402
 
