@@ -12,15 +12,20 @@ export PATH := $(BIN):$(PATH)
 export FLEET_HOME := $(CURDIR)
 export SPARK_LOCAL_IP := 127.0.0.1
 PYTEST_ARGS ?=
+# embedded: LocalExecutor + Spark local[*] (the default); cluster: CeleryExecutor + Redis + 2 Celery
+# workers + Spark standalone (master + 2 workers), e.g. `make demo PROFILE=cluster` or `make demo-cluster`
+PROFILE ?= embedded
 
 .PHONY: help setup system-deps kafka-dist airflow-env lab-up lab-down lab-status airflow-up airflow-down \
-        demo stop test test-unit bench lock clean
+        demo demo-cluster stop test test-unit test-cluster spark-exec-venv bench lock clean
 
 help:
 	@echo "make demo   set up, start the lab fleet + Airflow + traffic, run fleet_maintenance"
 	@echo "make test   set up and run the whole test suite (starts and stops its own lab)"
 	@echo "make stop   stop everything the demo started"
-	@echo "other: setup lab-up lab-down lab-status airflow-up airflow-down test-unit bench lock clean"
+	@echo "make demo-cluster   the demo on the cluster profile (Celery workers + Redis, Spark standalone)"
+	@echo "PROFILE=cluster     the same switch for airflow-up, demo and test"
+	@echo "other: setup lab-up lab-down lab-status airflow-up airflow-down test-unit test-cluster spark-exec-venv bench lock clean"
 
 setup: system-deps $(STAMP) kafka-dist airflow-env
 
@@ -28,7 +33,8 @@ setup: system-deps $(STAMP) kafka-dist airflow-env
 # fetches Kafka 3.9.2 and 4.3.1 from Maven Central once (versions and checksums: fleetlab/dists.py);
 # chromium + chromium-driver run the browser test of the approval page; postgresql provides the
 # server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
-# the cluster the package creates on 5432 is not used).
+# the cluster the package creates on 5432 is not used); redis-server is the Celery broker of the
+# cluster profile (started on loopback by fleetlab, never as the package's service).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
@@ -36,6 +42,7 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -69,7 +76,12 @@ lab-status:
 	$(FLEETCTL) lab status
 
 airflow-up: setup
-	$(FLEETCTL) airflow up
+	$(FLEETCTL) airflow up --profile $(PROFILE)
+
+# the Spark executors' Python of the cluster profile (pyspark, pandas, pyarrow, numpy; not the
+# project); `fleetctl airflow up --profile cluster` creates it too
+spark-exec-venv: $(STAMP)
+	@$(BIN)/python -c "from fleetlab.spark_cluster import ensure_exec_venv as e; print('Spark executors run', e())"
 
 airflow-down:
 	@test -x $(FLEETCTL) && $(FLEETCTL) airflow down || true
@@ -77,18 +89,26 @@ airflow-down:
 # The lab and Airflow start side by side; a progress line per step (elapsed time), and the summary
 # ends with the time per step (fleetlab/demo.py). Setup counts in it: the clock starts here.
 demo:
-	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup && $(FLEETCTL) demo --started-at $$t0
+	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup && FLEET_PROFILE=$(PROFILE) $(FLEETCTL) demo --started-at $$t0
 
 stop:
 	@test -x $(FLEETCTL) || exit 0; \
 	$(FLEETCTL) lab traffic stop; $(FLEETCTL) airflow down; $(FLEETCTL) lab down
 
+demo-cluster:
+	$(MAKE) demo PROFILE=cluster
+
+# PROFILE=cluster: the tests' own Airflow (tests/conftest.py airflow_server) runs the cluster profile
 test: setup
-	@set -o pipefail; $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+	@set -o pipefail; FLEET_PROFILE=$(PROFILE) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; exit $$rc
 
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# the cluster profile end to end (Celery workers, Spark standalone) under the real scheduler
+test-cluster: setup
+	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/collect_offsets.py

@@ -185,17 +185,25 @@ def cmd_airflow(args) -> int:
     if args.action == "env":
         print(f"wrote {services.ensure_env_file()}")
     elif args.action == "up":
-        print("starting Airflow (api-server, scheduler, dag-processor, triggerer) ...", flush=True)
-        services.up(progress=lambda line: print(line, flush=True))
+        profile = services.profile(args.profile)
+        extra = (" + Redis, 2 Celery workers, Spark standalone (master + 2 workers)"
+                 if profile == "cluster" else "")
+        print(f"starting Airflow, {profile} profile (api-server, scheduler, dag-processor, triggerer{extra}) ...",
+              flush=True)
+        services.up(profile_name=profile, progress=lambda line: print(line, flush=True))
         print(f"Airflow UI: http://{services.API_HOST}:{services.API_PORT}  "
               f"(user admin, password {services.passwords().get('admin', '?')})")
+        if profile == "cluster":
+            spark = services.spark_spec()
+            print(f"Spark master: {spark.master_url}  (UI {spark.master_ui}); Celery broker: "
+                  f"{services.redis_spec().url()}; Celery workers: {', '.join(services.celery_hostnames())}")
     elif args.action == "down":
         for line in services.down():
             print(line)
     elif args.action == "status":
         for r in services.status():
-            print(f"{r['component']:<14} {'pid ' + str(r['pid']) if r['pid'] else 'stopped'}")
-        print(f"api-server healthy: {services.api_healthy()}")
+            print(f"{r['component']:<20} {'pid ' + str(r['pid']) if r['pid'] else 'stopped'}")
+        print(f"api-server healthy: {services.api_healthy()}; profile: {services.running_profile() or '-'}")
     return 0
 
 
@@ -633,6 +641,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("airflow", help="the project's Airflow (api-server, scheduler, dag-processor, triggerer)")
     a.add_argument("action", choices=["env", "up", "down", "status"])
+    a.add_argument("--profile", choices=["embedded", "cluster"], default=None,
+                   help="up: embedded (LocalExecutor, Spark local[*]; the default, or FLEET_PROFILE) or cluster "
+                        "(CeleryExecutor + Redis, 2 Celery workers, Spark standalone master + 2 workers)")
     a.set_defaults(func=cmd_airflow)
 
     t = sub.add_parser("trigger", help="trigger a DAG through the Airflow REST API")

@@ -1,7 +1,17 @@
 """The project's own Airflow: api-server, scheduler, dag-processor and triggerer as separate
-processes on 127.0.0.1, LocalExecutor, PID files under .airflow/run, and its metadata database on
-a private PostgreSQL cluster under .airflow/postgres (fleetlab.postgres), started first and
-stopped last.
+processes on 127.0.0.1, PID files under .airflow/run, and its metadata database on a private
+PostgreSQL cluster under .airflow/postgres (fleetlab.postgres), started first and stopped last.
+
+Two profiles (FLEET_PROFILE, `fleetctl airflow up --profile`, `make ... PROFILE=cluster`):
+
+* embedded (the default): LocalExecutor; Spark jobs on local[*].
+* cluster: what production runs. CeleryExecutor with a private Redis as the broker
+  (fleetlab.redis_server) and this PostgreSQL as the result backend, two Celery workers
+  (`airflow celery worker`, distinct --celery-hostname, each with its log server on its own
+  loopback port), and a Spark standalone cluster (fleetlab.spark_cluster: a master and two
+  workers) that `spark_default` points at, its executors on a Python that holds only pyspark,
+  pandas, pyarrow and numpy. Their files live under .airflow/cluster; ports come from the port
+  plan (fleetlab.ports). The DAGs are the same in both.
 
 Ports and databases: the demo's PostgreSQL listens on 25432 (database airflow_demo), the tests'
 on 35432 (airflow_test); FLEET_PG_PORT / FLEET_PG_DATABASE choose others.
@@ -15,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
 import time
@@ -26,7 +37,7 @@ from pathlib import Path
 from fleetlab import procs
 from fleetkit.core.errors import FleetError
 from fleetlab.lab import LabSpec, fleet_specs
-from fleetlab import postgres
+from fleetlab import ports, postgres, redis_server, spark_cluster
 
 from fleet_airflow.settings import REPO_ROOT, airflow_env_file, airflow_home
 
@@ -36,6 +47,9 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = ("admin", "approver")
 PG_PORT_DEFAULT = 25432
 PG_DATABASE_DEFAULT = "airflow_demo"
+PROFILES = ("embedded", "cluster")
+CELERY_WORKERS = 2
+CELERY_CONCURRENCY = 2  # task slots per worker: 2 x 2 = [core] parallelism
 
 
 def pg_spec() -> postgres.PgSpec:
@@ -43,6 +57,76 @@ def pg_spec() -> postgres.PgSpec:
     return postgres.PgSpec(home=airflow_home() / "postgres",
                            port=int(os.environ.get("FLEET_PG_PORT", PG_PORT_DEFAULT)),
                            database=os.environ.get("FLEET_PG_DATABASE", PG_DATABASE_DEFAULT))
+
+
+# -- profiles ---------------------------------------------------------------------------------
+
+def profile(name: str | None = None) -> str:
+    """The profile asked for: `name`, else FLEET_PROFILE, else embedded."""
+    chosen = (name or os.environ.get("FLEET_PROFILE") or "embedded").strip()
+    if chosen not in PROFILES:
+        raise FleetError(f"unknown Airflow profile {chosen!r} (FLEET_PROFILE / --profile): "
+                         f"one of {', '.join(PROFILES)}")
+    return chosen
+
+
+def port_plan() -> ports.PortPlan:
+    """The port plan of the Airflow in use: the tests' when the api-server is on the tests' port
+    (tests/conftest.py puts it there), else the demo's."""
+    return ports.tests() if API_PORT == ports.tests().airflow_api else ports.DEMO
+
+
+def cluster_home() -> Path:
+    """Where the cluster profile's Redis and Spark live (.airflow/cluster for the demo)."""
+    return airflow_home() / "cluster"
+
+
+def redis_spec() -> redis_server.RedisSpec:
+    return redis_server.RedisSpec(home=cluster_home() / "redis", port=port_plan().redis)
+
+
+def spark_spec() -> spark_cluster.SparkClusterSpec:
+    return spark_cluster.SparkClusterSpec.from_plan(cluster_home() / "spark", port_plan(), workers=2)
+
+
+def celery_hostname(worker: int) -> str:
+    """The Celery node name of lab worker `worker` (also the hostname its task instances show)."""
+    return f"fleet-worker-{worker}@{socket.gethostname()}"
+
+
+def celery_hostnames() -> list[str]:
+    return [celery_hostname(i) for i in range(CELERY_WORKERS)]
+
+
+def profile_env(name: str | None = None) -> dict[str, str]:
+    """What every Airflow process of the profile gets on top of the common environment."""
+    if profile(name) == "embedded":
+        return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"}
+    spark = spark_spec()
+    return {
+        "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
+        "AIRFLOW__CELERY__BROKER_URL": redis_spec().url(),
+        # Celery's database result backend on the metadata PostgreSQL
+        "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + pg_spec().url(),
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(CELERY_CONCURRENCY),
+        # one api-server process answers the UI, the REST API and the execution API of every task
+        # slot: on a small, busy machine its answers can take longer than the 5 s default
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        # the api-server asks a running task's worker for its log on this port (worker 0's log
+        # server; on one machine every worker writes the same log folder, which it reads first)
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port_plan().celery_log_server(0)),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark.connection()),
+        **spark_cluster.submit_env(spark),
+    }
+
+
+def celery_worker_env(worker: int) -> dict[str, str]:
+    """On top of profile_env("cluster"): what tells worker `worker` apart."""
+    return {
+        "FLEET_CELERY_HOSTNAME": celery_hostname(worker),
+        "AIRFLOW__CORE__HOSTNAME_CALLABLE": "fleetlab.celery_worker.hostname",
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port_plan().celery_log_server(worker)),
+    }
 
 
 def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
@@ -181,13 +265,27 @@ def _pid_file(name: str) -> Path:
     return airflow_home() / "run" / f"{name}.pid"
 
 
-def _marker() -> str:
+def _marker(name: str = "") -> str:
+    """What the command line of our process `name` holds. A Celery worker retitles itself
+    ("[celeryd: <node name>:MainProcess] ..."), keeping its node name; the log servers run
+    fleetlab.celery_worker; the other components keep `airflow` in their command line."""
+    if name.startswith("celery-worker-"):
+        return celery_hostname(int(name.rsplit("-", 1)[1]))
+    if name.startswith("celery-log-server-"):
+        return LOG_SERVER_MARKER
     return "airflow"
 
 
-def up(timeout: float = 180, write_env_file: bool = True, progress=None) -> None:
-    """Start PostgreSQL, migrate, start the components, return when the api-server answers.
-    `progress(line)`, when given, hears how long each of those took."""
+def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | None = None,
+       progress=None) -> None:
+    """Start what is not running yet, in the profile `profile_name` (default: FLEET_PROFILE, else
+    embedded), and wait until the api-server answers.
+
+    An Airflow already running in the other profile is switched: the scheduler (which holds the
+    executor) is restarted, and going back to embedded stops the Celery workers, Redis and Spark.
+    `progress(line)`, when given, hears how long each step took.
+    """
+    chosen = profile(profile_name)
     t = time.monotonic()
 
     def step(what: str) -> None:
@@ -195,15 +293,24 @@ def up(timeout: float = 180, write_env_file: bool = True, progress=None) -> None
         if progress is not None:
             progress(f"{what} in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
-
     if write_env_file:
         ensure_env_file()
     ensure_passwords()
-    env = _env()
+    env = {**_env(), **profile_env(chosen)}
     db_up()
     step("postgresql up")
     step("airflow db migrate" if migrate() else "database already migrated by this Airflow version (checked)")
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)
+    previous = running_profile()
+    if previous is not None and previous != chosen:
+        print(f"switching the running Airflow from the {previous} to the {chosen} profile: restarting the "
+              f"scheduler ({procs.stop(_pid_file('scheduler'), _marker(), group=True)})", flush=True)
+        if chosen == "embedded":
+            _cluster_down()
+    if chosen == "cluster":
+        redis_server.up(redis_spec())
+        spark_cluster.up(spark_spec())
+    _profile_file().write_text(chosen + "\n")
     for name in COMPONENTS:
         if procs.owned_pid(_pid_file(name), _marker()):
             continue
@@ -215,18 +322,99 @@ def up(timeout: float = 180, write_env_file: bool = True, progress=None) -> None
         if name == "api-server":
             argv += ["--host", API_HOST, "--port", str(API_PORT)]
         procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=env, cwd=str(REPO_ROOT))
+    if chosen == "cluster":
+        _start_celery_workers(env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if api_healthy():
             step("api-server answering")
-            return
-        for name in COMPONENTS:
-            if not procs.owned_pid(_pid_file(name), _marker()):
-                log = airflow_home() / "logs" / f"{name}.out"
-                tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
-                raise FleetError(f"airflow {name} exited during start-up; last lines of {log}:\n{tail}")
+            break
+        _check_alive(COMPONENTS)
         time.sleep(1)
-    raise FleetError(f"the Airflow api-server did not answer on http://{API_HOST}:{API_PORT} in {timeout:.0f}s")
+    else:
+        raise FleetError(f"the Airflow api-server did not answer on http://{API_HOST}:{API_PORT} in {timeout:.0f}s")
+    if chosen == "cluster":
+        _wait_celery_workers(deadline=max(deadline, time.monotonic() + 60))
+
+
+def _check_alive(names) -> None:
+    for name in names:
+        if not procs.owned_pid(_pid_file(name), _marker(name)):
+            log = airflow_home() / "logs" / f"{name}.out"
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+            raise FleetError(f"airflow {name} exited during start-up; last lines of {log}:\n{tail}")
+
+
+def _profile_file() -> Path:
+    return airflow_home() / "run" / "profile"
+
+
+def running_profile() -> str | None:
+    """The profile of the running scheduler (None when it is not running)."""
+    if procs.owned_pid(_pid_file("scheduler"), _marker()) is None:
+        return None
+    try:
+        recorded = _profile_file().read_text().strip()
+    except OSError:
+        return "embedded"
+    return recorded if recorded in PROFILES else "embedded"
+
+
+def _celery_names() -> list[str]:
+    return [f"celery-worker-{i}" for i in range(CELERY_WORKERS)]
+
+
+def _log_server_names() -> list[str]:
+    return [f"celery-log-server-{i}" for i in range(CELERY_WORKERS)]
+
+
+LOG_SERVER_MARKER = "fleetlab.celery_worker"
+
+
+def _start_celery_workers(env: dict[str, str]) -> None:
+    """`airflow celery worker` x CELERY_WORKERS (no log server of their own: it would listen on
+    every interface), and a loopback log server for each."""
+    run = airflow_home() / "run"
+    for i, (name, server) in enumerate(zip(_celery_names(), _log_server_names())):
+        worker_env = {**env, **celery_worker_env(i)}
+        if not procs.owned_pid(_pid_file(name), _marker(name)):
+            argv = [_airflow_bin(), "celery", "worker", "--celery-hostname", celery_hostname(i),
+                    "--concurrency", str(CELERY_CONCURRENCY), "--skip-serve-logs",
+                    "--pid", str(run / f"{name}.celery-pid")]
+            procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=worker_env,
+                        cwd=str(REPO_ROOT))
+        if not procs.owned_pid(_pid_file(server), _marker(server)):
+            port = port_plan().celery_log_server(i)
+            if procs.port_open("127.0.0.1", port):
+                raise FleetError(f"port 127.0.0.1:{port} (the log server of Celery worker {i}) is taken by "
+                                 "another process")
+            procs.start([sys.executable, "-m", LOG_SERVER_MARKER, "--port", str(port)], _pid_file(server),
+                        airflow_home() / "logs" / f"{server}.out", env=worker_env, cwd=str(REPO_ROOT))
+
+
+def celery_ping(timeout: float = 2.0) -> list[str]:
+    """The Celery node names that answer a ping through the broker."""
+    from celery import Celery
+
+    app = Celery(broker=redis_spec().url())
+    try:
+        replies = app.control.ping(timeout=timeout) or []
+    finally:
+        app.close()
+    return sorted(name for reply in replies for name in reply)
+
+
+def _wait_celery_workers(deadline: float) -> None:
+    wanted = set(celery_hostnames())
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        _check_alive(_celery_names())
+        seen = set(celery_ping())
+        if wanted <= seen:
+            return
+        time.sleep(1)
+    raise FleetError(f"Celery workers {sorted(wanted - seen)} did not answer a ping through "
+                     f"{redis_spec().url()}; logs: {airflow_home() / 'logs'}/celery-worker-*.out")
 
 
 def api_healthy() -> bool:
@@ -244,11 +432,71 @@ def db_up() -> postgres.PgSpec:
     return spec
 
 
+def _cluster_down(timeout: float = 30) -> list[str]:
+    """Stop what the cluster profile adds (whatever of it runs): the Celery workers (warm shutdown:
+    SIGTERM lets running tasks finish for `timeout`, then SIGKILL to the worker's process group),
+    their log servers, Spark, Redis."""
+    out = []
+    for name in _celery_names():
+        if _pid_file(name).exists():
+            out.append(f"{name}: {_stop_celery_worker(name, timeout)}")
+    for name in _log_server_names():
+        if _pid_file(name).exists():
+            out.append(f"{name}: {procs.stop(_pid_file(name), _marker(name), timeout=10)}")
+    spark = spark_spec()
+    if any(spark.pid_file(n).exists() for n in spark.names()):
+        out += spark_cluster.down(spark)
+    if redis_spec().pid_file.exists():
+        out.append(f"redis: {redis_server.down(redis_spec())}")
+    return out
+
+
+def _stop_celery_worker(name: str, timeout: float) -> str:
+    """Warm shutdown (SIGTERM: running tasks may finish for `timeout`), then SIGKILL to its process
+    group. A task runs in a session of its own (`airflow worker -- <id>`, and its spark-submit), out
+    of the worker's group: whatever of the worker's descendants outlives it gets SIGTERM, then
+    SIGKILL after 10 s."""
+    import psutil
+
+    pid = procs.owned_pid(_pid_file(name), _marker(name))
+    descendants = []
+    if pid is not None:
+        try:
+            descendants = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            pass
+    result = procs.stop(_pid_file(name), _marker(name), timeout=timeout, group=True)
+    def alive(p) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    left = [p for p in descendants if alive(p)]
+    if left:
+        for p in left:
+            try:
+                p.terminate()
+            except psutil.Error:
+                pass
+        _, alive = psutil.wait_procs(left, timeout=10)
+        for p in alive:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        result += f", {len(left)} task process(es) it left stopped"
+    return result
+
+
 def down(timeout: float = 30, database: bool = True) -> list[str]:
     """Stop the components (each with the processes it left in its group, such as LocalExecutor
-    workers), then PostgreSQL (unless database=False: the tests stop theirs themselves)."""
+    workers), then what the cluster profile adds (Celery workers, Spark, Redis), then PostgreSQL
+    (unless database=False: the tests stop theirs themselves)."""
     out = [f"{name}: {procs.stop(_pid_file(name), _marker(), timeout=timeout, group=True)}"
            for name in reversed(COMPONENTS)]
+    out += _cluster_down(timeout)
+    _profile_file().unlink(missing_ok=True)
     if database:
         out.append(f"postgresql: {postgres.down(pg_spec())}")
     return out
@@ -259,6 +507,13 @@ def status() -> list[dict]:
     for name in COMPONENTS:
         pid = procs.owned_pid(_pid_file(name), _marker())
         rows.append({"component": name, "pid": pid, "running": pid is not None})
+    if running_profile() == "cluster" or any(_pid_file(n).exists() for n in _celery_names()):
+        for name in _celery_names() + _log_server_names():
+            pid = procs.owned_pid(_pid_file(name), _marker(name))
+            rows.append({"component": name, "pid": pid, "running": pid is not None})
+        pid = redis_server.running(redis_spec())
+        rows.append({"component": "redis", "pid": pid, "running": pid is not None})
+        rows += spark_cluster.status(spark_spec())
     pid = postgres.running(pg_spec())
     rows.append({"component": "postgresql", "pid": pid, "running": pid is not None})
     return rows

@@ -90,11 +90,12 @@ def session(app: str, master: str | None = None) -> SparkSession:
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
-    from pyspark import SparkConf
-
     if master:
         b = b.master(master)
-    elif not SparkConf().contains("spark.master"):  # spark-submit sets it; plain python does not
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # plain python: no master yet. Under spark-submit (which starts the JVM and hands its
+        # gateway over in PYSPARK_GATEWAY_PORT) the submitted --master stands; a SparkConf() made
+        # here could not tell, as it reads no defaults before a SparkContext exists.
         b = b.master(os.environ.get("FLEET_SPARK_MASTER", "local[*]"))
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
