@@ -519,19 +519,45 @@ def status() -> list[dict]:
     return rows
 
 
+_TOKENS: dict[tuple[str, int, str], tuple[float, str]] = {}
+TOKEN_REUSE_SECONDS = 600
+
+
 def api_token(user: str = "admin") -> str:
+    """A JWT for `user`, reused for a few minutes (a busy api-server answers /auth/token slowly)."""
+    key = (API_HOST, API_PORT, user)
+    cached = _TOKENS.get(key)
+    if cached and time.monotonic() - cached[0] < TOKEN_REUSE_SECONDS:
+        return cached[1]
     body = json.dumps({"username": user, "password": passwords().get(user, "")}).encode()
     req = urllib.request.Request(f"http://{API_HOST}:{API_PORT}/auth/token", data=body,
                                  headers={"Content-Type": "application/json"}, method="POST")
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.loads(r.read())["access_token"]
+    with urllib.request.urlopen(req, timeout=60) as r:
+        token = json.loads(r.read())["access_token"]
+    _TOKENS[key] = (time.monotonic(), token)
+    return token
 
 
-def api(method: str, path: str, body: dict | None = None, user: str = "admin") -> dict:
-    req = urllib.request.Request(f"http://{API_HOST}:{API_PORT}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          "Authorization": f"Bearer {api_token(user)}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        raw = r.read()
-        return json.loads(raw) if raw else {}
+def api(method: str, path: str, body: dict | None = None, user: str = "admin", attempts: int = 3) -> dict:
+    """A REST call as `user`. Reads are retried on a timeout or a refused connection (a loaded
+    api-server); writes are sent again only after a 401 (a token the api-server no longer takes)."""
+    tries = attempts if method == "GET" else 2
+    for attempt in range(1, tries + 1):
+        req = urllib.request.Request(f"http://{API_HOST}:{API_PORT}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {api_token(user)}"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                raw = r.read()
+                return json.loads(raw) if raw else {}
+        except urllib.error.HTTPError as e:
+            if e.code == 401:
+                _TOKENS.pop((API_HOST, API_PORT, user), None)
+            if e.code != 401 or attempt == tries:
+                raise
+        except (TimeoutError, urllib.error.URLError):
+            if attempt == tries or method != "GET":
+                raise
+        time.sleep(2 * attempt)
+    raise AssertionError("unreachable")
