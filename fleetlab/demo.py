@@ -6,7 +6,7 @@ The stuck verdicts need two collections of the same groups at least half the ana
 apart (fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise). The demo makes them with two
 fleet_maintenance runs: the first collection (a run it triggers, or the scheduled run that is due
 anyway), and the final run, triggered when the first run is over and held by Airflow (`run_after`) until a
-minute after the first collection; its window is 1.4 x the gap it will have (at least 2m), so
+minute after the first collection; its window is 1.6 x the gap it will have (at least 2m), so
 that a slow first run (a loaded machine) still leaves both collections in the window. The offsets
 health runs in the demo's first run (in the final one when a scheduled run made the first
 collection); coordinator_ownership starts once it is done (its report shows that health), beside
@@ -391,8 +391,10 @@ def final_window(gap_seconds: float, minimum: float = 120.0) -> int:
     """The analysis window (seconds) of the final run when its collection comes about `gap_seconds`
     after the first one: the rules judge a partition only when its snapshots span at least half the
     window, and the first snapshot must still be inside it, so the window lies between the gap and
-    twice the gap; 1.4 x the gap leaves room either way (a slow start, a slow collection)."""
-    return int(max(minimum, -(-1.4 * gap_seconds // 1)))
+    twice the gap. The final run is held until its time (run_after), so it comes late rather than
+    early: a run of the schedule still going, a busy scheduler. 1.6 x the gap keeps both
+    collections judged from 15% early to 60% late."""
+    return int(max(minimum, -(-1.6 * gap_seconds // 1)))
 
 
 #: seconds from a run's start to its collection (list_clusters, then collect), assumed when the

@@ -47,13 +47,19 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     for name in SCHEMAS:
         files = root.files(name)
         print(f"  {name:<20} {len(files)} file(s)")
-    snaps = read_dataset(root, "offsets_snapshots", "lab")
-    if snaps.num_rows:
+    from fleetlab.lab import fleet_specs
+
+    for name, spec in fleet_specs().items():
+        snaps = read_dataset(root, "offsets_snapshots", name)
+        if not snaps.num_rows:
+            print(f"latest collection of cluster {name} (Kafka {spec.kafka_version}, {spec.mode}): none")
+            continue
         rows_all = snaps.to_pylist()
         newest = max(r["observed_at"] for r in rows_all)
         latest = [r for r in rows_all if r["observed_at"] == newest]
         states = Counter((r["group"], r["group_state"]) for r in latest)
-        print(f"latest collection of cluster lab ({newest:%Y-%m-%d %H:%M:%S} UTC):")
+        print(f"latest collection of cluster {name} (Kafka {spec.kafka_version}, {spec.mode}; "
+              f"{newest:%Y-%m-%d %H:%M:%S} UTC):")
         for (group, state), n in sorted(states.items()):
             rows = [r for r in latest if r["group"] == group]
             lag = sum((r["log_end_offset"] or 0) - (r["committed_offset"] or 0) for r in rows)
@@ -68,8 +74,9 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
         print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/"
               f"{quote(run_dir.name)}/report.html")
         print(f"               {run_dir / 'report.html'}")
-        for f in rep.flagged()[:10]:
-            print(f"  {f['status']:<13} {f['group']:<16} {f['topic']}-{f['partition']}  lag {f['lag']}")
+        for f in rep.flagged()[:12]:
+            print(f"  {f['status']:<13} {f.get('cluster', ''):<7} {f['group']:<16} {f['topic']}-{f['partition']}  "
+                  f"lag {f['lag']}")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
     print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "

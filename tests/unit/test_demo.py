@@ -171,12 +171,13 @@ def test_run_watch_follows_a_mapped_task_after_its_expansion():
 @pytest.mark.parametrize("gap", [62 + 15, 100, 175, 400])
 def test_final_window_keeps_both_collections_judged(gap):
     """The stuck rules judge only when the snapshots span half the window, and the first snapshot
-    must be inside the window: for a gap off by a quarter either way, both hold."""
+    must be inside the window: for a gap 15% short (collections spread over the clusters) up to 60%
+    long (the final run starts late behind a scheduled run), both hold."""
     from fleetkit.stuck import rules
 
     window = demo.final_window(gap)
     assert window >= 120
-    for actual in (gap * 0.75, gap, gap * 1.25):
+    for actual in (gap * 0.85, gap, gap * 1.25, gap * 1.6):
         if actual >= 60:  # the demo holds the final run at least GAP_SECONDS after the first collection
             assert actual <= window  # the first collection is inside the window
             assert not rules.insufficient(rules_features(actual), window)
