@@ -53,8 +53,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fleetkit.core.durations import parse_duration_seconds
 from fleetkit.core.errors import FleetConfigError
 from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as DEFAULT_OFFSETS_TOPIC_PARTITIONS
@@ -482,6 +480,7 @@ def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSetti
 
 def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) -> Fleet:
     f = _Field(path)
+    import yaml  # here, not at import time: Spark executors import this module without PyYAML
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
