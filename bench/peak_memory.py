@@ -51,10 +51,9 @@ def machine_used_mb() -> float:
     return (vm.total - vm.available) / 2**20
 
 
-def sample(root_pid: int) -> dict[int, tuple[str, float]]:
+def sample(root_pid: int, repo: str = str(REPO)) -> dict[int, tuple[str, float]]:
     """pid -> (category, RSS MiB) of the command's tree and the repository's processes."""
     found: dict[int, tuple[str, float]] = {}
-    repo = str(REPO)
     try:
         tree = [psutil.Process(root_pid)] + psutil.Process(root_pid).children(recursive=True)
     except psutil.Error:
@@ -74,6 +73,8 @@ def sample(root_pid: int) -> dict[int, tuple[str, float]]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--root", default=str(REPO), help="the checkout whose processes count (default: this one); "
+                                                      "the command runs there")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- the command to run")
     args = ap.parse_args()
     argv = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -82,13 +83,13 @@ def main() -> int:
     base_used = machine_used_mb()
     peak_total, peak_parts, peak_machine = 0.0, {}, 0.0
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO)
+    proc = subprocess.Popen(argv, cwd=args.root)
     stop = threading.Event()
 
     def loop():
         nonlocal peak_total, peak_parts, peak_machine
         while not stop.is_set():
-            procs = sample(proc.pid)
+            procs = sample(proc.pid, str(Path(args.root).resolve()))
             total = sum(rss for _, rss in procs.values())
             if total > peak_total:
                 parts: dict[str, float] = {}
