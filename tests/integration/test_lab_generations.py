@@ -107,3 +107,17 @@ def test_lab_cli_stops_and_starts_a_broker_of_each_generation(generation_lab):
     assert start.returncode == 0, start.stderr
     assert "broker 2: answering" in start.stdout
     assert generation_lab.lab._broker_answers(2)
+    if not spec.kraft:
+        # leave the shared lab as later tests expect it: leadership back on the preferred replicas
+        # (the brokers never rebalance by themselves, and a leader-change watch started later
+        # must not see this test's moves)
+        from fleetkit.clients import leadership
+
+        def balanced() -> bool:  # broker 2 rejoins the ISRs over a few seconds: elect until all moved
+            with generation_lab.zookeeper() as zk:
+                leadership.elect_preferred_leaders(zk, "__consumer_offsets")
+                states, _ = zk.partition_states(["__consumer_offsets"])
+                replicas = leadership.assignment(zk, "__consumer_offsets")
+            return all(s.leader == replicas[s.partition][0] for s in states)
+
+        wait_until(balanced, 90, "leadership back on the preferred replicas", interval=2)
