@@ -97,7 +97,11 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
         assert rows[g]["partition"] == p and rows[g]["verdict"] == "OK"
         assert rows[g]["expected_coordinator"] == rows[g]["coordinator_id"] == last["to_leader"]
     report = (out / "report.md").read_text()
-    assert "Started by the leader-change watch" in report and f"partition {p} leader {victim}" in report
+    # the run names the event that started it. Stopping a broker changes every partition it led
+    # or followed at once (leader moves, ISR-only shrinks); under load the watch may start a run
+    # on any of them first, so the event is checked for its cluster here and partition p's move
+    # in partitions.jsonl above
+    assert "Started by the leader-change watch" in report and "- cluster labtest at " in report, report
 
 
 def _describe(lab, groups):
