@@ -53,3 +53,21 @@ def groups_on_partition(partition: int, count: int, n: int, name: str) -> list[s
 def mapped_task_states(dr) -> dict:
     """{(task_id, map_index): state} of a DAG run (mapped tasks keep their index)."""
     return {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
+
+
+def fleet_with_stopped_group(lab, tmp_path, topic: str, group: str):
+    """A committed group with no members on the lab's 0.9 cluster (7 records: 6/0/1 per partition,
+    offsets 6 on partition 0 and 0 on partition 2), listed in the cluster's `groups` of a fleet
+    file written to tmp_path (0.9 forgets a group without members). Returns the fleet file."""
+    import yaml
+
+    from fleetlab.traffic import commit, produce, wait_topic
+
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 6, 1: 0, 2: 1})
+    commit(lab.bootstrap, group, {(topic, 0): 6, (topic, 2): 0})
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    next(c for c in fleet["clusters"] if c["name"] == lab.spec.name)["groups"] = [group]
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump(fleet))
+    return fleet_file

@@ -15,19 +15,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import urllib.error
 from pathlib import Path
 
 import pytest
-import yaml
 
 from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetlab import spark_cluster
 from fleetlab.traffic import commit, produce, wait_topic
-from tests.helpers import committed_offsets, wait_until
+from tests.helpers import committed_offsets, fleet_with_stopped_group, wait_until
 from tests.ui.test_approval_server import answer, finished, pending_approval, q, settle, trigger
 
 REPO = Path(__file__).resolve().parents[2]
@@ -129,13 +127,7 @@ def test_fleet_maintenance_on_celery_and_spark_standalone(cluster_airflow, lab, 
     services = cluster_airflow
     api = services.api
     topic, group = unique("cluster"), unique("cluster-group")
-    wait_topic(lab.bootstrap, topic)
-    produce(lab.bootstrap, topic, {0: 6, 1: 0, 2: 1})
-    commit(lab.bootstrap, group, {(topic, 0): 6, (topic, 2): 0})
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
-    fleet["clusters"][0]["groups"] = [group]
-    fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump(fleet))
+    fleet_file = fleet_with_stopped_group(lab, tmp_path, topic, group)
     # every Spark worker reads and writes the data root: on one machine, the same local folder
     data = tmp_path / "data"
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fleetkit.core.datasets import DataRoot, read_dataset
-from tests.helpers import mapped_task_states
+from tests.helpers import fleet_with_stopped_group, mapped_task_states
 
 pytestmark = pytest.mark.airflow
 
@@ -37,16 +37,8 @@ def test_group_id_reconciliation_schedule(dagbag):
 
 
 def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
-    from fleetlab.traffic import commit, produce, wait_topic
-
     topic, group = unique("dagtopic"), unique("dag-group")
-    wait_topic(lab.bootstrap, topic)
-    produce(lab.bootstrap, topic, {0: 6, 1: 0, 2: 1})
-    commit(lab.bootstrap, group, {(topic, 0): 6, (topic, 2): 0})
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
-    fleet["clusters"][0]["groups"] = [group]
-    fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump(fleet))
+    fleet_file = fleet_with_stopped_group(lab, tmp_path, topic, group)
     data = tmp_path / "data"
 
     dag = dagbag.get_dag("fleet_maintenance")
