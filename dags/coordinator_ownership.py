@@ -1,5 +1,6 @@
 """coordinator_ownership: who coordinates each group, who answers, which partitions are stuck
-loading -- started by ZooKeeper leader-change events (asset watchers) or by hand."""
+loading -- started by leader-change events (asset watchers: ZooKeeper watches, or Metadata polls on
+KRaft clusters) or by hand."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ log = logging.getLogger(__name__)
 DOC = """
 ### Group-coordinator ownership check (read-only)
 
-**Started by a leader change.** For every ZooKeeper-mode cluster of the fleet file, an asset
-watcher runs `LeaderChangeTrigger` in the **triggerer**: a ZooKeeper watch on each
-`__consumer_offsets` partition state znode. When a leader epoch changes (a broker stopped, an
+**Started by a leader change.** For every cluster of the fleet file, an asset watcher runs
+`LeaderChangeTrigger` in the **triggerer**: on a ZooKeeper-mode cluster a ZooKeeper watch on each
+`__consumer_offsets` partition state znode; on a cluster without ZooKeeper (KRaft) a Metadata
+request (v7+, leader epochs) every 2 s. When a leader epoch changes (a broker stopped, an
 election, a reassignment) the trigger emits an event, the asset `kafka_leader_change__<cluster>`
 gets an asset event, and this DAG runs within seconds. No worker slot waits; a lost ZooKeeper
 session is re-established and everything re-read, so a change is not missed. Manual runs check the
@@ -57,10 +59,12 @@ def _watched_assets() -> list[Asset]:
     except (FleetError, OSError) as e:
         log.error("no leader-change watch: fleet file %s is not usable: %s", path, e)
         return []
+    # ZooKeeper-mode clusters: watches on the partition state znodes; others (KRaft): Metadata polls
     return [Asset(name=asset_name(c.name), uri=asset_uri(c.name), group="kafka-leader-change",
-                  watchers=[AssetWatcher(name=f"zk_leader_epochs__{c.name}",
+                  watchers=[AssetWatcher(name=f"{'zk' if c.zookeeper is not None else 'metadata'}_leader_epochs__"
+                                              f"{c.name}",
                                          trigger=LeaderChangeTrigger(cluster=c.name, fleet_file=path))])
-            for c in fleet.clusters if c.zookeeper is not None]
+            for c in fleet.clusters]
 
 
 ASSETS = _watched_assets()
@@ -68,7 +72,7 @@ RUN_OUT = "{{ params.data_root }}/reports/coordinator/{{ run_id | run_folder_nam
 
 with DAG(
     dag_id="coordinator_ownership",
-    description="Group-coordinator ownership after leader changes (read-only; started by ZooKeeper watches)",
+    description="Group-coordinator ownership after leader changes (read-only; started by leader-change watches)",
     schedule=AssetAny(*ASSETS) if ASSETS else None,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,

@@ -234,3 +234,133 @@ def test_execute_refuses_when_the_assignment_changed_since_the_plan(lab, tmp_pat
             assert leadership.assignment(zk, OFFSETS)[p] == [a, c, b] and leadership.state(zk, OFFSETS, p).leader == a
         finally:
             _restore(lab, p, original)
+
+
+# -- Kafka 3.9 (ZooKeeper mode) and 4.3 (KRaft) ------------------------------------------------
+# what moves leadership per generation: ZooKeeper mode keeps the /admin znodes (0.9 above, 3.9);
+# KRaft has no ZooKeeper: AlterPartitionReassignments on the wire + elect_leaders
+MODERN = [pytest.param("lab39test", id="kafka-3.9-zookeeper"), pytest.param("lab43test", id="kafka-4.3-kraft")]
+
+
+class _Handles:
+    """The readers of one test-fleet cluster: Kafka, its ZooKeeper (None on KRaft) and what moves
+    leadership there (fleetkit.clients.leadership.for_cluster)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.kafka = KafkaCluster(handle.spec.name, client_config({"bootstrap.servers": handle.bootstrap},
+                                                                  handle.spec.kafka_version))
+        self.zk = None if handle.spec.kraft else handle.zookeeper()
+        if self.zk is not None:
+            self.zk.start()
+        self.admin = leadership.for_cluster(self.kafka, self.zk)
+
+    def close(self):
+        if self.zk is not None:
+            self.zk.stop()
+        self.kafka.close()
+
+
+@pytest.fixture(params=MODERN)
+def modern(request, lab_fleet):
+    h = _Handles(lab_fleet(request.param))
+    leadership.elect_preferred_leaders(h.admin, OFFSETS)
+    yield h
+    try:
+        leadership.elect_preferred_leaders(h.admin, OFFSETS)
+    finally:
+        h.close()
+
+
+def _other_isr(admin, p):
+    st = leadership.state(admin, OFFSETS, p)
+    return st, next(b for b in st.isr if b != st.leader)
+
+
+def test_the_watch_fires_on_a_leader_change(modern):
+    """3.9: the ZooKeeper watch; 4.3 (KRaft, no ZooKeeper): Metadata leader epochs polled every 2 s.
+    (0.9: test_watch_fires_on_leader_change_and_survives_session_loss.)"""
+    from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
+    from fleetkit.ownership.watch import LeaderEpochWatch, MetadataEpochPoll
+
+    name = modern.handle.spec.name
+
+    async def scenario():
+        trigger = LeaderChangeTrigger(cluster=name, fleet_file=str(modern.handle.fleet_file), reconcile_seconds=600)
+        events = trigger.run()
+        started = time.monotonic()
+        pending = asyncio.ensure_future(events.__anext__())
+        await asyncio.sleep(2.5)
+        assert not pending.done(), "no leader changed, yet the watch fired"
+        assert isinstance(trigger.watch, MetadataEpochPoll if modern.zk is None else LeaderEpochWatch)
+        p = 9
+        st, target = _other_isr(modern.admin, p)
+        t0 = time.monotonic()
+        await asyncio.to_thread(leadership.move_leader, modern.admin, OFFSETS, p, target)
+        try:
+            event = await asyncio.wait_for(pending, timeout=20)
+        finally:
+            await events.aclose()
+        latency = time.monotonic() - t0
+        print(f"{name}: watch fired {latency:.2f}s after the leader change")
+        changes = {c["partition"]: c for c in event.payload["changes"]}
+        assert event.payload["cluster"] == name and event.payload["sessions"] == 1
+        assert p in changes and (changes[p]["from_leader"], changes[p]["to_leader"]) == (st.leader, target)
+        assert changes[p]["to_epoch"] > changes[p]["from_epoch"] == st.leader_epoch
+        assert latency < 10
+        if modern.zk is None:
+            # never more often than every 2 s: the first read, one per 2 s, one after the debounce
+            assert trigger.watch.polls <= (time.monotonic() - started) / 2 + 2
+
+    asyncio.run(scenario())
+
+
+def test_ownership_answers_name_the_partition_leader(modern):
+    """Every group of 30 named by the lookup on its partition's leader, which answers it: OK."""
+    rnd = random.Random(39_43)
+    groups = [random_name(rnd) for _ in range(30)]
+    leaders = {p: s.leader for p, s in ((p, leadership.state(modern.admin, OFFSETS, p)) for p in range(50))}
+    rows = who(modern.kafka, modern.zk, groups)
+    for g, r in zip(groups, rows):
+        p = partition_for(g, 50)
+        assert (r["partition"], r["leader"], r["coordinator_id"], r["error"], r["verdict"]) == \
+            (p, leaders[p], leaders[p], None, "OK"), (g, r)
+    assert len({r["coordinator_id"] for r in rows}) == 3
+
+
+def test_a_move_is_journaled_verified_and_rolled_back(modern, tmp_path):
+    """The recovery's move on 3.9 (/admin znodes) and 4.3 (Admin API): exact leader and order read
+    back, then the plan's rollback conf restores both."""
+    from fleetkit.core.journal import read_journal
+    from fleetkit.ownership import execute as ownership_execute
+    from fleetkit.ownership.plan import build_plan
+    from fleetkit.ownership.verify import verify
+
+    h = modern.handle
+    p = 11
+    original = leadership.assignment(modern.admin, OFFSETS)[p]
+    a, b, c = original
+    try:
+        plan = build_plan(h.cluster, modern.kafka, modern.zk, str(tmp_path),
+                          {"action": "move_leader", "partition": p, "target_broker": b})
+        assert plan["details"]["via"] == ("admin_api" if modern.zk is None else "zookeeper")
+        assert (plan["details"]["leader"], plan["details"]["new_order"]) == (a, [b, a, c])
+        assert ownership_execute.check(modern.admin, plan) == []
+        ownership_execute.execute(modern.admin, plan, journal_path=tmp_path / "move.jsonl")
+        assert leadership.assignment(modern.admin, OFFSETS)[p] == [b, a, c]
+        assert leadership.state(modern.admin, OFFSETS, p).leader == b
+        steps = [(e["step"], e["status"]) for e in read_journal(tmp_path / "move.jsonl").values()]
+        assert steps == [("reorder_replicas", "done"), ("preferred_election", "done")]
+        assert verify(modern.kafka, modern.zk, plan, timeout=20) == []
+        # the plan is stale now: executing it again is refused, nothing changed
+        with pytest.raises(Exception, match="refused, nothing changed"):
+            ownership_execute.execute(modern.admin, plan)
+        conf = plan["rollback"]["conf"]
+        back = build_plan(h.cluster, modern.kafka, modern.zk, str(tmp_path),
+                          {k: v for k, v in conf.items() if k != "cluster"})
+        ownership_execute.execute(modern.admin, back, journal_path=tmp_path / "rollback.jsonl")
+        assert leadership.assignment(modern.admin, OFFSETS)[p] == original
+        assert leadership.state(modern.admin, OFFSETS, p).leader == a
+    finally:
+        if leadership.assignment(modern.admin, OFFSETS)[p] != original:
+            leadership.reorder_replicas(modern.admin, OFFSETS, p, original)

@@ -11,6 +11,12 @@ def _lab_control(ctx: ClusterContext):
     return control_for(ctx.cluster)
 
 
+def _leadership(ctx: ClusterContext):
+    from fleetkit.clients.leadership import for_cluster
+
+    return for_cluster(ctx.kafka, ctx.zk)
+
+
 def _recovery_plan(ctx: ClusterContext, params: dict) -> dict:
     from fleetkit.core import settings
     from fleetkit.ownership.plan import build_plan
@@ -36,13 +42,13 @@ def _recovery_verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]
 def _recovery_check(ctx: ClusterContext, plan: dict) -> list[str]:
     from fleetkit.ownership.execute import check
 
-    return check(ctx.zk, plan)
+    return check(_leadership(ctx), plan)
 
 
 def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
     from fleetkit.ownership.execute import execute
 
-    return execute(ctx.zk, plan, _lab_control(ctx), journal_path=ctx.journal_path)
+    return execute(_leadership(ctx), plan, _lab_control(ctx), journal_path=ctx.journal_path)
 
 
 COORDINATOR_RECOVERY = Action(

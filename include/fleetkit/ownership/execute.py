@@ -22,6 +22,8 @@ from fleetkit.ownership.plan import RecoveryError
 
 
 def check(zk, plan: dict) -> list[str]:
+    """`zk`: what moves leadership on the cluster (fleetkit.clients.leadership.for_cluster: its
+    ZooKeeperCluster, or an AdminLeadership on KRaft)."""
     d = plan["details"]
     action = d["recovery_action"]
     if action == "trim_handover":
@@ -43,7 +45,7 @@ def check(zk, plan: dict) -> list[str]:
             problems.append(f"admin operations in progress: {', '.join(busy)}")
     elif action == "restart_broker":
         if d["target"] not in zk.broker_ids():
-            problems.append(f"broker {d['target']} is not registered in ZooKeeper (already down?)")
+            problems.append(f"broker {d['target']} is not registered in the cluster (already down?)")
     return problems
 
 

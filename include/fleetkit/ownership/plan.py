@@ -11,7 +11,9 @@ The actions ``build_plan`` plans (each re-checked right before it runs, fleetkit
 and verified, fleetkit.ownership.verify):
 * move_leader: make another in-sync replica the leader and set the replica order the plan names
   (details.new_order: the target first by default, or the param replica_order, e.g. a rollback's
-  order from before); executed exactly as approved (fleetkit.ownership.execute);
+  order from before); executed exactly as approved (fleetkit.ownership.execute) through the /admin
+  znodes on a ZooKeeper-mode cluster, through the Admin API on KRaft (details.via,
+  fleetkit.clients.leadership);
 * restart_broker: restart the broker that leads the partition (clusters with a broker_control in the
   fleet file only);
 * trim_handover: no change here; the runbook starts runbook_offsets_trim for the cluster.
@@ -128,13 +130,13 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
     action = params.get("action") or "move_leader"
     if action not in ACTIONS:
         raise RecoveryError(f"param action {action!r} is not one of {', '.join(ACTIONS)}")
-    if zk is None and action != "trim_handover":
-        raise RecoveryError(f"cluster {cluster.name!r} has no ZooKeeper in the fleet file: moving leadership or "
-                            "reading partition state znodes needs a ZooKeeper-mode cluster")
+    # ZooKeeper-mode clusters: partition state znodes and /admin znodes; KRaft: Metadata and the Admin API
+    admin = leadership.for_cluster(kafka, zk)
+    via = "zookeeper" if zk is not None else "admin_api"
     count = _partition_count(zk, kafka)
     partition = resolve_partition(params.get("group"), params.get("partition"), count)
-    state = leadership.state(zk, OFFSETS_TOPIC, partition) if zk is not None else None
-    replicas = leadership.assignment(zk, OFFSETS_TOPIC)[partition] if zk is not None else []
+    state = leadership.state(admin, OFFSETS_TOPIC, partition)
+    replicas = leadership.assignment(admin, OFFSETS_TOPIC)[partition]
     root = Path(data_root)
     report_dir = Path(params.get("evidence_report") or root / "reports" / "coordinator" / "latest")
     owned, affected = ownership_facts(report_dir, cluster.name, partition)
@@ -146,7 +148,8 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
     evidence = [
         {"label": "partition", "value": f"{OFFSETS_TOPIC}-{partition} (of {count})"},
         {"label": "leader / ISR / epoch now",
-         "value": f"{state.leader} / {list(state.isr)} / {state.leader_epoch}" if state else "unknown (no ZooKeeper)"},
+         "value": f"{state.leader} / {list(state.isr)} / {state.leader_epoch} (from "
+                  f"{'ZooKeeper' if via == 'zookeeper' else 'metadata'})"},
         {"label": "replicas (preferred first)", "value": str(replicas)},
     ]
     for r in live:
@@ -166,7 +169,7 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
                          "value": f"{h['disk_bytes']} bytes, {h['records']} records, health {h['verdict']}"})
 
     plan = {"action": ACTION, "cluster": cluster.name, "created_at": iso_z(utcnow()), "evidence": evidence,
-            "details": {"recovery_action": action, "partition": partition, "groups": groups,
+            "details": {"recovery_action": action, "via": via, "partition": partition, "groups": groups,
                         "leader": state.leader if state else None, "leader_epoch": state.leader_epoch if state else None,
                         "isr": list(state.isr) if state else [], "replicas": replicas}}
     pre_state = {"what": f"{OFFSETS_TOPIC}-{partition} still has leader {state.leader if state else '?'} at epoch "
@@ -200,7 +203,8 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
             preconditions=[pre_state, {"what": f"the replica order is still {replicas} (the order approved is "
                                                f"set exactly: {new_order})"},
                            {"what": f"broker {target} is in the ISR"},
-                           {"what": "no reassignment or election in progress (/admin znodes absent)"}],
+                           {"what": "no reassignment or election in progress (/admin znodes absent)" if via == "zookeeper"
+                            else "no partition reassignment in progress (ListPartitionReassignments is empty)"}],
             risks=[f"broker {target} must load the partition before it serves its groups (they see "
                    "NOT_COORDINATOR meanwhile); if the partition is bloated, trim it first (action trim_handover)",
                    "keep auto.leader.rebalance.enable=false, or the controller moves leadership back to the "
@@ -221,7 +225,8 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
         plan.update(
             title=f"Restart broker {target} (leader of {OFFSETS_TOPIC}-{partition})",
             changes=[{"target": f"broker {target}", "before": "running", "after": "restarted"}],
-            preconditions=[pre_state, {"what": f"broker {target} is registered in ZooKeeper"}],
+            preconditions=[pre_state, {"what": f"broker {target} is registered in "
+                                               f"{'ZooKeeper' if via == 'zookeeper' else 'the metadata'}"}],
             risks=[f"while broker {target} is down, every partition it leads moves to another ISR replica, which "
                    "loads it first (their groups see NOT_COORDINATOR meanwhile)"],
             rollback={"how": "nothing to roll back: a restart changes no data", "conf": None})

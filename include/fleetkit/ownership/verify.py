@@ -18,15 +18,16 @@ def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:
     action = d["recovery_action"]
     if action == "trim_handover":
         return []
+    admin = leadership.for_cluster(kafka, zk)
     deadline = time.monotonic() + timeout
     problems: list[str] = []
     while True:
         problems = []
-        st = leadership.state(zk, OFFSETS_TOPIC, d["partition"])
+        st = leadership.state(admin, OFFSETS_TOPIC, d["partition"])
         if action == "move_leader" and st.leader != d["target"]:
             problems.append(f"leader of {OFFSETS_TOPIC}-{d['partition']} is {st.leader}, not {d['target']}")
         if action == "move_leader":
-            order = leadership.assignment(zk, OFFSETS_TOPIC).get(d["partition"])
+            order = leadership.assignment(admin, OFFSETS_TOPIC).get(d["partition"])
             if order != d["new_order"]:
                 problems.append(f"replica order of {OFFSETS_TOPIC}-{d['partition']} is {order}, not the approved "
                                 f"{d['new_order']}")

@@ -1,4 +1,5 @@
-"""Watch the __consumer_offsets partition state znodes of a ZooKeeper-mode cluster.
+"""Follow the __consumer_offsets leaders of a cluster: ZooKeeper watches on a ZooKeeper-mode
+cluster, Metadata polls on a cluster without ZooKeeper (KRaft).
 
 The controller rewrites /brokers/topics/__consumer_offsets/partitions/<p>/state with every
 LeaderAndIsr change; the leader epoch grows by one with each new leader. `LeaderEpochWatch` keeps
@@ -10,6 +11,10 @@ ZooKeeper watches are one-shot and die with the session: every read re-arms them
 that is lost (expired) and then re-established triggers `notify("session")` so the caller re-reads
 everything -- a change made while the session was gone is then found by comparing epochs, not
 missed.
+
+A KRaft cluster has no ZooKeeper: `MetadataEpochPoll` reads the same facts (leader, leader epoch,
+ISR per partition) from a Metadata request (v7+, fleetkit.clients.wire) each time it is asked; the
+trigger asks every few seconds.
 """
 
 from __future__ import annotations
@@ -113,3 +118,40 @@ class LeaderEpochWatch:
                 out[p] = {"leader": s.leader, "leader_epoch": s.leader_epoch, "isr": list(s.isr),
                           "controller_epoch": s.controller_epoch}
             return out
+
+
+class MetadataEpochPoll:
+    """Reads one cluster's __consumer_offsets leaders from a Metadata request (v7 or later: each
+    partition's leader epoch, what the partition state znode gives on ZooKeeper-mode clusters).
+    For clusters without ZooKeeper (KRaft): there is nothing to watch, the caller polls
+    `snapshot()`. Same shape as `LeaderEpochWatch` (start, stop, snapshot, sessions); blocking:
+    run `snapshot()` in a thread from asyncio."""
+
+    def __init__(self, kafka):
+        self.kafka = kafka  # a fleetkit.clients.kafka.KafkaCluster
+        self.sessions = 1   # no session to lose: always 1
+        self.polls = 0
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.kafka.close()
+
+    def snapshot(self) -> Snapshot:
+        """Every partition's leader, leader epoch and ISR from one Metadata answer (topic never
+        auto-created). Raises ValueError when the cluster cannot give leader epochs (not
+        PLAINTEXT, or brokers before Kafka 1.0), ClusterUnreachable when no broker answers."""
+        got = self.kafka.leader_epochs([OFFSETS_TOPIC])
+        self.polls += 1
+        if got is None:
+            raise ValueError(f"cluster {self.kafka.name!r} (bootstrap servers {self.kafka.bootstrap}) gives no leader "
+                             "epochs in metadata (listener not PLAINTEXT, or brokers before Kafka 1.0): its "
+                             f"{OFFSETS_TOPIC} leaders cannot be polled")
+        parts, errors = got
+        if errors.get(OFFSETS_TOPIC) and errors[OFFSETS_TOPIC] != "UNKNOWN_TOPIC_OR_PARTITION":
+            log.warning("cluster %s: metadata answered %s for %s", self.kafka.name, errors[OFFSETS_TOPIC],
+                        OFFSETS_TOPIC)
+        return {p.partition: {"leader": p.leader, "leader_epoch": p.leader_epoch, "isr": list(p.isr),
+                              "controller_epoch": None}
+                for p in parts if p.topic == OFFSETS_TOPIC}
