@@ -236,3 +236,56 @@ def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, 
     assert held.holder()["run_id"] == "manual__gone"  # never stolen, not released by the refused run
     assert cli.main(["lock", "clear", "labtest-alias", "--lock-dir", str(locks)]) == 0
     assert held.holder() is None
+
+
+def test_move_leader_and_its_rollback_on_kraft(dag, lab_fleet, tmp_path, unique, monkeypatch):
+    """Kafka 4.3 in KRaft mode (no ZooKeeper): the same gate moves leadership through the Admin API
+    (AlterPartitionReassignments + preferred election), verify sees the group served by the new
+    leader, and the rollback conf restores leader and order. (0.9: the test above; 3.9 ZooKeeper
+    mode moves through the same /admin znodes as 0.9: tests/integration/test_coordinator_ownership.py.)"""
+    from fleetkit.clients.kafka import KafkaCluster, client_config
+    from fleetkit.core.journal import journal_path, read_journal
+
+    h = lab_fleet("lab43test")
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    kafka = KafkaCluster("lab43test", client_config({"bootstrap.servers": h.bootstrap}, h.spec.kafka_version))
+    admin = leadership.for_cluster(kafka, None)
+    topic, group = unique("rec43"), unique("recovery 'ü😀' $x")
+    version = h.spec.kafka_version
+    wait_topic(h.bootstrap, topic, kafka_version=version)
+    produce(h.bootstrap, topic, {0: 3, 1: 3, 2: 3}, kafka_version=version)
+    member = ConsumerThread(h.bootstrap, group, [topic], client_id="recovery-43", kafka_version=version)
+    member.start()
+    p = partition_for(group, 50)
+    original = leadership.assignment(admin, OFFSETS)[p]
+    try:
+        leadership.elect_preferred_leaders(admin, OFFSETS)
+        time.sleep(3)
+        before = leadership.state(admin, OFFSETS, p)
+        target = original[-1]
+        conf = {"cluster": "lab43test", "group": group, "partition": -1, "action": "move_leader",
+                "target_broker": target, "dry_run": False, "evidence_report": "", "replica_order": ""}
+        dr = run(dag, conf, Answerer(DAG_ID, "Approve"))
+        assert dr.state == "success", states(dr)
+        after = leadership.state(admin, OFFSETS, p)
+        assert after.leader == target and after.leader_epoch > before.leader_epoch
+        assert leadership.assignment(admin, OFFSETS)[p] == [target] + original[:-1]
+        entries = read_journal(journal_path(tmp_path / "data", "coordinator_recovery", DAG_ID, dr.run_id, "lab43test"))
+        assert [(e.get("step"), e["status"]) for e in entries.values()] == [
+            ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
+        recs = audit.records(DataRoot(tmp_path / "data"), "lab43test", dr.run_id)
+        assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+        assert kafka.describe_groups([group])[group].coordinator_id == target
+        rollback = recs[2]["details"]["rollback"]["conf"]
+        back = run(dag, dict(conf, **{k: v for k, v in rollback.items() if k != "cluster"}),
+                   Answerer(DAG_ID, "Approve"))
+        assert back.state == "success", states(back)
+        assert leadership.assignment(admin, OFFSETS)[p] == original
+        assert leadership.state(admin, OFFSETS, p).leader == before.leader
+    finally:
+        member.stop()
+        if leadership.assignment(admin, OFFSETS)[p] != original:
+            leadership.reorder_replicas(admin, OFFSETS, p, original)
+        leadership.elect_preferred_leaders(admin, OFFSETS)
+        kafka.close()
