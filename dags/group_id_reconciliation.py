@@ -78,7 +78,7 @@ with DAG(
         execution_timeout=dt.timedelta(minutes=30),
         trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
     )
-    report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT)
+    report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}")
     create = CreateMissingGroupIdsOperator(
         task_id="create_missing", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}",
         data_root="{{ params.data_root }}", enabled="{{ params.create_missing }}",

@@ -520,9 +520,9 @@ def cmd_groupids_diff(args) -> int:
 
     cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
     cfg = cluster.group_id_mappings
-    if cfg is None:
-        print(f"error: cluster {cluster.name!r} has no group_id_mappings section in the fleet file", file=sys.stderr)
-        return 2
+    if cfg is None:  # not an error: e.g. a KRaft cluster (no ZooKeeper) has no KoP mappings
+        print(f"cluster {visible_controls(cluster.name)}: {group_id_collect.no_mappings(cluster)}")
+        return 0
     with clusters.connected(cluster) as (kafka, zk):
         coll = group_id_collect.collect(cluster, kafka, zk.client)
     findings = group_ids.diff(coll.mappings, coll.members, cfg.root, cfg.grace_seconds)

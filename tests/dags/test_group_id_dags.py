@@ -188,3 +188,20 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     (rec,) = [r for r in audit.records(DataRoot(data), "labtest") if r["action"] == "create_missing_group_ids"]
     assert rec["run_id"] == dr.run_id and rec["details"]["result"]["skipped"] == 1  # no live member: rechecked
     assert held_locks(locks) == []  # taken and released
+
+
+def test_the_scheduled_run_reports_a_kraft_cluster_without_mappings(dagbag, lab_fleet, tmp_path):
+    """A fleet holding the 4.3 KRaft cluster (no ZooKeeper, so no KoP mappings): the hourly run
+    succeeds, collects nothing there and its report says the cluster has no mappings section."""
+    from tests.conftest import TEST_FLEET, write_fleet_file
+
+    lab_fleet("lab43test")
+    fleet_file = write_fleet_file(TEST_FLEET["lab43test"], tmp_path / "fleet.yaml")
+    dr = dagbag.get_dag("group_id_reconciliation").test(
+        run_conf={"fleet_file": str(fleet_file), "data_root": str(tmp_path / "data"), "create_missing": False})
+    assert dr.state == "success", mapped_task_states(dr)
+    reports = list((tmp_path / "data" / "reports" / "group_ids").glob("*/report.md"))
+    assert len(reports) == 1, reports
+    text = reports[0].read_text()
+    assert "## lab43test" in text
+    assert md("no mappings section: the cluster has no ZooKeeper (KRaft)") in text

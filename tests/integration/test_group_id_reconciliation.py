@@ -339,3 +339,28 @@ def test_a_created_root_gets_its_parents_acl(lab):
         authed.delete(parent, recursive=True) if authed.exists(parent) else None
         authed.stop()
         anon.stop()
+
+
+def test_a_kraft_cluster_has_no_mappings_section_and_diff_says_so(lab_fleet, tmp_path, capsys):
+    """Kafka 4.3 in KRaft mode has no ZooKeeper, so no KoP mappings: `fleetctl groupids diff` exits
+    0 saying so, and a fleet file giving it a mappings section is refused naming the field."""
+    import yaml
+
+    from fleetctl import cli
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.fleet import load_fleet
+
+    h = lab_fleet("lab43test")
+    assert cli.main(["groupids", "diff", "--fleet", str(h.fleet_file), "--cluster", "lab43test"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == f"cluster lab43test: {gi_collect.no_mappings(h.cluster)}"
+    assert "no mappings section" in out and "KRaft" in out
+    with pytest.raises(gi.ReconcileError, match="no mappings section"):
+        gi_collect.collect(h.cluster, None, None)
+    doc = yaml.safe_load(h.fleet_file.read_text())
+    entry = next(c for c in doc["clusters"] if c["name"] == "lab43test")
+    entry["group_id_mappings"] = {"root": "/client_group_id"}
+    bad = tmp_path / "fleet.yaml"
+    bad.write_text(yaml.safe_dump({**doc, "clusters": [entry]}))
+    with pytest.raises(FleetError, match=r"group_id_mappings.*zookeeper"):
+        load_fleet(bad)

@@ -93,10 +93,27 @@ class MappingCollection:
                 f"{len(self.problems)} problem(s), {self.seconds:.1f}s")
 
 
+def no_mappings(cluster) -> str | None:
+    """Why a fleet-file cluster has no KoP mappings to reconcile; None when it has a
+    group_id_mappings section. A cluster without ZooKeeper (KRaft) cannot have one: KoP keeps its
+    mappings in ZooKeeper."""
+    if cluster.group_id_mappings is not None:
+        return None
+    if cluster.zookeeper is None:
+        return ("no mappings section: the cluster has no ZooKeeper (KRaft), where KoP's client-to-group "
+                "mappings live; nothing to reconcile")
+    return "no mappings section (group_id_mappings) in the fleet file: nothing to reconcile"
+
+
+def unconfigured(fleet) -> list[tuple[str, str]]:
+    """(cluster, why) of every fleet-file cluster without KoP mappings to reconcile."""
+    return [(c.name, why) for c in fleet.clusters if (why := no_mappings(c)) is not None]
+
+
 def collect(cluster, kafka, zk_client, now: dt.datetime | None = None) -> MappingCollection:
     """Read one cluster's mappings (its fleet-file root, below the chroot) and live members."""
     if cluster.group_id_mappings is None:
-        raise ReconcileError(f"cluster {cluster.name!r} has no group_id_mappings section in the fleet file")
+        raise ReconcileError(f"cluster {cluster.name!r}: {no_mappings(cluster)}")
     t0 = time.monotonic()
     now = now or dt.datetime.now(dt.timezone.utc)
     root = cluster.group_id_mappings.root

@@ -33,8 +33,9 @@ def build(ctx: ClusterContext, params: dict) -> dict:
     """The plan of one cluster (params: classes, default MISMATCHED,STALE; rollback_run; data_root)."""
     cfg = ctx.cluster.group_id_mappings
     if cfg is None or ctx.zk is None:
-        raise FleetError(f"cluster {ctx.cluster.name!r} has no group_id_mappings section (and zookeeper) in the "
-                         "fleet file: it has no KoP mappings to reconcile")
+        from fleetkit.group_ids.collect import no_mappings
+
+        raise FleetError(f"cluster {ctx.cluster.name!r}: {no_mappings(ctx.cluster) or 'no ZooKeeper connected'}")
     data_root = str(params.get("data_root") or settings.data_root())
     if params.get("rollback_run"):
         return rollback_plan(ctx, params, data_root)

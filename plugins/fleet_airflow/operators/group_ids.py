@@ -42,18 +42,24 @@ class CollectGroupIdsOperator(BaseOperator):
 class GroupIdReportOperator(BaseOperator):
     """Render report.md from the Spark job's findings, log the counts and every finding."""
 
-    template_fields: Sequence[str] = ("out_dir",)
+    template_fields: Sequence[str] = ("out_dir", "fleet_file")
 
-    def __init__(self, *, out_dir: str, **kwargs):
+    def __init__(self, *, out_dir: str, fleet_file: str | None = None, **kwargs):
         super().__init__(**kwargs)
         self.out_dir = out_dir
+        self.fleet_file = fleet_file  # lists the clusters without mappings (no section; KRaft) in the report
 
     def execute(self, context) -> dict:
         from fleetkit.group_ids.report import load_findings, render_report
 
+        from fleetkit.core.fleet import load_fleet
+        from fleetkit.group_ids.collect import unconfigured
+
         findings, summary = load_findings(self.out_dir)
-        path = render_report(self.out_dir)
+        path = render_report(self.out_dir, fleet_file=self.fleet_file or None)
         self.log.info("group-id report: %s", path)
+        for cluster, why in unconfigured(load_fleet(self.fleet_file)) if self.fleet_file else []:
+            self.log.info("cluster %s: %s", cluster, why)
         for cluster, counts in sorted(summary.get("clusters", {}).items()):
             self.log.info("cluster %s: %s", cluster, ", ".join(f"{k} {n}" for k, n in sorted(counts.items())))
         for f in findings[:500]:
