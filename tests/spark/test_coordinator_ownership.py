@@ -123,3 +123,45 @@ def test_leader_change_loading_recovery_stuck_mismatch(spark):
     _, parts10, _ = evaluate(spark.createDataFrame(coords, COORDINATOR_SCHEMA),
                              spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 600)
     assert {r["partition"]: r["verdict"] for r in parts10.collect()}[2] == "LOADING"
+
+
+# how each generation answers for a group while its new leader loads the partition (seen on the
+# lab's brokers): 0.9 says NOT_COORDINATOR from the leader itself; 3.9 and 4.3 say
+# COORDINATOR_LOAD_IN_PROGRESS. 4.3 runs KRaft: leaders come from metadata, with no controller epoch.
+LOAD_ANSWERS = {"0.9": ("NOT_COORDINATOR", 1, "zookeeper"), "3.9": ("COORDINATOR_LOAD_IN_PROGRESS", 1, "zookeeper"),
+                "4.3": ("COORDINATOR_LOAD_IN_PROGRESS", None, "metadata")}
+
+
+@pytest.mark.parametrize("generation", list(LOAD_ANSWERS), ids=[f"kafka-{g}" for g in LOAD_ANSWERS])
+def test_a_load_stuck_after_a_leader_change_per_generation(spark, generation):
+    """Partition 0's leader moves 2 -> 0 at minute 1 and its groups see the generation's load answer
+    until minute 8: LOAD_STUCK past 5 minutes; partition 1's group, whose lookup still names the old
+    leader after its change (a stale lookup, NOT_COORDINATOR from a broker that is not the leader),
+    is MISMATCH, never LOADING."""
+    from coordinator_ownership import COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
+
+    load_error, controller_epoch, source = LOAD_ANSWERS[generation]
+    stuck = groups_on_partition(0, 2, 2, "stk ü😀 '{i}'")
+    stale = groups_on_partition(1, 2, 1, "stale {{ x }} '{i}'")
+    states, coords = [], []
+    for i, t in enumerate(at(m) for m in (0, 1, 2, 8)):
+        states.append(("c", "__consumer_offsets", 0, t, 2 if i == 0 else 0, [0, 1, 2], 4 if i == 0 else 5,
+                       controller_epoch, source))
+        states.append(("c", "__consumer_offsets", 1, t, 1 if i < 3 else 2, [0, 1, 2], 7 if i < 3 else 8,
+                       controller_epoch, source))
+        for g in stuck:
+            coords.append(("c", g, t, 2 if i == 0 else 0, None if i == 0 else load_error,
+                           "Stable" if i == 0 else "Unknown", 1 if i == 0 else None))
+        for g in stale:
+            coords.append(("c", g, t, 1, None if i < 3 else "NOT_COORDINATOR", "Stable" if i < 3 else "Unknown",
+                           1 if i < 3 else None))
+    groups, parts, _ = evaluate(spark.createDataFrame(coords, COORDINATOR_SCHEMA),
+                                spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 300)
+    g = {r["group"]: r for r in groups.collect()}
+    assert all((g[x]["verdict"], g[x]["error"], g[x]["not_ok_seconds"]) == ("LOADING", load_error, 420) for x in stuck)
+    assert (g[stale[0]]["verdict"], g[stale[0]]["expected_coordinator"], g[stale[0]]["coordinator_id"]) == \
+        ("MISMATCH", 2, 1)
+    p = {r["partition"]: r for r in parts.collect()}
+    assert (p[0]["verdict"], p[0]["leader"], p[0]["leader_epoch"], p[0]["loading"]) == ("LOAD_STUCK", 0, 5, 2)
+    assert p[0]["affected_groups"] == sorted(stuck)
+    assert p[1]["verdict"] == "MISMATCH" and p[1]["mismatch"] == 1
