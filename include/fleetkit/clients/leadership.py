@@ -208,7 +208,8 @@ def elect_preferred_leaders(zk: ZooKeeperCluster | AdminLeadership, topic: str, 
     preferred_election(zk, [(topic, p) for p in sorted(assignment(zk, topic))], timeout)
 
 
-def move_leader(zk: ZooKeeperCluster | AdminLeadership, topic: str, partition: int, target: int, timeout: float = 60.0) -> dict:
+def move_leader(zk: ZooKeeperCluster | AdminLeadership, topic: str, partition: int, target: int,
+                timeout: float = 60.0) -> dict:
     """Make `target` (an in-sync replica) the leader: reorder, elect, wait until the state says so.
     Returns {"replicas_before", "replicas_after", "leader_before", "leader_after", "epoch_after"}."""
     before = state(zk, topic, partition)

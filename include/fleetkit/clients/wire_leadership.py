@@ -47,7 +47,8 @@ def alter_body(timeout_ms: int, topic: str, moves: dict[int, list[int] | None]) 
         else:
             parts += wire._array_len(len(replicas), True) + b"".join(struct.pack(">i", b) for b in replicas)
         parts += wire.NO_TAGS
-    topics = wire._array_len(1, True) + wire._string(topic, True) + wire._array_len(len(moves), True) + parts + wire.NO_TAGS
+    topics = (wire._array_len(1, True) + wire._string(topic, True) + wire._array_len(len(moves), True) + parts
+              + wire.NO_TAGS)
     return struct.pack(">i", timeout_ms) + topics + wire.NO_TAGS
 
 

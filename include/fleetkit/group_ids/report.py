@@ -21,7 +21,8 @@ def load_findings(out_dir: str | os.PathLike) -> tuple[list[dict], dict]:
     return findings, summary
 
 
-def render_report(out_dir: str | os.PathLike, max_rows: int = 2000, fleet_file: str | os.PathLike | None = None) -> Path:
+def render_report(out_dir: str | os.PathLike, max_rows: int = 2000,
+                  fleet_file: str | os.PathLike | None = None) -> Path:
     """report.md next to the job's output (every cluster-supplied value escaped); with `fleet_file`,
     the clusters that have no mappings to reconcile too (no section; KRaft: no ZooKeeper)."""
     from fleetkit.core.render import render
@@ -36,6 +37,7 @@ def render_report(out_dir: str | os.PathLike, max_rows: int = 2000, fleet_file: 
     clusters = [{"cluster": c, "counts": sorted(v.items(), key=lambda kv: CLASSES.index(kv[0]) if kv[0] in CLASSES else 99)}
                 for c, v in sorted(summary.get("clusters", {}).items())]
     path = Path(out_dir) / "report.md"
-    path.write_text(render("group_ids.md.j2", clusters=clusters, findings=findings, shown=max_rows, unconfigured=unconfigured,
+    path.write_text(render("group_ids.md.j2", clusters=clusters, findings=findings, shown=max_rows,
+                           unconfigured=unconfigured,
                            truncated=len(findings) > max_rows), encoding="utf-8")
     return path
