@@ -295,12 +295,15 @@ def test_the_watch_fires_on_a_leader_change(modern):
         assert isinstance(trigger.watch, MetadataEpochPoll if modern.zk is None else LeaderEpochWatch)
         p = 9
         st, target = _other_isr(modern.admin, p)
+        original = leadership.assignment(modern.admin, OFFSETS)[p]
         t0 = time.monotonic()
-        await asyncio.to_thread(leadership.move_leader, modern.admin, OFFSETS, p, target)
         try:
+            await asyncio.to_thread(leadership.move_leader, modern.admin, OFFSETS, p, target)
             event = await asyncio.wait_for(pending, timeout=20)
         finally:
             await events.aclose()
+            # the replica order from before (the fixture's election then puts the leader back)
+            await asyncio.to_thread(leadership.reorder_replicas, modern.admin, OFFSETS, p, original)
         latency = time.monotonic() - t0
         print(f"{name}: watch fired {latency:.2f}s after the leader change")
         changes = {c["partition"]: c for c in event.payload["changes"]}
