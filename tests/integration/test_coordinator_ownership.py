@@ -367,3 +367,66 @@ def test_a_move_is_journaled_verified_and_rolled_back(modern, tmp_path):
     finally:
         if leadership.assignment(modern.admin, OFFSETS)[p] != original:
             leadership.reorder_replicas(modern.admin, OFFSETS, p, original)
+
+
+def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, lab_fleet, tmp_path, unique,
+                                                                       monkeypatch):
+    """Kafka 4.3 in KRaft mode (no ZooKeeper): the same gate moves leadership through the Admin API
+    (AlterPartitionReassignments + preferred election), verify sees the group served by the new
+    leader, and the rollback conf restores leader and order. (0.9: tests/dags/
+    test_runbook_coordinator_recovery.py; 3.9 in ZooKeeper mode moves through the same /admin znodes
+    as 0.9: test_a_move_is_journaled_verified_and_rolled_back.) Here, not in tests/dags: starting
+    the KRaft cluster adds it to the shared fleet file, which the DAG tests expect to hold 0.9 only."""
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.journal import journal_path, read_journal
+    from fleetlab.traffic import ConsumerThread, produce, wait_topic
+    from tests.hitl import Answerer
+    from tests.hitl import run_dag as run
+    from tests.hitl import task_states as states
+
+    dag_id = "runbook_coordinator_recovery"
+    dag = dagbag.get_dag(dag_id)
+    h = lab_fleet("lab43test")
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    kafka = KafkaCluster("lab43test", client_config({"bootstrap.servers": h.bootstrap}, h.spec.kafka_version))
+    admin = leadership.for_cluster(kafka, None)
+    topic, group = unique("rec43"), unique("recovery 'ü😀' $x")
+    version = h.spec.kafka_version
+    wait_topic(h.bootstrap, topic, kafka_version=version)
+    produce(h.bootstrap, topic, {0: 3, 1: 3, 2: 3}, kafka_version=version)
+    member = ConsumerThread(h.bootstrap, group, [topic], client_id="recovery-43", kafka_version=version)
+    member.start()
+    p = partition_for(group, 50)
+    original = leadership.assignment(admin, OFFSETS)[p]
+    try:
+        leadership.elect_preferred_leaders(admin, OFFSETS)
+        time.sleep(3)
+        before = leadership.state(admin, OFFSETS, p)
+        target = original[-1]
+        conf = {"cluster": "lab43test", "group": group, "partition": -1, "action": "move_leader",
+                "target_broker": target, "dry_run": False, "evidence_report": "", "replica_order": ""}
+        dr = run(dag, conf, Answerer(dag_id, "Approve"))
+        assert dr.state == "success", states(dr)
+        after = leadership.state(admin, OFFSETS, p)
+        assert after.leader == target and after.leader_epoch > before.leader_epoch
+        assert leadership.assignment(admin, OFFSETS)[p] == [target] + original[:-1]
+        entries = read_journal(journal_path(tmp_path / "data", "coordinator_recovery", dag_id, dr.run_id, "lab43test"))
+        assert [(e.get("step"), e["status"]) for e in entries.values()] == [
+            ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
+        recs = audit.records(DataRoot(tmp_path / "data"), "lab43test", dr.run_id)
+        assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
+        assert kafka.describe_groups([group])[group].coordinator_id == target
+        rollback = recs[2]["details"]["rollback"]["conf"]
+        back = run(dag, dict(conf, **{k: v for k, v in rollback.items() if k != "cluster"}),
+                   Answerer(dag_id, "Approve"))
+        assert back.state == "success", states(back)
+        assert leadership.assignment(admin, OFFSETS)[p] == original
+        assert leadership.state(admin, OFFSETS, p).leader == before.leader
+    finally:
+        member.stop()
+        if leadership.assignment(admin, OFFSETS)[p] != original:
+            leadership.reorder_replicas(admin, OFFSETS, p, original)
+        leadership.elect_preferred_leaders(admin, OFFSETS)
+        kafka.close()
