@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer
 
 from fleetkit.clients.kafka import client_config
+from fleetkit.collection.coordinators import collect_coordinators
 from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetkit.stuck import execute as reset_execute
 
@@ -82,6 +83,8 @@ def test_kip848_group_is_collected_with_state_type_and_assignment(generation, la
         wait_until(lambda: t.committed(group, topic) == {0: 4, 1: 5, 2: 6}, 30, "KIP-848 group committed",
                    interval=0.3)
         result = clusters.collect(t.cluster, data_root)
+        with clusters.connected(t.cluster) as (kafka, zk):  # the ownership check's light pass
+            light = collect_coordinators(t.cluster, kafka, zk, groups=[group]).rows["group_coordinators"]
     finally:
         c.close()
 
@@ -90,6 +93,7 @@ def test_kip848_group_is_collected_with_state_type_and_assignment(generation, la
     assert got == {(topic, p): (n, "Stable", "consumer", True, "kip848-client") for p, n in ((0, 4), (1, 5), (2, 6))}
     coord = [r for r in read_dataset(DataRoot(data_root), "group_coordinators").to_pylist() if r["group"] == group]
     assert [(r["error"], r["state"], r["members"]) for r in coord] == [(None, "Stable", 1)]
+    assert [(r["error"], r["state"], r["members"]) for r in light] == [(None, "Stable", 1)]
     assert not [p for p in result.problems if group in p], result.problems
 
 

@@ -179,7 +179,10 @@ def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs
     group's lookup or that coordinator's describe answers (kafka_wire; `answers` when already
     probed). Falls back to the admin client's describe (coordinator known only when describe
     succeeds) for non-PLAINTEXT clusters."""
-    if answers is None:
+    if answers is None and descs is None:
+        # one pass: the probe's lookup and describe, KIP-848 groups described again (clients.kafka)
+        descs, answers = kafka.describe_with_coordinators(groups)
+    elif answers is None:
         answers = kafka.coordinators(groups)
     if descs is None:
         descs = (kafka.describe_groups(groups) if answers is None
