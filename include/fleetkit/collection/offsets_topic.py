@@ -252,17 +252,33 @@ def committed_groups_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "committed_groups.json")
 
 
+#: records one collection reads at most for the index (a bloated topic is caught up over several runs)
+COMMITTED_GROUPS_MAX_RECORDS = 2_000_000
+
+
 def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS) -> tuple[set[str], list[str]]:
+                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                     max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> tuple[set[str], list[str]]:
     """(groups with live commits, problems), read incrementally from __consumer_offsets: the first
     call reads each partition from its log start, later ones only what was appended since (state
-    in committed_groups.json under the data root). Stays within the collect stage: no Spark job."""
+    in committed_groups.json under the data root), at most `max_records` per call. Stays within
+    the collect stage: no Spark job."""
     path = committed_groups_path(root, cluster.name)
     state = root.read_json(path, default={}) or {}
     positions = {int(k): int(v) for k, v in (state.get("positions") or {}).items()}
     index: dict[str, dict[str, int | None]] = {g: dict(keys) for g, keys in (state.get("groups") or {}).items()}
+    folded = [0]
+
+    def fold(rows: list[dict]) -> None:
+        folded[0] += len(rows)
+        fold_live_commits(index, rows, retention_ms)
+
     res = read_records(cluster.name, kafka, list(range(cluster.offsets_topic_partitions)), positions,
-                       sink=lambda rows: fold_live_commits(index, rows, retention_ms))
+                       max_records=max_records, sink=fold)
+    if folded[0] + res.other_versions >= max_records:
+        res.problems.append(f"{OFFSETS_TOPIC}: the index of groups with commits read its {max_records} records for "
+                            "this run and is still behind; groups that commit without joining may be missing "
+                            "until later runs catch up")
     now_ms = int(time.time() * 1000)
     prune_expired(index, now_ms)
     root.write_json_atomic(path, {"positions": {str(k): v for k, v in res.positions.items()}, "groups": index})
