@@ -101,14 +101,18 @@ def _join_and_commit(bootstrap: str, version: str, group: str, topic: str, proto
         conf.update({"group.protocol": "consumer", "max.poll.interval.ms": 3_600_000})
     else:
         conf["session.timeout.ms"] = 10000
-    c = Consumer(client_config(conf, version))
-    c.subscribe([topic])
-    deadline = time.monotonic() + 120
-    while len(c.assignment()) < 3:
-        if time.monotonic() > deadline:
-            c.close()
-            raise SystemExit(f"group {group}: no assignment of {topic} after 120s")
-        c.poll(0.2)
+    for attempt in range(3):  # a loaded lab now and then leaves a join unanswered: a new member tries again
+        c = Consumer(client_config(conf, version))
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(c.assignment()) < 3 and time.monotonic() < deadline:
+            c.poll(0.2)
+        if len(c.assignment()) == 3:
+            break
+        c.close()
+        print(f"prepare: group {group}: no assignment of {topic} after 60s (attempt {attempt + 1} of 3)", flush=True)
+    else:
+        raise SystemExit(f"group {group}: no assignment of {topic} in 3 attempts")
     for attempt in range(10):  # a loaded broker times a commit out now and then: poll and try again
         try:
             c.commit(offsets=[TopicPartition(topic, p, 1) for p in range(3)], asynchronous=False)
