@@ -1,6 +1,7 @@
 """Benchmark: one full collection of 1,000 consumer groups (1 topic x 3 partitions each) on a lab cluster.
 
     .venv/bin/python bench/collect_offsets.py --cluster lab [--groups 1000] [--repeat 3] [--keep]
+    .venv/bin/python bench/collect_offsets.py --cluster lab43 --standalone 300 --kip848 200   # a mix
     .venv/bin/python bench/collect_offsets.py --bootstrap HOST:PORT --kafka-version 4.3.1   # a running cluster
 
 Starts its own lab for the cluster's Kafka generation (a single-purpose lab in the test port plan,
@@ -10,6 +11,12 @@ then times complete collections (list, describe, offset fetch, log offsets, coor
 partition state from ZooKeeper or metadata, Parquet write). Prints the time of each step of the
 last run, groups/s and the peak memory of this process. Python's imports (Airflow's hooks, pandas,
 pyarrow) are done before the clock starts: they cost once per process, not per collection. Target: <= 10 s per collection on 2 cores.
+
+By default every group commits without joining and the fleet file names them all. With --standalone
+and/or --kip848 the groups are a mix the collector must find by itself (the fleet file names none):
+N commit-only groups (assign + commit), M KIP-848 consumer groups (group.protocol=consumer, Kafka 4
+only) whose one member each stays alive during the runs, and the rest classic groups whose one
+member joined, committed and left before the first collection.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from fleet_airflow.settings import load_airflow_env  # noqa: E402
 
 load_airflow_env()
 
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from fleetkit.clients.kafka import KafkaCluster, client_config  # noqa: E402
 from fleetkit.clients.zookeeper import ZooKeeperCluster  # noqa: E402
@@ -66,6 +73,95 @@ def bench_lab(cluster: str) -> tuple[Lab, str]:
 
 
 def prepare(bootstrap: str, version: str, groups: int) -> list[str]:
+    """Create the topics bench-NNNN (3 partitions, one record each) and commit offset 1 for
+    groups of the same names without joining."""
+    names = create_topics(bootstrap, version, groups)
+
+    def commit(name: str) -> None:
+        c = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": name,
+                                    "enable.auto.commit": False}, version))
+        try:
+            c.commit(offsets=[TopicPartition(name, p, 1) for p in range(3)], asynchronous=False)
+        finally:
+            c.close()
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(commit, names))
+    print(f"prepare: {groups} groups committed in {time.monotonic() - t:.1f}s", flush=True)
+    return names
+
+
+def _join_and_commit(bootstrap: str, version: str, group: str, topic: str, protocol: str) -> Consumer:
+    """A member of `group` (classic or KIP-848 consumer protocol) subscribed to `topic`; returns once
+    it holds all 3 partitions and committed offset 1 on each."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+            "auto.offset.reset": "earliest", "client.id": f"{group}-member"}
+    if protocol == "consumer":  # kept alive unpolled through the runs: no poll-interval eviction
+        conf.update({"group.protocol": "consumer", "max.poll.interval.ms": 3_600_000})
+    else:
+        conf["session.timeout.ms"] = 10000
+    for attempt in range(3):  # a loaded lab now and then leaves a join unanswered: a new member tries again
+        c = Consumer(client_config(conf, version))
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(c.assignment()) < 3 and time.monotonic() < deadline:
+            c.poll(0.2)
+        if len(c.assignment()) == 3:
+            break
+        c.close()
+        print(f"prepare: group {group}: no assignment of {topic} after 60s (attempt {attempt + 1} of 3)", flush=True)
+    else:
+        raise SystemExit(f"group {group}: no assignment of {topic} in 3 attempts")
+    for attempt in range(10):  # a loaded broker times a commit out now and then: poll and try again
+        try:
+            c.commit(offsets=[TopicPartition(topic, p, 1) for p in range(3)], asynchronous=False)
+            return c
+        except KafkaException as e:
+            if attempt == 9:
+                c.close()
+                raise SystemExit(f"group {group}: commit failed 10 times ({e})")
+            c.poll(0.5)
+    return c
+
+
+def prepare_mix(bootstrap: str, version: str, groups: int, standalone: int, kip848: int
+                ) -> tuple[list[str], list[Consumer]]:
+    """(group names, the live KIP-848 members): `standalone` commit-only groups, `kip848` KIP-848
+    groups with a live member each, the rest classic groups whose member joined, committed and left."""
+    if standalone + kip848 > groups:
+        raise SystemExit(f"--standalone {standalone} + --kip848 {kip848} exceed --groups {groups}")
+    if kip848 and version.split(".")[0] in ("0", "1", "2", "3"):
+        raise SystemExit(f"--kip848 needs Kafka 4 (KIP-848 consumer groups); this cluster runs {version}")
+    topics = create_topics(bootstrap, version, groups)
+    kinds = ["standalone"] * standalone + ["kip848"] * kip848 + ["departed"] * (groups - standalone - kip848)
+    names = [f"bench-{k}-{i:04d}" for i, k in enumerate(kinds)]
+    live: list[Consumer] = []
+
+    def one(i: int) -> None:
+        kind, group, topic = kinds[i], names[i], topics[i]
+        if kind == "standalone":
+            c = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": group,
+                                        "enable.auto.commit": False}, version))
+            try:
+                c.commit(offsets=[TopicPartition(topic, p, 1) for p in range(3)], asynchronous=False)
+            finally:
+                c.close()
+        elif kind == "kip848":
+            live.append(_join_and_commit(bootstrap, version, group, topic, "consumer"))
+        else:
+            _join_and_commit(bootstrap, version, group, topic, "classic").close()
+
+    t = time.monotonic()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(groups)))
+    print(f"prepare: {standalone} commit-only, {kip848} KIP-848 (live), {groups - standalone - kip848} classic "
+          f"departed groups in {time.monotonic() - t:.1f}s", flush=True)
+    return names, live
+
+
+def create_topics(bootstrap: str, version: str, groups: int) -> list[str]:
+    """Topics bench-NNNN with 3 partitions and one record in each (idempotent)."""
     names = [f"bench-{i:04d}" for i in range(groups)]
     prod = Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5}, version))
     t = time.monotonic()
@@ -102,23 +198,10 @@ def prepare(bootstrap: str, version: str, groups: int) -> list[str]:
         if left:
             raise SystemExit(f"{left} records not acknowledged while creating topics")
     print(f"prepare: {groups} topics x 3 partitions ready in {time.monotonic() - t:.1f}s", flush=True)
-
-    def commit(name: str) -> None:
-        c = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": name,
-                                    "enable.auto.commit": False}, version))
-        try:
-            c.commit(offsets=[TopicPartition(name, p, 1) for p in range(3)], asynchronous=False)
-        finally:
-            c.close()
-
-    t = time.monotonic()
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(commit, names))
-    print(f"prepare: {groups} groups committed in {time.monotonic() - t:.1f}s", flush=True)
     return names
 
 
-STEPS = {KafkaCluster: ("list_groups", "describe_groups", "committed_offsets", "log_offsets", "coordinators",
+STEPS = {KafkaCluster: ("list_groups_typed", "describe_groups", "committed_offsets", "log_offsets", "coordinators",
                         "leader_epochs", "metadata"),
          ZooKeeperCluster: ("partition_states",)}
 
@@ -150,7 +233,12 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the benchmark's lab running")
     ap.add_argument("--bootstrap", help="benchmark this running cluster instead (no ZooKeeper: metadata)")
     ap.add_argument("--kafka-version", help="with --bootstrap: the cluster's Kafka version")
+    ap.add_argument("--standalone", type=int, default=None,
+                    help="a mix: this many commit-only groups (the fleet file then names no group)")
+    ap.add_argument("--kip848", type=int, default=None,
+                    help="a mix: this many KIP-848 consumer groups with a live member (Kafka 4)")
     args = ap.parse_args()
+    mix = args.standalone is not None or args.kip848 is not None
 
     if args.bootstrap:
         if not args.kafka_version:
@@ -169,8 +257,12 @@ def main() -> int:
             lab.up()
         os.environ.update(lab.spec.connection_env())
         bootstrap, name, doc = lab.spec.bootstrap, lab.spec.name, lab.spec.fleet_document()
+    live: list = []
     try:
-        names = prepare(bootstrap, version, args.groups)
+        if mix:
+            names, live = prepare_mix(bootstrap, version, args.groups, args.standalone or 0, args.kip848 or 0)
+        else:
+            names = prepare(bootstrap, version, args.groups)
         from fleet_airflow import clusters
         # Python's imports (Airflow's hooks, pandas, pyarrow) happen once per process, not per collection
         import fleet_airflow.hooks.kafka_cluster  # noqa: F401
@@ -179,7 +271,8 @@ def main() -> int:
         import pyarrow.parquet  # noqa: F401
 
         fleet = parse_fleet(__import__("yaml").safe_dump(doc), path="bench")
-        cluster = dataclasses.replace(fleet.cluster(name), groups=tuple(names))
+        # a mix must be found by the collector itself: the fleet file then names no group
+        cluster = dataclasses.replace(fleet.cluster(name), groups=() if mix else tuple(names))
         spent = timed_steps()
         times = []
         with tempfile.TemporaryDirectory() as data:
@@ -197,14 +290,24 @@ def main() -> int:
                     print(f"  problem: {p}")
                 assert rows >= 3 * args.groups, "every bench group must yield its 3 partitions"
                 mine = [r for r in res.rows["offsets_snapshots"] if r["group"] in set(names)]
+                assert len(mine) == 3 * len(names), f"{len(mine)} rows of the {len(names)} bench groups"
                 assert all(r["committed_offset"] == 1 and r["log_end_offset"] >= 1 for r in mine), \
                     "every bench partition has committed offset 1"
+                if mix:
+                    kinds = {}
+                    for r in mine:
+                        kinds.setdefault(r["group"].split("-")[1], set()).add((r["group_type"], r["group_state"]))
+                    print("  (type, state) by kind: " + "; ".join(f"{k} {sorted(map(str, v))}"
+                                                               for k, v in sorted(kinds.items())), flush=True)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         best, worst = min(times), max(times)
-        print(f"RESULT cluster={args.bootstrap or args.cluster} kafka={version} groups={args.groups} best={best:.2f}s "
+        mixed = f" standalone={args.standalone or 0} kip848={args.kip848 or 0}" if mix else ""
+        print(f"RESULT cluster={args.bootstrap or args.cluster} kafka={version} groups={args.groups}{mixed} best={best:.2f}s "
               f"worst={worst:.2f}s groups_per_s={args.groups / best:.0f} peak_rss_mb={peak_mb:.0f} "
               f"target<={TARGET_SECONDS:.0f}s {'MET' if worst <= TARGET_SECONDS else 'MISSED'}")
     finally:
+        with ThreadPoolExecutor(16) as pool:  # the KIP-848 members leave (in parallel: each waits for its leave)
+            list(pool.map(lambda c: c.close(), live))
         if started and not args.keep:
             for line in lab.down():
                 print(line)

@@ -29,6 +29,7 @@ def snaps(*rows, step=60, start=0, **common):
 
 LIVE = {"assigned": True, "group_state": "Stable"}
 DEAD = {"assigned": False, "group_state": "Dead"}
+EMPTY = {"assigned": False, "group_state": "Empty"}  # 0.10.1+ (and KIP-848 groups): a group without members
 
 # (number, name, rows, expected status, why)
 CASES = [
@@ -87,4 +88,17 @@ CASES = [
                                                                                   (50, 140, {"log_start_offset": 50}),
                                                                                   step=200, **LIVE),
      "STALLED", "Offset 50 == log start 50 is in range; it never moved with a live member: stalled."),
+    (21, "stopped group on 0.10.1+ (Empty, as 0.9's Dead)", snaps((42, 60), (42, 70), (42, 80), step=150, **EMPTY),
+     "STOPPED", "Same as case 9: newer brokers keep the member-less group and call it Empty."),
+    (22, "commit-only group (assign + commit, never joins) behind a log start that moved",
+     snaps((5, 100, {"log_start_offset": 0}), (5, 120, {"log_start_offset": 50}), **EMPTY), "OUT_OF_RANGE",
+     "Same as case 2 on every generation: committed 5 is below log start 50."),
+    (23, "KIP-848 group reconciling while its member still holds the partition, offset frozen",
+     snaps((42, 60), (42, 70), (42, 80), step=150, assigned=True, group_state="Reconciling"), "STALLED",
+     "Reconciling is a KIP-848 rebalance, but the member's current assignment holds the partition: stalled."),
+    (24, "KIP-848 group assigning, assignment unknown (assigned null), offset frozen",
+     snaps((7, 9), (7, 9), (7, 9), step=200, assigned=None, group_state="Assigning"), "STOPPED",
+     "As case 11 for a classic rebalance: no member known to hold the partition."),
+    (25, "KIP-848 group that never committed", snaps((None, 10), (None, 20), (None, 30), group_state="Stable"),
+     "NO_COMMIT", "As case 1: the no-commit verdict does not depend on the group's protocol."),
 ]

@@ -144,14 +144,14 @@ def test_group_whose_last_member_leaves_mid_collection(target, data_root, unique
 
     from fleetkit.clients.kafka import KafkaCluster
 
-    real_list = KafkaCluster.list_groups
+    real_list = KafkaCluster.list_groups_typed
 
-    def list_then_leave(self):
-        listed = real_list(self)
+    def list_then_leave(self, errors=None):
+        listed = real_list(self, errors)
         member.stop()  # the last member leaves right after the cluster listed the group
         return listed
 
-    monkeypatch.setattr(KafkaCluster, "list_groups", list_then_leave)
+    monkeypatch.setattr(KafkaCluster, "list_groups_typed", list_then_leave)
     result = clusters.collect(t.cluster, data_root)
     assert group in result.groups
     rows = _rows(data_root, "offsets_snapshots", group=group)

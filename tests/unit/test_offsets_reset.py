@@ -17,6 +17,7 @@ class FakeKafka:
     """A topic 't' with two partitions, log [5, 100) and [0, 50), and one group 'g'."""
 
     name = "lab"
+    asks_api_versions = False  # a 0.9 cluster: the reset commits (stuck.execute.mechanism_for)
 
     def __init__(self, committed=None, state="Empty", members=()):
         self.committed = dict(committed if committed is not None else {("t", 0): 41, ("t", 1): 50})

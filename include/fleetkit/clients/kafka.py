@@ -140,6 +140,14 @@ class GroupDescription:
     coordinator_id: int | None
     members: tuple[Member, ...] = ()
     error: str | None = None
+    #: "classic" (JoinGroup/SyncGroup, every generation) or "consumer" (KIP-848, Kafka 4); None: not said
+    group_type: str | None = None
+
+
+def type_name(group_type) -> str | None:
+    """'classic' / 'consumer' for a confluent-kafka ConsumerGroupType (None when unknown)."""
+    raw = (getattr(group_type, "name", None) or str(group_type or "")).strip().lower()
+    return raw if raw in ("classic", "consumer") else None
 
 
 @dataclass(frozen=True)
@@ -182,8 +190,10 @@ def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
                                 error=answer.error)
     members = tuple(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.client_host),
                            assignment=m.assignment) for m in answer.described)
-    return GroupDescription(group=answer.group, state=state_name(answer.state or "Unknown"),
-                            coordinator_id=answer.coordinator_id, members=members)
+    state = state_name(answer.state or "Unknown")
+    # DescribeGroups answers for classic groups only; a group it calls Dead may be a KIP-848 one
+    return GroupDescription(group=answer.group, state=state, coordinator_id=answer.coordinator_id,
+                            members=members, group_type="classic" if state not in ("Dead", "Unknown") else None)
 
 
 def _remaining(deadline: float) -> float:
@@ -241,7 +251,29 @@ class KafkaCluster:
         answers = self.coordinators(groups)
         if answers is None:
             return self.describe_groups(groups), None
-        return {g: description_from_answer(a) for g, a in answers.items()}, answers
+        descs = {g: description_from_answer(a) for g, a in answers.items()}
+        if self.asks_api_versions:
+            self._describe_consumer_groups(descs, answers)
+        return descs, answers
+
+    def _describe_consumer_groups(self, descs: dict[str, GroupDescription], answers: dict) -> None:
+        """DescribeGroups knows classic groups only: Kafka 4 answers GROUP_ID_NOT_FOUND (or Dead) for a
+        KIP-848 consumer group. Those groups are described again through the admin client (which uses
+        ConsumerGroupDescribe); where that finds a live consumer-type group, its description replaces
+        the wire one and the answer's describe error is cleared (in place)."""
+        import dataclasses
+
+        again = [g for g, d in descs.items()
+                 if (d.error == "GROUP_ID_NOT_FOUND" or (d.error is None and d.state == "Dead"))
+                 and not (answers[g].lookup_error)]
+        if not again:
+            return
+        for g, d in self.describe_groups(again).items():
+            if d.error is None and d.group_type == "consumer":
+                descs[g] = dataclasses.replace(d, coordinator_id=descs[g].coordinator_id
+                                               if descs[g].coordinator_id is not None else d.coordinator_id)
+                answers[g] = dataclasses.replace(answers[g], describe_error=None, state=d.state,
+                                                 members=[(m.member_id, m.client_id, m.host) for m in d.members])
 
     # -- metadata -------------------------------------------------------------------------
     def leader_epochs(self, topics: Iterable[str]) -> "tuple[list[kafka_wire.PartitionLeader], dict[str, str]] | None":
@@ -295,6 +327,11 @@ class KafkaCluster:
     def list_groups(self, errors: list[str] | None = None) -> list[tuple[str, str]]:
         """(group, state) of every group the brokers list. Some brokers failing is logged and, when
         `errors` is given, appended to it (the groups those brokers coordinate are then missing)."""
+        return [(g, s) for g, s, _ in self.list_groups_typed(errors)]
+
+    def list_groups_typed(self, errors: list[str] | None = None) -> list[tuple[str, str, str | None]]:
+        """(group, state, type) of every listed group; type is 'classic' or 'consumer' where the
+        brokers say (ListGroups v5, Kafka 3.8+), else None."""
         try:
             res = self.admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
@@ -305,7 +342,7 @@ class KafkaCluster:
             log.warning("cluster %s: ListGroups partly failed: %s", self.name, err)
             if errors is not None:
                 errors.append(str(err))
-        return sorted((g.group_id, state_name(g.state)) for g in res.valid)
+        return sorted((g.group_id, state_name(g.state), type_name(getattr(g, "type", None))) for g in res.valid)
 
     def describe_groups(self, groups: Iterable[str], batch: int = 200) -> dict[str, GroupDescription]:
         groups = list(dict.fromkeys(groups))
@@ -331,7 +368,7 @@ class KafkaCluster:
                                   assignment=assignment))
         coord = d.coordinator.id if d.coordinator is not None else None
         return GroupDescription(group=group, state=state_name(d.state), coordinator_id=coord,
-                                members=tuple(members))
+                                members=tuple(members), group_type=type_name(getattr(d, "type", None)))
 
     def committed_offsets(self, groups: Iterable[str]) -> dict[str, dict[tuple[str, int], int | None] | str]:
         """Per group: {(topic, partition): committed offset or None}, or the error name.
@@ -420,6 +457,23 @@ class KafkaCluster:
         errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res or [] if tp.error is not None]
         if errors:
             raise ClusterUnreachable(f"cluster {self.name!r}: commit for group {group!r} failed for {', '.join(errors)}")
+
+    def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Set a group's committed offsets through the Admin API (AlterConsumerGroupOffsets, brokers
+        that answer ApiVersions: 0.10+). The broker refuses it while the group has live members."""
+        from confluent_kafka import ConsumerGroupTopicPartitions as CGTP
+
+        req = CGTP(group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
+        try:
+            fut = self.admin.alter_consumer_group_offsets([req], request_timeout=self.timeout)[group]
+            res = fut.result(timeout=self.timeout + 5)
+        except (KafkaException, TimeoutError) as e:
+            raise ClusterUnreachable(f"cluster {self.name!r}: altering the offsets of group {group!r} failed: "
+                                     f"{error_name(e)}") from None
+        errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res.topic_partitions or [] if tp.error is not None]
+        if errors:
+            raise ClusterUnreachable(f"cluster {self.name!r}: altering the offsets of group {group!r} failed for "
+                                     f"{', '.join(errors)}")
 
     def group_offsets(self, group: str, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
         """Committed offsets of specific partitions (None: no commit)."""

@@ -3,9 +3,13 @@
 No analysis happens here: rows describe what the cluster said, when it said it.
 
 Which groups: those the cluster lists, plus those seen in earlier collections (kept in a small
-state file under the data root), plus those named in the fleet file. Kafka 0.9 forgets a group
-when its last member leaves (ListGroups stops listing it, describe says Dead) while its committed
-offsets stay readable until they expire: a stopped group is exactly the one that must not vanish.
+state file under the data root), plus those named in the fleet file, plus, on brokers before
+0.10.1, the groups with live commits in __consumer_offsets. Kafka 0.9 forgets a group when its last
+member leaves (ListGroups stops listing it, describe says Dead) and never lists a group that commits
+without joining (assign + commit: Flink, Spark, MirrorMaker-style tools, offset resets) while their
+committed offsets stay readable until they expire. From 0.10.1 on the brokers list such groups
+(Empty) and the listing is enough. KIP-848 consumer groups (Kafka 4) are described through
+ConsumerGroupDescribe (clients.kafka); `group_type` says which protocol a group uses.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collect
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
+
+#: the first Kafka version whose brokers list groups that only commit (they keep them, Empty)
+LISTS_COMMIT_ONLY_GROUPS_SINCE = (0, 10, 1)
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +92,21 @@ def update_known_groups(known: dict[str, str], listed: set[str], with_offsets: s
 
 def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                     known_groups: dict[str, str] | None = None,
-                    now: dt.datetime | None = None) -> CollectionResult:
+                    now: dt.datetime | None = None, committed: set[str] | None = None) -> CollectionResult:
+    """`committed`: groups with live commits the listing may miss (collect_and_write reads them from
+    __consumer_offsets on brokers before 0.10.1)."""
     t0 = time.monotonic()
     known_groups = dict(known_groups or {})
     problems: list[str] = []
+    committed = set(committed or ())
 
-    listed = {g for g, _ in kafka.list_groups()}
-    groups = sorted(listed | set(known_groups) | set(cluster.groups))
-    log.info("cluster %s: %d groups listed, %d to collect (known %d, fleet file %d)",
-             cluster.name, len(listed), len(groups), len(known_groups), len(cluster.groups))
+    listing = kafka.list_groups_typed()
+    listed = {g for g, _, _ in listing}
+    listed_types = {g: t for g, _, t in listing if t}
+    groups = sorted(listed | set(known_groups) | set(cluster.groups) | committed)
+    log.info("cluster %s: %d groups listed, %d to collect (known %d, fleet file %d, with commits in %s %d)",
+             cluster.name, len(listed), len(groups), len(known_groups), len(cluster.groups), OFFSETS_TOPIC,
+             len(committed))
 
     observed_at = now or utcnow()
     descs, answers = kafka.describe_with_coordinators(groups)
@@ -132,6 +145,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
         d = descs.get(g)
         group_offsets = offsets.get(g) or {}
         state = d.state if d is not None else "Unknown"
+        group_type = listed_types.get(g) or (d.group_type if d is not None else None)
         for tp in sorted(per_group[g]):
             start, end, _ = log_offsets.get(tp, (None, None, None))
             assigned, client_id, host = assignment_of(d, tp)
@@ -140,6 +154,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "observed_at": observed_at, "committed_offset": group_offsets.get(tp),
                 "log_start_offset": start, "log_end_offset": end, "group_state": state,
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
+                "group_type": group_type,
             })
 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)
@@ -164,7 +179,10 @@ def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs
     group's lookup or that coordinator's describe answers (kafka_wire; `answers` when already
     probed). Falls back to the admin client's describe (coordinator known only when describe
     succeeds) for non-PLAINTEXT clusters."""
-    if answers is None:
+    if answers is None and descs is None:
+        # one pass: the probe's lookup and describe, KIP-848 groups described again (clients.kafka)
+        descs, answers = kafka.describe_with_coordinators(groups)
+    elif answers is None:
         answers = kafka.coordinators(groups)
     if descs is None:
         descs = (kafka.describe_groups(groups) if answers is None
@@ -208,7 +226,14 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
                       now: dt.datetime | None = None) -> CollectionResult:
     """Collect one cluster and append the rows to the datasets under `root`, all or nothing."""
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
-    result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now)
+    committed: set[str] = set()
+    scan_problems: list[str] = []
+    if cluster.version_tuple < LISTS_COMMIT_ONLY_GROUPS_SINCE:
+        from fleetkit.collection.offsets_topic import committed_groups
+
+        committed, scan_problems = committed_groups(cluster, kafka, root)
+    result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now, committed=committed)
+    result.problems[:0] = scan_problems
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
     for dataset in result.rows:

@@ -197,3 +197,91 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
              "checkpoints, %d problem(s) in %.1fs", cluster.name, res.records_written, res.other_versions,
              len(segs), len(cps), len(res.problems), res.seconds)
     return res
+
+
+# -- groups with live commits ------------------------------------------------------------------
+# Brokers before 0.10.1 list only groups that joined (a group that commits without joining, or whose
+# members all left before anyone listed it, is invisible to ListGroups) while __consumer_offsets
+# holds its commits. The index below is kept incrementally beside the other reader state: per
+# group, per partition commit key, when the commit expires. Tombstones remove keys.
+
+#: offsets.retention.minutes' default before Kafka 2.0 (one day), for commit values without an expiry
+DEFAULT_OFFSETS_RETENTION_MS = 24 * 3600 * 1000
+
+
+def _commit_key(topic: str, partition: int) -> str:
+    return f"{partition}:{topic}"
+
+
+def fold_live_commits(index: dict[str, dict[str, int | None]], rows: list[dict],
+                      retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS) -> None:
+    """Apply offset-commit rows (record_row's) to `index` {group: {commit key: expires at ms or None}}
+    in log order; group metadata and other records do not touch it."""
+    for r in rows:
+        if r.get("key_version") not in (0, 1) or r.get("group") is None or r.get("topic") is None:
+            continue
+        key = _commit_key(r["topic"], r["topic_partition"])
+        if r.get("tombstone"):
+            keys = index.get(r["group"])
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del index[r["group"]]
+            continue
+        expire = r.get("expire_timestamp")
+        if expire is None and r.get("commit_timestamp") is not None:
+            expire = r["commit_timestamp"] + retention_ms
+        index.setdefault(r["group"], {})[key] = expire
+
+
+def live_groups(index: dict[str, dict[str, int | None]], now_ms: int) -> set[str]:
+    """Groups with at least one commit neither tombstoned nor expired at `now_ms`."""
+    return {g for g, keys in index.items() if any(e is None or e > now_ms for e in keys.values())}
+
+
+def prune_expired(index: dict[str, dict[str, int | None]], now_ms: int) -> None:
+    for g in list(index):
+        keys = {k: e for k, e in index[g].items() if e is None or e > now_ms}
+        if keys:
+            index[g] = keys
+        else:
+            del index[g]
+
+
+def committed_groups_path(root: DataRoot, cluster: str) -> str:
+    return root.join("_state", f"cluster={cluster}", "committed_groups.json")
+
+
+#: records one collection reads at most for the index (a bloated topic is caught up over several runs)
+COMMITTED_GROUPS_MAX_RECORDS = 2_000_000
+
+
+def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
+                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                     max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> tuple[set[str], list[str]]:
+    """(groups with live commits, problems), read incrementally from __consumer_offsets: the first
+    call reads each partition from its log start, later ones only what was appended since (state
+    in committed_groups.json under the data root), at most `max_records` per call. Stays within
+    the collect stage: no Spark job."""
+    path = committed_groups_path(root, cluster.name)
+    state = root.read_json(path, default={}) or {}
+    positions = {int(k): int(v) for k, v in (state.get("positions") or {}).items()}
+    index: dict[str, dict[str, int | None]] = {g: dict(keys) for g, keys in (state.get("groups") or {}).items()}
+    folded = [0]
+
+    def fold(rows: list[dict]) -> None:
+        folded[0] += len(rows)
+        fold_live_commits(index, rows, retention_ms)
+
+    res = read_records(cluster.name, kafka, list(range(cluster.offsets_topic_partitions)), positions,
+                       max_records=max_records, sink=fold)
+    if folded[0] + res.other_versions >= max_records:
+        res.problems.append(f"{OFFSETS_TOPIC}: the index of groups with commits read its {max_records} records for "
+                            "this run and is still behind; groups that commit without joining may be missing "
+                            "until later runs catch up")
+    now_ms = int(time.time() * 1000)
+    prune_expired(index, now_ms)
+    root.write_json_atomic(path, {"positions": {str(k): v for k, v in res.positions.items()}, "groups": index})
+    log.info("cluster %s: %d group(s) with live commits in %s (%.1fs)", cluster.name, len(index), OFFSETS_TOPIC,
+             res.seconds)
+    return live_groups(index, now_ms), res.problems

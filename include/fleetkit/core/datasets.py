@@ -38,6 +38,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("committed_offset", pa.int64()), ("log_start_offset", pa.int64()),
         ("log_end_offset", pa.int64()), ("group_state", pa.string()),
         ("assigned", pa.bool_()), ("member_client_id", pa.string()), ("member_host", pa.string()),
+        # classic / consumer (KIP-848); null where the cluster did not say, and in files written before
+        ("group_type", pa.string()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -8,7 +8,12 @@ DEFAULT_OFFSETS_PARTITIONS = 50
 
 # Group states as the datasets store them (Kafka's names; 0.9's AwaitingSync is stored as
 # CompletingRebalance, a group 0.9 has forgotten is Dead)
-GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Unknown")
+GROUP_STATES = ("Stable", "Empty", "Dead", "PreparingRebalance", "CompletingRebalance", "Assigning",
+                "Reconciling", "Unknown")
 # States in which a group is rebalancing: its members hold no settled assignment. AwaitingSync is
-# 0.9's name for CompletingRebalance, kept so raw broker answers classify the same.
-REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync")
+# 0.9's name for CompletingRebalance, kept so raw broker answers classify the same. Assigning and
+# Reconciling are a KIP-848 consumer group's (Kafka 4): members are moving to a new target assignment.
+REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync", "Assigning", "Reconciling")
+# States of a group without live members: Empty (0.10.1+, and KIP-848 groups), Dead (0.9 forgot it,
+# or a commit-only group 0.9 never knew)
+EMPTY_STATES = ("Empty", "Dead")

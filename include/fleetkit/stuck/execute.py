@@ -1,6 +1,10 @@
 """Executing an offset reset: the plan's preconditions re-checked right before acting (the group
-still has no live members, its committed offsets are still those planned), then the commit,
-journaled (intent before, outcome after) so a failed commit leaves which partitions moved."""
+still has no live members, its committed offsets are still those planned), then the change,
+journaled (intent before, outcome after) so a failed change leaves which partitions moved.
+
+The mechanism depends on the cluster: the Admin API's AlterConsumerGroupOffsets where the brokers
+answer ApiVersions (0.10+: 3.9, 4.x), a plain offset commit outside the group on 0.9. MECHANISMS maps
+a name to its function; mechanism_for picks one (another offset store adds an entry there)."""
 
 from __future__ import annotations
 
@@ -39,6 +43,23 @@ def check_preconditions(kafka: KafkaCluster, plan: dict) -> list[str]:
 COMMIT_SEQ = 0  # the journal's change number of the one commit request (every planned partition)
 
 
+def _alter(kafka: KafkaCluster, group: str, offsets: dict) -> None:
+    kafka.alter_offsets(group, offsets)
+
+
+def _commit(kafka: KafkaCluster, group: str, offsets: dict) -> None:
+    kafka.commit_offsets(group, offsets)
+
+
+#: how a reset changes a group's offsets: name -> fn(kafka, group, {(topic, partition): offset})
+MECHANISMS = {"alter_offsets": _alter, "commit_offsets": _commit}
+
+
+def mechanism_for(kafka: KafkaCluster) -> str:
+    """alter_offsets (Admin API) for brokers answering ApiVersions, commit_offsets for 0.9's."""
+    return "alter_offsets" if kafka.asks_api_versions else "commit_offsets"
+
+
 def execute(kafka: KafkaCluster, plan: dict, journal_path: str | os.PathLike | None = None) -> dict:
     """Commit the planned offsets in one request, journaled at journal_path (core.journal) as one
     change listing every partition: intent (before -> after) before the commit, outcome after. When
@@ -47,10 +68,12 @@ def execute(kafka: KafkaCluster, plan: dict, journal_path: str | os.PathLike | N
     group, topic = d["group"], d["topic"]
     changes = [{"partition": r["partition"], "before": r["committed"], "after": r["new"]} for r in d["partitions"]]
     offsets = {(topic, c["partition"]): c["after"] for c in changes}
+    mechanism = mechanism_for(kafka)
+    log.info("reset of group %r on topic %r: %d partition(s) through %s", group, topic, len(changes), mechanism)
     with Journal(journal_path) as j:
-        j.intent(COMMIT_SEQ, op="commit_offsets", group=group, topic=topic, partitions=changes)
+        j.intent(COMMIT_SEQ, op=mechanism, group=group, topic=topic, partitions=changes)
         try:
-            kafka.commit_offsets(group, offsets)
+            MECHANISMS[mechanism](kafka, group, offsets)
         except Exception as e:
             moved = _moved(kafka, group, topic, changes)
             j.outcome(COMMIT_SEQ, "failed", error=f"{type(e).__name__}: {e}", **moved)
@@ -60,7 +83,7 @@ def execute(kafka: KafkaCluster, plan: dict, journal_path: str | os.PathLike | N
                 f"unknown {_names(topic, moved['unknown'])}"
                 + (f"; journal {journal_path}" if journal_path else "")) from e
         j.outcome(COMMIT_SEQ, "done")
-    return {"group": group, "topic": topic, "changes": changes}
+    return {"group": group, "topic": topic, "changes": changes, "mechanism": mechanism}
 
 
 class ResetFailed(FleetError):

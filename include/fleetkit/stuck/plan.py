@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow
 from fleetkit.core.errors import FleetError
+from fleetkit.core.kafka_names import EMPTY_STATES  # noqa: F401 - execute.py imports it from here
 from fleetkit.stuck import rules as stuck
 
 ACTION = "reset_offsets"
 DAG_ID = "runbook_reset_offsets"
-EMPTY_STATES = ("Empty", "Dead")
 
 
 class ResetError(FleetError):

@@ -1,0 +1,71 @@
+"""Pure parts of collecting every consumer: the live-commit index kept from __consumer_offsets,
+group types, KIP-848 states in the stuck rules, the reset mechanism, old snapshot files."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fleetkit.clients.kafka import KafkaCluster, type_name
+from fleetkit.collection.offsets_topic import fold_live_commits, live_groups, prune_expired
+from fleetkit.core.datasets import DataRoot, read_dataset
+from fleetkit.stuck import execute as reset_execute
+from fleetkit.stuck import rules as stuck
+
+G = "grp 'x' $(rm -rf /) {{ 7*7 }}\nĝ"
+
+
+def _commit(group, topic, partition, expire=None, commit_ts=1_000, tombstone=False):
+    return {"key_version": 1, "group": group, "topic": topic, "topic_partition": partition,
+            "tombstone": tombstone, "expire_timestamp": expire, "commit_timestamp": None if tombstone else commit_ts}
+
+
+def test_live_commit_index_follows_commits_tombstones_and_expiry():
+    index: dict = {}
+    fold_live_commits(index, [
+        _commit(G, "t", 0, expire=5_000), _commit(G, "t", 1, expire=5_000),
+        _commit("gone", "t", 0, expire=5_000), _commit("gone", "t", 0, tombstone=True),
+        _commit("old", "t", 0, expire=2_000),
+        _commit("v3", "t", 2, expire=None, commit_ts=1_000),  # no expiry in the value: commit + retention
+        {"key_version": 2, "group": "meta-only", "tombstone": False},  # group metadata: not a commit
+    ], retention_ms=10_000)
+    assert live_groups(index, now_ms=1_500) == {G, "old", "v3"}
+    assert live_groups(index, now_ms=3_000) == {G, "v3"}
+    assert live_groups(index, now_ms=6_000) == {"v3"}
+    fold_live_commits(index, [_commit(G, "t", 0, tombstone=True)])
+    assert index[G] == {"1:t": 5_000}
+    prune_expired(index, now_ms=6_000)
+    assert index == {"v3": {"2:t": 11_000}}
+
+
+def test_group_type_names():
+    from confluent_kafka import ConsumerGroupType
+
+    assert [type_name(ConsumerGroupType.CONSUMER), type_name(ConsumerGroupType.CLASSIC),
+            type_name(ConsumerGroupType.UNKNOWN), type_name(None)] == ["consumer", "classic", None, None]
+
+
+def test_kip848_assigning_and_reconciling_count_as_rebalancing():
+    t = [dt.datetime(2026, 1, 1, 0, m, tzinfo=dt.timezone.utc) for m in range(3)]
+    assert stuck.rebalance_storm({t[0]: "Assigning", t[1]: "Stable", t[2]: "Reconciling"}) is True
+    assert stuck.rebalance_storm({t[0]: "Reconciling", t[1]: "Stable", t[2]: "Stable"}) is False
+
+
+def test_reset_mechanism_follows_the_cluster_generation():
+    old = KafkaCluster("c09", {"bootstrap.servers": "127.0.0.1:1", "api.version.request": False})
+    new = KafkaCluster("c43", {"bootstrap.servers": "127.0.0.1:1"})
+    assert (reset_execute.mechanism_for(old), reset_execute.mechanism_for(new)) == ("commit_offsets", "alter_offsets")
+    assert set(reset_execute.MECHANISMS) >= {"commit_offsets", "alter_offsets"}
+
+
+def test_snapshot_files_written_before_group_type_stay_readable(tmp_path):
+    path = tmp_path / "offsets_snapshots" / "cluster=c" / "date=2026-01-01"
+    path.mkdir(parents=True)
+    old = pa.table({"cluster": ["c"], "group": [G], "topic": ["t"], "partition": pa.array([0], pa.int32()),
+                    "committed_offset": pa.array([7], pa.int64()), "group_state": ["Dead"]})
+    pq.write_table(old, path / "part-0.parquet")
+    rows = read_dataset(DataRoot(str(tmp_path)), "offsets_snapshots").to_pylist()
+    assert [(r["group"], r["committed_offset"], r["group_state"], r["group_type"]) for r in rows] == \
+        [(G, 7, "Dead", None)]
