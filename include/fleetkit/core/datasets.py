@@ -38,6 +38,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("committed_offset", pa.int64()), ("log_start_offset", pa.int64()),
         ("log_end_offset", pa.int64()), ("group_state", pa.string()),
         ("assigned", pa.bool_()), ("member_client_id", pa.string()), ("member_host", pa.string()),
+        # where the offset is kept: kafka | zookeeper (old high-level consumer) | storm (storm-kafka
+        # spout; `group` is the spout id, member_client_id the topology name); null in files written
+        # before the column existed, which means kafka
+        ("source", pa.string()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
