@@ -164,3 +164,28 @@ def test_report_names_the_source(tmp_path):
     assert "<td>kafka</td><td>billing</td>" in html.read_text()
     assert "storm · spout clicks\\-spout" in md.read_text()  # Markdown escapes the dash
     assert any(a.startswith("FROZEN c1 storm spout 'clicks-spout'") for a in rep.alerts())
+
+
+def test_storm_offset_rewrite_keeps_every_other_byte():
+    from fleetkit.stuck.zk_reset import replace_storm_offset
+
+    out = replace_storm_offset(STORM_JSON, 99)
+    assert out == STORM_JSON.replace(b'"offset":1234,', b'"offset":99,')
+    assert replace_storm_offset(out, 1234) == STORM_JSON
+    # an "offset" inside a nested object or a string is not the spout's offset
+    tricky = b'{"topology":{"id":"x","name":"\\"offset\\":1","offset":5},"offset" : 7 ,"topic":"t"}'
+    assert replace_storm_offset(tricky, 8) == tricky.replace(b'"offset" : 7', b'"offset" : 8')
+
+
+def test_storm_plan_refuses_without_the_deactivation_confirmation():
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.stuck.plan import ResetError
+    from fleetkit.stuck.zk_reset import build_plan
+
+    cluster = parse_fleet(BASE + "      - {kind: storm, conn_id: s, root: /s}\n", path="f.yaml").cluster("c1")
+    with pytest.raises(ResetError, match="topology_deactivated = true"):
+        build_plan(ClusterContext(cluster, None, None), {"source": "storm", "group": "sp", "topic": "t",
+                                                         "target": "skip 1", "topology_deactivated": False})
+    with pytest.raises(ResetError, match="cannot be a znode name"):
+        build_plan(ClusterContext(cluster, None, None), {"source": "zookeeper", "group": "../x", "topic": "t",
+                                                         "target": "skip 1"})
