@@ -74,7 +74,9 @@ def offset_store_zookeeper(cluster: Cluster, store) -> ZooKeeperCluster:
 
     from fleet_airflow.hooks.zookeeper import ZooKeeperHook
 
-    hook = ZooKeeperHook(store.conn_id, chroot=store.chroot, cluster_name=f"{cluster.name} {store.kind} store")
+    # no chroot in the fleet file: the connection's own (extra.chroot), if any
+    hook = ZooKeeperHook(store.conn_id, chroot=store.chroot or None,
+                         cluster_name=f"{cluster.name} {store.kind} store")
     try:
         return hook.get_conn()
     except AirflowNotFoundException as e:

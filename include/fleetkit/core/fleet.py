@@ -315,7 +315,8 @@ class _Field:
 def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     raw = f.mapping(raw, where)
     allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
-               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control", "offset_stores"}
+               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control",
+               "offset_stores"}
     f.unknown(raw, allowed, where)
     for required in ("name", "kafka_conn_id"):
         if required not in raw:

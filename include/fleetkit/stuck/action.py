@@ -29,7 +29,8 @@ def _reset_table(p: dict) -> dict:
 RESET_OFFSETS = Action(
     name=plan.ACTION,
     plan=_reset_plan,
-    check=lambda ctx, p: (zk_reset.check_preconditions(ctx, p) if _zk(p) else execute.check_preconditions(ctx.kafka, p)),
+    check=lambda ctx, p: (zk_reset.check_preconditions(ctx, p) if _zk(p)
+                          else execute.check_preconditions(ctx.kafka, p)),
     execute=lambda ctx, p: (zk_reset.execute(ctx, p, ctx.journal_path) if _zk(p)
                             else execute.execute(ctx.kafka, p, ctx.journal_path)),
     verify=lambda ctx, p, result: zk_reset.verify(ctx, p) if _zk(p) else verify.verify(ctx.kafka, p),
