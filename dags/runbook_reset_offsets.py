@@ -25,6 +25,13 @@ cluster) -> `execute` (refuses unless the approved digest matches the stored pla
 is still Empty/Dead with the same committed offsets) -> `verify` (reads the offsets back) ->
 `unlock`. Every step is in the audit dataset.
 
+**Offsets kept in ZooKeeper** (`source` zookeeper or storm, from the cluster's `offset_stores`):
+each znode is written with a version check; `execute` refuses when a member registered under
+`/consumers/<group>/ids` or a znode's version changed since the plan. For a Storm spout (`group`
+= the spout id) the plan refuses unless `topology_deactivated` is true: nothing in ZooKeeper says
+whether a topology runs, and a live one overwrites the reset at its next commit. Only the
+JSON's `offset` changes.
+
 **Roll back**: the `executed` audit record holds the previous offsets:
 `fleetctl audit rollback RECORD_ID` triggers this runbook with target `restore`.
 """
@@ -39,6 +46,13 @@ with DAG(**runbook_dag_args(
         "partitions": Param("all", type="string", description="'all' or partition numbers like 0,2"),
         "target": Param("skip 1", type="string", description="earliest | latest | offset N | skip N | restore"),
         "offsets": Param({}, type="object", description="for target restore: {partition: offset}"),
+        "source": Param("kafka", type="string", enum=["kafka", "zookeeper", "storm"],
+                        description="where the offsets live: kafka, zookeeper (old consumer) or storm (spout id "
+                                    "as group); the store comes from the cluster's offset_stores"),
+        "store_root": Param("", type="string", description="zookeeper/storm: the store's root when the cluster "
+                                                           "declares several of that kind"),
+        "topology_deactivated": Param(False, type="boolean",
+                                      description="storm: I confirm the topology is deactivated (required)"),
     },
     max_active_runs=4,
 )) as dag:

@@ -32,7 +32,9 @@ from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.stuck import rules as stuck  # noqa: E402
 
-KEYS = ["cluster", "group", "topic", "partition"]
+#: a partition of a group in one offsets store: a ZooKeeper group and a Kafka group of the same
+#: name stay apart (`source` null in older files is read as kafka)
+KEYS = ["cluster", "source", "group", "topic", "partition"]
 
 _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType())])
 
@@ -83,7 +85,8 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
             .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
             .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
             .withColumn("lag_never_decreased",
-                        F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True))).otherwise(F.lit(False))))
+                        F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True))).otherwise(F.lit(False)))
+            .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES)))
 
 
 def _classifier(window_seconds: float, ratio: float):
@@ -124,32 +127,39 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
 
 def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
     status_rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
-    by_status = findings.groupBy("cluster", "group", "status").agg(F.count(F.lit(1)).alias("n"))
-    counts = by_status.groupBy("cluster", "group").agg(
+    GK = ["cluster", "source", "group"]
+    by_status = findings.groupBy(*GK, "status").agg(F.count(F.lit(1)).alias("n"))
+    counts = by_status.groupBy(*GK).agg(
         F.map_from_entries(F.collect_list(F.struct("status", "n"))).alias("counts"))
     ranked = (findings.withColumn("rank", status_rank).filter(F.col("rank") > 0)
-              .groupBy("cluster", "group").agg(F.min("rank").alias("rank")))
-    lag = findings.groupBy("cluster", "group").agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
+              .groupBy(*GK).agg(F.min("rank").alias("rank")))
+    lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
     lo = as_of - window
     states = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-              .groupBy("cluster", "group", "observed_at").agg(F.first("group_state", ignorenulls=True).alias("state")))
-    storm = states.groupBy("cluster", "group").agg(
+              .groupBy(*GK, "observed_at").agg(F.first("group_state", ignorenulls=True).alias("state")))
+    storm = states.groupBy(*GK).agg(
         F.count(F.lit(1)).alias("times"),
         F.sum(F.when(F.col("state").isin(*stuck.REBALANCING), 1).otherwise(0)).alias("rebalancing"))
     order = F.array(*[F.lit(s) for s in stuck.GROUP_ORDER])
-    return (counts.join(lag, ["cluster", "group"]).join(ranked, ["cluster", "group"], "left")
-            .join(storm, ["cluster", "group"], "left")
-            .select("cluster", "group",
+    return (counts.join(lag, GK).join(ranked, GK, "left")
+            .join(storm, GK, "left")
+            .select(*GK,
                     F.coalesce(F.element_at(order, F.col("rank").cast("int")), F.lit("OK")).alias("status"),
                     "total_lag", "counts",
                     F.coalesce((F.col("times") >= 3) & (F.col("rebalancing") * 2 >= F.col("times")),
                                F.lit(False)).alias("rebalance_storm")))
 
 
+def with_source(snapshots: DataFrame) -> DataFrame:
+    """`source` null (files written before the column) read as kafka."""
+    return snapshots.withColumn("source", F.coalesce(F.col("source"), F.lit("kafka")))
+
+
 def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | None = None,
              ratio: float = stuck.DEFAULT_LAG_GROWTH_RATIO,
              retention: dt.timedelta = stuck.DEFAULT_OFFSETS_RETENTION) -> tuple[DataFrame, DataFrame, dt.datetime]:
     """The whole job as DataFrame -> (findings, groups, as_of)."""
+    snapshots = with_source(snapshots)
     if as_of is None:
         newest = snapshots.agg(F.max("observed_at")).first()[0]
         # no rows (a cluster with no groups yet): judge "now", which yields empty results
@@ -222,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out
     n_find = write_jsonl(for_json(findings), path_join(out, "findings.jsonl"))
     n_groups = write_jsonl(groups, path_join(out, "groups.jsonl"))
-    write_jsonl(lag_series(findings, snapshots, as_of, window), path_join(out, "series.jsonl"))
+    write_jsonl(lag_series(findings, with_source(snapshots), as_of, window), path_join(out, "series.jsonl"))
     if args.data_root:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         write_dataset(findings, args.data_root, "stuck_findings", stamp)

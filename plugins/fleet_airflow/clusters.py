@@ -68,12 +68,46 @@ def connected(cluster: Cluster, timeout: float = 15.0) -> Iterator[tuple[KafkaCl
         kafka.close()
 
 
+def offset_store_zookeeper(cluster: Cluster, store) -> ZooKeeperCluster:
+    """A (not yet started) client of one offset store's ZooKeeper, chroot applied."""
+    from airflow.exceptions import AirflowNotFoundException
+
+    from fleet_airflow.hooks.zookeeper import ZooKeeperHook
+
+    # no chroot in the fleet file: the connection's own (extra.chroot), if any
+    hook = ZooKeeperHook(store.conn_id, chroot=store.chroot or None,
+                         cluster_name=f"{cluster.name} {store.kind} store")
+    try:
+        return hook.get_conn()
+    except AirflowNotFoundException as e:
+        raise _missing_connection(store.conn_id, cluster, f"{store.kind} offset store ZooKeeper", e) from None
+
+
+@contextmanager
+def offset_store_clients(cluster: Cluster) -> Iterator[dict]:
+    """Started kazoo clients of the cluster's offset_stores, keyed by store."""
+    opened: list[ZooKeeperCluster] = []
+    clients = {}
+    try:
+        for store in cluster.offset_stores:
+            zk = offset_store_zookeeper(cluster, store)
+            zk.start()
+            opened.append(zk)
+            clients[store] = zk.client
+        yield clients
+    finally:
+        for zk in opened:
+            zk.stop()
+
+
 def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout: float = 15.0) -> CollectionResult:
-    """Collect one cluster into the datasets under data_root (all or nothing)."""
+    """Collect one cluster into the datasets under data_root (all or nothing), with its
+    offset_stores."""
     root = DataRoot(data_root)
     try:
-        with connected(cluster, timeout=timeout) as (kafka, zk):
-            return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days)
+        with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
+            return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days,
+                                     store_clients=stores)
     except ClusterUnreachable:
         raise
     except FleetConfigError:

@@ -95,7 +95,8 @@ def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_pat
 
     cluster = _cluster(params)
     with clusters.connected(cluster) as (kafka, zk):
-        return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path))
+        return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path,
+                                 open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store)))
 
 
 def execute_journal(params: dict, action: GateAction, context) -> str:

@@ -223,8 +223,11 @@ def state_path(root: DataRoot, cluster: str) -> str:
 
 def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                       root: DataRoot, retention_days: int = DEFAULT_RETENTION_DAYS,
-                      now: dt.datetime | None = None) -> CollectionResult:
-    """Collect one cluster and append the rows to the datasets under `root`, all or nothing."""
+                      now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
+    """Collect one cluster and append the rows to the datasets under `root`, all or nothing.
+    store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
+    from fleetkit.collection.zk_offsets import add_store_rows
+
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
     committed: set[str] = set()
     scan_problems: list[str] = []
@@ -234,6 +237,7 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
         committed, scan_problems = committed_groups(cluster, kafka, root)
     result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now, committed=committed)
     result.problems[:0] = scan_problems
+    add_store_rows(cluster, kafka, store_clients, result.rows, result.observed_at, result.problems)
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
     for dataset in result.rows:

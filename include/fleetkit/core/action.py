@@ -18,6 +18,8 @@ class ClusterContext:
     kafka: Any
     zk: Any
     journal_path: Any = None  # where execute journals each change (core.journal); None outside a run
+    # opens a (not yet started) ZooKeeperCluster of one of the cluster's offset_stores
+    open_zookeeper: Any = None
 
 
 def _no_table(plan: dict) -> dict | None:

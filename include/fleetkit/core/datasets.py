@@ -40,6 +40,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("assigned", pa.bool_()), ("member_client_id", pa.string()), ("member_host", pa.string()),
         # classic / consumer (KIP-848); null where the cluster did not say, and in files written before
         ("group_type", pa.string()),
+        # where the offset is kept: kafka | zookeeper (old high-level consumer) | storm (storm-kafka
+        # spout; `group` is the spout id, member_client_id the topology name); null in files written
+        # before the column existed, which means kafka
+        ("source", pa.string()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -32,6 +32,16 @@ A fleet file is YAML::
           root: /client_group_id         # below the chroot; default /client_group_id
           create_missing_unattended: true  # the scheduled DAG creates MISSING mappings itself
           grace: 1h                      # a znode without live member older than this is STALE
+        offset_stores:                   # optional: consumer offsets kept in ZooKeeper, not Kafka
+          - kind: zookeeper              # the old high-level consumer: <root>/<group>/offsets/<topic>/<p>
+            conn_id: lab_zookeeper       # Airflow connection (type zookeeper) of that ZooKeeper
+            chroot: /kafka               # optional chroot of the connection
+            root: /consumers             # default /consumers (members: <root>/<group>/ids)
+            groups: [legacy-billing]     # optional filter: only these groups
+          - kind: storm                  # storm-kafka spouts: <root>/<spout id>/partition_<N> (JSON)
+            conn_id: storm_zookeeper     # often Storm's own ZooKeeper, not the cluster's
+            root: /kafka-spouts          # the spouts' zkRoot (required for storm)
+            spouts: [clicks-spout]       # optional filter: only these spout ids
 
     alerts:                              # optional: besides the task log, e-mail alerts
       smtp_conn_id: smtp_default
@@ -148,6 +158,29 @@ class GroupIdMappingSettings:
     grace_seconds: float = DEFAULT_GROUP_ID_GRACE_SECONDS
 
 
+OFFSET_STORE_KINDS = ("zookeeper", "storm")
+DEFAULT_CONSUMERS_ROOT = "/consumers"
+
+
+@dataclass(frozen=True)
+class OffsetStoreSettings:
+    """Consumer offsets kept in a ZooKeeper: the old high-level consumer's (kind zookeeper,
+    <root>/<group>/offsets/<topic>/<partition>) or storm-kafka spouts' (kind storm,
+    <root>/<spout id>/partition_<N>, JSON). `groups` / `spouts`: only these (empty: all)."""
+
+    kind: str
+    conn_id: str
+    root: str
+    chroot: str = ""
+    groups: tuple[str, ...] = ()
+    spouts: tuple[str, ...] = ()
+
+    @property
+    def source(self) -> str:
+        """The offsets_snapshots `source` of its rows."""
+        return self.kind
+
+
 @dataclass(frozen=True)
 class Cluster:
     name: str
@@ -161,6 +194,7 @@ class Cluster:
     brokers: tuple[Broker, ...] = ()
     group_id_mappings: GroupIdMappingSettings | None = None  # None: no KoP mappings, skipped
     broker_control: BrokerControlSettings | None = None  # None: brokers are restarted by hand
+    offset_stores: tuple[OffsetStoreSettings, ...] = ()  # consumer offsets kept in ZooKeeper
     fleet_file: str = field(default="", compare=False)  # the file it was read from, for messages
 
     @property
@@ -281,7 +315,8 @@ class _Field:
 def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     raw = f.mapping(raw, where)
     allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
-               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control"}
+               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control",
+               "offset_stores"}
     f.unknown(raw, allowed, where)
     for required in ("name", "kafka_conn_id"):
         if required not in raw:
@@ -365,6 +400,8 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     if raw.get("broker_control") is not None:
         control = _parse_broker_control(f, raw["broker_control"], f"{where}.broker_control", base_dir)
 
+    stores = _parse_offset_stores(f, raw.get("offset_stores"), f"{where}.offset_stores")
+
     return Cluster(
         name=name,
         kafka_conn_id=kafka_conn_id,
@@ -377,6 +414,7 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         brokers=tuple(brokers),
         group_id_mappings=gim,
         broker_control=control,
+        offset_stores=stores,
         fleet_file=f.path,
     )
 
@@ -451,6 +489,58 @@ def _parse_broker_control(f: _Field, raw: Any, where: str, base_dir: Path) -> Br
         raise f.fail(f"{where}.timeout", f"must be > 0, got {timeout}")
     return BrokerControlSettings(stop=commands["stop"], start=commands["start"], set_config=commands["set_config"],
                                  cwd=str(base_dir), timeout_seconds=timeout)
+
+
+def _znode_path(f: _Field, value: Any, where: str, example: str) -> str:
+    path = f.string(value, where)
+    if not path.startswith("/") or path == "/" or path.endswith("/") or "//" in path:
+        raise f.fail(where, f"{path!r} must look like {example} (leading slash, no trailing slash)")
+    if any(part in (".", "..") for part in path.split("/")[1:]):
+        raise f.fail(where, f"{path!r} must not hold . or .. components")
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise f.fail(where, f"{path!r} holds a control character")
+    return path
+
+
+def _parse_offset_stores(f: _Field, raw: Any, where: str) -> tuple[OffsetStoreSettings, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise f.fail(where, f"expected a list of stores, got {type(raw).__name__}")
+    stores = []
+    for i, sraw in enumerate(raw):
+        swhere = f"{where}[{i}]"
+        sraw = f.mapping(sraw, swhere)
+        f.unknown(sraw, {"kind", "conn_id", "chroot", "root", "groups", "spouts"}, swhere)
+        for required in ("kind", "conn_id"):
+            if required not in sraw:
+                raise f.fail(swhere, f"missing required field {required!r}")
+        kind = sraw["kind"]
+        if kind not in OFFSET_STORE_KINDS:
+            raise f.fail(f"{swhere}.kind", f"must be one of {', '.join(OFFSET_STORE_KINDS)}, got {kind!r}")
+        conn_id = f.string(sraw["conn_id"], f"{swhere}.conn_id", CONN_ID_RE, "connection id")
+        chroot = ""
+        if sraw.get("chroot"):
+            chroot = _znode_path(f, sraw["chroot"], f"{swhere}.chroot", "/kafka")
+        if kind == "storm" and "root" not in sraw:
+            raise f.fail(swhere, "missing required field 'root' (the spouts' zkRoot, e.g. /kafka-spouts)")
+        root = _znode_path(f, sraw.get("root", DEFAULT_CONSUMERS_ROOT), f"{swhere}.root", "/consumers")
+        if kind == "zookeeper" and sraw.get("spouts") is not None:
+            raise f.fail(f"{swhere}.spouts", "only a storm store has spouts (use groups for kind zookeeper)")
+        if kind == "storm" and sraw.get("groups") is not None:
+            raise f.fail(f"{swhere}.groups", "a storm store names spout ids: use spouts")
+        groups = f.strings(sraw.get("groups"), f"{swhere}.groups")
+        spouts = f.strings(sraw.get("spouts"), f"{swhere}.spouts")
+        for field_name, names in (("groups", groups), ("spouts", spouts)):
+            for j, n in enumerate(names):
+                if "/" in n or n in (".", ".."):
+                    raise f.fail(f"{swhere}.{field_name}[{j}]", f"{n!r} cannot be a znode name (holds / or is . or ..)")
+        key = (kind, conn_id, chroot, root)
+        if any((s.kind, s.conn_id, s.chroot, s.root) == key for s in stores):
+            raise f.fail(swhere, f"the {kind} store {conn_id}{chroot}{root} appears twice")
+        stores.append(OffsetStoreSettings(kind=kind, conn_id=conn_id, root=root, chroot=chroot,
+                                          groups=groups, spouts=spouts))
+    return tuple(stores)
 
 
 def _parse_group_id_mappings(f: _Field, raw: Any, where: str, zk: ZooKeeperSettings | None) -> GroupIdMappingSettings:

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core.datasets import DataRoot
-from fleetkit.stuck import execute, plan, rules, verify
+from fleetkit.stuck import execute, plan, rules, verify, zk_reset
+
+
+def _zk(p: dict) -> bool:
+    """A plan of offsets kept in ZooKeeper (fleetkit.stuck.zk_reset), not in Kafka."""
+    return (p.get("details") or {}).get("source") in zk_reset.SOURCES
 
 
 def _reset_plan(ctx: ClusterContext, params: dict) -> dict:
+    if (params.get("source") or "kafka") != "kafka":
+        return zk_reset.build_plan(ctx, params)
     return plan.build_plan(ctx.kafka, ctx.cluster.name, params.get("group"), params.get("topic"),
                            params.get("partitions"), params.get("target"), params.get("offsets") or None)
 
@@ -22,9 +29,11 @@ def _reset_table(p: dict) -> dict:
 RESET_OFFSETS = Action(
     name=plan.ACTION,
     plan=_reset_plan,
-    check=lambda ctx, p: execute.check_preconditions(ctx.kafka, p),
-    execute=lambda ctx, p: execute.execute(ctx.kafka, p, ctx.journal_path),
-    verify=lambda ctx, p, result: verify.verify(ctx.kafka, p),
+    check=lambda ctx, p: (zk_reset.check_preconditions(ctx, p) if _zk(p)
+                          else execute.check_preconditions(ctx.kafka, p)),
+    execute=lambda ctx, p: (zk_reset.execute(ctx, p, ctx.journal_path) if _zk(p)
+                            else execute.execute(ctx.kafka, p, ctx.journal_path)),
+    verify=lambda ctx, p, result: zk_reset.verify(ctx, p) if _zk(p) else verify.verify(ctx.kafka, p),
     details_table=_reset_table,
 )
 

@@ -178,7 +178,8 @@ def diagnose_partition(kafka: KafkaCluster, root: DataRoot, cluster: str, group:
                        window: dt.timedelta = stuck.DEFAULT_WINDOW) -> dict:
     since = (utcnow() - dt.timedelta(days=2)).date()
     rows = [r for r in read_dataset(root, "offsets_snapshots", cluster, since=since).to_pylist()
-            if r["group"] == group and r["topic"] == topic and r["partition"] == partition]
+            if r["group"] == group and r["topic"] == topic and r["partition"] == partition
+            and (r.get("source") or "kafka") == "kafka"]  # a ZooKeeper-stored group of that name is another
     status, reason = "UNKNOWN", "No snapshots of this partition were collected in the last two days."
     if rows:
         as_of = max(r["observed_at"] for r in rows)

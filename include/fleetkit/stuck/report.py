@@ -50,7 +50,7 @@ class StuckReport:
     @classmethod
     def load(cls, out_dir: str | Path, window: str = "") -> "StuckReport":
         out = Path(out_dir)
-        series = {(s["cluster"], s["group"], s["topic"], s["partition"]): s["points"]
+        series = {(s["cluster"], s.get("source") or "kafka", s["group"], s["topic"], s["partition"]): s["points"]
                   for s in read_jsonl(out / "series.jsonl")}
         return cls(findings=read_jsonl(out / "findings.jsonl"), groups=read_jsonl(out / "groups.jsonl"),
                    series=series, window=window,
@@ -60,10 +60,12 @@ class StuckReport:
         order = {s: i for i, s in enumerate(stuck.GROUP_ORDER)}
         rows = [f for f in self.findings if f["status"] in order and f["status"] != "OK"]
         for f in rows:
-            points = self.series.get((f["cluster"], f["group"], f["topic"], f["partition"]), [])
+            f["source"] = f.get("source") or "kafka"  # findings written before the column: Kafka groups
+            points = self.series.get((f["cluster"], f["source"], f["group"], f["topic"], f["partition"]), [])
             f["chart"] = sparkline(points)
             f["expires_in"] = humanize(f.get("expires_in_seconds")) if f["status"] == "STOPPED" else None
-        return sorted(rows, key=lambda f: (order[f["status"]], f["cluster"], f["group"], f["topic"], f["partition"]))
+        return sorted(rows, key=lambda f: (order[f["status"]], f["cluster"], f["source"], f["group"], f["topic"],
+                                           f["partition"]))
 
     def clusters(self) -> list[dict]:
         per: dict[str, Counter] = defaultdict(Counter)
@@ -82,7 +84,9 @@ class StuckReport:
         for f in self.flagged():
             if f["status"] in stuck.ALERTING:
                 extra = f" (offset expires in {f['expires_in']})" if f["status"] == "STOPPED" else ""
-                lines.append(f"{f['status']} {f['cluster']} group {f['group']!r} {f['topic']}-{f['partition']} "
+                what = "group" if f["source"] == "kafka" else f"{f['source']} group" if f["source"] == "zookeeper" \
+                    else f"{f['source']} spout"
+                lines.append(f"{f['status']} {f['cluster']} {what} {f['group']!r} {f['topic']}-{f['partition']} "
                              f"lag {f['lag']}{extra}: {f['reason']}")
         for g in self.groups:
             if g.get("rebalance_storm"):

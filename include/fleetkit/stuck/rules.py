@@ -10,6 +10,8 @@ A partition's window (as_of - window <= observed_at <= as_of) is reduced to a fe
  4 REWOUND            the committed offset decreased between two consecutive snapshots
  5 STALLED            offset never moved, lag > 0, a live member is assigned (a poison record)
  6 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
+   FROZEN             offset never moved, lag > 0, and the store registers no members at all (a
+                      Storm spout): running-but-stuck and stopped cannot be told apart
  7 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
                       least ratio x what was produced in the window (log end grew)
  8 OK                 keeping pace, even with non-zero lag
@@ -28,10 +30,13 @@ from typing import Iterable
 from fleetkit.core.durations import parse_duration  # noqa: F401  (the jobs read durations through the rules)
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
-STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "STALLED", "STOPPED", "LAGGING")
+STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "STALLED", "STOPPED", "FROZEN",
+            "LAGGING")
+#: offsets_snapshots sources whose store registers no members (nothing says a consumer is alive)
+NO_LIVENESS_SOURCES = ("storm",)
 #: group status order, worst first (NO_COMMIT and INSUFFICIENT_DATA do not raise a group's status)
-GROUP_ORDER = ("OUT_OF_RANGE", "REWOUND", "STOPPED", "STALLED", "LAGGING", "OK")
-ALERTING = ("STOPPED", "STALLED", "OUT_OF_RANGE")
+GROUP_ORDER = ("OUT_OF_RANGE", "REWOUND", "STOPPED", "FROZEN", "STALLED", "LAGGING", "OK")
+ALERTING = ("STOPPED", "FROZEN", "STALLED", "OUT_OF_RANGE")
 DEFAULT_WINDOW = dt.timedelta(minutes=15)
 DEFAULT_LAG_GROWTH_RATIO = 0.05
 DEFAULT_OFFSETS_RETENTION = dt.timedelta(minutes=1440)
@@ -52,6 +57,7 @@ class Features:
     rewound: bool                     # committed[i] < committed[i-1] somewhere
     never_moved: bool                 # min(committed) == max(committed)
     lag_never_decreased: bool         # lag[i] >= lag[i-1] everywhere
+    liveness_known: bool = True       # False: the store registers no members (source storm)
 
     @property
     def latest_lag(self) -> int | None:
@@ -129,6 +135,11 @@ def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROW
         return "REWOUND", ("The committed offset went backwards in the window: someone reset the group or a "
                            "consumer committed an old position; check for reprocessing.")
     if frozen_with_lag(f):
+        if not f.liveness_known:
+            return "FROZEN", (
+                f"The committed offset stayed at {f.latest_committed} for {f.span_seconds:.0f}s with lag {lag}; "
+                "nothing registers this consumer's liveness (a Storm spout), so running-but-stuck (a poison record "
+                "replayed) and stopped look alike: check the topology in Storm.")
         if f.latest_assigned is True:
             return "STALLED", (
                 f"A live member is assigned but the committed offset stayed at {f.latest_committed} for "
@@ -162,13 +173,19 @@ def rebalance_storm(states_by_time: dict) -> bool:
 
 
 # -- the pure reduction (the Spark job computes the same facts with window functions) -----------
+def liveness_known(source: str | None) -> bool:
+    """Whether rows of this offsets_snapshots source can say a member is alive (null: kafka)."""
+    return (source or "kafka") not in NO_LIVENESS_SOURCES
+
+
 def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Features:
     """Reduce one partition's snapshot rows (dicts of offsets_snapshots) to Features."""
     lo = as_of - window
+    known = all(liveness_known(r.get("source")) for r in rows)
     snaps = sorted((r for r in rows if lo <= r["observed_at"] <= as_of and r.get("committed_offset") is not None),
                    key=lambda r: r["observed_at"])
     if not snaps:
-        return Features(0, 0.0, None, None, None, None, None, None, False, False, False)
+        return Features(0, 0.0, None, None, None, None, None, None, False, False, False, known)
     first, last = snaps[0], snaps[-1]
     committed = [r["committed_offset"] for r in snaps]
     lags = [None if r.get("log_end_offset") is None else r["log_end_offset"] - r["committed_offset"] for r in snaps]
@@ -181,4 +198,5 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
         rewound=any(b < a for a, b in zip(committed, committed[1:])),
         never_moved=min(committed) == max(committed),
         lag_never_decreased=all(a is not None and b is not None and b >= a for a, b in zip(lags, lags[1:])),
+        liveness_known=known,
     )

@@ -1,0 +1,230 @@
+"""Collect consumer offsets kept in ZooKeeper (the fleet file's `offset_stores`) into
+offsets_snapshots rows with `source` zookeeper or storm.
+
+Layouts, below the store's chroot:
+
+* kind ``zookeeper`` (Kafka's old high-level consumer, Kafka 0.8-2.x clients)::
+
+      <root>/<group>/offsets/<topic>/<partition>   the committed offset as decimal text
+      <root>/<group>/ids/<consumer id>              ephemeral: one per live member
+      <root>/<group>/owners/<topic>/<partition>     ephemeral: the consumer id that owns it
+
+* kind ``storm`` (storm-kafka's KafkaSpout, PartitionManager.commit() through ZkState.writeJSON)::
+
+      <root>/<spout id>/partition_<N>   {"topology":{"id":..,"name":..},"offset":N,"partition":N,
+                                         "broker":{"host":..,"port":..},"topic":..}
+
+  Nothing registers a running spout: liveness is unknown (`assigned` null, `group_state`
+  Unknown). `group` is the spout id, `member_client_id` the topology name from the JSON.
+
+Names read from ZooKeeper are hostile: a child name is one path component (ZooKeeper cannot
+return one holding "/"), and every path is built with `child_path`, which refuses ".", ".." and
+"/" in a name instead of letting it climb out of its parent.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import NoNodeError
+
+from fleetkit.core.fleet import Cluster, OffsetStoreSettings
+
+log = logging.getLogger(__name__)
+
+STORM_PARTITION_PREFIX = "partition_"
+
+
+class UnsafeZnodeName(ValueError):
+    """A name that cannot be one znode path component."""
+
+
+def child_path(parent: str, *names: str) -> str:
+    """parent/name/... with each name checked to stay one component below its parent."""
+    path = parent.rstrip("/") or ""
+    for name in names:
+        name = str(name)
+        if name in ("", ".", "..") or "/" in name or "\x00" in name:
+            raise UnsafeZnodeName(f"{name!r} cannot be a znode name below {path or '/'!r} "
+                                  "(empty, '.', '..', or holds '/' or NUL)")
+        path = f"{path}/{name}"
+    return path
+
+
+@dataclass
+class StoreOffset:
+    """One committed offset read from a store."""
+
+    source: str
+    group: str            # consumer group, or the spout id
+    topic: str
+    partition: int
+    offset: int
+    path: str             # the znode it was read from
+    version: int          # its znode version (the reset's conditional write)
+    topology: str | None = None  # storm: the topology name
+    owner: str | None = None     # zookeeper: the consumer id in <root>/<group>/owners/<topic>/<partition>
+
+
+@dataclass
+class StoreRead:
+    offsets: list[StoreOffset] = field(default_factory=list)
+    members: dict[str, list[str]] = field(default_factory=dict)  # zookeeper: group -> live consumer ids
+    problems: list[str] = field(default_factory=list)
+
+
+def _children(client, path: str) -> list[str]:
+    try:
+        return sorted(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
+def _owner(client, path: str) -> str | None:
+    try:
+        data, _ = client.get(path)
+        return data.decode("utf-8", "replace")
+    except NoNodeError:
+        return None
+
+
+def live_members(client, root: str, group: str) -> list[str]:
+    """Consumer ids registered under <root>/<group>/ids (ephemeral: one per live member)."""
+    return _children(client, child_path(root, group, "ids"))
+
+
+def read_zookeeper_store(client, store: OffsetStoreSettings, groups: list[str] | None = None) -> StoreRead:
+    """Offsets and live members of the old high-level consumer's groups."""
+    out = StoreRead()
+    names = groups if groups is not None else (list(store.groups) or _children(client, store.root))
+    for g in names:
+        try:
+            base = child_path(store.root, g)
+        except UnsafeZnodeName as e:
+            out.problems.append(f"{store.kind} store {store.root}: group skipped: {e}")
+            continue
+        out.members[g] = live_members(client, store.root, g)
+        for topic in _children(client, child_path(base, "offsets")):
+            for p in _children(client, child_path(base, "offsets", topic)):
+                path = child_path(base, "offsets", topic, p)
+                try:
+                    data, stat = client.get(path)
+                    out.offsets.append(StoreOffset("zookeeper", g, topic, int(p), int(data.decode("ascii").strip()),
+                                                   path, stat.version,
+                                                   owner=_owner(client, child_path(base, "owners", topic, p))))
+                except NoNodeError:
+                    continue  # deleted between the listing and the read
+                except (ValueError, UnicodeDecodeError):
+                    out.problems.append(f"zookeeper store: {path!r} is not a partition number holding a decimal "
+                                        f"offset; skipped")
+    return out
+
+
+def parse_storm_state(data: bytes, path: str) -> dict:
+    """The JSON storm-kafka's PartitionManager writes; ValueError naming the znode otherwise."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        offset, partition, topic = doc["offset"], doc["partition"], doc["topic"]
+        if isinstance(offset, bool) or not isinstance(offset, int) or isinstance(partition, bool) \
+                or not isinstance(partition, int) or not isinstance(topic, str):
+            raise ValueError("offset / partition must be integers and topic a string")
+        topology = doc.get("topology") if isinstance(doc.get("topology"), dict) else {}
+        return {"offset": offset, "partition": partition, "topic": topic,
+                "topology": topology.get("name") if isinstance(topology.get("name"), str) else None}
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
+        raise ValueError(f"storm store: {path!r} is not storm-kafka spout state ({e})") from None
+
+
+def read_storm_store(client, store: OffsetStoreSettings, spouts: list[str] | None = None) -> StoreRead:
+    """Offsets of storm-kafka spouts: <root>/<spout id>/partition_<N> JSON."""
+    out = StoreRead()
+    names = spouts if spouts is not None else (list(store.spouts) or _children(client, store.root))
+    for spout in names:
+        try:
+            base = child_path(store.root, spout)
+        except UnsafeZnodeName as e:
+            out.problems.append(f"storm store {store.root}: spout skipped: {e}")
+            continue
+        for child in _children(client, base):
+            if not child.startswith(STORM_PARTITION_PREFIX):
+                continue
+            path = child_path(base, child)
+            try:
+                data, stat = client.get(path)
+                state = parse_storm_state(data, path)
+            except NoNodeError:
+                continue
+            except ValueError as e:
+                out.problems.append(str(e))
+                continue
+            out.offsets.append(StoreOffset("storm", spout, state["topic"], state["partition"], state["offset"],
+                                           path, stat.version, topology=state["topology"]))
+    return out
+
+
+def read_store(client, store: OffsetStoreSettings) -> StoreRead:
+    return read_storm_store(client, store) if store.kind == "storm" else read_zookeeper_store(client, store)
+
+
+def snapshot_rows(cluster: str, read: StoreRead, log_offsets: dict, observed_at: dt.datetime) -> list[dict]:
+    """offsets_snapshots rows of one store's read. zookeeper: Stable with live members (a
+    partition is assigned when its owners znode names a consumer), Empty without; storm: Unknown,
+    assigned null (nothing registers a running spout)."""
+    rows = []
+    for o in read.offsets:
+        start, end, _ = log_offsets.get((o.topic, o.partition), (None, None, None))
+        if o.source == "storm":
+            state, assigned, client_id = "Unknown", None, o.topology
+        else:
+            members = read.members.get(o.group) or []
+            if members:
+                state, assigned, client_id = "Stable", o.owner is not None, o.owner
+            else:
+                state, assigned, client_id = "Empty", False, None
+        rows.append({"cluster": cluster, "group": o.group, "topic": o.topic, "partition": o.partition,
+                     "observed_at": observed_at, "committed_offset": o.offset, "log_start_offset": start,
+                     "log_end_offset": end, "group_state": state, "assigned": assigned,
+                     "member_client_id": client_id, "member_host": None, "source": o.source})
+    return rows
+
+
+def collect_stores(cluster: Cluster, kafka, clients: dict, observed_at: dt.datetime,
+                   problems: list[str]) -> list[dict]:
+    """offsets_snapshots rows of every store of the cluster; `clients` maps each store (its
+    OffsetStoreSettings) to a started kazoo client. Log offsets come from the Kafka cluster."""
+    reads = []
+    for store in cluster.offset_stores:
+        client = clients.get(store)
+        if client is None:
+            problems.append(f"{store.kind} store {store.conn_id}{store.chroot}{store.root}: no connection; skipped")
+            continue
+        read = read_store(client, store)
+        problems.extend(read.problems)
+        log.info("cluster %s: %s store %s%s%s: %d offsets", cluster.name, store.kind, store.conn_id, store.chroot,
+                 store.root, len(read.offsets))
+        reads.append(read)
+    parts = sorted({(o.topic, o.partition) for r in reads for o in r.offsets})
+    log_offsets = kafka.log_offsets(parts) if parts else {}
+    for tp, (_, _, err) in log_offsets.items():
+        if err:
+            problems.append(f"partition {tp[0]}-{tp[1]}: log offsets not readable ({err}); log_start/log_end left null")
+    rows = []
+    for read in reads:
+        rows.extend(snapshot_rows(cluster.name, read, log_offsets, observed_at))
+    return rows
+
+
+def add_store_rows(cluster: Cluster, kafka, clients: dict | None, rows: dict, observed_at: dt.datetime,
+                   problems: list[str]) -> None:
+    """Mark a collection's Kafka rows `source` kafka and append the stores' rows (the collect
+    stage's hook; nothing happens for a cluster without offset_stores)."""
+    snapshots = rows.setdefault("offsets_snapshots", [])
+    for r in snapshots:
+        r.setdefault("source", "kafka")
+    if cluster.offset_stores and clients is not None:
+        snapshots.extend(collect_stores(cluster, kafka, clients, observed_at, problems))

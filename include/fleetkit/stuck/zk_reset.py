@@ -1,0 +1,286 @@
+"""Resetting offsets kept in ZooKeeper (the fleet file's offset_stores): one version-checked znode
+write per partition, behind the same approval gate as the Kafka reset (fleetkit.stuck.action
+dispatches here when the run's `source` is zookeeper or storm).
+
+* zookeeper (old high-level consumer): <root>/<group>/offsets/<topic>/<p> holds the offset as
+  decimal text. Precondition: no live member under <root>/<group>/ids.
+* storm (storm-kafka spout): <root>/<spout id>/partition_<N> holds JSON; only the top-level
+  "offset" value is rewritten, every other byte stays as the spout wrote it. Nothing registers a
+  running spout, and a live topology overwrites the reset at its next commit: the plan refuses
+  unless the run confirms `topology_deactivated`.
+
+Every write is `set(path, data, version=<the version the plan read>)`: a znode changed since the
+plan (a consumer committed) is refused by ZooKeeper itself, and the re-check before acting reads
+each version again and refuses first. Each write is journaled (intent before, outcome after).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from contextlib import contextmanager
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from fleetkit.collection import zk_offsets
+from fleetkit.core.datasets import iso_z, utcnow
+from fleetkit.core.journal import Journal
+from fleetkit.stuck.plan import ACTION, DAG_ID, ResetError, new_offset, parse_partitions, parse_target
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("zookeeper", "storm")
+
+
+def _truthy(value) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() in ("true", "yes", "1"))
+
+
+# -- the storm JSON: the top-level "offset" replaced in place ----------------------------------------
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _top_level_span(text: str, key: str) -> tuple[int, int]:
+    """(start, end) of the top-level value of `key` in a JSON object's text."""
+    dec = json.JSONDecoder()
+    i = _skip_ws(text, 0)
+    if text[i:i + 1] != "{":
+        raise ValueError("not a JSON object")
+    i += 1
+    while True:
+        i = _skip_ws(text, i)
+        if text[i:i + 1] == "}":
+            raise ValueError(f"no top-level {key!r}")
+        if text[i:i + 1] != '"':
+            raise ValueError(f"expected a key at character {i}")
+        name, i = json.decoder.scanstring(text, i + 1)
+        i = _skip_ws(text, i)
+        if text[i:i + 1] != ":":
+            raise ValueError(f"expected ':' at character {i}")
+        i = _skip_ws(text, i + 1)
+        _, end = dec.raw_decode(text, i)
+        if name == key:
+            return i, end
+        i = _skip_ws(text, end)
+        if text[i:i + 1] == ",":
+            i += 1
+
+
+def replace_storm_offset(data: bytes, offset: int) -> bytes:
+    """The spout's JSON with its top-level "offset" set to `offset`, every other byte unchanged."""
+    text = data.decode("utf-8")
+    start, end = _top_level_span(text, "offset")
+    return (text[:start] + str(int(offset)) + text[end:]).encode("utf-8")
+
+
+def encode_offset(source: str, current: bytes, offset: int) -> bytes:
+    return replace_storm_offset(current, offset) if source == "storm" else str(int(offset)).encode("ascii")
+
+
+# -- which store, and a client of it ------------------------------------------------------------------
+def find_store(cluster, source: str, root: str | None = None):
+    stores = [s for s in cluster.offset_stores if s.kind == source and (not root or s.root == root)]
+    if not stores:
+        declared = ", ".join(f"{s.kind} {s.conn_id}{s.chroot}{s.root}" for s in cluster.offset_stores) or "none"
+        raise ResetError(f"cluster {cluster.name!r} declares no {source} offset store"
+                         f"{f' with root {root!r}' if root else ''} in the fleet file (offset_stores: {declared})")
+    if len(stores) > 1:
+        raise ResetError(f"cluster {cluster.name!r} has {len(stores)} {source} offset stores: name one with the "
+                         f"store_root param ({', '.join(s.root for s in stores)})")
+    return stores[0]
+
+
+def store_of(cluster, plan: dict):
+    s = plan["details"]["store"]
+    for store in cluster.offset_stores:
+        if (store.kind, store.conn_id, store.chroot, store.root) == (s["kind"], s["conn_id"], s["chroot"], s["root"]):
+            return store
+    raise ResetError(f"the plan's {s['kind']} store {s['conn_id']}{s['chroot']}{s['root']} is no longer in the "
+                     f"fleet file of cluster {cluster.name!r}")
+
+
+@contextmanager
+def store_client(ctx, store):
+    """A started kazoo client of the store (ctx.open_zookeeper(store) gives a ZooKeeperCluster)."""
+    opener = getattr(ctx, "open_zookeeper", None)
+    if opener is None:
+        raise ResetError("no way to reach the offset store's ZooKeeper in this context")
+    zk = opener(store)
+    zk.start()
+    try:
+        yield zk.client
+    finally:
+        zk.stop()
+
+
+# -- plan -------------------------------------------------------------------------------------------------
+def build_plan(ctx, params: dict) -> dict:
+    source = params.get("source")
+    cluster = ctx.cluster
+    group, topic = params.get("group"), params.get("topic")
+    if source not in SOURCES:
+        raise ResetError(f"source {source!r} is not one of {', '.join(SOURCES)}")
+    if not group or not topic:
+        raise ResetError("a group (for storm: the spout id) and a topic are required")
+    what = "spout" if source == "storm" else "group"
+    try:
+        zk_offsets.child_path("/", group)
+    except zk_offsets.UnsafeZnodeName as e:
+        raise ResetError(f"{what} {group!r}: {e}") from None
+    confirmed = _truthy(params.get("topology_deactivated"))
+    if source == "storm" and not confirmed:
+        raise ResetError(
+            f"spout {group!r} keeps its offsets in Storm's ZooKeeper and nothing says whether its topology runs: "
+            "deactivate the topology first (storm deactivate <topology>; a live topology overwrites the reset at "
+            "its next commit), then trigger again with topology_deactivated = true")
+    tgt = parse_target(params.get("target"), params.get("offsets") or None)
+    store = find_store(cluster, source, params.get("store_root") or None)
+    with store_client(ctx, store) as client:
+        read = (zk_offsets.read_storm_store(client, store, [group]) if source == "storm"
+                else zk_offsets.read_zookeeper_store(client, store, [group]))
+        members = zk_offsets.live_members(client, store.root, group) if source == "zookeeper" else []
+    found = {o.partition: o for o in read.offsets if o.topic == topic}
+    if not found:
+        raise ResetError(f"{source} store {store.conn_id}{store.chroot}{store.root}: {what} {group!r} has no "
+                         f"committed offset for topic {topic!r}")
+    wanted = parse_partitions(params.get("partitions"))
+    if tgt.kind == "restore" and wanted is None:
+        wanted = sorted(tgt.offsets)
+    parts = sorted(found) if wanted is None else wanted
+    missing = [p for p in parts if p not in found]
+    if missing:
+        raise ResetError(f"{what} {group!r} has no committed offset in the store for {topic} partition(s) {missing}")
+    logs = ctx.kafka.log_offsets([(topic, p) for p in parts])
+    rows, changes = [], []
+    for p in parts:
+        o = found[p]
+        start, end, err = logs[(topic, p)]
+        if err or start is None or end is None:
+            raise ResetError(f"partition {topic}-{p}: log offsets not readable ({err})")
+        after = new_offset(tgt, p, o.offset, start, end)
+        rows.append({"partition": p, "committed": o.offset, "log_start": start, "log_end": end, "new": after,
+                     "lag_before": end - o.offset, "lag_after": end - after, "znode": o.path, "version": o.version})
+        changes.append({"target": o.path, "before": o.offset, "after": after})
+    previous = {str(r["partition"]): r["committed"] for r in rows}
+    rollback_conf = {"cluster": cluster.name, "source": source, "store_root": store.root, "group": group,
+                     "topic": topic, "partitions": ",".join(previous), "target": "restore", "offsets": previous,
+                     "topology_deactivated": False, "dry_run": True}
+    preconditions = []
+    if source == "zookeeper":
+        preconditions.append({"check": "no_live_members", "what": f"no consumer registered under "
+                                                                  f"{zk_offsets.child_path(store.root, group, 'ids')}",
+                              "observed": {"members": members}})
+    else:
+        preconditions.append({"check": "topology_deactivated", "what": "the requester confirmed the topology is "
+                              "deactivated (nothing in ZooKeeper can tell; a live topology overwrites the reset)",
+                              "observed": {"confirmed": True}})
+    preconditions.append({"check": "znode_versions_unchanged", "what": "every offset znode still has the version "
+                          "the plan read (re-read right before writing; the write is conditional on it)",
+                          "expected": {r["znode"]: r["version"] for r in rows}})
+    risks = ["Records between the old and the new offset are skipped when moving forward, or processed again "
+             "when moving back."]
+    if source == "storm":
+        risks.append("A topology activated before the write overwrites it at its next commit; one activated after "
+                     "starts from the new offsets.")
+    else:
+        risks.append("A consumer of this group that starts before the write commits over it (the execution re-checks "
+                     "the ids and each znode's version right before writing).")
+    return {
+        "action": ACTION,
+        "cluster": cluster.name,
+        "title": f"Reset offsets of {source} {what} {group} on {topic} ({tgt.describe()})",
+        "created_at": iso_z(utcnow()),
+        "preconditions": preconditions,
+        "changes": changes,
+        "risks": risks,
+        "rollback": {"how": "Trigger runbook_reset_offsets with target 'restore', the same source and the previous "
+                            "offsets (for storm, confirm topology_deactivated again); or fleetctl audit rollback "
+                            "RECORD_ID.",
+                     "dag_id": DAG_ID, "conf": rollback_conf},
+        "details": {"source": source, "group": group, "topic": topic, "target": tgt.describe(), "partitions": rows,
+                    "store": {"kind": store.kind, "conn_id": store.conn_id, "chroot": store.chroot,
+                              "root": store.root},
+                    "members": len(members), "group_state": ("Stable" if members else "Empty")
+                    if source == "zookeeper" else "Unknown"},
+    }
+
+
+# -- check, execute, verify ---------------------------------------------------------------------------------
+def _problems(client, store, plan: dict) -> list[str]:
+    d = plan["details"]
+    problems = []
+    if d["source"] == "zookeeper":
+        members = zk_offsets.live_members(client, store.root, d["group"])
+        if members:
+            problems.append(f"group {d['group']!r} has {len(members)} live member(s) in ZooKeeper "
+                            f"({', '.join(members)}); stop its consumers first")
+    for r in d["partitions"]:
+        try:
+            _, stat = client.get(r["znode"])
+        except NoNodeError:
+            problems.append(f"znode {r['znode']!r} no longer exists")
+            continue
+        if stat.version != r["version"]:
+            problems.append(f"znode {r['znode']!r} changed since the plan (version {r['version']} -> {stat.version}): "
+                            "a consumer committed; plan again")
+    return problems
+
+
+def check_preconditions(ctx, plan: dict) -> list[str]:
+    """What no longer holds (empty: safe to write)."""
+    store = store_of(ctx.cluster, plan)
+    with store_client(ctx, store) as client:
+        return _problems(client, store, plan)
+
+
+class ZnodeResetFailed(ResetError):
+    """A version-checked write was refused or failed; the message names the znode."""
+
+
+def execute(ctx, plan: dict, journal_path: str | os.PathLike | None = None) -> dict:
+    """Write each planned offset with set(version=planned), journaled per znode. Stops at the first
+    refused write (the ones before it are in the journal and the result)."""
+    d = plan["details"]
+    store = store_of(ctx.cluster, plan)
+    done = []
+    with store_client(ctx, store) as client, Journal(journal_path) as j:
+        problems = _problems(client, store, plan)
+        if problems:
+            raise ZnodeResetFailed("refusing to write: " + "; ".join(problems))
+        for seq, r in enumerate(d["partitions"]):
+            path = r["znode"]
+            current, stat = client.get(path)
+            j.intent(seq, op="set_znode", path=path, version=r["version"], before=r["committed"], after=r["new"],
+                     data_before=current.decode("utf-8", "replace"))
+            try:
+                if stat.version != r["version"]:
+                    raise BadVersionError()
+                client.set(path, encode_offset(d["source"], current, r["new"]), version=r["version"])
+            except BadVersionError:
+                j.outcome(seq, "failed", error="BadVersion")
+                raise ZnodeResetFailed(
+                    f"znode {path!r} changed between the re-check and the write (a consumer committed); written "
+                    f"before it: {[c['znode'] for c in done]}" + (f"; journal {journal_path}" if journal_path else "")
+                ) from None
+            except Exception as e:
+                j.outcome(seq, "failed", error=f"{type(e).__name__}: {e}")
+                raise
+            j.outcome(seq, "done")
+            log.info("wrote %s: %s -> %s", path, r["committed"], r["new"])
+            done.append({"znode": path, "partition": r["partition"], "before": r["committed"], "after": r["new"]})
+    return {"source": d["source"], "group": d["group"], "topic": d["topic"], "changes": done}
+
+
+def verify(ctx, plan: dict) -> list[str]:
+    d = plan["details"]
+    store = store_of(ctx.cluster, plan)
+    with store_client(ctx, store) as client:
+        read = (zk_offsets.read_storm_store(client, store, [d["group"]]) if d["source"] == "storm"
+                else zk_offsets.read_zookeeper_store(client, store, [d["group"]]))
+    now = {o.partition: o.offset for o in read.offsets if o.topic == d["topic"]}
+    return [f"{r['znode']}: expected {r['new']}, reads back {now.get(r['partition'])}"
+            for r in d["partitions"] if now.get(r["partition"]) != r["new"]]
