@@ -5,14 +5,25 @@ stopped (positions kept under the data root: a 200 GB partition cannot be re-rea
 minutes), starting over when the log start moved past the saved position. Each run stops at the
 high watermark it saw when it began. Undecodable records are counted and reported with their
 partition and offset; decoding goes on.
+
+Brokers that answer ApiVersions (0.10+) are read on the wire (fleetkit.clients.wire_logs: Fetch,
+record batches v2), so the reader sees what confluent-kafka hides: control batches (transaction
+markers) are skipped and counted, records of a transaction are kept only once its COMMIT marker
+is read (an aborted transactional offset commit never took effect), and a transaction still
+open at the end stops that partition's position at its first record (the next run reads it
+again). 0.9 brokers are read with a confluent-kafka consumer (no transactions there). Records
+of the consumer group protocol (KIP-848) and other newer types are counted per kind; a key
+version this decoder does not know is counted per version, never an error.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -32,16 +43,29 @@ class RecordsResult:
     rows: list[dict]
     positions: dict[int, int]
     problems: list[str] = field(default_factory=list)
-    other_versions: int = 0
+    other_versions: int = 0          # records of the newer protocols (not rows of the dataset)
     restarted: list[int] = field(default_factory=list)
     seconds: float = 0.0
     records_written: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)             # decoded records per kind
+    unknown_versions: dict[int, int] = field(default_factory=dict)  # key version -> records
+    control_batches: int = 0
+    markers: dict[str, int] = field(default_factory=dict)            # "commit" / "abort" -> markers
+    aborted_records: int = 0         # records of aborted transactions (not taken)
+    open_transactions: int = 0       # transactions without a marker yet (left for the next run)
+    reader: str = ""                 # "wire" or "consumer"
+
+    def summary(self) -> str:
+        unknown = ", ".join(f"key version {v}: {n}" for v, n in sorted(self.unknown_versions.items()))
+        return (f"records per kind {dict(sorted(self.kinds.items()))}; control batches {self.control_batches} "
+                f"(markers {self.markers}); aborted-transaction records {self.aborted_records}; open transactions "
+                f"{self.open_transactions}" + (f"; UNKNOWN record types ({unknown})" if unknown else ""))
 
 
 def record_row(cluster: str, partition: int, offset: int, observed_at: dt.datetime, key: bytes,
-               value: bytes | None) -> dict | None:
-    d = decode(key, value, f"{OFFSETS_TOPIC}-{partition} offset {offset}")
-    if d["kind"] == "other":
+               value: bytes | None, decoded: dict | None = None) -> dict | None:
+    d = decoded if decoded is not None else decode(key, value, f"{OFFSETS_TOPIC}-{partition} offset {offset}")
+    if d["kind"] not in ("offset_commit", "group_metadata"):
         return None
     row = {"cluster": cluster, "partition": partition, "offset": offset, "observed_at": observed_at,
            "key_version": d["key_version"], "group": d.get("group"), "topic": d.get("topic"),
@@ -61,19 +85,52 @@ def record_row(cluster: str, partition: int, offset: int, observed_at: dt.dateti
 CHUNK_ROWS = 250_000
 
 
+class _Taker:
+    """Turns (partition, offset, key, value) into rows and counts; shared by both readers."""
+
+    def __init__(self, cluster: str, observed_at: dt.datetime, res: RecordsResult, sink, progress_every: int):
+        self.cluster, self.observed_at, self.res, self.sink = cluster, observed_at, res, sink
+        self.progress_every, self.read = progress_every, 0
+
+    def take(self, p: int, off: int, key: bytes | None, value: bytes | None) -> None:
+        res = self.res
+        self.read += 1
+        try:
+            d = decode(key, value, f"{OFFSETS_TOPIC}-{p} offset {off}")
+        except DecodeError as e:
+            res.problems.append(str(e))
+            return
+        kind = d["kind"]
+        res.kinds[kind] = res.kinds.get(kind, 0) + 1
+        if kind == "unknown":
+            v = d["key_version"]
+            if v not in res.unknown_versions:
+                log.warning("%s-%d offset %d: record type (key version) %d is unknown to this decoder: counted, "
+                            "not decoded", OFFSETS_TOPIC, p, off, v)
+            res.unknown_versions[v] = res.unknown_versions.get(v, 0) + 1
+            return
+        if kind not in ("offset_commit", "group_metadata"):
+            res.other_versions += 1
+            return
+        res.rows.append(record_row(self.cluster, p, off, self.observed_at, key, value, d))
+        if self.sink is not None and len(res.rows) >= CHUNK_ROWS:
+            self.sink(res.rows)
+            res.rows = []
+        if self.read % self.progress_every == 0:
+            log.info("%s: %d records read", OFFSETS_TOPIC, self.read)
+
+
 def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], positions: dict[int, int],
                  observed_at: dt.datetime | None = None, max_records: int | None = None,
                  progress_every: int = 1_000_000, sink=None) -> RecordsResult:
     """Read records after `positions`. With `sink(rows)`, rows are handed over in chunks of
     CHUNK_ROWS (memory stays flat on huge partitions) instead of accumulating in the result."""
+    from fleetkit.clients import wire
+
     t0 = time.monotonic()
     observed_at = observed_at or utcnow()
     logs = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])
     res = RecordsResult(rows=[], positions=dict(positions))
-    c = Consumer(dict(kafka.config, **{"group.id": f"fleetkit-offsets-reader-{uuid.uuid4().hex}",
-                                        "enable.auto.commit": False, "enable.partition.eof": True,
-                                        "fetch.message.max.bytes": 8 * 1024 * 1024,
-                                        "fetch.wait.max.ms": 100}))
     pos: dict[int, int] = {}
     ends: dict[int, int] = {}
     for p in partitions:
@@ -90,12 +147,120 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
         res.positions[p] = at
         if at < end:
             pos[p], ends[p] = at, end
-    read = 0
+    taker = _Taker(cluster, observed_at, res, sink, progress_every)
+    if wire.supported(kafka.config) and kafka.asks_api_versions and max_records is None:
+        res.reader = "wire"
+        _read_wire(kafka, pos, ends, taker)
+    else:
+        res.reader = "consumer"
+        _read_consumer(kafka, pos, ends, taker, max_records)
+    if sink is not None and res.rows:
+        sink(res.rows)
+        res.rows = []
+    if res.unknown_versions:
+        res.problems.append("record types unknown to this decoder (counted, not decoded): " + ", ".join(
+            f"key version {v}: {n} record(s)" for v, n in sorted(res.unknown_versions.items())))
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+class BatchFeeder:
+    """Record batches of __consumer_offsets partitions (a Fetch answer's record bytes) into the
+    taker: data records in offset order, control batches counted, a transaction's records held
+    until its marker (COMMIT: taken; ABORT: counted and dropped). Records before a partition's
+    start position or at/after its end are ignored (a fetch answers from the batch holding the
+    position)."""
+
+    def __init__(self, taker: _Taker, starts: dict[int, int], ends: dict[int, int]):
+        from fleetkit.clients import wire_logs
+
+        self.wire_logs = wire_logs
+        self.taker, self.res, self.ends = taker, taker.res, ends
+        self.taken_to = dict(starts)
+        self.pending: dict[int, dict[int, list]] = {}  # partition -> producer id -> [(offset, key, value)]
+        self.stats = wire_logs.BatchStats()
+
+    def feed(self, p: int, data: bytes) -> int:
+        res, taker = self.res, self.taker
+        recs: list = []
+        ctl: list = []
+        try:
+            nxt = self.wire_logs.parse_batches(data, self.stats, recs, ctl)
+        except (ValueError, IndexError, struct.error, zlib.error) as e:
+            res.problems.append(f"{OFFSETS_TOPIC}-{p} at offset {self.taken_to[p]}: unreadable record batch ({e}); "
+                                "the rest of this partition is not read")
+            return self.ends[p]
+        lo, end = self.taken_to[p], self.ends[p]
+        txn = self.pending.setdefault(p, {})
+        ci = 0
+        for off, k, v, pid in recs:
+            while ci < len(ctl) and ctl[ci][0] < off:
+                self._marker(p, txn, ctl[ci], lo, end)
+                ci += 1
+            if off < lo or off >= end:
+                continue
+            if pid >= 0:  # a transactional batch (TxnOffsetCommit)
+                txn.setdefault(pid, []).append((off, k, v))
+            else:
+                taker.take(p, off, k, v)
+        for c in ctl[ci:]:
+            self._marker(p, txn, c, lo, end)
+        if nxt > self.taken_to[p]:
+            self.taken_to[p] = nxt
+        return nxt
+
+    def _marker(self, p: int, txn: dict, marker: tuple, lo: int, end: int) -> None:
+        off, pid, kind = marker
+        if off < lo or off >= end:
+            return
+        res = self.res
+        res.control_batches += 1
+        res.markers[kind] = res.markers.get(kind, 0) + 1
+        got = txn.pop(pid, [])
+        if kind == "commit":
+            for o, k, v in got:
+                self.taker.take(p, o, k, v)
+        else:
+            res.aborted_records += len(got)
+
+    def finish(self, starts: dict[int, int], problems: dict[int, str]) -> None:
+        """Positions for the next run: the end, or the first record of a transaction still open."""
+        res = self.res
+        res.problems.extend(f"{OFFSETS_TOPIC}: {u}" for u in self.stats.unsupported)
+        for p in starts:
+            taken = self.taken_to[p]
+            at = taken if p in problems else min(max(taken, starts[p]), self.ends[p])
+            open_first = [recs[0][0] for recs in self.pending.get(p, {}).values() if recs]
+            if open_first:
+                res.open_transactions += len(open_first)
+                at = min(at, min(open_first))
+            res.positions[p] = at
+
+
+def _read_wire(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], taker: _Taker) -> None:
+    """Fetch on the wire, through a BatchFeeder."""
+    from fleetkit.clients import wire_logs
+
+    feeder = BatchFeeder(taker, pos, ends)
+    problems = wire_logs.fetch_log(kafka.bootstrap, OFFSETS_TOPIC, {p: (pos[p], ends[p]) for p in pos}, feeder.feed,
+                                   timeout=kafka.timeout)
+    for p, problem in problems.items():
+        taker.res.problems.append(problem + "; stopped there, the next run resumes")
+    feeder.finish(pos, problems)
+
+
+def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], taker: _Taker,
+                   max_records: int | None) -> None:
+    res = taker.res
+    c = Consumer(dict(kafka.config, **{"group.id": f"fleetkit-offsets-reader-{uuid.uuid4().hex}",
+                                        "enable.auto.commit": False, "enable.partition.eof": True,
+                                        "fetch.message.max.bytes": 8 * 1024 * 1024,
+                                        "fetch.wait.max.ms": 100}))
     try:
         if pos:
             c.assign([TopicPartition(OFFSETS_TOPIC, p, o) for p, o in pos.items()])
         active = set(pos)
-        while active and (max_records is None or read < max_records):
+        while active and (max_records is None or taker.read < max_records):
             msgs = c.consume(num_messages=5000, timeout=2)
             if not msgs:
                 for p in sorted(active):
@@ -116,25 +281,8 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
                     pos[p] = ends[p]
                     active.discard(p)
                     continue
-                try:
-                    row = record_row(cluster, p, off, observed_at, m.key(), m.value())
-                except DecodeError as e:
-                    res.problems.append(str(e))
-                    row = None
-                    pos[p] = off + 1
-                    continue
+                taker.take(p, off, m.key(), m.value())
                 pos[p] = off + 1
-                read += 1
-                if row is None:
-                    res.other_versions += 1
-                else:
-                    res.rows.append(row)
-                    if sink is not None and len(res.rows) >= CHUNK_ROWS:
-                        sink(res.rows)
-                        res.rows = []
-                if read % progress_every == 0:
-                    log.info("%s: %d records read (%d partition(s) still behind their end)", OFFSETS_TOPIC, read,
-                             len(active))
                 if pos[p] >= ends[p]:
                     active.discard(p)
     except KafkaException as e:
@@ -142,11 +290,6 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
     finally:
         c.close()
     res.positions.update(pos)
-    if sink is not None and res.rows:
-        sink(res.rows)
-        res.rows = []
-    res.seconds = time.monotonic() - t0
-    return res
 
 
 def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None = None,
@@ -194,6 +337,6 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     root.write_json_atomic(positions_path(root, cluster.name), {str(k): v for k, v in res.positions.items()})
     res.records_written = written.rows.get("offsets_topic_records", 0)
     log.info("cluster %s: %d __consumer_offsets records (%d of newer protocols skipped), %d segments, %d "
-             "checkpoints, %d problem(s) in %.1fs", cluster.name, res.records_written, res.other_versions,
-             len(segs), len(cps), len(res.problems), res.seconds)
+             "checkpoints, %d problem(s) in %.1fs; %s", cluster.name, res.records_written, res.other_versions,
+             len(segs), len(cps), len(res.problems), res.seconds, res.summary())
     return res
