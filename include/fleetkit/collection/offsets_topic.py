@@ -27,11 +27,13 @@ import zlib
 from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.offsets_codec import DecodeError, decode
 from fleetkit.core.datasets import DataRoot, Staging, utcnow
+from fleetkit.core.errors import ClusterUnreachable
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 
@@ -292,13 +294,55 @@ def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int
     res.positions.update(pos)
 
 
+DESCRIBE_CONFIGS_SINCE = (0, 11)
+CLEANER_KEYS = {"log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", int),
+                "log.cleaner.threads": ("threads", int),
+                "log.cleaner.io.buffer.load.factor": ("load_factor", float),
+                "log.cleaner.enable": ("cleaner_enabled", lambda v: str(v).lower() == "true")}
+TOPIC_KEYS = {"segment.bytes": ("segment_bytes", int), "min.cleanable.dirty.ratio": ("min_cleanable_ratio", float),
+              "cleanup.policy": ("cleanup_policy", str)}
+
+
+def _describe(admin, resources: list, timeout: float) -> dict[str, dict[str, str]]:
+    """DescribeConfigs, one resource per call (the client allows one broker resource per call)."""
+    out = {}
+    for one in resources:
+        for res, fut in admin.describe_configs([one], request_timeout=timeout).items():
+            entries = fut.result(timeout=timeout + 5)
+            out[res.name] = {k: e.value for k, e in entries.items()}
+    return out
+
+
+def cleaner_settings(admin, broker_ids: list[int], timeout: float = 15.0) -> dict:
+    """{"brokers": {id: {dedupe_buffer_size, threads, load_factor, cleaner_enabled}}, "topic":
+    {segment_bytes, min_cleanable_ratio, cleanup_policy}} from DescribeConfigs."""
+    try:
+        got = _describe(admin, [ConfigResource(ResourceType.BROKER, str(b)) for b in broker_ids]
+                        + [ConfigResource(ResourceType.TOPIC, OFFSETS_TOPIC)], timeout)
+    except KafkaException as e:
+        raise ClusterUnreachable(f"DescribeConfigs of the cleaner settings failed: {e}") from None
+    brokers = {}
+    for b in broker_ids:
+        cfg = got.get(str(b), {})
+        brokers[b] = {name: conv(cfg[k]) for k, (name, conv) in CLEANER_KEYS.items() if cfg.get(k) is not None}
+    topic_cfg = got.get(OFFSETS_TOPIC, {})
+    topic = {name: conv(topic_cfg[k]) for k, (name, conv) in TOPIC_KEYS.items() if topic_cfg.get(k) is not None}
+    return {"brokers": brokers, "topic": topic}
+
+
 def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None = None,
-              partitions: list[int] | None = None) -> tuple[list[dict], list[dict]]:
-    """(segment_inventory rows, cleaner_checkpoints rows) of __consumer_offsets on every broker."""
+              partitions: list[int] | None = None, skipped: list[int] | None = None) -> tuple[list[dict], list[dict]]:
+    """(segment_inventory rows, cleaner_checkpoints rows) of __consumer_offsets on every broker
+    whose files can be read. A broker for which files_for returns None is left out and its id
+    appended to `skipped`."""
     observed_at = observed_at or utcnow()
     segs, cps = [], []
     for b in cluster.brokers:
-        files: BrokerFiles = files_for(b) if files_for else LocalBrokerFiles(b.log_dirs)
+        files: BrokerFiles | None = files_for(b) if files_for else LocalBrokerFiles(b.log_dirs)
+        if files is None:
+            if skipped is not None:
+                skipped.append(b.id)
+            continue
         for log_dir, p in files.partitions(OFFSETS_TOPIC):
             if partitions is not None and p not in partitions:
                 continue
@@ -313,13 +357,51 @@ def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None 
     return segs, cps
 
 
+DESCRIBE_LOG_DIRS_SINCE = (1, 0)
+
+
+def wire_inventory(cluster: Cluster, kafka: KafkaCluster, brokers: list[int], partitions: list[int],
+                   observed_at: dt.datetime) -> list[dict]:
+    """segment_inventory rows from DescribeLogDirs (no broker file access): one row per replica,
+    its whole size as one segment starting at the partition's log start offset."""
+    from fleetkit.clients import wire_logs
+
+    _, addrs = wire_logs.leaders(kafka.bootstrap, OFFSETS_TOPIC, kafka.timeout)
+    wanted = {b: addrs[b] for b in brokers if b in addrs}
+    found, problems = wire_logs.log_dir_sizes(kafka.bootstrap, {OFFSETS_TOPIC: sorted(partitions)}, kafka.timeout,
+                                              brokers=wanted)
+    for b, problem in problems.items():
+        log.warning("cluster %s: %s", cluster.name, problem)
+    starts = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])
+    rows = []
+    for r in found:
+        if r.topic != OFFSETS_TOPIC or r.is_future or r.partition not in partitions:
+            continue
+        start = starts.get((OFFSETS_TOPIC, r.partition), (None, None, None))[0]
+        rows.append({"cluster": cluster.name, "broker": r.broker, "log_dir": r.log_dir, "topic": OFFSETS_TOPIC,
+                     "partition": r.partition, "observed_at": observed_at, "base_offset": start or 0,
+                     "size_bytes": r.size_bytes, "modified_at": observed_at, "is_active": True})
+    return rows
+
+
+def settings_path(root: DataRoot, cluster: str) -> str:
+    """Where the collection keeps the cleaner settings the brokers reported (DescribeConfigs)."""
+    return root.join("_state", f"cluster={cluster}", "cleaner_settings.json")
+
+
 def positions_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "offsets_topic_positions.json")
 
 
 def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                          partitions: list[int] | None = None) -> RecordsResult:
-    """Read new __consumer_offsets records and the segment inventory; write them all or nothing."""
+                          partitions: list[int] | None = None, files_for=None) -> RecordsResult:
+    """Read new __consumer_offsets records and the segment inventory; write them all or nothing.
+
+    Segments and cleaner checkpoints come from the brokers' files where they can be read; on
+    brokers from 1.0 whose files cannot (files_for returns None) the partition sizes come from
+    DescribeLogDirs. On brokers from 0.11 the cleaner settings each broker runs with and the
+    topic's segment.bytes / min.cleanable.dirty.ratio come from DescribeConfigs (kept in
+    settings_path, read by the offsets-health job)."""
     parts = partitions if partitions is not None else list(range(cluster.offsets_topic_partitions))
     saved = {int(k): v for k, v in (root.read_json(positions_path(root, cluster.name), default={}) or {}).items()}
     now = utcnow()
@@ -327,7 +409,13 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     try:
         res = read_records(cluster.name, kafka, parts, saved, observed_at=now,
                            sink=lambda rows: staging.add("offsets_topic_records", rows))
-        segs, cps = inventory(cluster, observed_at=now, partitions=parts)
+        skipped: list[int] = []
+        segs, cps = inventory(cluster, files_for=files_for, observed_at=now, partitions=parts, skipped=skipped)
+        if skipped and cluster.version_tuple >= DESCRIBE_LOG_DIRS_SINCE:
+            segs += wire_inventory(cluster, kafka, skipped, parts, now)
+        elif skipped:
+            res.problems.append(f"brokers {skipped}: files not readable and Kafka {cluster.kafka_version} has no "
+                                "DescribeLogDirs: no sizes for them")
         staging.add("segment_inventory", segs)
         staging.add("cleaner_checkpoints", cps)
     except BaseException:
@@ -335,6 +423,14 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
         raise
     written = staging.commit()
     root.write_json_atomic(positions_path(root, cluster.name), {str(k): v for k, v in res.positions.items()})
+    if cluster.version_tuple >= DESCRIBE_CONFIGS_SINCE:
+        try:
+            got = cleaner_settings(kafka.admin, [b.id for b in cluster.brokers], kafka.timeout)
+            root.write_json_atomic(settings_path(root, cluster.name), {
+                "observed_at": now.isoformat(), "kafka_version": cluster.kafka_version,
+                "brokers": {str(b): v for b, v in got["brokers"].items()}, "topic": got["topic"]})
+        except ClusterUnreachable as e:
+            res.problems.append(str(e))
     res.records_written = written.rows.get("offsets_topic_records", 0)
     log.info("cluster %s: %d __consumer_offsets records (%d of newer protocols skipped), %d segments, %d "
              "checkpoints, %d problem(s) in %.1fs; %s", cluster.name, res.records_written, res.other_versions,

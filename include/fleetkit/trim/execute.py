@@ -31,6 +31,7 @@ from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import sha256_file
+from fleetkit.trim.cleaner import fix_mode
 from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
@@ -386,7 +387,8 @@ def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, 
 
 # -- execution -------------------------------------------------------------------------------------
 def run(ctx: ClusterContext, plan: dict) -> dict:
-    """Apply the cleaner fix, then per broker (followers first): stop, quarantine, start, wait for
+    """Apply the cleaner fix (live with IncrementalAlterConfigs from Kafka 1.1; through the
+    fleet file's set_config, picked up by the restart, before), then per broker (followers first): stop, quarantine, start, wait for
     the ISR; then re-commit the offsets of groups without members. Journaled step by step: run
     again with the same journal (a resumed run), it skips what is done, checks every file already
     in the quarantine against its checksum and finishes the rest."""
@@ -412,9 +414,16 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
         for b, fix in sorted(d["cleaner_fix"].items()):
             seq = f"cleaner fix broker {b}"
             if (entries.get(seq) or {}).get("status") != "done":
-                journal.intent(seq, step="set_config", broker=int(b), config=fix)
-                control.set_config(int(b), fix)
-                journal.outcome(seq, "done")
+                if fix_mode(ctx.cluster.version_tuple) == "live":  # Kafka 1.1+: no restart needed
+                    from fleetkit.trim import cleaner_config
+
+                    journal.intent(seq, step="alter_config_live", broker=int(b), config=fix)
+                    applied = cleaner_config.apply_live(ctx.kafka.admin, fix, [int(b)])
+                    journal.outcome(seq, "done", before=applied["before"])
+                else:
+                    journal.intent(seq, step="set_config", broker=int(b), config=fix)
+                    control.set_config(int(b), fix)
+                    journal.outcome(seq, "done")
         moves = file_moves(plan)
         timings: dict[str, float] = {}
         counts = {"moved": 0, "already": 0, "absent": 0}
