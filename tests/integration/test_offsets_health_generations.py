@@ -87,7 +87,7 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
         assert applied["after"] == {b: {"log.cleaner.dedupe.buffer.size": str(LAB_BUFFER + 16 * 1024 * 1024)}
                                     for b in brokers}
     finally:
-        cleaner_config.revert_live(kafka.admin, applied["before"])
+        cleaner_config.revert_live(kafka.admin, applied["before"])  # waits until every broker reports it
     from fleetkit.collection.offsets_topic import cleaner_settings
     assert {b: v["dedupe_buffer_size"] for b, v in cleaner_settings(kafka.admin, brokers)["brokers"].items()} == \
         {b: LAB_BUFFER for b in brokers}

@@ -164,3 +164,17 @@ def test_fast_path_agrees_with_the_careful_decoder(group, topic, partition, offs
     if value is not None:
         with pytest.raises(DecodeError):
             decode(key, value[:-1])
+
+
+@pytest.mark.parametrize("meta", [None, "", "m", "x" * 100, "ü" * 60, "y" * 200])
+@pytest.mark.parametrize("tags", [b"\x00", b"\x01\x00\x10" + b"a" * 16])
+def test_fast_path_of_values_v3_v4_agrees_with_the_careful_decoder(meta, tags):
+    """3.x writes offset-commit value v3, 4.x v4 (flexible, the topic id as tagged field 0)."""
+    for value in (i16(3) + i64(7) + i32(3) + s(meta) + i64(99),
+                  i16(4) + i64(7) + i32(3) + (cs(meta) if meta is None or len(meta.encode()) < 127 else
+                                              b"\xc9\x01" + meta.encode()) + i64(99) + tags):
+        careful = {**decode_key(KEY), "tombstone": False, **decode_offset_value(value)}
+        fast = _fast(KEY, value)
+        assert fast is None or fast == careful
+        assert decode(KEY, value) == careful
+    assert _fast(KEY, i16(3) + i64(7) + i32(3) + s("m") + i64(99)) is not None

@@ -319,8 +319,10 @@ def _fast(key: bytes, value: bytes | None) -> dict | None:
     if value is None:
         out["tombstone"] = True
         return out
-    if len(value) < 12 or value[0] != 0 or value[1] > 2:
+    if len(value) < 12 or value[0] != 0 or value[1] > 4:
         return None
+    if value[1] >= 3:
+        return _fast_v3_v4(out, value)
     vv, offset = _I16_I64.unpack_from(value, 0)
     ml = (value[10] << 8) | value[11]
     if ml == 0xFFFF:
@@ -339,6 +341,43 @@ def _fast(key: bytes, value: bytes | None) -> dict | None:
     out["commit_timestamp"] = _I64.unpack_from(value, r)[0]
     if vv == 1:
         out["expire_timestamp"] = _I64.unpack_from(value, r + 8)[0]
+    return out
+
+
+_I16_I64_I32 = struct.Struct(">hqi")
+
+
+def _fast_v3_v4(out: dict, value: bytes) -> dict | None:
+    """Offset-commit values v3 (leader epoch) and v4 (v3, flexible: a compact metadata string and
+    tagged fields, e.g. the topic id), what 3.x and 4.x brokers write."""
+    if len(value) < 15:
+        return None
+    vv, offset, epoch = _I16_I64_I32.unpack_from(value, 0)
+    if vv == 3:
+        ml = (value[14] << 8) | value[15] if len(value) >= 16 else 0x8000
+        if ml == 0xFFFF:
+            meta, r = None, 16
+        elif ml >= 0x8000:
+            return None
+        else:
+            meta, r = value[16:16 + ml].decode("utf-8"), 16 + ml
+        if len(value) != r + 8:
+            return None
+    else:
+        n = value[14]
+        if n >= 0x80:
+            return None  # metadata of 127 bytes or more: the careful path
+        meta, r = (None, 15) if n == 0 else (value[15:15 + n - 1].decode("utf-8"), 15 + n - 1)
+        t = r + 8  # tagged fields: none, or only the topic id (tag 0, 16 bytes); anything else: careful path
+        if not ((len(value) == t + 1 and value[t] == 0) or
+                (len(value) == t + 19 and value[t:t + 3] == b"\x01\x00\x10")):
+            return None
+    out["tombstone"] = False
+    out["value_version"] = vv
+    out["offset"] = offset
+    out["leader_epoch"] = epoch
+    out["metadata"] = meta
+    out["commit_timestamp"] = _I64.unpack_from(value, r)[0]
     return out
 
 

@@ -68,7 +68,7 @@ def apply_live(admin, fix: dict, broker_ids: list[int], timeout: float = 15.0, w
         time.sleep(0.5)
 
 
-def revert_live(admin, before: dict, timeout: float = 15.0) -> None:
+def revert_live(admin, before: dict, timeout: float = 15.0, wait: float = 30.0) -> None:
     """Undo apply_live: delete the brokers' dynamic values of the keys it set, so each broker
     falls back to its server.properties value (what `before` shows)."""
     for b, vals in sorted(before.items()):
@@ -76,3 +76,14 @@ def revert_live(admin, before: dict, timeout: float = 15.0) -> None:
         res = ConfigResource(ResourceType.BROKER, str(b), incremental_configs=ops)
         for fut in admin.incremental_alter_configs([res], request_timeout=timeout).values():
             fut.result(timeout=timeout + 5)
+    # KRaft brokers apply a change when they replay it from the metadata log: read back until seen
+    deadline = time.monotonic() + wait
+    while True:
+        got = _describe(admin, [ConfigResource(ResourceType.BROKER, str(b)) for b in before], timeout)
+        now = {b: {k: got.get(str(b), {}).get(k) for k in vals} for b, vals in before.items()}
+        if now == before:
+            return
+        if time.monotonic() > deadline:
+            raise FleetError(f"cleaner settings rolled back, but brokers report {now} (expected {before}) after "
+                             f"{wait:.0f} s")
+        time.sleep(0.5)
