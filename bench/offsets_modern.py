@@ -6,7 +6,7 @@ from the pinned 4.3.1 jars) for a side-by-side ratio.
     FLEET_TEST_PORT_OFFSET=N .venv/bin/python bench/offsets_modern.py [--commits 1000000] [--keep]
 
 Runs its own one-node KRaft lab in the test port plan's "bench" slot (.lab-bench-modern), fills it
-with bulk OffsetCommits (200 partitions per request, 50 groups), then times:
+with bulk OffsetCommits (500 partitions per request, 50 groups, pipelined), then times:
 
 * the toolkit: fleetkit.collection.offsets_topic.collect_offsets_topic (Fetch on the wire, record
   batches v2, decode, Parquet) into a fresh data root;
@@ -40,23 +40,41 @@ from fleetlab import dists, ports, traffic  # noqa: E402
 from fleetlab.lab import Lab, LabSpec  # noqa: E402
 
 VERSION = "4.3.1"
-PARTITIONS = 200
+PARTITIONS = 500
 GROUPS = 50
 
 
 def fill(bootstrap: str, commits: int) -> float:
+    """Bulk commits, asynchronous (librdkafka pipelines them), PARTITIONS per request."""
     topic = "bench-commits"
     t0 = time.monotonic()
-    consumers = [traffic.consumer(bootstrap, f"bench-group-{g}", VERSION) for g in range(GROUPS)]
+    done_requests = [0]
+    errors: list = []
+
+    def on_commit(err, _parts):
+        done_requests[0] += 1
+        if err is not None:
+            errors.append(err)
+
+    consumers = [traffic.consumer(bootstrap, f"bench-group-{g}", VERSION, on_commit=on_commit) for g in range(GROUPS)]
     done, i = 0, 0
     while done < commits:
         c = consumers[i % GROUPS]
         n = min(PARTITIONS, commits - done)
-        c.commit(offsets=[TopicPartition(topic, p, i + 1) for p in range(n)], asynchronous=False)
+        c.commit(offsets=[TopicPartition(topic, p, i + 1) for p in range(n)], asynchronous=True)
         done += n
         i += 1
+        if i % GROUPS == 0:
+            while i - done_requests[0] > 4 * GROUPS:  # at most 4 requests in flight per consumer
+                for c2 in consumers:
+                    c2.poll(0)
+    while done_requests[0] < i:
+        for c in consumers:
+            c.poll(0.01)
     for c in consumers:
         c.close()
+    if errors:
+        raise SystemExit(f"{len(errors)} commit(s) failed, e.g. {errors[0]}")
     return time.monotonic() - t0
 
 
@@ -90,13 +108,17 @@ def main() -> int:
         res = collect_offsets_topic(cluster, kafka, DataRoot(tmp / "data"), files_for=lambda b: None)
         ours = time.monotonic() - t0
         n = res.records_written + res.other_versions
+        offs = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
+        in_log = sum(e - s for s, e, _ in offs.values())
+        if n != in_log:
+            raise SystemExit(f"the toolkit read {n:,} records, the log holds {in_log:,}")
         print(f"toolkit: {n:,} records read + decoded + written (Parquet) in {ours:.1f}s = {n / ours:,.0f} records/s "
               f"(reader {res.reader}; {res.summary()}; problems {res.problems[:3]})", flush=True)
         home = dists.ensure_kafka_dist(VERSION) if hasattr(dists, "ensure_kafka_dist") else None
         libs = Path(home or dists.cache_dir() / f"kafka-{VERSION}") / "libs"
         files = sorted(str(f) for f in Path(spec.log_dir(0)).glob(f"{OFFSETS_TOPIC}-*/*.log"))
         cmd = [shutil.which("java") or "java", "-Xmx512m", "-cp", f"{libs}/*", "org.apache.kafka.tools.DumpLogSegments",
-               "--offsets-decoder", "--print-data-log", "--files", ",".join(files)]
+               "--offsets-decoder", "--files", ",".join(files)]
         t0 = time.monotonic()
         with open("/dev/null", "wb") as devnull:
             subprocess.run(cmd, stdout=devnull, stderr=subprocess.PIPE, check=True)
@@ -106,7 +128,7 @@ def main() -> int:
         print(f"RESULT toolkit {n / ours:,.0f} records/s end to end from the broker, kafka-dump-log {n / theirs:,.0f} "
               f"records/s from local files: ratio {theirs / ours:.2f} (toolkit time / dump-log time "
               f"{ours / theirs:.2f})")
-        print("command: " + " ".join(cmd[:6]) + " --offsets-decoder --print-data-log --files <files>")
+        print("command: " + " ".join(cmd[:5]) + " --offsets-decoder --files <every __consumer_offsets .log file>")
         shutil.rmtree(tmp, ignore_errors=True)
     finally:
         if not args.keep:

@@ -321,9 +321,11 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
                     nxt = on_batch(fp.partition, fp.records) if fp.records else -1
                     if nxt > pos[fp.partition]:
                         pos[fp.partition], moved = nxt, True
-                    elif fp.high_watermark <= pos[fp.partition] or not fp.records:
-                        # the rest was compacted away (or is not there yet): nothing more to read
+                    elif fp.high_watermark <= pos[fp.partition]:
+                        # nothing at or after the position (the rest was compacted away)
                         pos[fp.partition] = max(pos[fp.partition], min(fp.high_watermark, end[fp.partition]))
+                    # (no records below the high watermark: the answer's size limit was spent on
+                    # other partitions; asked again next round)
                     if pos[fp.partition] >= end[fp.partition]:
                         del pos[fp.partition]
                         moved = True
