@@ -160,3 +160,14 @@ def test_a_batch_cut_off_at_the_end_of_an_answer_is_read_next_time():
     stats, recs = wire_logs.BatchStats(), []
     assert wire_logs.parse_batches(data[:-3], stats, recs, []) == 1
     assert [o for o, *_ in recs] == [0]
+
+
+def test_broker_files_are_read_only_where_they_are(tmp_path):
+    """Brokers whose log dirs are not on this machine are asked for sizes (DescribeLogDirs)."""
+    from fleetkit.collection.offsets_topic import local_files
+    from fleetkit.core.fleet import Broker
+
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    assert local_files(Broker(1, (str(tmp_path / "kafka" / "data"),))) is not None
+    assert local_files(Broker(1, (str(tmp_path / "kafka" / "gone"),))) is None
+    assert local_files(Broker(1, (str(tmp_path / "kafka" / "data"),), access="ssh", ssh_conn_id="x")) is None

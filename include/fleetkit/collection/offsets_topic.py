@@ -25,6 +25,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
@@ -330,6 +331,14 @@ def cleaner_settings(admin, broker_ids: list[int], timeout: float = 15.0) -> dic
     return {"brokers": brokers, "topic": topic}
 
 
+def local_files(broker) -> BrokerFiles | None:
+    """The broker's files when they are on this machine (access local, a log dir present), else
+    None (the collection then asks the broker for sizes with DescribeLogDirs, from Kafka 1.0)."""
+    if broker.access != "local" or not any(Path(d).is_dir() for d in broker.log_dirs):
+        return None
+    return LocalBrokerFiles(broker.log_dirs)
+
+
 def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None = None,
               partitions: list[int] | None = None, skipped: list[int] | None = None) -> tuple[list[dict], list[dict]]:
     """(segment_inventory rows, cleaner_checkpoints rows) of __consumer_offsets on every broker
@@ -338,7 +347,7 @@ def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None 
     observed_at = observed_at or utcnow()
     segs, cps = [], []
     for b in cluster.brokers:
-        files: BrokerFiles | None = files_for(b) if files_for else LocalBrokerFiles(b.log_dirs)
+        files: BrokerFiles | None = files_for(b) if files_for else local_files(b)
         if files is None:
             if skipped is not None:
                 skipped.append(b.id)
