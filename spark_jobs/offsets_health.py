@@ -4,7 +4,9 @@
         [--bloat-ratio 10] [--min-bloat-bytes 67108864]
 
 Reads the datasets offsets_topic_records, segment_inventory and cleaner_checkpoints under ROOT
-and writes DIR/health.jsonl: records, live keys, tombstones, bytes, duplicate ratio, largest
+(and the cleaner settings the brokers reported to the collection through DescribeConfigs, on
+brokers from 0.11: ROOT/_state/cluster=NAME/cleaner_settings.json; they override the fleet
+file's `cleaner` section per broker) and writes DIR/health.jsonl: records, live keys, tombstones, bytes, duplicate ratio, largest
 segment's message count against the cleaner's capacity, checkpoint progress, and a verdict
 (HEALTHY, BLOATED, CLEANER_STALLED, OVER_CAPACITY) with the cleaner setting that would fix it.
 The verdict rules live in fleetkit.trim.rules.
@@ -125,7 +127,7 @@ _VERDICT = T.StructType([T.StructField("verdict", T.StringType()), T.StructField
 
 
 def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, settings: DataFrame,
-           bloat_ratio: float, min_bloat_bytes: int) -> tuple[DataFrame, DataFrame]:
+           bloat_ratio: float, min_bloat_bytes: int, broker_settings: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
     """(health per cluster/broker/partition, messages per segment)."""
     latest = latest_inventory(segments)
     per_segment = segment_messages(records, latest).cache()
@@ -139,17 +141,29 @@ def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, sett
                       "observations": 0}))
     fields = list(offsets_health.HealthFacts.__dataclass_fields__)
 
+    if broker_settings is not None:
+        facts = (facts.join(F.broadcast(broker_settings), ["cluster", "broker"], "left")
+                 .withColumn("dedupe_buffer_size", F.coalesce("b_dedupe_buffer_size", "dedupe_buffer_size"))
+                 .withColumn("threads", F.coalesce("b_threads", "threads"))
+                 .withColumn("load_factor", F.coalesce("b_load_factor", "load_factor")))
+    else:
+        facts = (facts.withColumn("min_cleanable_ratio", F.lit(None).cast("double"))
+                 .withColumn("segment_bytes", F.lit(None).cast("long")))
+
     @F.udf(returnType=_VERDICT)
-    def judge(version, buffer_size, threads, load_factor, *values):
+    def judge(version, buffer_size, threads, load_factor, min_ratio, segment_bytes, *values):
         f = offsets_health.HealthFacts(*[0 if v is None and i < 8 else v for i, v in enumerate(values)])
         v, reason, fix = offsets_health.verdict(f, version or "0.9.0.1", int(buffer_size), int(threads),
-                                                float(load_factor), bloat_ratio, min_bloat_bytes)
+                                                float(load_factor), bloat_ratio, min_bloat_bytes,
+                                                0.5 if min_ratio is None else float(min_ratio),
+                                                None if segment_bytes is None else int(segment_bytes))
         return v, reason, json.dumps(fix) if fix else None
 
     cap = F.floor(F.floor(F.least(F.col("dedupe_buffer_size") / F.col("threads"), F.lit(2**31 - 1)) / 24)
                   * F.col("load_factor")).cast("long")
     out = (facts.withColumn("v", judge(F.col("kafka_version"), F.col("dedupe_buffer_size"), F.col("threads"),
-                                       F.col("load_factor"), *[F.col(c) for c in fields]))
+                                       F.col("load_factor"), F.col("min_cleanable_ratio"), F.col("segment_bytes"),
+                                       *[F.col(c) for c in fields]))
            .withColumn("keys_per_pass", cap)
            .select("cluster", "broker", "log_dir", "partition", "records", "live_keys", "tombstones", "record_bytes",
                    "live_bytes", "disk_bytes", "segments", "duplicate_ratio", "largest_segment_messages",
@@ -167,6 +181,29 @@ def settings_frame(spark, fleet_file: str) -> DataFrame:
                                        "threads int, load_factor double")
 
 
+BROKER_SETTINGS_SCHEMA = ("cluster string, broker int, b_dedupe_buffer_size long, b_threads int, b_load_factor double, "
+                          "min_cleanable_ratio double, segment_bytes long")
+
+
+def broker_settings_frame(spark, data_root: str, fleet_file: str) -> DataFrame:
+    """Per (cluster, broker): the cleaner settings the brokers reported (DescribeConfigs, kept by
+    the collection), with the topic's min.cleanable.dirty.ratio and segment.bytes."""
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.collection.offsets_topic import settings_path
+
+    root = DataRoot(data_root)
+    rows = []
+    for c in load_fleet(fleet_file).clusters:
+        doc = root.read_json(settings_path(root, c.name), default=None)
+        if not doc:
+            continue
+        topic = doc.get("topic") or {}
+        for b, v in (doc.get("brokers") or {}).items():
+            rows.append((c.name, int(b), v.get("dedupe_buffer_size"), v.get("threads"), v.get("load_factor"),
+                         topic.get("min_cleanable_ratio"), topic.get("segment_bytes")))
+    return spark.createDataFrame(rows, BROKER_SETTINGS_SCHEMA)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", required=True)
@@ -181,7 +218,8 @@ def main(argv=None) -> int:
     out, per_segment = health(read_dataset(spark, args.data_root, "offsets_topic_records"),
                               read_dataset(spark, args.data_root, "segment_inventory"),
                               read_dataset(spark, args.data_root, "cleaner_checkpoints"),
-                              settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes)
+                              settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes,
+                              broker_settings_frame(spark, args.data_root, args.fleet))
     from jobs_common import path_join
 
     n = write_jsonl(out, path_join(args.out, "health.jsonl"))

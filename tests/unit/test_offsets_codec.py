@@ -78,12 +78,18 @@ def test_tombstones_and_other_versions():
     assert decode(KEY, None) == {"key_version": 1, "kind": "offset_commit", "group": "grp", "topic": "orders",
                                  "partition": 7, "tombstone": True}
     assert decode(encode_group_key("g"), None)["tombstone"] is True
-    for v in (3, 9, 16, 24):
-        assert decode(i16(v) + b"whatever", b"x") == {"key_version": v, "kind": "other", "tombstone": False}
-    with pytest.raises(DecodeError, match="unknown key version 25"):
-        decode(i16(25) + b"x", b"y")
-    with pytest.raises(DecodeError, match="unknown key version -1"):
-        decode(i16(-1), None)
+    # the newer record types are named, their key decoded (group, then member id or regex)
+    assert decode(i16(3) + s("g"), i16(0) + i32(4) + b"\x00") == {
+        "key_version": 3, "kind": "consumer_group_metadata", "group": "g", "tombstone": False, "value_version": 0,
+        "epoch": 4}
+    assert decode(i16(5) + s("g") + s("m1"), None) == {"key_version": 5, "kind": "consumer_group_member_metadata",
+                                                        "group": "g", "member_id": "m1", "tombstone": True}
+    assert decode(i16(16) + s("g") + s("orders.*"), None)["regex"] == "orders.*"
+    assert decode(i16(11) + s("share"), i16(0) + b"whatever")["kind"] == "share_group_metadata"
+    assert decode(i16(23) + s("streams"), i16(0))["kind"] == "streams_group_topology"
+    # versions this decoder does not know: kind "unknown" with the version, never an error
+    for v in (9, 18, 24, 25, 99, -1):
+        assert decode(i16(v) + b"whatever", b"x") == {"key_version": v, "kind": "unknown", "tombstone": False}
 
 
 @pytest.mark.parametrize("key, value, message", [
@@ -158,3 +164,17 @@ def test_fast_path_agrees_with_the_careful_decoder(group, topic, partition, offs
     if value is not None:
         with pytest.raises(DecodeError):
             decode(key, value[:-1])
+
+
+@pytest.mark.parametrize("meta", [None, "", "m", "x" * 100, "ü" * 60, "y" * 200])
+@pytest.mark.parametrize("tags", [b"\x00", b"\x01\x00\x10" + b"a" * 16])
+def test_fast_path_of_values_v3_v4_agrees_with_the_careful_decoder(meta, tags):
+    """3.x writes offset-commit value v3, 4.x v4 (flexible, the topic id as tagged field 0)."""
+    for value in (i16(3) + i64(7) + i32(3) + s(meta) + i64(99),
+                  i16(4) + i64(7) + i32(3) + (cs(meta) if meta is None or len(meta.encode()) < 127 else
+                                              b"\xc9\x01" + meta.encode()) + i64(99) + tags):
+        careful = {**decode_key(KEY), "tombstone": False, **decode_offset_value(value)}
+        fast = _fast(KEY, value)
+        assert fast is None or fast == careful
+        assert decode(KEY, value) == careful
+    assert _fast(KEY, i16(3) + i64(7) + i32(3) + s("m") + i64(99)) is not None

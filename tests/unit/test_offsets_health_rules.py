@@ -84,3 +84,43 @@ def test_a_segment_no_thread_can_map_says_so():
     # 2 GiB per thread maps about 80M keys: beyond that only smaller segments help
     v, _, fix = verdict(facts(largest_segment_messages=200_000_000), "0.9.0.1", BUF)
     assert v == "OVER_CAPACITY" and "shrink segment.bytes" in fix["error"]
+
+
+# -- 3.9 / 4.x: sizes from DescribeLogDirs, no checkpoint; the fix applied live -----------------
+SEG = 100 * MIB
+
+
+def grown(first: int, last: int, live: int, **kw) -> HealthFacts:
+    return facts(observations=2, dirty_bytes_first=first, dirty_bytes_last=last, disk_bytes=last, live_bytes=live,
+                 segments=1, **kw)
+
+
+@pytest.mark.parametrize("f, version, expected, why", [
+    (grown(150 * MIB, 300 * MIB, 60 * MIB), "3.9.2", "CLEANER_STALLED",
+     "past one segment, the dirty ratio rose from 0.60 to 0.80 (>= min.cleanable.dirty.ratio 0.5): not compacted"),
+    (grown(150 * MIB, 300 * MIB, 200 * MIB), "4.3.1", "HEALTHY",
+     "it grew, but its dirty ratio (0.33) is below min.cleanable.dirty.ratio: the cleaner has nothing to do yet"),
+    (grown(60 * MIB, 90 * MIB, 40 * MIB), "4.3.1", "HEALTHY",
+     "ratio 0.56, but 90 MiB is less than one segment: all of it is the active segment, never cleaned"),
+    (grown(300 * MIB, 150 * MIB, 60 * MIB), "3.9.2", "HEALTHY",
+     "it shrank: the cleaner runs"),
+    (facts(observations=2, dirty_bytes_first=150 * MIB, dirty_bytes_last=300 * MIB, disk_bytes=300 * MIB,
+           live_bytes=60 * MIB, checkpoint_first=7, checkpoint_last=9), "3.9.2", "HEALTHY",
+     "where the checkpoint is known (files readable) it decides: it moved"),
+], ids=["stalled", "below-min-ratio", "active-segment-only", "cleaned", "checkpoint-moved"])
+def test_modern_stall_from_the_dirty_ratio(f, version, expected, why):
+    got, reason, fix = verdict(f, version, 32 * MIB, segment_bytes=SEG)
+    assert got == expected, why
+    if got != "HEALTHY":
+        assert fix["apply"] == "live" and "dirty ratio rose from 0.60 to 0.80" in reason
+
+
+def test_the_fix_says_how_it_is_applied():
+    f = facts(largest_segment_messages=1_550_080)
+    assert verdict(f, "0.9.0.1", BUF)[2]["apply"] == "restart"
+    assert verdict(f, "0.10.0.1", BUF)[2]["apply"] == "restart"
+    big = facts(disk_bytes=700 * MIB, live_bytes=MIB)
+    assert verdict(big, "1.1.0", BUF)[2]["apply"] == "live"
+    assert verdict(big, "4.3.1", BUF)[2]["apply"] == "live"
+    # OVER_CAPACITY is a 0.9 / 0.10.0 verdict only: the same segment on 3.9 / 4.x is not one
+    assert verdict(f, "3.9.2", BUF)[0] == "HEALTHY" and verdict(f, "4.3.1", BUF)[0] == "HEALTHY"

@@ -447,3 +447,30 @@ def test_resume_and_restore_act_only_on_an_approved_plan(tmp_path, monkeypatch):
     assert got.journal.name == "c1.jsonl" and safe_component("manual__2026-01-01T00:00:00+00:00") in str(got.journal)
     with pytest.raises(FleetError, match="no stored plan"):
         resume.approved_run(data, "manual__never")
+
+
+def test_kraft_quorum_keeps_a_majority_while_each_node_is_stopped():
+    from fleetkit.trim.execute import quorum_problems
+
+    assert quorum_problems({0: 100, 1: 100, 2: 99}, 100, [0, 1, 2]) == []
+    # one voter far behind: stopping either of the two others leaves one of three
+    problems = quorum_problems({0: 100, 1: 100, 2: -1}, 100, [1, 2])
+    assert problems == ["stopping node 1 (a controller voter) leaves 1 of 3 voters running and caught up ([0]); "
+                        "the metadata quorum needs 2 (voters not caught up: [2])"]
+    assert quorum_problems({0: 5000, 1: 100, 2: 5000}, 5000, [0]) != []
+    assert quorum_problems({0: 1, 1: 1, 2: 1}, 1, [7]) == []  # a broker that is not a voter
+
+
+def test_txnindex_and_snapshot_move_with_their_segment(tmp_path):
+    from fleetkit.trim.execute import FILE_ORDER, file_moves, file_suffixes
+
+    assert file_suffixes((0, 9, 0, 1)) == FILE_ORDER == (".index", ".timeindex", ".log")
+    suffixes = file_suffixes((3, 9, 2))
+    assert suffixes == file_suffixes((4, 3, 1)) and suffixes[-1] == ".log"
+    plan = {"run_id": "r", "details": {"order": [1], "quarantine_root": str(tmp_path / "q"),
+                                       "file_suffixes": list(suffixes)},
+            "preconditions": [{"segments": [{"broker": 1, "log_dir": str(tmp_path / "d"), "partition": 3,
+                                             "segments": [{"base_offset": 0, "size_bytes": 1}]}]}]}
+    names = [m["source"].rsplit("/", 1)[1] for m in file_moves(plan)]
+    assert names == ["00000000000000000000.index", "00000000000000000000.timeindex",
+                     "00000000000000000000.txnindex", "00000000000000000000.snapshot", "00000000000000000000.log"]

@@ -5,22 +5,36 @@ stopped (positions kept under the data root: a 200 GB partition cannot be re-rea
 minutes), starting over when the log start moved past the saved position. Each run stops at the
 high watermark it saw when it began. Undecodable records are counted and reported with their
 partition and offset; decoding goes on.
+
+Brokers that answer ApiVersions (0.10+) are read on the wire (fleetkit.clients.wire_logs: Fetch,
+record batches v2), so the reader sees what confluent-kafka hides: control batches (transaction
+markers) are skipped and counted, records of a transaction are kept only once its COMMIT marker
+is read (an aborted transactional offset commit never took effect), and a transaction still
+open at the end stops that partition's position at its first record (the next run reads it
+again). 0.9 brokers are read with a confluent-kafka consumer (no transactions there). Records
+of the consumer group protocol (KIP-848) and other newer types are counted per kind; a key
+version this decoder does not know is counted per version, never an error.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.offsets_codec import DecodeError, decode
 from fleetkit.core.datasets import DataRoot, Staging, utcnow
+from fleetkit.core.errors import ClusterUnreachable
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 
@@ -32,16 +46,29 @@ class RecordsResult:
     rows: list[dict]
     positions: dict[int, int]
     problems: list[str] = field(default_factory=list)
-    other_versions: int = 0
+    other_versions: int = 0          # records of the newer protocols (not rows of the dataset)
     restarted: list[int] = field(default_factory=list)
     seconds: float = 0.0
     records_written: int = 0
+    kinds: dict[str, int] = field(default_factory=dict)             # decoded records per kind
+    unknown_versions: dict[int, int] = field(default_factory=dict)  # key version -> records
+    control_batches: int = 0
+    markers: dict[str, int] = field(default_factory=dict)            # "commit" / "abort" -> markers
+    aborted_records: int = 0         # records of aborted transactions (not taken)
+    open_transactions: int = 0       # transactions without a marker yet (left for the next run)
+    reader: str = ""                 # "wire" or "consumer"
+
+    def summary(self) -> str:
+        unknown = ", ".join(f"key version {v}: {n}" for v, n in sorted(self.unknown_versions.items()))
+        return (f"records per kind {dict(sorted(self.kinds.items()))}; control batches {self.control_batches} "
+                f"(markers {self.markers}); aborted-transaction records {self.aborted_records}; open transactions "
+                f"{self.open_transactions}" + (f"; UNKNOWN record types ({unknown})" if unknown else ""))
 
 
 def record_row(cluster: str, partition: int, offset: int, observed_at: dt.datetime, key: bytes,
-               value: bytes | None) -> dict | None:
-    d = decode(key, value, f"{OFFSETS_TOPIC}-{partition} offset {offset}")
-    if d["kind"] == "other":
+               value: bytes | None, decoded: dict | None = None) -> dict | None:
+    d = decoded if decoded is not None else decode(key, value, f"{OFFSETS_TOPIC}-{partition} offset {offset}")
+    if d["kind"] not in ("offset_commit", "group_metadata"):
         return None
     row = {"cluster": cluster, "partition": partition, "offset": offset, "observed_at": observed_at,
            "key_version": d["key_version"], "group": d.get("group"), "topic": d.get("topic"),
@@ -61,19 +88,52 @@ def record_row(cluster: str, partition: int, offset: int, observed_at: dt.dateti
 CHUNK_ROWS = 250_000
 
 
+class _Taker:
+    """Turns (partition, offset, key, value) into rows and counts; shared by both readers."""
+
+    def __init__(self, cluster: str, observed_at: dt.datetime, res: RecordsResult, sink, progress_every: int):
+        self.cluster, self.observed_at, self.res, self.sink = cluster, observed_at, res, sink
+        self.progress_every, self.read = progress_every, 0
+
+    def take(self, p: int, off: int, key: bytes | None, value: bytes | None) -> None:
+        res = self.res
+        self.read += 1
+        try:
+            d = decode(key, value, f"{OFFSETS_TOPIC}-{p} offset {off}")
+        except DecodeError as e:
+            res.problems.append(str(e))
+            return
+        kind = d["kind"]
+        res.kinds[kind] = res.kinds.get(kind, 0) + 1
+        if kind == "unknown":
+            v = d["key_version"]
+            if v not in res.unknown_versions:
+                log.warning("%s-%d offset %d: record type (key version) %d is unknown to this decoder: counted, "
+                            "not decoded", OFFSETS_TOPIC, p, off, v)
+            res.unknown_versions[v] = res.unknown_versions.get(v, 0) + 1
+            return
+        if kind not in ("offset_commit", "group_metadata"):
+            res.other_versions += 1
+            return
+        res.rows.append(record_row(self.cluster, p, off, self.observed_at, key, value, d))
+        if self.sink is not None and len(res.rows) >= CHUNK_ROWS:
+            self.sink(res.rows)
+            res.rows = []
+        if self.read % self.progress_every == 0:
+            log.info("%s: %d records read", OFFSETS_TOPIC, self.read)
+
+
 def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], positions: dict[int, int],
                  observed_at: dt.datetime | None = None, max_records: int | None = None,
                  progress_every: int = 1_000_000, sink=None) -> RecordsResult:
     """Read records after `positions`. With `sink(rows)`, rows are handed over in chunks of
     CHUNK_ROWS (memory stays flat on huge partitions) instead of accumulating in the result."""
+    from fleetkit.clients import wire
+
     t0 = time.monotonic()
     observed_at = observed_at or utcnow()
     logs = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])
     res = RecordsResult(rows=[], positions=dict(positions))
-    c = Consumer(dict(kafka.config, **{"group.id": f"fleetkit-offsets-reader-{uuid.uuid4().hex}",
-                                        "enable.auto.commit": False, "enable.partition.eof": True,
-                                        "fetch.message.max.bytes": 8 * 1024 * 1024,
-                                        "fetch.wait.max.ms": 100}))
     pos: dict[int, int] = {}
     ends: dict[int, int] = {}
     for p in partitions:
@@ -90,12 +150,120 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
         res.positions[p] = at
         if at < end:
             pos[p], ends[p] = at, end
-    read = 0
+    taker = _Taker(cluster, observed_at, res, sink, progress_every)
+    if wire.supported(kafka.config) and kafka.asks_api_versions and max_records is None:
+        res.reader = "wire"
+        _read_wire(kafka, pos, ends, taker)
+    else:
+        res.reader = "consumer"
+        _read_consumer(kafka, pos, ends, taker, max_records)
+    if sink is not None and res.rows:
+        sink(res.rows)
+        res.rows = []
+    if res.unknown_versions:
+        res.problems.append("record types unknown to this decoder (counted, not decoded): " + ", ".join(
+            f"key version {v}: {n} record(s)" for v, n in sorted(res.unknown_versions.items())))
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+class BatchFeeder:
+    """Record batches of __consumer_offsets partitions (a Fetch answer's record bytes) into the
+    taker: data records in offset order, control batches counted, a transaction's records held
+    until its marker (COMMIT: taken; ABORT: counted and dropped). Records before a partition's
+    start position or at/after its end are ignored (a fetch answers from the batch holding the
+    position)."""
+
+    def __init__(self, taker: _Taker, starts: dict[int, int], ends: dict[int, int]):
+        from fleetkit.clients import wire_logs
+
+        self.wire_logs = wire_logs
+        self.taker, self.res, self.ends = taker, taker.res, ends
+        self.taken_to = dict(starts)
+        self.pending: dict[int, dict[int, list]] = {}  # partition -> producer id -> [(offset, key, value)]
+        self.stats = wire_logs.BatchStats()
+
+    def feed(self, p: int, data: bytes) -> int:
+        res, taker = self.res, self.taker
+        recs: list = []
+        ctl: list = []
+        try:
+            nxt = self.wire_logs.parse_batches(data, self.stats, recs, ctl)
+        except (ValueError, IndexError, struct.error, zlib.error) as e:
+            res.problems.append(f"{OFFSETS_TOPIC}-{p} at offset {self.taken_to[p]}: unreadable record batch ({e}); "
+                                "the rest of this partition is not read")
+            return self.ends[p]
+        lo, end = self.taken_to[p], self.ends[p]
+        txn = self.pending.setdefault(p, {})
+        ci = 0
+        for off, k, v, pid in recs:
+            while ci < len(ctl) and ctl[ci][0] < off:
+                self._marker(p, txn, ctl[ci], lo, end)
+                ci += 1
+            if off < lo or off >= end:
+                continue
+            if pid >= 0:  # a transactional batch (TxnOffsetCommit)
+                txn.setdefault(pid, []).append((off, k, v))
+            else:
+                taker.take(p, off, k, v)
+        for c in ctl[ci:]:
+            self._marker(p, txn, c, lo, end)
+        if nxt > self.taken_to[p]:
+            self.taken_to[p] = nxt
+        return nxt
+
+    def _marker(self, p: int, txn: dict, marker: tuple, lo: int, end: int) -> None:
+        off, pid, kind = marker
+        if off < lo or off >= end:
+            return
+        res = self.res
+        res.control_batches += 1
+        res.markers[kind] = res.markers.get(kind, 0) + 1
+        got = txn.pop(pid, [])
+        if kind == "commit":
+            for o, k, v in got:
+                self.taker.take(p, o, k, v)
+        else:
+            res.aborted_records += len(got)
+
+    def finish(self, starts: dict[int, int], problems: dict[int, str]) -> None:
+        """Positions for the next run: the end, or the first record of a transaction still open."""
+        res = self.res
+        res.problems.extend(f"{OFFSETS_TOPIC}: {u}" for u in self.stats.unsupported)
+        for p in starts:
+            taken = self.taken_to[p]
+            at = taken if p in problems else min(max(taken, starts[p]), self.ends[p])
+            open_first = [recs[0][0] for recs in self.pending.get(p, {}).values() if recs]
+            if open_first:
+                res.open_transactions += len(open_first)
+                at = min(at, min(open_first))
+            res.positions[p] = at
+
+
+def _read_wire(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], taker: _Taker) -> None:
+    """Fetch on the wire, through a BatchFeeder."""
+    from fleetkit.clients import wire_logs
+
+    feeder = BatchFeeder(taker, pos, ends)
+    problems = wire_logs.fetch_log(kafka.bootstrap, OFFSETS_TOPIC, {p: (pos[p], ends[p]) for p in pos}, feeder.feed,
+                                   timeout=kafka.timeout)
+    for p, problem in problems.items():
+        taker.res.problems.append(problem + "; stopped there, the next run resumes")
+    feeder.finish(pos, problems)
+
+
+def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], taker: _Taker,
+                   max_records: int | None) -> None:
+    res = taker.res
+    c = Consumer(dict(kafka.config, **{"group.id": f"fleetkit-offsets-reader-{uuid.uuid4().hex}",
+                                        "enable.auto.commit": False, "enable.partition.eof": True,
+                                        "fetch.message.max.bytes": 8 * 1024 * 1024,
+                                        "fetch.wait.max.ms": 100}))
     try:
         if pos:
             c.assign([TopicPartition(OFFSETS_TOPIC, p, o) for p, o in pos.items()])
         active = set(pos)
-        while active and (max_records is None or read < max_records):
+        while active and (max_records is None or taker.read < max_records):
             msgs = c.consume(num_messages=5000, timeout=2)
             if not msgs:
                 for p in sorted(active):
@@ -116,25 +284,8 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
                     pos[p] = ends[p]
                     active.discard(p)
                     continue
-                try:
-                    row = record_row(cluster, p, off, observed_at, m.key(), m.value())
-                except DecodeError as e:
-                    res.problems.append(str(e))
-                    row = None
-                    pos[p] = off + 1
-                    continue
+                taker.take(p, off, m.key(), m.value())
                 pos[p] = off + 1
-                read += 1
-                if row is None:
-                    res.other_versions += 1
-                else:
-                    res.rows.append(row)
-                    if sink is not None and len(res.rows) >= CHUNK_ROWS:
-                        sink(res.rows)
-                        res.rows = []
-                if read % progress_every == 0:
-                    log.info("%s: %d records read (%d partition(s) still behind their end)", OFFSETS_TOPIC, read,
-                             len(active))
                 if pos[p] >= ends[p]:
                     active.discard(p)
     except KafkaException as e:
@@ -142,20 +293,65 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
     finally:
         c.close()
     res.positions.update(pos)
-    if sink is not None and res.rows:
-        sink(res.rows)
-        res.rows = []
-    res.seconds = time.monotonic() - t0
-    return res
+
+
+DESCRIBE_CONFIGS_SINCE = (0, 11)
+CLEANER_KEYS = {"log.cleaner.dedupe.buffer.size": ("dedupe_buffer_size", int),
+                "log.cleaner.threads": ("threads", int),
+                "log.cleaner.io.buffer.load.factor": ("load_factor", float),
+                "log.cleaner.enable": ("cleaner_enabled", lambda v: str(v).lower() == "true")}
+TOPIC_KEYS = {"segment.bytes": ("segment_bytes", int), "min.cleanable.dirty.ratio": ("min_cleanable_ratio", float),
+              "cleanup.policy": ("cleanup_policy", str)}
+
+
+def _describe(admin, resources: list, timeout: float) -> dict[str, dict[str, str]]:
+    """DescribeConfigs, one resource per call (the client allows one broker resource per call)."""
+    out = {}
+    for one in resources:
+        for res, fut in admin.describe_configs([one], request_timeout=timeout).items():
+            entries = fut.result(timeout=timeout + 5)
+            out[res.name] = {k: e.value for k, e in entries.items()}
+    return out
+
+
+def cleaner_settings(admin, broker_ids: list[int], timeout: float = 15.0) -> dict:
+    """{"brokers": {id: {dedupe_buffer_size, threads, load_factor, cleaner_enabled}}, "topic":
+    {segment_bytes, min_cleanable_ratio, cleanup_policy}} from DescribeConfigs."""
+    try:
+        got = _describe(admin, [ConfigResource(ResourceType.BROKER, str(b)) for b in broker_ids]
+                        + [ConfigResource(ResourceType.TOPIC, OFFSETS_TOPIC)], timeout)
+    except KafkaException as e:
+        raise ClusterUnreachable(f"DescribeConfigs of the cleaner settings failed: {e}") from None
+    brokers = {}
+    for b in broker_ids:
+        cfg = got.get(str(b), {})
+        brokers[b] = {name: conv(cfg[k]) for k, (name, conv) in CLEANER_KEYS.items() if cfg.get(k) is not None}
+    topic_cfg = got.get(OFFSETS_TOPIC, {})
+    topic = {name: conv(topic_cfg[k]) for k, (name, conv) in TOPIC_KEYS.items() if topic_cfg.get(k) is not None}
+    return {"brokers": brokers, "topic": topic}
+
+
+def local_files(broker) -> BrokerFiles | None:
+    """The broker's files when they are on this machine (access local, a log dir present), else
+    None (the collection then asks the broker for sizes with DescribeLogDirs, from Kafka 1.0)."""
+    if broker.access != "local" or not any(Path(d).is_dir() for d in broker.log_dirs):
+        return None
+    return LocalBrokerFiles(broker.log_dirs)
 
 
 def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None = None,
-              partitions: list[int] | None = None) -> tuple[list[dict], list[dict]]:
-    """(segment_inventory rows, cleaner_checkpoints rows) of __consumer_offsets on every broker."""
+              partitions: list[int] | None = None, skipped: list[int] | None = None) -> tuple[list[dict], list[dict]]:
+    """(segment_inventory rows, cleaner_checkpoints rows) of __consumer_offsets on every broker
+    whose files can be read. A broker for which files_for returns None is left out and its id
+    appended to `skipped`."""
     observed_at = observed_at or utcnow()
     segs, cps = [], []
     for b in cluster.brokers:
-        files: BrokerFiles = files_for(b) if files_for else LocalBrokerFiles(b.log_dirs)
+        files: BrokerFiles | None = files_for(b) if files_for else local_files(b)
+        if files is None:
+            if skipped is not None:
+                skipped.append(b.id)
+            continue
         for log_dir, p in files.partitions(OFFSETS_TOPIC):
             if partitions is not None and p not in partitions:
                 continue
@@ -170,13 +366,51 @@ def inventory(cluster: Cluster, files_for=None, observed_at: dt.datetime | None 
     return segs, cps
 
 
+DESCRIBE_LOG_DIRS_SINCE = (1, 0)
+
+
+def wire_inventory(cluster: Cluster, kafka: KafkaCluster, brokers: list[int], partitions: list[int],
+                   observed_at: dt.datetime) -> list[dict]:
+    """segment_inventory rows from DescribeLogDirs (no broker file access): one row per replica,
+    its whole size as one segment starting at the partition's log start offset."""
+    from fleetkit.clients import wire_logs
+
+    _, addrs = wire_logs.leaders(kafka.bootstrap, OFFSETS_TOPIC, kafka.timeout)
+    wanted = {b: addrs[b] for b in brokers if b in addrs}
+    found, problems = wire_logs.log_dir_sizes(kafka.bootstrap, {OFFSETS_TOPIC: sorted(partitions)}, kafka.timeout,
+                                              brokers=wanted)
+    for b, problem in problems.items():
+        log.warning("cluster %s: %s", cluster.name, problem)
+    starts = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])
+    rows = []
+    for r in found:
+        if r.topic != OFFSETS_TOPIC or r.is_future or r.partition not in partitions:
+            continue
+        start = starts.get((OFFSETS_TOPIC, r.partition), (None, None, None))[0]
+        rows.append({"cluster": cluster.name, "broker": r.broker, "log_dir": r.log_dir, "topic": OFFSETS_TOPIC,
+                     "partition": r.partition, "observed_at": observed_at, "base_offset": start or 0,
+                     "size_bytes": r.size_bytes, "modified_at": observed_at, "is_active": True})
+    return rows
+
+
+def settings_path(root: DataRoot, cluster: str) -> str:
+    """Where the collection keeps the cleaner settings the brokers reported (DescribeConfigs)."""
+    return root.join("_state", f"cluster={cluster}", "cleaner_settings.json")
+
+
 def positions_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "offsets_topic_positions.json")
 
 
 def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                          partitions: list[int] | None = None) -> RecordsResult:
-    """Read new __consumer_offsets records and the segment inventory; write them all or nothing."""
+                          partitions: list[int] | None = None, files_for=None) -> RecordsResult:
+    """Read new __consumer_offsets records and the segment inventory; write them all or nothing.
+
+    Segments and cleaner checkpoints come from the brokers' files where they can be read; on
+    brokers from 1.0 whose files cannot (files_for returns None) the partition sizes come from
+    DescribeLogDirs. On brokers from 0.11 the cleaner settings each broker runs with and the
+    topic's segment.bytes / min.cleanable.dirty.ratio come from DescribeConfigs (kept in
+    settings_path, read by the offsets-health job)."""
     parts = partitions if partitions is not None else list(range(cluster.offsets_topic_partitions))
     saved = {int(k): v for k, v in (root.read_json(positions_path(root, cluster.name), default={}) or {}).items()}
     now = utcnow()
@@ -184,7 +418,13 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     try:
         res = read_records(cluster.name, kafka, parts, saved, observed_at=now,
                            sink=lambda rows: staging.add("offsets_topic_records", rows))
-        segs, cps = inventory(cluster, observed_at=now, partitions=parts)
+        skipped: list[int] = []
+        segs, cps = inventory(cluster, files_for=files_for, observed_at=now, partitions=parts, skipped=skipped)
+        if skipped and cluster.version_tuple >= DESCRIBE_LOG_DIRS_SINCE:
+            segs += wire_inventory(cluster, kafka, skipped, parts, now)
+        elif skipped:
+            res.problems.append(f"brokers {skipped}: files not readable and Kafka {cluster.kafka_version} has no "
+                                "DescribeLogDirs: no sizes for them")
         staging.add("segment_inventory", segs)
         staging.add("cleaner_checkpoints", cps)
     except BaseException:
@@ -192,10 +432,18 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
         raise
     written = staging.commit()
     root.write_json_atomic(positions_path(root, cluster.name), {str(k): v for k, v in res.positions.items()})
+    if cluster.version_tuple >= DESCRIBE_CONFIGS_SINCE:
+        try:
+            got = cleaner_settings(kafka.admin, [b.id for b in cluster.brokers], kafka.timeout)
+            root.write_json_atomic(settings_path(root, cluster.name), {
+                "observed_at": now.isoformat(), "kafka_version": cluster.kafka_version,
+                "brokers": {str(b): v for b, v in got["brokers"].items()}, "topic": got["topic"]})
+        except ClusterUnreachable as e:
+            res.problems.append(str(e))
     res.records_written = written.rows.get("offsets_topic_records", 0)
     log.info("cluster %s: %d __consumer_offsets records (%d of newer protocols skipped), %d segments, %d "
-             "checkpoints, %d problem(s) in %.1fs", cluster.name, res.records_written, res.other_versions,
-             len(segs), len(cps), len(res.problems), res.seconds)
+             "checkpoints, %d problem(s) in %.1fs; %s", cluster.name, res.records_written, res.other_versions,
+             len(segs), len(cps), len(res.problems), res.seconds, res.summary())
     return res
 
 

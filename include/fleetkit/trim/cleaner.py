@@ -11,6 +11,14 @@ from __future__ import annotations
 INT_MAX = 2**31 - 1
 BYTES_PER_ENTRY = 16 + 8  # MD5 hash + offset
 MIN_BUFFER_PER_THREAD = 1024 * 1024  # 0.9 rejects 1 MiB per thread or less at start-up
+#: brokers from 1.1 change the cleaner settings without a restart (KIP-226)
+LIVE_CLEANER_CONFIG_SINCE = (1, 1)
+
+
+def fix_mode(version: tuple[int, ...]) -> str:
+    """How a cleaner fix is applied: "live" (IncrementalAlterConfigs of the cluster default, no
+    restart) from Kafka 1.1, "restart" (server.properties, then a broker restart) before."""
+    return "live" if tuple(version) >= LIVE_CLEANER_CONFIG_SINCE else "restart"
 
 
 def capacity(dedupe_buffer_size: int, threads: int = 1, load_factor: float = 0.9) -> dict:

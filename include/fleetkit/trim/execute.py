@@ -31,6 +31,7 @@ from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import sha256_file
+from fleetkit.trim.cleaner import fix_mode
 from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,21 @@ def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[s
 # -- moving files into and out of the quarantine ------------------------------------------------
 #: the order of a segment's files: index files first, the .log last, so that a move stopped between
 #: two files leaves the segment whole in the log dir (Kafka rebuilds a missing index, but deletes
-#: an index whose .log is gone)
+#: an index whose .log is gone).
 FILE_ORDER = (".index", ".timeindex", ".log")
+#: From 0.11 (plans record it as details.file_suffixes) a segment may also have a transaction index (.txnindex,
+#: the aborted transactions of the segment) and a producer-state snapshot named by the segment's
+#: base offset (.snapshot): on start-up the broker deletes snapshots that match no segment
+#: (ProducerStateManager.removeStraySnapshots), so they move with their segment and come back
+#: with it. A file that does not exist (0.9 writes neither) is skipped. leader-epoch-checkpoint
+#: stays: on start-up the broker truncates it from the new log start itself
+#: (LeaderEpochFileCache.truncateFromStart keeps the epoch in force at the log start).
+FILE_ORDER_0_11 = (".index", ".timeindex", ".txnindex", ".snapshot", ".log")
+
+
+def file_suffixes(version: tuple[int, ...]) -> tuple[str, ...]:
+    """The files of a segment on a broker of this version, in move order."""
+    return FILE_ORDER_0_11 if tuple(version) >= (0, 11) else FILE_ORDER
 
 
 def quarantine_folder(root: str | os.PathLike, run_id: str, broker: int, partition: int) -> Path:
@@ -79,7 +93,7 @@ def file_moves(plan: dict) -> list[dict]:
             src_dir = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
             dst_dir = quarantine_folder(d["quarantine_root"], plan["run_id"], b, pre["partition"])
             for s in sorted(pre["segments"], key=lambda s: s["base_offset"]):
-                for suffix in FILE_ORDER:
+                for suffix in d.get("file_suffixes") or FILE_ORDER:
                     name = f"{int(s['base_offset']):020d}{suffix}"
                     out.append({"seq": len(out), "step": "move", "broker": b, "partition": pre["partition"],
                                 "base_offset": s["base_offset"], "source": str(src_dir / name),
@@ -321,12 +335,47 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
     return problems
 
 
+def quorum_problems(voters: dict[int, int], high_watermark: int, stopping: list[int], max_lag: int = 1000) -> list[str]:
+    """KRaft clusters of combined broker+controller nodes: stopping a node for its trim also
+    stops a controller voter. For each node the trim stops (one at a time), the voters left
+    running and caught up (log end within max_lag of the quorum's high watermark) must still be
+    a majority of all voters, or the metadata quorum (and every broker with it) stalls."""
+    n = len(voters)
+    need = n // 2 + 1
+    up = {v for v, leo in voters.items() if leo >= 0 and high_watermark - leo <= max_lag}
+    out = []
+    for b in stopping:
+        if b not in voters:
+            continue
+        left = sorted(up - {b})
+        if len(left) < need:
+            behind = sorted(set(voters) - up)
+            out.append(f"stopping node {b} (a controller voter) leaves {len(left)} of {n} voters running and caught "
+                       f"up ({left}); the metadata quorum needs {need}"
+                       + (f" (voters not caught up: {behind})" if behind else ""))
+    return out
+
+
+def kraft(cluster) -> bool:
+    return cluster.zookeeper is None and cluster.version_tuple >= (2, 8)
+
+
 def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
     """The approved plan's preconditions that no longer hold on the cluster now (for a resumed
-    run, those of what is left to do)."""
+    run, those of what is left to do); on KRaft, also that the controller quorum keeps a
+    majority while each node is stopped."""
     recommit_groups = sorted({c["group"] for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]})
     _, isr = offsets_topic_state(ctx)
-    return check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx))
+    problems = check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx))
+    if kraft(ctx.cluster):
+        from fleetkit.clients import wire_logs
+
+        try:
+            q = wire_logs.describe_quorum(ctx.kafka.bootstrap, ctx.kafka.timeout)
+        except ConnectionError as e:
+            return problems + [f"the controller quorum could not be described (DescribeQuorum): {e}"]
+        problems += quorum_problems(dict(q.voters), q.high_watermark, plan["details"]["order"])
+    return problems
 
 
 # -- re-commits that never rewind ----------------------------------------------------------------
@@ -386,7 +435,8 @@ def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, 
 
 # -- execution -------------------------------------------------------------------------------------
 def run(ctx: ClusterContext, plan: dict) -> dict:
-    """Apply the cleaner fix, then per broker (followers first): stop, quarantine, start, wait for
+    """Apply the cleaner fix (live with IncrementalAlterConfigs from Kafka 1.1; through the
+    fleet file's set_config, picked up by the restart, before), then per broker (followers first): stop, quarantine, start, wait for
     the ISR; then re-commit the offsets of groups without members. Journaled step by step: run
     again with the same journal (a resumed run), it skips what is done, checks every file already
     in the quarantine against its checksum and finishes the rest."""
@@ -412,9 +462,16 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
         for b, fix in sorted(d["cleaner_fix"].items()):
             seq = f"cleaner fix broker {b}"
             if (entries.get(seq) or {}).get("status") != "done":
-                journal.intent(seq, step="set_config", broker=int(b), config=fix)
-                control.set_config(int(b), fix)
-                journal.outcome(seq, "done")
+                if fix_mode(ctx.cluster.version_tuple) == "live":  # Kafka 1.1+: no restart needed
+                    from fleetkit.trim import cleaner_config
+
+                    journal.intent(seq, step="alter_config_live", broker=int(b), config=fix)
+                    applied = cleaner_config.apply_live(ctx.kafka.admin, fix, [int(b)])
+                    journal.outcome(seq, "done", before=applied["before"])
+                else:
+                    journal.intent(seq, step="set_config", broker=int(b), config=fix)
+                    control.set_config(int(b), fix)
+                    journal.outcome(seq, "done")
         moves = file_moves(plan)
         timings: dict[str, float] = {}
         counts = {"moved": 0, "already": 0, "absent": 0}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
-from fleetkit.trim.execute import FILE_ORDER, offsets_topic_state, quarantine_folder
+from fleetkit.trim.execute import FILE_ORDER, file_suffixes, kraft, offsets_topic_state, quarantine_folder
 
 ACTION = "trim_offsets_segments"
 
@@ -68,14 +68,18 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
             f"{len(active)} offset(s) of groups with live members lie only in removed segments; they are NOT "
             "re-committed (the group would overwrite them): listed below for the operator.",
             f"{len(metadata_lost)} group(s) lose their group metadata record and will rebalance.",
-        ],
+        ] + ([f"KRaft: each node is a broker and a controller voter; stopping it for its trim also stops its "
+              f"voter. Before executing, the controller quorum (DescribeQuorum) must keep a majority of voters "
+              f"running and caught up while each of {order} is stopped, or the trim refuses to start."]
+             if kraft(cluster) else []),
         "rollback": {"how": "fleetctl trim restore RUN (dry run; --execute to act): broker by broker, stop it, move "
                             "its quarantined files back (checksums from the journal; a manifest.json in each "
                             f"folder under {quarantine_root}), start it.",
                      "dag_id": None, "conf": None},
         "evidence": [{"label": f"partition {p['partition']} broker {r['broker']}", "value": f"{r['verdict']}: "
                       f"{r['reason']}"} for p in trim_plan["partitions"] for r in p["replicas"] if r.get("verdict")],
-        "details": {"trim_plan": trim_plan, "order": order, "cleaner_fix": {str(k): v for k, v in fixes.items()},
+        "details": {"trim_plan": trim_plan, "order": order, "file_suffixes": list(file_suffixes(cluster.version_tuple)),
+                    "controller_quorum": kraft(cluster), "cleaner_fix": {str(k): v for k, v in fixes.items()},
                     "groups": groups, "active_offsets": active, "group_metadata_lost": metadata_lost,
                     "quarantine_root": quarantine_root, "bytes_freed": bytes_freed},
     }
@@ -107,7 +111,7 @@ def runbooks(plan: dict, run_id: str) -> dict[int, str]:
                 continue
             src = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
             names = [f"{int(s['base_offset']):020d}{suffix}" for s in sorted(pre["segments"], key=lambda s: s["base_offset"])
-                     for suffix in FILE_ORDER]
+                     for suffix in plan["details"].get("file_suffixes") or FILE_ORDER]
             segs.append({"folder": quarantine_folder("/", run_id, b, pre["partition"]).name,
                          "files": [str(src / n) for n in names if (src / n).exists()]})
         out[b] = render("trim_runbook.sh.j2", plan=plan, digest="(see the approval page)", broker=b, segments=segs,

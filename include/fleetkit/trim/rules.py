@@ -4,19 +4,24 @@ Per (cluster, broker, partition), from the decoded records, the segment inventor
 checkpoint history:
 
   OVER_CAPACITY    a segment holds more messages than one cleaner pass can map, on a broker
-                   without KAFKA-3894 (before 0.10.1): the cleaner thread dies on it, for good
-  CLEANER_STALLED  the checkpoint does not advance while dirty bytes grow
+                   without KAFKA-3894 (before 0.10.1): the cleaner thread dies on it, for good.
+                   Never on later brokers: there a too-small buffer only slows cleaning
+  CLEANER_STALLED  the checkpoint does not advance while dirty bytes grow; or, where the
+                   checkpoint cannot be read (sizes from DescribeLogDirs), the partition grew past
+                   one segment while its dirty ratio (1 - live / size) stayed at or above
+                   min.cleanable.dirty.ratio and never fell
   BLOATED          the partition is far larger than its live set (never compacted)
   HEALTHY          otherwise
 
-Each unhealthy verdict carries the cleaner setting that fixes the cause.
+Each unhealthy verdict carries the cleaner setting that fixes the cause, and how it is applied
+("apply": "live" from Kafka 1.1, IncrementalAlterConfigs with no restart; "restart" before).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetkit.trim.cleaner import buffer_for, capacity
+from fleetkit.trim.cleaner import buffer_for, capacity, fix_mode
 from fleetkit.core.fleet import version_tuple
 
 DEFAULT_BLOAT_RATIO = 10.0
@@ -52,11 +57,13 @@ def newest_result(data_root):
 
 def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads: int = 1,
             load_factor: float = 0.9, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
-            min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES) -> tuple[str, str, dict | None]:
+            min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES, min_cleanable_ratio: float = 0.5,
+            segment_bytes: int | None = None) -> tuple[str, str, dict | None]:
     """(verdict, reason, fix). fix: the cleaner setting to apply, or None."""
     cap = capacity(dedupe_buffer_size, threads, load_factor)
     keys_per_pass = cap["keys_per_pass"]
     pre_3894 = version_tuple(kafka_version) < KAFKA_3894_FIXED
+    mode = fix_mode(version_tuple(kafka_version))
 
     def fix_for(messages: int) -> dict:
         try:
@@ -64,7 +71,8 @@ def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads
         except ValueError as e:
             return {"error": str(e)}
         return {"log.cleaner.dedupe.buffer.size": max(need, dedupe_buffer_size), "log.cleaner.threads": threads,
-                "keys_per_pass_after": capacity(max(need, dedupe_buffer_size), threads, load_factor)["keys_per_pass"]}
+                "keys_per_pass_after": capacity(max(need, dedupe_buffer_size), threads, load_factor)["keys_per_pass"],
+                "apply": mode}
 
     if pre_3894 and f.largest_segment_messages > keys_per_pass:
         fix = fix_for(f.largest_segment_messages)
@@ -79,12 +87,24 @@ def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads
     stalled = (f.observations >= 2 and f.checkpoint_first is not None and f.checkpoint_last is not None
                and f.checkpoint_last <= f.checkpoint_first and f.dirty_bytes_first is not None
                and f.dirty_bytes_last is not None and f.dirty_bytes_last > f.dirty_bytes_first)
+    live = max(f.live_bytes, 1)
+    if not stalled and f.checkpoint_first is None and f.checkpoint_last is None and f.observations >= 2 \
+            and f.dirty_bytes_first and f.dirty_bytes_last and f.dirty_bytes_last > f.dirty_bytes_first \
+            and segment_bytes and f.disk_bytes > segment_bytes:
+        ratio_first = max(0.0, 1 - live / f.dirty_bytes_first)
+        ratio_last = max(0.0, 1 - live / f.dirty_bytes_last)
+        if ratio_last >= min_cleanable_ratio and ratio_last >= ratio_first:
+            return ("CLEANER_STALLED",
+                    f"The partition grew from {f.dirty_bytes_first:,} to {f.dirty_bytes_last:,} bytes, past one segment "
+                    f"({segment_bytes:,} bytes), and its dirty ratio rose from {ratio_first:.2f} to {ratio_last:.2f} "
+                    f"(min.cleanable.dirty.ratio {min_cleanable_ratio}) without ever falling: the cleaner is not "
+                    "compacting it (check log-cleaner.log and the broker's uncleanable-partitions-count).",
+                    fix_for(f.largest_segment_messages))
     if stalled:
         return ("CLEANER_STALLED",
                 f"The cleaner checkpoint stayed at {f.checkpoint_last} while dirty bytes grew from "
                 f"{f.dirty_bytes_first:,} to {f.dirty_bytes_last:,}: the cleaner is not running for this partition "
                 "(check log-cleaner.log for a dead thread).", fix_for(f.largest_segment_messages))
-    live = max(f.live_bytes, 1)
     if f.disk_bytes >= min_bloat_bytes and f.disk_bytes > bloat_ratio * live:
         return ("BLOATED",
                 f"{f.disk_bytes:,} bytes on disk for a live set of {f.live_keys:,} keys ({f.live_bytes:,} bytes): "

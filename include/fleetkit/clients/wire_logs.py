@@ -1,0 +1,494 @@
+"""Partition logs and log dirs on the wire: raw record batches (Fetch), log dir sizes
+(DescribeLogDirs) and the KRaft controller quorum (DescribeQuorum).
+
+confluent-kafka hides what a reader of __consumer_offsets must see: it drops control batches
+(transaction markers) without a trace, and it has no DescribeLogDirs or DescribeQuorum. This
+module speaks them over plain TCP with the primitives of `fleetkit.clients.wire` (connection,
+ApiVersions negotiation, readers):
+
+* Fetch v4-v11 (API key 1; Kafka 4.x accepts v4 and later, KIP-896), read_uncommitted, topics
+  by name. The answer's record batches are parsed here (record batch format v2, magic 2):
+  base offset, length, leader epoch, magic, CRC, attributes (bits 0-2 compression, bit 4
+  transactional, bit 5 control), last offset delta, timestamps, producer id / epoch, base
+  sequence, record count, then records of varint fields (length, attributes, timestamp delta,
+  offset delta, key, value, headers). A control record's key is (version int16, type int16:
+  0 ABORT, 1 COMMIT). Uncompressed and gzip batches are read; other codecs are reported.
+* DescribeLogDirs v1-v4 (API key 35; 4.x dropped v0): per log dir and partition, the size in
+  bytes and the offset lag of a future replica.
+* DescribeQuorum v0-v1 (API key 55; flexible): the KRaft metadata quorum's leader, voters and
+  observers.
+
+Schemas: Kafka's clients/src/main/resources/common/message/{Fetch,DescribeLogDirs,
+DescribeQuorum}{Request,Response}.json; the record batch layout of DefaultRecordBatch and
+DefaultRecord; control records of ControlRecordType / EndTransactionMarker.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from fleetkit.clients import wire
+from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, parse_servers, response_reader
+
+log = logging.getLogger(__name__)
+
+FETCH, DESCRIBE_LOG_DIRS, DESCRIBE_QUORUM = 1, 35, 55
+#: versions implemented here (inclusive), and the first flexible version, per API key
+IMPLEMENTED = {FETCH: (4, 11), DESCRIBE_LOG_DIRS: (1, 4), DESCRIBE_QUORUM: (0, 1), wire.METADATA: (7, 8)}
+FLEXIBLE_FROM = {FETCH: 12, DESCRIBE_LOG_DIRS: 2, DESCRIBE_QUORUM: 0, wire.METADATA: 9}
+NAMES = {FETCH: "Fetch", DESCRIBE_LOG_DIRS: "DescribeLogDirs", DESCRIBE_QUORUM: "DescribeQuorum",
+         wire.METADATA: "Metadata"}
+
+COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+CONTROL_TYPES = {0: "abort", 1: "commit"}
+
+
+class WireError(ConnectionError):
+    """A broker that cannot be asked (no common version) or answered unreadably."""
+
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
+    """A size-prefixed request (header v1, or v2 with empty tagged fields when flexible)."""
+    flexible = version >= FLEXIBLE_FROM[api_key]
+    header = struct.pack(">hhi", api_key, version, correlation_id) + _string("fleetkit")
+    if flexible:
+        header += NO_TAGS
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def version_for(broker: _Broker, api_key: int) -> int:
+    lo, hi = IMPLEMENTED[api_key]
+    if broker.versions is None or api_key not in broker.versions:
+        raise WireError(f"broker {broker.host}:{broker.port} does not offer {NAMES[api_key]} "
+                        "(a broker before 0.10 answers no ApiVersions)")
+    b_lo, b_hi = broker.versions[api_key]
+    lo, hi = max(lo, b_lo), min(hi, b_hi)
+    if lo > hi:
+        raise WireError(f"broker {broker.host}:{broker.port} accepts {NAMES[api_key]} v{b_lo}-v{b_hi}, this client "
+                        f"speaks v{IMPLEMENTED[api_key][0]}-v{IMPLEMENTED[api_key][1]}")
+    return hi
+
+
+def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
+    v = version_for(broker, api_key)
+    broker.conn.send(request(api_key, v, 0, body_for(v)))
+    try:
+        return decode(v, broker.conn.payload())
+    except struct.error as e:
+        raise WireError(f"broker {broker.host}:{broker.port} answered {NAMES[api_key]} v{v} unreadably: {e}") from None
+
+
+# -- record batches ---------------------------------------------------------------------------
+_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")  # base offset .. record count: 61 bytes
+HEAD = _BATCH_HEAD.size
+
+
+@dataclass
+class BatchStats:
+    """What a reader saw besides data records."""
+
+    batches: int = 0
+    control_batches: int = 0
+    markers: dict[str, int] = field(default_factory=dict)      # control record type -> count
+    transactional_records: int = 0
+    legacy_message_sets: int = 0
+    unsupported: list[str] = field(default_factory=list)       # batches that could not be read
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A zigzag varint (Kafka's ByteUtils.readVarint / readVarlong) at `pos`: (value, next pos)."""
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    shift = value = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 10 bytes")
+
+
+def parse_records(records: bytes, base_offset: int, count: int, out: list) -> None:
+    """Append (offset, key, value) of each record of a batch's (decompressed) record bytes."""
+    pos = 0
+    n = len(records)
+    for _ in range(count):
+        if pos >= n:
+            raise ValueError(f"batch at {base_offset}: {count} records announced, the bytes end earlier")
+        length, pos = _varint(records, pos)
+        end = pos + length
+        p = pos + 1  # record attributes (unused)
+        _, p = _varint(records, p)  # timestamp delta
+        delta, p = _varint(records, p)
+        klen, p = _varint(records, p)
+        if klen < 0:
+            key = None
+        else:
+            key = records[p:p + klen]
+            p += klen
+        vlen, p = _varint(records, p)
+        if vlen < 0:
+            value = None
+        else:
+            value = records[p:p + vlen]
+            p += vlen
+        out.append((base_offset + delta, key, value))
+        pos = end
+
+
+def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: list | None = None) -> int:
+    """Parse a Fetch answer's record bytes. Data records go to `data_out` as (offset, key, value,
+    producer id or -1 when not transactional); control records to `control_out` as (offset,
+    producer id, "commit" / "abort"). Returns the offset after the last whole batch (-1 when none
+    is whole: a batch cut off at the end of an answer is read again by the next fetch)."""
+    pos, n, next_offset = 0, len(data), -1
+    while pos + HEAD <= n:
+        (base, length, _epoch, magic, _crc, attrs, last_delta, _t0, _t1, pid, _pe, _seq,
+         count) = _BATCH_HEAD.unpack_from(data, pos)
+        end = pos + 12 + length
+        if end > n:
+            break
+        if magic != 2:
+            stats.legacy_message_sets += 1
+            stats.unsupported.append(f"message set of magic {magic} at offset {base} (before Kafka 0.11's format): "
+                                     "not read here")
+            pos, next_offset = end, base + 1
+            continue
+        stats.batches += 1
+        codec = attrs & 0x07
+        body = data[pos + HEAD:end]
+        if codec == 1:
+            body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        elif codec != 0:
+            stats.unsupported.append(f"batch {base}-{base + last_delta} compressed with "
+                                     f"{COMPRESSION.get(codec, codec)}: not read here")
+            pos, next_offset = end, base + last_delta + 1
+            continue
+        if attrs & 0x20:
+            stats.control_batches += 1
+            recs: list = []
+            parse_records(body, base, count, recs)
+            for off, key, _value in recs:
+                kind = "unknown"
+                if key is not None and len(key) >= 4:
+                    kind = CONTROL_TYPES.get(struct.unpack_from(">h", key, 2)[0], "unknown")
+                stats.markers[kind] = stats.markers.get(kind, 0) + 1
+                if control_out is not None:
+                    control_out.append((off, pid, kind))
+        elif attrs & 0x10:
+            recs = []
+            parse_records(body, base, count, recs)
+            stats.transactional_records += len(recs)
+            data_out.extend((o, k, v, pid) for o, k, v in recs)
+        else:
+            start = len(data_out)
+            parse_records(body, base, count, data_out)
+            for i in range(start, len(data_out)):
+                data_out[i] = data_out[i] + (-1,)
+        pos, next_offset = end, base + last_delta + 1
+    return next_offset
+
+
+# -- Fetch ------------------------------------------------------------------------------------
+def fetch_body(version: int, topic: str, positions: dict[int, int], max_bytes: int, partition_max_bytes: int,
+               max_wait_ms: int = 100) -> bytes:
+    body = struct.pack(">iiii", -1, max_wait_ms, 1, max_bytes) + b"\x00"  # replica -1, read_uncommitted
+    if version >= 7:
+        body += struct.pack(">ii", 0, -1)  # no fetch session
+    body += _array_len(1, False) + _string(topic) + _array_len(len(positions), False)
+    for p, off in sorted(positions.items()):
+        body += struct.pack(">i", p)
+        if version >= 9:
+            body += struct.pack(">i", -1)
+        body += struct.pack(">q", off)
+        if version >= 5:
+            body += struct.pack(">q", -1)
+        body += struct.pack(">i", partition_max_bytes)
+    if version >= 7:
+        body += _array_len(0, False)
+    if version >= 11:
+        body += _string("")
+    return body
+
+
+@dataclass
+class FetchedPartition:
+    partition: int
+    error: str | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    records: bytes
+
+
+def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
+    _, r = response_reader(payload, False)
+    r.int32()  # throttle
+    if version >= 7:
+        err = r.int16()
+        r.int32()  # session id
+        if err:
+            raise WireError(f"Fetch answered {error_name(err)}")
+    out = []
+    for _ in range(r.array_len()):
+        r.string()  # topic
+        for _ in range(r.array_len()):
+            p, err, hw = r.int32(), r.int16(), r._unpack(">q", 8)
+            lso = r._unpack(">q", 8)
+            lstart = r._unpack(">q", 8) if version >= 5 else -1
+            for _ in range(r.array_len()):  # aborted transactions (read_committed only)
+                r._unpack(">q", 8)
+                r._unpack(">q", 8)
+            if version >= 11:
+                r.int32()  # preferred read replica
+            n = r.int32()
+            recs = r._take(n) if n > 0 else b""
+            out.append(FetchedPartition(p, error_name(err), hw, lso, lstart, recs))
+    return out
+
+
+def leaders(bootstrap: str, topic: str, timeout: float = 10.0) -> tuple[dict[int, int], dict[int, str]]:
+    """({partition: leader id}, {broker id: host:port}) of `topic` from the first bootstrap server
+    that answers a Metadata request (v7-v8)."""
+    last: Exception | None = None
+    for host, port in parse_servers(bootstrap):
+        try:
+            broker = _Broker(host, port, timeout)
+        except OSError as e:
+            last = e
+            continue
+        try:
+            def body(v):
+                return wire.metadata_body(v, [topic])
+
+            def decode(v, payload):
+                _, brokers, _errors, parts = wire.decode_metadata(v, payload)
+                return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
+
+            return _ask(broker, wire.METADATA, body, decode)
+        except (OSError, struct.error) as e:
+            last = e
+        finally:
+            broker.close()
+    raise WireError(f"no bootstrap server of {bootstrap} answered a metadata request: {last}")
+
+
+def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on_batch, timeout: float = 10.0,
+              max_bytes: int = 32 * 1024 * 1024, partition_max_bytes: int = 8 * 1024 * 1024) -> dict[int, str]:
+    """Read each partition of `ranges` ({partition: (from offset, to offset)}) from its leader,
+    calling on_batch(partition, record bytes) for every answer with data, in offset order per
+    partition; on_batch returns the offset to fetch next (-1: no whole batch yet). Stops a
+    partition at its `to` offset or its last stable offset, whichever is lower. Returns
+    {partition: problem} for partitions that could not be read to the end."""
+    lead, addrs = leaders(bootstrap, topic, timeout)
+    by_broker: dict[int, dict[int, tuple[int, int]]] = {}
+    problems: dict[int, str] = {}
+    for p, rng in ranges.items():
+        b = lead.get(p, -1)
+        if b < 0 or b not in addrs:
+            problems[p] = f"{topic}-{p} has no leader"
+            continue
+        by_broker.setdefault(b, {})[p] = rng
+    for b, parts in by_broker.items():
+        host, _, port = addrs[b].rpartition(":")
+        broker = _Broker(host, int(port), timeout)
+        try:
+            v = version_for(broker, FETCH)
+            pos = {p: a for p, (a, z) in parts.items() if a < z}
+            end = {p: z for p, (_, z) in parts.items()}
+            stale = 0
+            while pos:
+                broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, pos, max_bytes, partition_max_bytes)))
+                answer = decode_fetch(v, broker.conn.payload())
+                moved = False
+                for fp in answer:
+                    if fp.partition not in pos:
+                        continue
+                    if fp.error:
+                        problems[fp.partition] = f"{topic}-{fp.partition} at offset {pos[fp.partition]}: {fp.error}"
+                        del pos[fp.partition]
+                        continue
+                    if 0 <= fp.last_stable_offset < end[fp.partition]:
+                        end[fp.partition] = fp.last_stable_offset
+                    nxt = on_batch(fp.partition, fp.records) if fp.records else -1
+                    if nxt > pos[fp.partition]:
+                        pos[fp.partition], moved = nxt, True
+                    elif fp.high_watermark <= pos[fp.partition]:
+                        # nothing at or after the position (the rest was compacted away)
+                        pos[fp.partition] = max(pos[fp.partition], min(fp.high_watermark, end[fp.partition]))
+                    # (no records below the high watermark: the answer's size limit was spent on
+                    # other partitions; asked again next round)
+                    if pos[fp.partition] >= end[fp.partition]:
+                        del pos[fp.partition]
+                        moved = True
+                stale = 0 if moved else stale + 1
+                if stale >= 20:
+                    for p in pos:
+                        problems[p] = f"{topic}-{p}: no progress at offset {pos[p]} (end {end[p]})"
+                    break
+        finally:
+            broker.close()
+    return problems
+
+
+# -- DescribeLogDirs --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogDirPartition:
+    broker: int
+    log_dir: str
+    topic: str
+    partition: int
+    size_bytes: int
+    offset_lag: int
+    is_future: bool
+    dir_error: str | None = None
+
+
+def describe_log_dirs_body(version: int, topics: dict[str, list[int]] | None) -> bytes:
+    flexible = version >= FLEXIBLE_FROM[DESCRIBE_LOG_DIRS]
+    if topics is None:
+        return (b"\x00" if flexible else struct.pack(">i", -1)) + (NO_TAGS if flexible else b"")
+    body = _array_len(len(topics), flexible)
+    for t, parts in sorted(topics.items()):
+        body += _string(t, flexible) + _array_len(len(parts), flexible) + b"".join(struct.pack(">i", p) for p in parts)
+        if flexible:
+            body += NO_TAGS
+    return body + (NO_TAGS if flexible else b"")
+
+
+def decode_describe_log_dirs(version: int, payload: bytes, broker: int) -> list[LogDirPartition]:
+    flexible = version >= FLEXIBLE_FROM[DESCRIBE_LOG_DIRS]
+    _, r = response_reader(payload, flexible)
+    r.int32()  # throttle
+    if version >= 3:
+        err = r.int16()
+        if err:
+            raise WireError(f"broker {broker}: DescribeLogDirs answered {error_name(err)}")
+    out = []
+    for _ in range(r.array_len(flexible)):
+        derr, path = r.int16(), r.string(flexible) or ""
+        for _ in range(r.array_len(flexible)):
+            topic = r.string(flexible) or ""
+            for _ in range(r.array_len(flexible)):
+                p, size, lag, fut = r.int32(), r._unpack(">q", 8), r._unpack(">q", 8), r.int8()
+                if flexible:
+                    r.skip_tags()
+                out.append(LogDirPartition(broker, path, topic, p, size, lag, bool(fut), error_name(derr)))
+            if flexible:
+                r.skip_tags()
+        if version >= 4:
+            r._unpack(">q", 8)  # total bytes
+            r._unpack(">q", 8)  # usable bytes
+        if flexible:
+            r.skip_tags()
+        if derr and not out:
+            out.append(LogDirPartition(broker, path, "", -1, 0, 0, False, error_name(derr)))
+    return out
+
+
+def log_dir_sizes(bootstrap: str, topics: dict[str, list[int]] | None, timeout: float = 10.0,
+                  brokers: dict[int, str] | None = None) -> tuple[list[LogDirPartition], dict[int, str]]:
+    """DescribeLogDirs asked of every broker of the cluster (each answers for its own log dirs):
+    (the partitions' replicas with their sizes, {broker id: problem} of brokers that did not
+    answer)."""
+    if brokers is None:
+        _, brokers = leaders(bootstrap, next(iter(topics)) if topics else "__consumer_offsets", timeout)
+    out, problems = [], {}
+    for b, addr in sorted(brokers.items()):
+        host, _, port = addr.rpartition(":")
+        try:
+            broker = _Broker(host, int(port), timeout)
+        except OSError as e:
+            problems[b] = f"broker {b} ({addr}) unreachable: {e}"
+            continue
+        try:
+            out += _ask(broker, DESCRIBE_LOG_DIRS, lambda v: describe_log_dirs_body(v, topics),
+                        lambda v, payload: decode_describe_log_dirs(v, payload, b))
+        except (OSError, WireError) as e:
+            problems[b] = f"broker {b} ({addr}): {e}"
+        finally:
+            broker.close()
+    return out, problems
+
+
+# -- DescribeQuorum ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Quorum:
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[tuple[int, int], ...]     # (replica id, log end offset)
+    observers: tuple[tuple[int, int], ...]
+
+
+def describe_quorum_body(version: int) -> bytes:
+    # topics [ __cluster_metadata [ partition 0 ] ], all flexible
+    return (_array_len(1, True) + _string("__cluster_metadata", True) + _array_len(1, True)
+            + struct.pack(">i", 0) + NO_TAGS + NO_TAGS + NO_TAGS)
+
+
+def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
+    _, r = response_reader(payload, True)
+    err = r.int16()
+    if version >= 2:
+        r.string(True)
+    if err:
+        raise WireError(f"DescribeQuorum answered {error_name(err)}")
+    quorum = None
+    for _ in range(r.array_len(True)):
+        r.string(True)
+        for _ in range(r.array_len(True)):
+            p, perr = r.int32(), r.int16()
+            if version >= 2:
+                r.string(True)
+            leader, epoch, hw = r.int32(), r.int32(), r._unpack(">q", 8)
+
+            def replicas():
+                out = []
+                for _ in range(r.array_len(True)):
+                    rid = r.int32()
+                    if version >= 2:
+                        r._take(16)  # directory id
+                    leo = r._unpack(">q", 8)
+                    if version >= 1:
+                        r._unpack(">q", 8)  # last fetch timestamp
+                        r._unpack(">q", 8)  # last caught-up timestamp
+                    r.skip_tags()
+                    out.append((rid, leo))
+                return tuple(out)
+
+            voters, observers = replicas(), replicas()
+            r.skip_tags()
+            if p == 0 and not perr:
+                quorum = Quorum(leader, epoch, hw, voters, observers)
+        r.skip_tags()
+    if quorum is None:
+        raise WireError("DescribeQuorum named no __cluster_metadata partition")
+    return quorum
+
+
+def describe_quorum(bootstrap: str, timeout: float = 10.0) -> Quorum:
+    """The KRaft metadata quorum as a broker reports it (brokers forward the request to the
+    active controller)."""
+    last: Exception | None = None
+    for host, port in parse_servers(bootstrap):
+        try:
+            broker = _Broker(host, port, timeout)
+        except OSError as e:
+            last = e
+            continue
+        try:
+            return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
+        except (OSError, WireError) as e:
+            last = e
+        finally:
+            broker.close()
+    raise WireError(f"no server of {bootstrap} answered DescribeQuorum: {last}")

@@ -1,0 +1,93 @@
+"""__consumer_offsets health on each generation's real brokers: the collection (records on the
+wire or through the consumer; on 3.9 and 4.x partition sizes from DescribeLogDirs without reading
+a broker file, and the cleaner settings from DescribeConfigs), the offsets-health Spark job's
+verdicts, and on 3.9 and 4.x the cleaner fix applied live with IncrementalAlterConfigs (no
+restart) and rolled back."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetkit.collection.offsets_topic import collect_offsets_topic, settings_path
+from fleetkit.core.datasets import DataRoot
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.partitioning import partition_for
+from fleetkit.trim import cleaner_config
+from fleetlab import traffic
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_BUFFER = 32 * 1024 * 1024  # the lab's log.cleaner.dedupe.buffer.size on every generation
+
+
+def group_on(prefix: str, partition: int) -> str:
+    i = 0
+    while partition_for(f"{prefix}-{i}", 50) != partition:
+        i += 1
+    return f"{prefix}-{i}"
+
+
+def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, unique):
+    sys.path.insert(0, str(REPO / "spark_jobs"))
+    import offsets_health
+
+    h = generation_lab
+    cluster = h.cluster
+    version = cluster.kafka_version
+    kafka = KafkaCluster(cluster.name, client_config({"bootstrap.servers": h.bootstrap}, version))
+    ends = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
+    quiet_p, hammered_p = sorted(range(50), key=lambda p: (ends[(OFFSETS_TOPIC, p)][1], p))[:2]
+    topic = unique("health")
+    h.lab.create_topic(topic, 3)
+    traffic.wait_topic(h.bootstrap, topic, kafka_version=version)
+    quiet, hammered = group_on(unique("quiet"), quiet_p), group_on(unique("hammered"), hammered_p)
+    traffic.commit(h.bootstrap, quiet, {(topic, p): 1 for p in range(3)}, version)
+    c = traffic.consumer(h.bootstrap, hammered, version)
+    for i in range(400):  # one key committed 400 times: the partition is all duplicates
+        c.commit(offsets=[traffic.TopicPartition(topic, 0, i)], asynchronous=False)
+    c.close()
+
+    root = DataRoot(tmp_path / "data")
+    modern = cluster.version_tuple >= (1, 0)
+    # 3.9 / 4.x: no broker file is read (sizes from DescribeLogDirs); 0.9 has no DescribeLogDirs
+    res = collect_offsets_topic(cluster, kafka, root, partitions=[quiet_p, hammered_p],
+                                files_for=(lambda b: None) if modern else None)
+    assert res.problems == []
+    if modern:
+        reported = json.loads(Path(settings_path(root, cluster.name)).read_text())
+        assert {b: v["dedupe_buffer_size"] for b, v in reported["brokers"].items()} == \
+            {str(b.id): LAB_BUFFER for b in cluster.brokers}
+        assert reported["topic"]["cleanup_policy"] == "compact"
+    else:
+        assert not Path(settings_path(root, cluster.name)).exists()  # 0.9 has no DescribeConfigs
+    out, _ = offsets_health.health(
+        offsets_health.read_dataset(spark, root.uri, "offsets_topic_records"),
+        offsets_health.read_dataset(spark, root.uri, "segment_inventory"),
+        offsets_health.read_dataset(spark, root.uri, "cleaner_checkpoints") if not modern else
+        spark.createDataFrame([], "cluster string, broker int, log_dir string, topic string, partition int, "
+                                  "observed_at timestamp, checkpoint_offset long"),
+        offsets_health.settings_frame(spark, str(h.fleet_file)), 3.0, 0,
+        offsets_health.broker_settings_frame(spark, root.uri, str(h.fleet_file)))
+    rows = [r.asDict() for r in out.collect()]
+    verdicts = sorted((r["partition"], r["broker"], r["verdict"]) for r in rows)
+    brokers = sorted(b.id for b in cluster.brokers)
+    assert verdicts == sorted([(quiet_p, b, "HEALTHY") for b in brokers] +
+                              [(hammered_p, b, "BLOATED") for b in brokers])
+    fixes = [json.loads(r["fix"]) for r in rows if r["verdict"] == "BLOATED"]
+    assert {f["apply"] for f in fixes} == {"live" if modern else "restart"}
+    if not modern:
+        return
+    # the fix, live: the cluster-wide default, read back from every broker, then rolled back
+    fix = {"log.cleaner.dedupe.buffer.size": LAB_BUFFER + 16 * 1024 * 1024}
+    applied = cleaner_config.apply_live(kafka.admin, fix, brokers)
+    try:
+        assert applied["before"] == {b: {"log.cleaner.dedupe.buffer.size": str(LAB_BUFFER)} for b in brokers}
+        assert applied["after"] == {b: {"log.cleaner.dedupe.buffer.size": str(LAB_BUFFER + 16 * 1024 * 1024)}
+                                    for b in brokers}
+    finally:
+        cleaner_config.revert_live(kafka.admin, applied["before"])  # waits until every broker reports it
+    from fleetkit.collection.offsets_topic import cleaner_settings
+    assert {b: v["dedupe_buffer_size"] for b, v in cleaner_settings(kafka.admin, brokers)["brokers"].items()} == \
+        {b: LAB_BUFFER for b in brokers}

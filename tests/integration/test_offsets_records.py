@@ -1,0 +1,53 @@
+"""Reading __consumer_offsets back from each generation's real brokers: every offset commit and
+group-metadata record the test wrote, decoded, with exact counts; on 3.9 and 4.x the markers of a
+committed and an aborted transaction (the aborted commits dropped), on 4.x the records of a
+consumer-protocol (KIP-848) group."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetkit.collection.offsets_topic import read_records
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
+
+from tests import offsets_records_scenario
+
+#: group-metadata records of a classic group that one consumer joins and leaves: 0.9 writes the
+#: group at the end of the join and a tombstone when the last member leaves; 3.9 the join and
+#: the Empty group after the leave; 4.3's coordinator also the new group (generation 0)
+CLASSIC_GROUP_METADATA = {"0.9.0.1": [False, True], "3.9.2": [False, False], "4.3.1": [False, False, False]}
+KIP848_KINDS = {"consumer_group_metadata", "consumer_group_member_metadata", "consumer_group_target_assignment_member",
+                "consumer_group_target_assignment_metadata", "consumer_group_current_member_assignment"}
+
+
+def test_records_read_back_exactly(generation_lab):
+    h = generation_lab
+    version = h.cluster.kafka_version
+    kafka = KafkaCluster(h.spec.name, client_config({"bootstrap.servers": h.bootstrap}, version))
+    before = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
+    expect = offsets_records_scenario.run(h.bootstrap, version, lambda t: h.lab.create_topic(t, 3))
+    parts = expect["partitions"]
+    res = read_records(h.spec.name, kafka, parts, {p: before[(OFFSETS_TOPIC, p)][1] for p in parts})
+    assert res.problems == [] and res.unknown_versions == {}
+    assert res.reader == ("consumer" if version == "0.9.0.1" else "wire")
+    mine = [r for r in res.rows if r["group"] in expect["groups"]]
+    for g, e in expect["groups"].items():
+        commits = [r for r in mine if r["group"] == g and r["key_version"] in (0, 1)]
+        assert len(commits) == e["offset_commits"], g
+        latest = {}
+        for r in commits:
+            latest[(r["topic"], r["topic_partition"])] = r["committed_offset"]
+        assert latest == e["latest"], g
+    classic = [g for g in expect["groups"] if g.endswith("-classic")][0]
+    assert [r["tombstone"] for r in mine if r["group"] == classic and r["key_version"] == 2] == \
+        CLASSIC_GROUP_METADATA[version]
+    if version == "0.9.0.1":
+        assert res.control_batches == 0
+    else:
+        assert res.markers == {"commit": 1, "abort": 1} and res.aborted_records == 2
+    if version.startswith("4."):
+        assert KIP848_KINDS <= set(res.kinds)
+    else:
+        assert not KIP848_KINDS & set(res.kinds)
+    assert all(res.positions[p] >= before[(OFFSETS_TOPIC, p)][1] for p in parts)
