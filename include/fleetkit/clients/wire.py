@@ -546,6 +546,23 @@ def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10
     from the first bootstrap server that answers; topics are never auto-created. None when that
     broker speaks no Metadata version with leader epochs (before Kafka 1.0)."""
     topics = sorted(set(topics))
+
+    def ask(broker: _Broker):
+        version = broker.version(METADATA) if broker.versions is not None else None
+        if version is None:
+            return None
+        broker.conn.send(encode_request(METADATA, version, 0, metadata_body(version, topics)))
+        _, _, errors, parts = decode_metadata(version, broker.conn.payload())
+        return parts, {t: error_name(e) or "" for t, e in errors.items()}
+
+    return ask_first(bootstrap, "a metadata request", ask, timeout, api_versions)
+
+
+def ask_first(bootstrap: str, what: str, ask, timeout: float = 10.0, api_versions: bool = True,
+              error: type[Exception] = ConnectionError):
+    """ask(broker) on the first bootstrap server that connects and answers (a connection or
+    decoding failure moves on to the next server); raises `error` naming `what` when none does.
+    The broker connection is closed afterwards."""
     last: Exception | None = None
     for host, port in parse_servers(bootstrap):
         try:
@@ -554,17 +571,12 @@ def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10
             last = e
             continue
         try:
-            version = broker.version(METADATA) if broker.versions is not None else None
-            if version is None:
-                return None
-            broker.conn.send(encode_request(METADATA, version, 0, metadata_body(version, topics)))
-            _, _, errors, parts = decode_metadata(version, broker.conn.payload())
-            return parts, {t: error_name(e) or "" for t, e in errors.items()}
-        except (OSError, ConnectionError, struct.error) as e:
+            return ask(broker)
+        except (OSError, struct.error) as e:  # ConnectionError is an OSError
             last = e
         finally:
             broker.close()
-    raise ConnectionError(f"no bootstrap server of {bootstrap} answered a metadata request: {last}")
+    raise error(f"no bootstrap server of {bootstrap} answered {what}: {last}")
 
 
 def _find_coordinators(broker: _Broker, groups: list[str], answers: dict[str, Answer]) -> None:
@@ -643,24 +655,16 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_vers
     answers = {g: Answer(group=g) for g in groups}
     if not groups:
         return answers
-    last: Exception | None = None
-    for host, port in parse_servers(bootstrap):
-        try:
-            broker = _Broker(host, port, timeout, api_versions)
-        except OSError as e:
-            last = e
-            continue
+
+    def lookup(broker: _Broker) -> None:
         try:
             _find_coordinators(broker, groups, answers)
-            break
-        except (OSError, ConnectionError, struct.error) as e:
-            last = e
-            for a in answers.values():
+        except (OSError, struct.error):
+            for a in answers.values():  # a partial answer from a server that failed is not kept
                 a.lookup_error = a.coordinator_id = a.coordinator = None
-        finally:
-            broker.close()
-    else:
-        raise ConnectionError(f"no bootstrap server of {bootstrap} answered the coordinator lookup: {last}")
+            raise
+
+    ask_first(bootstrap, "the coordinator lookup", lookup, timeout, api_versions)
     by_broker: dict[str, list[str]] = {}
     for g, a in answers.items():
         if a.coordinator:

@@ -94,25 +94,15 @@ def decode_list(payload: bytes) -> tuple[str | None, dict[tuple[str, int], dict]
 
 def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float) -> bytes:
     """Send one request to the first bootstrap server that offers version 0 of it."""
-    last: Exception | None = None
-    for host, port in wire.parse_servers(bootstrap):
-        try:
-            broker = wire._Broker(host, port, timeout)
-        except OSError as e:
-            last = e
-            continue
-        try:
-            offered = (broker.versions or {}).get(api_key)
-            if offered is None or not offered[0] <= VERSION <= offered[1]:
-                raise ReassignmentError(f"broker {host}:{port} does not offer {NAMES[api_key]} v{VERSION} "
-                                        f"(offers {offered or 'none'}): Kafka 2.4 or later is needed")
-            broker.conn.send(_request(api_key, 1, body))
-            return broker.conn.payload()
-        except (OSError, struct.error) as e:
-            last = e
-        finally:
-            broker.close()
-    raise ReassignmentError(f"no bootstrap server of {bootstrap} answered {NAMES[api_key]}: {last}")
+    def ask(broker: wire._Broker) -> bytes:
+        offered = (broker.versions or {}).get(api_key)
+        if offered is None or not offered[0] <= VERSION <= offered[1]:
+            raise ReassignmentError(f"broker {broker.host}:{broker.port} does not offer {NAMES[api_key]} v{VERSION} "
+                                    f"(offers {offered or 'none'}): Kafka 2.4 or later is needed")
+        broker.conn.send(_request(api_key, 1, body))
+        return broker.conn.payload()
+
+    return wire.ask_first(bootstrap, NAMES[api_key], ask, timeout, error=ReassignmentError)
 
 
 def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[int], timeout: float = 30.0) -> None:

@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass, field
 
 from fleetkit.clients import wire
-from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, parse_servers, response_reader
+from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, response_reader
 
 log = logging.getLogger(__name__)
 
@@ -258,27 +258,15 @@ def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
 def leaders(bootstrap: str, topic: str, timeout: float = 10.0) -> tuple[dict[int, int], dict[int, str]]:
     """({partition: leader id}, {broker id: host:port}) of `topic` from the first bootstrap server
     that answers a Metadata request (v7-v8)."""
-    last: Exception | None = None
-    for host, port in parse_servers(bootstrap):
-        try:
-            broker = _Broker(host, port, timeout)
-        except OSError as e:
-            last = e
-            continue
-        try:
-            def body(v):
-                return wire.metadata_body(v, [topic])
+    def body(v):
+        return wire.metadata_body(v, [topic])
 
-            def decode(v, payload):
-                _, brokers, _errors, parts = wire.decode_metadata(v, payload)
-                return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
+    def decode(v, payload):
+        _, brokers, _errors, parts = wire.decode_metadata(v, payload)
+        return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
 
-            return _ask(broker, wire.METADATA, body, decode)
-        except (OSError, struct.error) as e:
-            last = e
-        finally:
-            broker.close()
-    raise WireError(f"no bootstrap server of {bootstrap} answered a metadata request: {last}")
+    return wire.ask_first(bootstrap, "a metadata request", lambda broker: _ask(broker, wire.METADATA, body, decode),
+                          timeout, error=WireError)
 
 
 def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on_batch, timeout: float = 10.0,
@@ -478,17 +466,6 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
 def describe_quorum(bootstrap: str, timeout: float = 10.0) -> Quorum:
     """The KRaft metadata quorum as a broker reports it (brokers forward the request to the
     active controller)."""
-    last: Exception | None = None
-    for host, port in parse_servers(bootstrap):
-        try:
-            broker = _Broker(host, port, timeout)
-        except OSError as e:
-            last = e
-            continue
-        try:
-            return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
-        except (OSError, WireError) as e:
-            last = e
-        finally:
-            broker.close()
-    raise WireError(f"no server of {bootstrap} answered DescribeQuorum: {last}")
+    return wire.ask_first(bootstrap, "DescribeQuorum",
+                          lambda broker: _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum),
+                          timeout, error=WireError)
