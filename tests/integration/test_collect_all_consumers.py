@@ -9,6 +9,7 @@ import time
 import pytest
 from confluent_kafka import Consumer
 
+from fleetkit.clients import wire as kafka_wire
 from fleetkit.clients.kafka import client_config
 from fleetkit.collection.coordinators import collect_coordinators
 from fleetkit.core.datasets import DataRoot, read_dataset
@@ -85,12 +86,18 @@ def test_kip848_group_is_collected_with_state_type_and_assignment(generation, la
         result = clusters.collect(t.cluster, data_root)
         with clusters.connected(t.cluster) as (kafka, zk):  # the ownership check's light pass
             light = collect_coordinators(t.cluster, kafka, zk, groups=[group]).rows["group_coordinators"]
+        answer = kafka_wire.probe(t.bootstrap, [group])[group]  # ConsumerGroupDescribe on the wire
     finally:
         c.close()
 
     got = {tp: (r["committed_offset"], r["group_state"], r["group_type"], r["assigned"], r["member_client_id"])
            for tp, r in _snapshots(data_root, group).items()}
     assert got == {(topic, p): (n, "Stable", "consumer", True, "kip848-client") for p, n in ((0, 4), (1, 5), (2, 6))}
+    (member,) = answer.described
+    assert (answer.error, answer.state, answer.group_type) == (None, "Stable", "consumer")
+    assert (member.client_id, member.assignment) == ("kip848-client", tuple((topic, p) for p in range(3)))
+    assert member.member_epoch >= 1 and answer.group_epoch >= member.member_epoch
+    assert {r["member_epoch"] for r in _snapshots(data_root, group).values()} == {member.member_epoch}
     coord = [r for r in read_dataset(DataRoot(data_root), "group_coordinators").to_pylist() if r["group"] == group]
     assert [(r["error"], r["state"], r["members"]) for r in coord] == [(None, "Stable", 1)]
     assert [(r["error"], r["state"], r["members"]) for r in light] == [(None, "Stable", 1)]
@@ -112,3 +119,51 @@ def test_reset_goes_through_the_generation_s_mechanism(target: Target, unique, t
         out = reset_execute.execute(kafka, plan, journal_path=tmp_path / "journal.jsonl")
     assert out["mechanism"] == ("commit_offsets" if t.cluster.version_tuple < (0, 10) else "alter_offsets")
     assert t.committed(group, topic) == {0: 8, 1: 0, 2: 10}
+
+
+def test_stuck_verdicts_from_real_collections(target: Target, data_root, unique):
+    """The rules on rows the generation's brokers gave: a memberless group frozen behind the log
+    end is STOPPED (0.9 says Dead, newer brokers Empty: the same verdict), a live member stuck
+    replaying a poison record is STALLED, its healthy partitions OK; lags exact."""
+    import datetime as dt
+
+    from fleetkit.collection.groups import collect_and_write
+    from fleetkit.stuck import rules
+
+    t = target
+    topic, stopped, stuck = unique("verdicts"), unique("stopped grp"), unique("poison grp")
+    t.wait_topic(topic)
+    t.produce(topic, {0: 10, 1: 10, 2: 10})
+    t.commit(stopped, {(topic, 0): 4, (topic, 1): 4, (topic, 2): 4})  # no member: assign + commit only
+
+    def handle(msg):  # partition 0's record at offset 2 never gets processed
+        return not (msg.partition() == 0 and msg.offset() == 2)
+
+    member = t.consumer_thread(stuck, [topic], client_id="poisoned")
+    member.handle = handle
+    member.start()
+    try:
+        wait_until(lambda: t.committed(stuck, topic) == {0: 2, 1: 10, 2: 10}, 60, "poisoned member committed",
+                   interval=0.3)
+        base = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+        with clusters.connected(t.cluster) as (kafka, zk):
+            for k in range(3):  # three collections 5 minutes apart (observed_at injected)
+                collect_and_write(t.cluster, kafka, zk, DataRoot(data_root), now=base + dt.timedelta(minutes=5 * k))
+    finally:
+        member.stop()
+
+    rows = [r for r in read_dataset(DataRoot(data_root), "offsets_snapshots").to_pylist()
+            if r["topic"] == topic and r["group"] in (stopped, stuck)]
+    window = dt.timedelta(minutes=15)
+    verdicts = {}
+    for g in (stopped, stuck):
+        for p in range(3):
+            part = [r for r in rows if r["group"] == g and r["partition"] == p]
+            f = rules.features(part, base + dt.timedelta(minutes=10), window)
+            verdicts[(g, p)] = (rules.classify(f, window.total_seconds())[0], f.latest_lag, f.snapshots)
+    assert verdicts == {
+        (stopped, 0): ("STOPPED", 6, 3), (stopped, 1): ("STOPPED", 6, 3), (stopped, 2): ("STOPPED", 6, 3),
+        (stuck, 0): ("STALLED", 8, 3), (stuck, 1): ("OK", 0, 3), (stuck, 2): ("OK", 0, 3),
+    }
+    assert {r["group_state"] for r in rows if r["group"] == stopped} == {t.memberless_state}
+    assert {r["group_state"] for r in rows if r["group"] == stuck} == {"Stable"}

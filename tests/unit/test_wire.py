@@ -320,3 +320,48 @@ def test_partition_state_without_zookeeper_carries_leader_epochs():
     assert partition_leaders(Kafka(), None, ["t", "gone"], problems) == [
         LeaderState("t", 0, 2, (2, 1), 9, None, "metadata"), LeaderState("t", 1, -1, (), 4, None, "metadata")]
     assert problems == ["topic 'gone': metadata answered UNKNOWN_TOPIC_OR_PARTITION", "partition t-1 has no leader"]
+
+
+# -- ConsumerGroupDescribe (KIP-848 groups) -----------------------------------------------------
+def _cs(s: str) -> bytes:  # compact string
+    b = s.encode()
+    return bytes([len(b) + 1]) + b
+
+
+def _cgd_response(version: int) -> bytes:
+    """ConsumerGroupDescribe response: one Reconciling group (epoch 7) with one member at epoch 6
+    holding t-0 and t-2 (target t-0..2), and one classic group answered GROUP_ID_NOT_FOUND."""
+    topic_id = bytes(range(16))
+    assignment = H("02") + topic_id + _cs("t") + H("03") + H("00000000") + H("00000002") + H("00") + H("00")
+    target = H("02") + topic_id + _cs("t") + H("04") + H("00000000 00000001 00000002".replace(" ", "")) + H("00") + H("00")
+    member = (_cs("m-1") + H("00") + H("00") + H("00000006") + _cs("cli") + _cs("/10.0.0.9")
+              + H("02") + _cs("t") + H("00") + assignment + target
+              + (H("01") if version >= 1 else b"") + H("00"))
+    g1 = (H("0000") + H("00") + _cs("g ĝ") + _cs("Reconciling") + H("00000007") + H("00000007") + _cs("uniform")
+          + H("02") + member + H("80000000") + H("00"))
+    g2 = (H("0045") + _cs("Group classic is not a consumer group.") + _cs("classic") + _cs("") + H("00000000")
+          + H("00000000") + _cs("") + H("01") + H("80000000") + H("00"))
+    return H("00000005") + H("00") + H("00000000") + H("03") + g1 + g2 + H("00")
+
+
+def test_consumer_group_describe_request_v0():
+    body = wire.consumer_group_describe_body(0, ["g ĝ", "b"])
+    assert body == H("03") + _cs("g ĝ") + _cs("b") + H("00") + H("00")
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_consumer_group_describe_response(version):
+    cid, groups = wire.decode_consumer_group_describe(version, _cgd_response(version))
+    assert cid == 5
+    g, classic = groups
+    assert (g.error, g.group, g.state, g.group_epoch, g.assignment_epoch) == (0, "g ĝ", "Reconciling", 7, 7)
+    (m,) = g.members
+    assert (m.member_id, m.client_id, m.client_host, m.member_epoch) == ("m-1", "cli", "/10.0.0.9", 6)
+    assert m.assignment == (("t", 0), ("t", 2))
+    assert (classic.error, classic.group, classic.members) == (69, "classic", ())
+
+
+def test_consumer_group_describe_is_never_sent_to_a_broker_without_api_versions():
+    # 0.9 answers no ApiVersions: version 0 of what it knows, never an API it predates
+    assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {wire.DESCRIBE_GROUPS: (0, 5)}) is None
+    assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {69: (0, 1)}) == 1

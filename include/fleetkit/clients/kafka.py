@@ -131,6 +131,7 @@ class Member:
     client_id: str
     host: str  # as reported, without 0.9's leading slash
     assignment: tuple[tuple[str, int], ...] | None  # None: the broker did not say
+    member_epoch: int | None = None  # KIP-848 members only (ConsumerGroupDescribe)
 
 
 @dataclass(frozen=True)
@@ -189,11 +190,13 @@ def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
         return GroupDescription(group=answer.group, state="Unknown", coordinator_id=answer.coordinator_id,
                                 error=answer.error)
     members = tuple(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.client_host),
-                           assignment=m.assignment) for m in answer.described)
+                           assignment=m.assignment, member_epoch=m.member_epoch) for m in answer.described)
     state = state_name(answer.state or "Unknown")
-    # DescribeGroups answers for classic groups only; a group it calls Dead may be a KIP-848 one
+    # DescribeGroups answers for classic groups only (a group it calls Dead may be a KIP-848 one);
+    # ConsumerGroupDescribe's answers say "consumer"
+    group_type = answer.group_type or ("classic" if state not in ("Dead", "Unknown") else None)
     return GroupDescription(group=answer.group, state=state, coordinator_id=answer.coordinator_id,
-                            members=members, group_type="classic" if state not in ("Dead", "Unknown") else None)
+                            members=members, group_type=group_type)
 
 
 def _remaining(deadline: float) -> float:

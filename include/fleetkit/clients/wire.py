@@ -58,13 +58,14 @@ MAX_STRING = 32767
 API_VERSIONS_TIMEOUT = 3.0
 
 API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS, METADATA = 18, 10, 15, 3
+CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 consumer groups (Kafka 4): DescribeGroups knows classic groups only
 API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", DESCRIBE_GROUPS: "DescribeGroups",
-             METADATA: "Metadata"}
+             METADATA: "Metadata", CONSUMER_GROUP_DESCRIBE: "ConsumerGroupDescribe"}
 #: versions implemented here, per API key (inclusive). Metadata only from v7, the first with
 #: leader epochs (what ZooKeeper's partition state gives on ZooKeeper-mode clusters).
-IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8)}
+IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8), CONSUMER_GROUP_DESCRIBE: (0, 1)}
 #: first flexible version, per API key
-FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9}
+FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9, CONSUMER_GROUP_DESCRIBE: 0}
 #: FindCoordinator v4 carries many keys in one request
 BATCHED_FIND_FROM = 4
 KEY_TYPE_GROUP = 0
@@ -122,6 +123,8 @@ class Answer:
     state: str | None = None
     members: list[tuple[str, str, str]] = field(default_factory=list)  # (member_id, client_id, client_host)
     described: tuple[GroupMember, ...] = ()  # the members as described, with their assignments
+    group_type: str | None = None       # "consumer" when ConsumerGroupDescribe described it (KIP-848)
+    group_epoch: int | None = None      # KIP-848 groups: the group epoch
 
     @property
     def error(self) -> str | None:
@@ -148,6 +151,8 @@ class GroupMember:
     #: (topic, partition) pairs of a consumer-protocol member's assignment, sorted; None when the
     #: broker sent none (the group is rebalancing, or it is not a consumer group)
     assignment: tuple[tuple[str, int], ...] | None = None
+    #: KIP-848 members: the member's epoch (below the group epoch while it reconciles); None for classic
+    member_epoch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,18 @@ class DescribedGroup:
     state: str
     protocol_type: str
     protocol: str
+    members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroup:
+    """One group of a ConsumerGroupDescribe answer (KIP-848)."""
+
+    error: int
+    group: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
     members: tuple[GroupMember, ...]
 
 
@@ -246,6 +263,12 @@ def describe_groups_body(version: int, groups: list[str]) -> bytes:
     if version >= 3:
         body += b"\x00"
     return body + (NO_TAGS if flexible else b"")
+
+
+def consumer_group_describe_body(version: int, groups: list[str]) -> bytes:
+    # GroupIds [] compact string, IncludeAuthorizedOperations bool, tagged fields (flexible from v0)
+    return (_array_len(len(groups), True) + b"".join(_string(g, True) for g in groups)
+            + b"\x00" + NO_TAGS)
 
 
 def metadata_body(version: int, topics: list[str]) -> bytes:
@@ -417,6 +440,52 @@ def decode_describe_groups(version: int, payload: bytes) -> tuple[int, list[Desc
         groups.append(DescribedGroup(err, g, state, ptype, proto, tuple(members)))
     if flexible:
         r.skip_tags()
+    return cid, groups
+
+
+def _consumer_assignment(r: Reader) -> tuple[tuple[str, int], ...]:
+    """A ConsumerGroupDescribe Assignment struct: [topic id (uuid), topic name, [partition]]."""
+    out = []
+    for _ in range(r.array_len(True)):
+        r._take(16)  # topic id
+        topic = r.string(True) or ""
+        out.extend((topic, r.int32()) for _ in range(r.array_len(True)))
+        r.skip_tags()
+    r.skip_tags()
+    return tuple(sorted(out))
+
+
+def decode_consumer_group_describe(version: int, payload: bytes) -> tuple[int, list[ConsumerGroup]]:
+    """(correlation id, the described groups) of a ConsumerGroupDescribe response (v0-v1)."""
+    cid, r = response_reader(payload, True)
+    r.int32()  # throttle time
+    groups = []
+    for _ in range(r.array_len(True)):
+        err = r.int16()
+        r.string(True)  # error message
+        g, state = r.string(True) or "", r.string(True) or ""
+        group_epoch, assignment_epoch = r.int32(), r.int32()
+        r.string(True)  # assignor name
+        members = []
+        for _ in range(r.array_len(True)):
+            mid = r.string(True) or ""
+            instance = r.string(True)
+            r.string(True)  # rack
+            epoch = r.int32()
+            client_id, host = r.string(True) or "", r.string(True) or ""
+            for _ in range(r.array_len(True)):  # subscribed topic names
+                r.string(True)
+            r.string(True)  # subscribed regex
+            assignment = _consumer_assignment(r)
+            _consumer_assignment(r)  # target assignment
+            if version >= 1:
+                r.int8()  # member type
+            r.skip_tags()
+            members.append(GroupMember(mid, instance, client_id, host, assignment, member_epoch=epoch))
+        r.int32()  # authorized operations
+        r.skip_tags()
+        groups.append(ConsumerGroup(err, g, state, group_epoch, assignment_epoch, tuple(members)))
+    r.skip_tags()
     return cid, groups
 
 
@@ -643,6 +712,25 @@ def _describe(broker: _Broker, groups: list[str], answers: dict[str, Answer], ba
                 a.state = d.state if not d.error else None
                 a.members = [(m.member_id, m.client_id, m.client_host) for m in d.members]
                 a.described = d.members
+    # a KIP-848 group is unknown to DescribeGroups (GROUP_ID_NOT_FOUND, or Dead on some brokers)
+    again = [g for g in groups if answers[g].describe_error == "GROUP_ID_NOT_FOUND" or answers[g].state == "Dead"]
+    if again and broker.versions is not None and broker.version(CONSUMER_GROUP_DESCRIBE) is not None:
+        _describe_consumer_groups(broker, again, answers)
+
+
+def _describe_consumer_groups(broker: _Broker, groups: list[str], answers: dict[str, Answer]) -> None:
+    """ConsumerGroupDescribe for groups DescribeGroups did not know: those it describes replace
+    the answer (state, members with epochs and assignments); the others keep DescribeGroups'."""
+    version = broker.version(CONSUMER_GROUP_DESCRIBE)
+    broker.conn.send(encode_request(CONSUMER_GROUP_DESCRIBE, version, 0, consumer_group_describe_body(version, groups)))
+    _, described = decode_consumer_group_describe(version, broker.conn.payload())
+    for d in described:
+        a = answers.get(d.group)
+        if a is None or d.error or not d.state:
+            continue  # a classic or unknown group: "not a consumer group" / GROUP_ID_NOT_FOUND
+        a.describe_error, a.state, a.group_type, a.group_epoch = None, d.state, "consumer", d.group_epoch
+        a.members = [(m.member_id, m.client_id, m.client_host) for m in d.members]
+        a.described = d.members
 
 
 def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True) -> dict[str, Answer]:

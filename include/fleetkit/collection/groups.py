@@ -73,6 +73,14 @@ def assignment_of(desc: GroupDescription | None, tp: tuple[str, int]) -> tuple[b
     return False, None, None
 
 
+def member_epoch_of(desc: GroupDescription | None, tp: tuple[str, int]) -> int | None:
+    """The KIP-848 epoch of the member whose assignment holds the partition (None: classic group,
+    or no member holds it)."""
+    if desc is None or desc.error is not None:
+        return None
+    return next((m.member_epoch for m in desc.members if m.assignment and tp in m.assignment), None)
+
+
 def update_known_groups(known: dict[str, str], listed: set[str], with_offsets: set[str],
                         now: dt.datetime) -> dict[str, str]:
     """Remember groups seen listed or with committed offsets; forget those gone for FORGET_AFTER."""
@@ -154,7 +162,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "observed_at": observed_at, "committed_offset": group_offsets.get(tp),
                 "log_start_offset": start, "log_end_offset": end, "group_state": state,
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
-                "group_type": group_type,
+                "group_type": group_type, "member_epoch": member_epoch_of(d, tp),
             })
 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)

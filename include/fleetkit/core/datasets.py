@@ -44,6 +44,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # spout; `group` is the spout id, member_client_id the topology name); null in files written
         # before the column existed, which means kafka
         ("source", pa.string()),
+        # KIP-848 groups: the epoch of the member holding the partition (below the group epoch while
+        # it reconciles); null for classic groups, memberless partitions and older files
+        ("member_epoch", pa.int32()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
