@@ -474,3 +474,20 @@ def test_txnindex_and_snapshot_move_with_their_segment(tmp_path):
     names = [m["source"].rsplit("/", 1)[1] for m in file_moves(plan)]
     assert names == ["00000000000000000000.index", "00000000000000000000.timeindex",
                      "00000000000000000000.txnindex", "00000000000000000000.snapshot", "00000000000000000000.log"]
+
+
+def test_runbook_names_the_fix_each_generation_applies():
+    """0.9/0.10 pick the cleaner buffer up from server.properties at the restart; from 1.1 it is a
+    dynamic broker config applied live."""
+    from fleetkit.core.render import environment
+
+    def shell(apply):
+        return environment().get_template("trim_runbook.sh.j2").render(
+            plan={"cluster": "c"}, digest="d", broker=2, segments=[], quarantine="/q",
+            fix={"log.cleaner.dedupe.buffer.size": 268435456, "apply": apply})
+
+    live, restart = shell("live"), shell("restart")
+    assert "--entity-name 2 --alter" in live and "log.cleaner.dedupe.buffer.size=268435456" in live
+    assert "server.properties" not in live
+    assert "In server.properties: log.cleaner.dedupe.buffer.size=268435456" in restart
+    assert "kafka-configs.sh" not in restart
