@@ -85,13 +85,20 @@ def offset_store_zookeeper(cluster: Cluster, store) -> ZooKeeperCluster:
 
 @contextmanager
 def offset_store_clients(cluster: Cluster) -> Iterator[dict]:
-    """Started kazoo clients of the cluster's offset_stores, keyed by store."""
+    """Started kazoo clients of the cluster's offset_stores, keyed by store. A store whose
+    ZooKeeper does not answer maps to the error text instead (collection.zk_offsets reports it and
+    skips that store: the Kafka side of the cluster is still collected)."""
     opened: list[ZooKeeperCluster] = []
     clients = {}
     try:
         for store in cluster.offset_stores:
             zk = offset_store_zookeeper(cluster, store)
-            zk.start()
+            try:
+                zk.start()
+            except ClusterUnreachable as e:
+                log.warning("cluster %s: %s offset store not collected: %s", cluster.name, store.kind, e)
+                clients[store] = str(e)
+                continue
             opened.append(zk)
             clients[store] = zk.client
         yield clients

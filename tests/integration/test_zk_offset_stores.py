@@ -127,3 +127,34 @@ def test_offsets_in_zookeeper_stores_are_collected_exactly(target, lab_fleet, da
     # the Kafka side of the same collection is marked kafka
     assert all(r["source"] in ("kafka", source) for r in read_dataset(DataRoot(data_root), "offsets_snapshots")
                .to_pylist())
+
+
+# one generation is enough: the store's ZooKeeper is what fails, not Kafka (the KRaft cluster, whose
+# Storm store lives in another ZooKeeper, is the setup where that ZooKeeper can be down alone)
+@pytest.mark.parametrize("generation", ["4.3"], ids=["kafka-4.3"])
+def test_an_unreachable_store_is_a_problem_not_a_failed_collection(generation, lab_fleet, data_root, unique,
+                                                                    monkeypatch):
+    import socket
+
+    from tests.integration.fleet_clusters import Target
+
+    t = Target(lab_fleet(GENERATIONS[generation]))
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead_port = s.getsockname()[1]
+    monkeypatch.setenv("AIRFLOW_CONN_DEAD_STORM_ZK", json.dumps(
+        {"conn_type": "zookeeper", "host": "127.0.0.1", "port": dead_port, "extra": {"timeout": 2}}))
+    topic, group = unique("kafka-side"), unique("still collected")
+    t.wait_topic(topic)
+    t.produce(topic, {0: 3, 1: 3, 2: 3})
+    t.commit(group, {(topic, 0): 1, (topic, 1): 2, (topic, 2): 3})
+    store = OffsetStoreSettings(kind="storm", conn_id="dead_storm_zk", root="/storm")
+    cluster = dataclasses.replace(t.cluster, offset_stores=(store,))
+
+    result = clusters.collect(cluster, data_root)
+
+    rows = [r for r in read_dataset(DataRoot(data_root), "offsets_snapshots").to_pylist() if r["group"] == group]
+    assert sorted((r["partition"], r["committed_offset"], r["source"]) for r in rows) == \
+        [(0, 1, "kafka"), (1, 2, "kafka"), (2, 3, "kafka")]
+    (problem,) = [p for p in result.problems if "storm store dead_storm_zk" in p]
+    assert "did not answer" in problem and problem.endswith("skipped")

@@ -196,12 +196,14 @@ def snapshot_rows(cluster: str, read: StoreRead, log_offsets: dict, observed_at:
 def collect_stores(cluster: Cluster, kafka, clients: dict, observed_at: dt.datetime,
                    problems: list[str]) -> list[dict]:
     """offsets_snapshots rows of every store of the cluster; `clients` maps each store (its
-    OffsetStoreSettings) to a started kazoo client. Log offsets come from the Kafka cluster."""
+    OffsetStoreSettings) to a started kazoo client, or to the text of the error that kept it from
+    connecting. Log offsets come from the Kafka cluster."""
     reads = []
     for store in cluster.offset_stores:
         client = clients.get(store)
-        if client is None:
-            problems.append(f"{store.kind} store {store.conn_id}{store.chroot}{store.root}: no connection; skipped")
+        if client is None or isinstance(client, str):
+            problems.append(f"{store.kind} store {store.conn_id}{store.chroot}{store.root}: "
+                            f"{client or 'no connection'}; skipped")
             continue
         read = read_store(client, store)
         problems.extend(read.problems)
