@@ -230,6 +230,15 @@ def spark():
 
 
 @pytest.fixture
+def live(spark):
+    """The shared Spark session, or a new one when a job's main() has stopped it (every job stops
+    its own session at the end, and tests call main() in the same process)."""
+    from jobs_common import session
+
+    return session("tests", "local[2]")
+
+
+@pytest.fixture
 def data_root(tmp_path) -> str:
     return str(tmp_path / "data")
 

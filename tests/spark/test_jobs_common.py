@@ -31,6 +31,8 @@ HAND_WRITTEN = {
         T.StructField("log_start_offset", T.LongType()), T.StructField("log_end_offset", T.LongType()),
         T.StructField("group_state", T.StringType()), T.StructField("assigned", T.BooleanType()),
         T.StructField("member_client_id", T.StringType()), T.StructField("member_host", T.StringType()),
+        T.StructField("group_type", T.StringType()), T.StructField("source", T.StringType()),
+        T.StructField("member_epoch", T.IntegerType()),
     ]),
     "group_coordinators": T.StructType([
         T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
@@ -65,14 +67,6 @@ HAND_WRITTEN = {
         T.StructField("client_host", T.StringType()), T.StructField("member_id", T.StringType()),
     ]),
 }
-
-
-@pytest.fixture
-def live(spark):
-    """The shared session, or a new one when a job's main() has stopped it (every job stops its own)."""
-    from jobs_common import session
-
-    return session("tests", "local[2]")
 
 
 # -- schemas ---------------------------------------------------------------------------------------

@@ -28,14 +28,14 @@ def _rows(source, group, committed, assigned, state):
     return out
 
 
-def test_sources_stay_apart_and_a_frozen_spout_is_frozen(spark):
+def test_sources_stay_apart_and_a_frozen_spout_is_frozen(live):
     from jobs_common import SNAPSHOT_SCHEMA
     from stuck_partitions import evaluate
 
     rows = (_rows(None, "billing", [90, 100, 110, 120], True, "Stable")          # Kafka, files before `source`
             + _rows("zookeeper", "billing", [50, 50, 50, 50], False, "Empty")    # same name, old consumer, stopped
             + _rows("storm", "clicks spout 'é'", [77, 77, 77, 77], None, "Unknown"))
-    df = spark.createDataFrame([tuple(r.get(f.name) for f in SNAPSHOT_SCHEMA.fields) for r in rows], SNAPSHOT_SCHEMA)
+    df = live.createDataFrame([tuple(r.get(f.name) for f in SNAPSHOT_SCHEMA.fields) for r in rows], SNAPSHOT_SCHEMA)
     findings, groups, _ = evaluate(df, dt.timedelta(minutes=15), AS_OF)
     got = {(r["source"], r["group"]): (r["status"], r["committed_offset"], r["lag"]) for r in findings.collect()}
     assert got == {("kafka", "billing"): ("OK", 120, 10),
