@@ -61,15 +61,15 @@ def main() -> int:
     return 0
 
 
-async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
-    from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
+async def run_moves(handle, trigger, lab, moves: int, settle: float = 2.0, after_restart=None) -> list[float]:
+    """Start `trigger`, then time change -> event for `moves` leader moves and one controlled broker
+    stop (`handle`: what fleetkit.clients.leadership acts through, ZooKeeper or the Admin API).
+    `after_restart(measure, mover)` adds changes once the stopped broker is back."""
     from fleetkit.clients import leadership
-    from fleetlab.lab import expire_zk_session
 
-    trigger = LeaderChangeTrigger(cluster="bench", fleet_file=fleet_file, reconcile_seconds=600)
     events = trigger.run()
     pending = asyncio.ensure_future(events.__anext__())
-    await asyncio.sleep(2)
+    await asyncio.sleep(settle)
     out = []
 
     async def measure(label: str, change) -> None:
@@ -86,22 +86,17 @@ async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
 
     def mover(p):
         def move():
-            st = leadership.state(zk, "__consumer_offsets", p)
-            leadership.move_leader(zk, "__consumer_offsets", p, next(b for b in st.isr if b != st.leader))
+            st = leadership.state(handle, "__consumer_offsets", p)
+            leadership.move_leader(handle, "__consumer_offsets", p, next(b for b in st.isr if b != st.leader))
         return move
 
     for i in range(moves):
         await measure(f"move {i + 1} (partition {i})", mover(i))
-    victim = leadership.state(zk, "__consumer_offsets", 20).leader
+    victim = leadership.state(handle, "__consumer_offsets", 20).leader
     await measure(f"stop broker {victim} (controlled shutdown)", lambda: lab.stop_broker(victim))
     await asyncio.to_thread(lab.start_broker, victim)
-    await asyncio.sleep(3)
-    expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts)
-    deadline = time.monotonic() + 30
-    while trigger.watch.sessions < 2 and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    print(f"ZooKeeper session expired and re-established (sessions: {trigger.watch.sessions})", flush=True)
-    await measure("move after session loss (partition 30)", mover(30))
+    if after_restart is not None:
+        await after_restart(measure, mover)
     pending.cancel()
     try:
         await pending
@@ -109,6 +104,24 @@ async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
         pass
     await events.aclose()
     return out
+
+
+async def scenario(zk, fleet_file: str, lab, moves: int) -> list[float]:
+    from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
+    from fleetlab.lab import expire_zk_session
+
+    trigger = LeaderChangeTrigger(cluster="bench", fleet_file=fleet_file, reconcile_seconds=600)
+
+    async def session_loss(measure, mover) -> None:
+        await asyncio.sleep(3)
+        expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts)
+        deadline = time.monotonic() + 30
+        while trigger.watch.sessions < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        print(f"ZooKeeper session expired and re-established (sessions: {trigger.watch.sessions})", flush=True)
+        await measure("move after session loss (partition 30)", mover(30))
+
+    return await run_moves(zk, trigger, lab, moves, after_restart=session_loss)
 
 
 if __name__ == "__main__":

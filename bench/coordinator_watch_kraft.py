@@ -77,45 +77,12 @@ def main() -> int:
 
 
 async def scenario(admin, fleet_file: str, lab, moves: int) -> list[float]:
+    from coordinator_watch import run_moves  # bench/ is this script's folder
+
     from fleet_airflow.triggers.leader_change import LeaderChangeTrigger
-    from fleetkit.clients import leadership
 
     trigger = LeaderChangeTrigger(cluster="benchkraft", fleet_file=fleet_file)
-    events = trigger.run()
-    pending = asyncio.ensure_future(events.__anext__())
-    await asyncio.sleep(2.5)
-    out = []
-
-    async def measure(label: str, change) -> None:
-        nonlocal pending
-        t0 = time.monotonic()
-        await asyncio.to_thread(change)
-        ev = await asyncio.wait_for(pending, timeout=60)
-        dt_ = time.monotonic() - t0
-        out.append(dt_)
-        print(f"{label}: event {dt_:.2f}s after the change started, partitions "
-              f"{[c['partition'] for c in ev.payload['changes']]}", flush=True)
-        pending = asyncio.ensure_future(events.__anext__())
-        await asyncio.sleep(1.5)  # let the controller settle before the next change
-
-    def mover(p):
-        def move():
-            st = leadership.state(admin, OFFSETS, p)
-            leadership.move_leader(admin, OFFSETS, p, next(b for b in st.isr if b != st.leader))
-        return move
-
-    for i in range(moves):
-        await measure(f"move {i + 1} (partition {i})", mover(i))
-    victim = leadership.state(admin, OFFSETS, 20).leader
-    await measure(f"stop broker {victim} (controlled shutdown)", lambda: lab.stop_broker(victim))
-    await asyncio.to_thread(lab.start_broker, victim)
-    pending.cancel()
-    try:
-        await pending
-    except (asyncio.CancelledError, StopAsyncIteration):
-        pass
-    await events.aclose()
-    return out
+    return await run_moves(admin, trigger, lab, moves, settle=2.5)
 
 
 if __name__ == "__main__":
