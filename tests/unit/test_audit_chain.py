@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -258,18 +257,25 @@ def test_chains_are_per_cluster_and_per_data_root(tmp_path, heads):
     assert rb.ok and rb.chained == 3
 
 
-def _append_many(args):
-    root_path, heads_dir, worker = args
-    os.environ["FLEET_AUDIT_HEADS_DIR"] = heads_dir
-    root = DataRoot(root_path)
-    for i in range(10):
-        audit.record(root, cluster="lab", dag_id="d", run_id=f"w{worker}-{i}", action="a", event="planned")
+_APPEND_MANY = """
+import sys
+from fleetkit.core import audit
+from fleetkit.core.datasets import DataRoot
+root, worker = DataRoot(sys.argv[1]), sys.argv[2]
+for i in range(10):
+    audit.record(root, cluster="lab", dag_id="d", run_id=f"w{worker}-{i}", action="a", event="planned")
+"""
 
 
 def test_concurrent_appends_from_several_processes_keep_one_chain(root, heads):
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(4) as pool:
-        pool.map(_append_many, [(root.path, str(heads), w) for w in range(4)])
+    """Four separate interpreters append at once (fresh processes, not forks: a fork of the test
+    process would inherit Spark's py4j threads and their locks)."""
+    env = dict(os.environ, FLEET_AUDIT_HEADS_DIR=str(heads))
+    procs = [subprocess.Popen([sys.executable, "-c", _APPEND_MANY, str(root.path), str(w)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for w in range(4)]
+    outs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], outs
     rep, problems = _problems(root)
     assert problems == {} and rep.chained == 40
 
