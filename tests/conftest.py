@@ -280,3 +280,22 @@ def pytest_collection_modifyitems(config, items):
         present = {m.name for m in item.iter_markers()}
         for mark in sorted(fixture_markers(getattr(item, "fixturenames", ())) - present):
             item.add_marker(mark)
+
+
+# -- a clean exit ----------------------------------------------------------------------------
+_EXIT_STATUS: list[int] = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """After the summary and every fixture's teardown (labs stopped by PID), leave at once: a
+    non-daemon thread or an unjoined child left by a library (py4j, a multiprocessing pool) must not
+    hold a finished run open until CI's time limit. FLEET_TEST_SOFT_EXIT=1 keeps the normal exit."""
+    if _EXIT_STATUS and os.environ.get("FLEET_TEST_SOFT_EXIT") != "1":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_STATUS[-1])
