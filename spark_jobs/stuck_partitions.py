@@ -36,7 +36,8 @@ from fleetkit.stuck import rules as stuck  # noqa: E402
 #: name stay apart (`source` null in older files is read as kafka)
 KEYS = ["cluster", "source", "group", "topic", "partition"]
 
-_VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType())])
+_VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType()),
+                         T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType())])
 
 
 def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
@@ -45,22 +46,38 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     `unchanged_since`: when the latest committed offset was first seen (over the whole input up to
     as_of), what offsets.retention counts from when the commit time is unknown.
 
-    One sort and one aggregation: window facts are conditional aggregates over in-window rows;
-    comparisons only pair consecutive in-window snapshots."""
+    One sort: window facts are conditional aggregates over in-window rows; comparisons pair
+    consecutive snapshots; rows before the window are history only (the offset before a change,
+    the row before the trailing streak), as in rules.features."""
     lo = as_of - window
     ts = F.col("observed_at")
+    secs = ts.cast("double")
     commits = snapshots.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
     w = Window.partitionBy(*KEYS).orderBy("observed_at")
+    w_all = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    w_prev = w.rowsBetween(Window.unboundedPreceding, -1)
+    moved = F.col("prev_committed").isNotNull() & (F.col("prev_committed") != F.col("committed_offset"))
     commits = (commits
                .withColumn("in_w", ts >= F.lit(lo))
                .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
                .withColumn("prev_committed", F.lag("committed_offset").over(w))
                .withColumn("prev_lag", F.lag("lag").over(w))
+               .withColumn("prev_at", F.lag(secs).over(w))
                .withColumn("pair", F.col("in_w") & F.coalesce(F.lag("in_w").over(w), F.lit(False)))
                .withColumn("run_start", F.when(F.col("prev_committed").isNull()
-                                               | (F.col("prev_committed") != F.col("committed_offset")), ts)))
+                                               | (F.col("prev_committed") != F.col("committed_offset")), ts))
+               .withColumn("moved_at", F.when(moved, secs))
+               .withColumn("prev_change", F.last("moved_at", ignorenulls=True).over(w_prev))
+               .withColumn("rn", F.row_number().over(w))
+               .withColumn("v_last", F.last("committed_offset").over(w_all))
+               .withColumn("brk", ~(F.col("in_w") & (F.col("committed_offset") == F.col("v_last"))
+                                    & F.coalesce(F.col("lag") > 0, F.lit(False))))
+               .withColumn("last_brk", F.max(F.when(F.col("brk"), F.col("rn"))).over(w_all)))
     in_w = F.col("in_w")
     wts = F.when(in_w, ts)
+    brk_rn = F.when(F.col("brk"), F.col("rn"))
+    change_gap = F.when(in_w & F.col("moved_at").isNotNull() & (F.col("prev_change") >= F.lit(lo.timestamp())),
+                        F.col("moved_at") - F.col("prev_change"))
     agg = commits.groupBy(*KEYS).agg(
         F.count(F.when(in_w, 1)).alias("snapshots"),
         F.min(wts).alias("first_at"), F.max(wts).alias("last_at"),
@@ -76,6 +93,14 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
         F.min(F.when(F.col("pair"), F.coalesce(F.col("lag") >= F.col("prev_lag"), F.lit(False))))
         .alias("lag_never_decreased"),
         F.max("run_start").alias("unchanged_since"),
+        F.percentile(F.when(F.col("pair"), secs - F.col("prev_at")), F.lit(0.5)).alias("snapshot_interval"),
+        F.percentile(change_gap, F.lit(0.5)).alias("change_gap"),
+        F.max_by("commit_interval_seconds", wts).alias("commit_interval"),
+        F.max_by(F.col("committed_at").cast("double"), wts).alias("committed_at"),
+        (F.count(F.lit(1)) - F.coalesce(F.max(brk_rn), F.lit(0))).alias("streak"),
+        F.min(F.when(F.col("rn") > F.coalesce(F.col("last_brk"), F.lit(0)), secs)).alias("streak_start"),
+        F.max_by(secs, brk_rn).alias("before_at"),
+        F.max_by(F.col("committed_offset") == F.col("v_last"), brk_rn).alias("before_same"),
     ).withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double"))
     keys = snapshots.select(*KEYS).distinct()
     windowed = F.col("snapshots") > 0
@@ -86,7 +111,9 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
             .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
             .withColumn("lag_never_decreased",
                         F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True))).otherwise(F.lit(False)))
-            .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES)))
+            .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES))
+            .withColumn("as_of", F.lit(as_of.timestamp()))
+            .withColumn("streak", F.when(windowed, F.col("streak")).otherwise(F.lit(0)).cast("int")))
 
 
 def _classifier(window_seconds: float, ratio: float):
@@ -94,7 +121,7 @@ def _classifier(window_seconds: float, ratio: float):
 
     @F.udf(returnType=_VERDICT, useArrow=True)
     def classify(*values):
-        return stuck.classify(stuck.Features(*values), window_seconds, ratio)
+        return tuple(stuck.judge(stuck.Features(*values), window_seconds, ratio))
 
     return classify, fields
 
@@ -116,6 +143,11 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
                F.col("snapshots"),
                F.col("verdict.reason").alias("reason"),
                F.col("unchanged_since"),
+               F.col("verdict.confidence").alias("confidence"),
+               F.when(F.col("verdict.status").isin("STALLED", "FROZEN"),
+                      F.timestamp_seconds(F.col("verdict.since"))).alias("stalled_since"),
+               F.when(F.col("verdict.status") == "STOPPED",
+                      F.timestamp_seconds(F.col("verdict.since"))).alias("stopped_since"),
            ))
     expires = F.col("unchanged_since") + F.expr(f"INTERVAL {int(retention.total_seconds())} SECONDS")
     return (out
@@ -198,6 +230,8 @@ def for_json(findings: DataFrame) -> DataFrame:
             .withColumn("window_start", iso(F.col("window_start")))
             .withColumn("window_end", iso(F.col("window_end")))
             .withColumn("unchanged_since", iso(F.col("unchanged_since")))
+            .withColumn("stalled_since", iso(F.col("stalled_since")))
+            .withColumn("stopped_since", iso(F.col("stopped_since")))
             .withColumn("offset_expires_at", iso(F.col("offset_expires_at"))))
 
 
@@ -227,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     since = None
     if args.recent_days:
         since = (as_of or dt.datetime.now(dt.timezone.utc)).date() - dt.timedelta(days=args.recent_days)
-    snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at",), since)
+    snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at", "committed_at"), since)
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
     out = args.out
     n_find = write_jsonl(for_json(findings), path_join(out, "findings.jsonl"))

@@ -2,7 +2,9 @@
 
 Each case is a partition's snapshot history (window 10 minutes, as_of = the last snapshot unless
 given) and the status the rules must give, with why that answer is right. The same table runs
-through the pure rules (tests/unit) and through the Spark job (tests/spark).
+through the pure rules (tests/unit) and through the Spark job (tests/spark). Cases 26 on are the
+early-detection cases (snapshots 10 s apart, far less history than half the window) and the
+false-positive traps next to them; SINCE gives the `since` and `confidence` some of them must show.
 """
 
 from __future__ import annotations
@@ -25,6 +27,23 @@ def snaps(*rows, step=60, start=0, **common):
         row.update(extra)
         out.append(row)
     return out
+
+
+def at(seconds: float) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def timed(committed_at: float, interval: float) -> dict:
+    """The columns the collection fills from __consumer_offsets: when the offset took its value
+    (seconds after T0) and the partition's typical seconds between offset changes."""
+    return {"committed_at": at(committed_at), "commit_interval_seconds": float(interval)}
+
+
+def series(offsets, log_end, step=10, extra=None, **common):
+    """One snapshot per `step` seconds: committed offset offsets(t), log end log_end(t), plus
+    extra(t) -> dict of more columns."""
+    return snaps(*[(c, e, extra(i * step) if extra else {}) for i, (c, e) in
+                   enumerate(zip(offsets, log_end))], step=step, **common)
 
 
 LIVE = {"assigned": True, "group_state": "Stable"}
@@ -101,4 +120,62 @@ CASES = [
      "As case 11 for a classic rebalance: no member known to hold the partition."),
     (25, "KIP-848 group that never committed", snaps((None, 10), (None, 20), (None, 30), group_state="Stable"),
      "NO_COMMIT", "As case 1: the no-commit verdict does not depend on the group's protocol."),
+    # -- early detection: verdicts within a snapshot interval or two of the fault ---------------------
+    (26, "fast committer stalls on a poison record (commit times known)",
+     snaps((100, 110), (200, 215), (300, 310), (400, 420), (500, 530), (600, 640, timed(48, 3)),
+           (600, 700, timed(48, 3)), step=10, **LIVE), "STALLED",
+     "It commits every 3 s; offset 600 was committed at 48 s and work has waited there 12 s, seen by two "
+     "snapshots: past max(snapshot interval 10 s, 2 x 3 s), long before half the window."),
+    (27, "fast committer's consumer closed (commit times known)",
+     snaps((100, 110), (200, 215), (300, 310), (400, 420), (500, 530), (600, 640, timed(48, 3)),
+           (600, 700, {**timed(48, 3), **DEAD}), step=10, **LIVE), "STOPPED",
+     "As case 26, but no member holds the partition at the last snapshot."),
+    (28, "fast committer, only one snapshot at the frozen offset yet",
+     snaps((100, 110), (200, 215), (300, 310), (400, 420), (500, 530), (600, 640, timed(48, 3)), step=10, **LIVE),
+     "INSUFFICIENT_DATA",
+     "One snapshot cannot tell a stall from a commit about to come; the next one decides."),
+    (29, "stall seen by the snapshots alone (ZooKeeper-stored offsets: no commit times)",
+     snaps((100, 110), (200, 215), (300, 310), (400, 420), (500, 530), (600, 640), (600, 700), (600, 760),
+           step=10, **LIVE), "STALLED",
+     "The offset changed at every snapshot (rhythm 10 s); it has now sat at 600 for three snapshots, 20 s "
+     "counted from the first: past max(10 s, 2 x 10 s)."),
+    (30, "slow committer: commits every 30 s under steady traffic (commit times known)",
+     series([300 * (t // 30) for t in range(0, 330, 10)], [10 * t + 100 for t in range(0, 330, 10)],
+            extra=lambda t: timed(30 * (t // 30), 30), **LIVE), "OK",
+     "Its offset sits still for 30 s between commits while lag grows; that is its rhythm (threshold 60 s), "
+     "and lag falls at every commit."),
+    (31, "slow committer, snapshots alone", series([300 * (t // 30) for t in range(0, 330, 10)],
+                                                 [10 * t + 100 for t in range(0, 330, 10)], **LIVE), "OK",
+     "As case 30 without commit times: the snapshots see a change every 30 s, so 20 s at one offset is normal."),
+    (32, "rare committer: commits only when a record arrives, one just arrived",
+     series([5] * 31, [5] * 29 + [6, 6], extra=lambda t: timed(-100, 120), **LIVE), "OK",
+     "Caught up for 280 s, then one record waits 10 s: it commits about every 2 minutes, so nothing is "
+     "late yet (before, the whole-window rule called this STALLED)."),
+    (33, "rare committer, snapshots alone", series([5] * 31, [5] * 29 + [6, 6], **LIVE), "OK",
+     "As case 32 without commit times: one record has waited one snapshot interval, less than the two "
+     "the rule asks for when the partition's rhythm is unknown."),
+    (34, "healthy committer that missed one snapshot (commit every ~10 s, last one 17 s ago)",
+     series([100 * i for i in range(31)] + [3100, 3100], [100 * i + 50 for i in range(33)],
+            extra=lambda t: timed(303 if t >= 310 else t, 10), **LIVE), "OK",
+     "Its rhythm is 10 s, so the threshold is 20 s: 17 s since the commit of 3100 is within it."),
+    (35, "offsets reset backwards, seen at once", snaps((100, 200), (150, 210), (40, 220), step=10), "REWOUND",
+     "A decrease needs two snapshots, not half a window: 150 -> 40."),
+    (36, "fast committer caught up, then closed while the producer went on",
+     snaps((100, 110), (200, 215), (300, 310), (400, 420), (500, 530), (600, 600, timed(48, 3)),
+           (600, 610, timed(48, 3)), (600, 620, timed(48, 3)), step=10, **DEAD), "STOPPED",
+     "Lag was 0 at 50 s, so work waits since the next snapshot (60 s): 10 s, seen twice, past max(10 s, 6 s)."),
+    (37, "slow committer that really stopped moving (commit every 30 s, none for 70 s)",
+     series([300] * 8, [400 + 100 * i for i in range(8)], extra=lambda t: timed(0, 30), **LIVE), "STALLED",
+     "Two of its own commit intervals (60 s) have passed since its last commit with records waiting."),
 ]
+
+#: case number -> (since, in seconds after T0; confidence)
+SINCE = {
+    26: (48, "medium"),    # since the commit of 600 (exact), 12 s < 2 x the 10 s threshold
+    27: (48, "medium"),
+    29: (50, "low"),       # the first snapshot at 600; rhythm from snapshots only
+    36: (60, "medium"),    # lag 0 at 50 s: since the next snapshot
+    37: (0, "medium"),     # 70 s of a 60 s threshold: not yet twice
+    8: (0, "high"),        # whole window
+    35: (None, "high"),
+}

@@ -33,6 +33,7 @@ HAND_WRITTEN = {
         T.StructField("member_client_id", T.StringType()), T.StructField("member_host", T.StringType()),
         T.StructField("group_type", T.StringType()), T.StructField("source", T.StringType()),
         T.StructField("member_epoch", T.IntegerType()),
+        T.StructField("committed_at", T.TimestampType()), T.StructField("commit_interval_seconds", T.DoubleType()),
     ]),
     "group_coordinators": T.StructType([
         T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from fleetkit.core.datasets import SCHEMAS
-from tests.stuck_cases import CASES, WINDOW
+from tests.stuck_cases import CASES, SINCE, T0, WINDOW
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "spark_jobs"))
@@ -31,14 +31,16 @@ def case_rows() -> list[dict]:
         for r in case:
             rows.append({"cluster": "c1", "group": f"case-{number:02d}", "topic": "t", "partition": 0,
                          "member_client_id": None, "member_host": None, **r,
-                         "observed_at": r["observed_at"] + shift})
+                         "observed_at": r["observed_at"] + shift,
+                         "committed_at": r["committed_at"] + shift if r.get("committed_at") else None})
     return rows
 
 
 def to_jsonl(rows, path: Path) -> Path:
     with open(path, "w") as f:
         for r in rows:
-            f.write(json.dumps({**r, "observed_at": r["observed_at"].isoformat().replace("+00:00", "Z")}) + "\n")
+            f.write(json.dumps({**r, **{k: r[k].isoformat().replace("+00:00", "Z")
+                                        for k in ("observed_at", "committed_at") if r.get(k)}}) + "\n")
     return path
 
 
@@ -51,9 +53,17 @@ def test_rule_table_through_spark(spark):
                                SNAPSHOT_SCHEMA)
     findings, groups, as_of = evaluate(df, WINDOW)
     assert as_of == AS_OF
-    got = {r["group"]: r["status"] for r in findings.collect()}
+    rows = {r["group"]: r for r in findings.collect()}
+    got = {g: r["status"] for g, r in rows.items()}
     for number, name, _, expected, why in CASES:
         assert got[f"case-{number:02d}"] == expected, f"case {number} ({name}): {why}"
+    # since when and how sure, as the pure rules say (times shifted like the rows)
+    for number, (since, confidence) in SINCE.items():
+        case = next(c for c in CASES if c[0] == number)
+        shift = AS_OF - max(r["observed_at"] for r in case[2])
+        r = rows[f"case-{number:02d}"]
+        want = None if since is None else (T0 + dt.timedelta(seconds=since) + shift).replace(tzinfo=None)
+        assert (r["stalled_since"] or r["stopped_since"], r["confidence"]) == (want, confidence), f"case {number}"
 
 
 def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path):

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from fleetkit.stuck import rules as stuck
-from tests.stuck_cases import CASES, T0, WINDOW, snaps
+from tests.stuck_cases import CASES, SINCE, T0, WINDOW, snaps
 
 
 @pytest.mark.parametrize("number, name, rows, expected, why", CASES, ids=[f"{c[0]:02d}-{c[1][:40]}" for c in CASES])
@@ -15,6 +15,38 @@ def test_rule_table(number, name, rows, expected, why):
     status, reason = stuck.classify(f, WINDOW.total_seconds())
     assert status == expected, f"case {number} ({name}): {why}\n{f}\n-> {status}: {reason}"
     assert reason.endswith(".") and len(reason) > 10
+
+
+@pytest.mark.parametrize("number", sorted(SINCE))
+def test_since_and_confidence(number):
+    _, name, rows, expected, _ = next(c for c in CASES if c[0] == number)
+    f = stuck.features(rows, max(r["observed_at"] for r in rows), WINDOW)
+    v = stuck.judge(f, WINDOW.total_seconds())
+    since, confidence = SINCE[number]
+    assert v.status == expected
+    want = None if since is None else (T0 + dt.timedelta(seconds=since)).timestamp()
+    assert (v.since, v.confidence) == (want, confidence), f"case {number} ({name}): {v}"
+
+
+def test_commit_time_inconsistent_with_snapshots_is_not_trusted():
+    """A commit time after the first snapshot that already showed the offset (a clock ahead, or a
+    re-commit's time) would shorten nothing safely: the wait counts from the snapshot instead."""
+    from tests.stuck_cases import timed
+
+    rows = snaps((100, 110), (200, 215), (600, 640, timed(25, 3)), (600, 700, timed(25, 3)), step=10)
+    f = stuck.features(rows, max(r["observed_at"] for r in rows), WINDOW)
+    assert stuck.pending_since(f) == (T0 + dt.timedelta(seconds=20)).timestamp()
+    rows[2]["committed_at"] = rows[3]["committed_at"] = T0 + dt.timedelta(seconds=15)
+    f = stuck.features(rows, max(r["observed_at"] for r in rows), WINDOW)
+    assert stuck.pending_since(f) == (T0 + dt.timedelta(seconds=15)).timestamp()
+    assert stuck.judge(f, WINDOW.total_seconds()).status == "STALLED"
+
+
+def test_rows_after_as_of_are_ignored():
+    rows = snaps((100, 110), (200, 215), (600, 640), (600, 700), (600, 760), (700, 800), step=10)
+    f = stuck.features(rows, T0 + dt.timedelta(seconds=40), WINDOW)
+    assert (f.latest_committed, f.streak, f.snapshots) == (600, 3, 5)
+    assert stuck.judge(f, WINDOW.total_seconds()).status == "STALLED"
 
 
 def test_lag_growth_ratio_is_a_flag():

@@ -47,6 +47,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         # KIP-848 groups: the epoch of the member holding the partition (below the group epoch while
         # it reconciles); null for classic groups, memberless partitions and older files
         ("member_epoch", pa.int32()),
+        # from __consumer_offsets (collection.offsets_topic.fold_commit_times): when the committed
+        # offset took its current value (the commit time of that change; re-commits of the same
+        # offset do not move it) and the partition's typical seconds between offset changes; null
+        # where unknown (ZooKeeper and Storm stores, a commit log not read up to it yet, older files)
+        ("committed_at", TS), ("commit_interval_seconds", pa.float64()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

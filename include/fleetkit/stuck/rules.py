@@ -1,20 +1,43 @@
 """Stuck-partition rules: the one definition, used by the Spark job and the pure tests.
 
 A partition's window (as_of - window <= observed_at <= as_of) is reduced to a few facts
-(`Features`); `classify` applies the rules to them in order, first match wins:
+(`Features`); `judge` applies the rules to them in order, first match wins:
 
  0 NO_COMMIT          no row in the window has a committed offset
  1 OUT_OF_RANGE       latest committed < latest log start (records deleted unread) or > log end
  2 OK                 latest lag is 0
- 3 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window
- 4 REWOUND            the committed offset decreased between two consecutive snapshots
- 5 STALLED            offset never moved, lag > 0, a live member is assigned (a poison record)
- 6 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
+ 3 REWOUND            the committed offset decreased between two consecutive snapshots
+ 4 STALLED / STOPPED / FROZEN, early: the offset has not moved, with lag > 0, for longer than this
+                      partition's own rhythm allows (`frozen_long_enough`), seen by >= 2 snapshots
+ 5 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window
+ 6 STALLED            offset never moved in the window, lag > 0, a live member is assigned (a
+                      poison record)
+ 7 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
    FROZEN             offset never moved, lag > 0, and the store registers no members at all (a
                       Storm spout): running-but-stuck and stopped cannot be told apart
- 7 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
+ 8 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
                       least ratio x what was produced in the window (log end grew)
- 8 OK                 keeping pace, even with non-zero lag
+ 9 OK                 keeping pace, even with non-zero lag
+
+Early detection (rule 4) does not wait for the window. A partition's rhythm is the typical time
+between changes of its committed offset: from `__consumer_offsets` commit times when the
+collection knows them (`commit_interval_seconds`; re-commits of an unchanged offset do not count,
+librdkafka's auto-commit skips them), else from the snapshots themselves. The offset is frozen
+too long when work has waited (lag > 0 at the same offset) for at least
+max(snapshot interval, 2 x rhythm): a consumer committing every few seconds is judged one or two
+snapshots after it stops moving, a consumer committing once a minute after two minutes, and one
+that commits only when records arrive (lag 0 in between) only once records wait at it. Work waits
+since the commit of the offset when its commit time is known and lag was not seen at 0 since,
+otherwise since the first snapshot of the trailing run with lag > 0 (the conservative end).
+
+Each verdict says since when (`since`: when the partition stopped making progress) and how
+sure it is (`confidence`):
+  high    observed directly (a rewind, an offset out of range), or frozen across the whole window
+          or for at least twice the threshold
+  medium  frozen past the threshold, with the partition's rhythm and the commit time of its
+          offset read from __consumer_offsets; a LAGGING trend
+  low     frozen past the threshold, rhythm estimated from the snapshots alone (ZooKeeper and
+          Storm stores, or a commit log not read yet)
 
 "snapshots" are the window's rows that have a committed offset. Lag is log end offset minus
 committed offset (never a client's fetcher lag). Each rule is a small named predicate, in the
@@ -24,8 +47,9 @@ manner of Burrow's evaluator; the rule table in the tests is the correctness pro
 from __future__ import annotations
 
 import datetime as dt
+import statistics
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from fleetkit.core.durations import parse_duration  # noqa: F401  (the jobs read durations through the rules)
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
@@ -58,6 +82,16 @@ class Features:
     never_moved: bool                 # min(committed) == max(committed)
     lag_never_decreased: bool         # lag[i] >= lag[i-1] everywhere
     liveness_known: bool = True       # False: the store registers no members (source storm)
+    # -- early detection (times are epoch seconds) --
+    as_of: float | None = None        # when the judgement is made
+    snapshot_interval: float | None = None  # median seconds between consecutive snapshots in the window
+    change_gap: float | None = None   # median seconds between offset changes the window's snapshots saw
+    commit_interval: float | None = None    # median seconds between offset changes per __consumer_offsets
+    committed_at: float | None = None       # commit time of the latest committed offset, when known
+    streak: int = 0                   # trailing in-window snapshots at the latest offset with lag > 0
+    streak_start: float | None = None       # the first of them
+    before_at: float | None = None    # the snapshot just before the streak (in or before the window)
+    before_same: bool | None = None   # it showed the latest offset too (lag 0 or unknown there)
 
     @property
     def latest_lag(self) -> int | None:
@@ -70,6 +104,85 @@ class Features:
         if self.first_committed is None or self.first_log_end is None:
             return None
         return self.first_log_end - self.first_committed
+
+
+class Verdict(NamedTuple):
+    status: str
+    reason: str
+    since: float | None = None        # epoch seconds: when the partition stopped making progress
+    confidence: str | None = None     # high | medium | low (module docstring)
+
+
+# -- early detection ------------------------------------------------------------------------------
+def rhythm(f: Features) -> tuple[float | None, str | None]:
+    """(typical seconds between offset changes, where it comes from: commits | snapshots)."""
+    if f.commit_interval is not None:
+        return f.commit_interval, "commits"
+    if f.change_gap is not None:
+        return f.change_gap, "snapshots"
+    return None, None
+
+
+def freeze_threshold(f: Features) -> float | None:
+    """How long work may wait at an unmoved offset before the partition counts as frozen."""
+    gap, _ = rhythm(f)
+    if gap is None or f.snapshot_interval is None:
+        return None
+    return max(f.snapshot_interval, 2 * gap)
+
+
+def pending_since(f: Features) -> float | None:
+    """Since when work has waited at the latest offset (epoch seconds), or None."""
+    if f.streak == 0 or f.streak_start is None:
+        return None
+    moved_in = f.before_at is None or not f.before_same  # the offset took its value after `before`
+    c = f.committed_at
+    if moved_in and c is not None and c <= f.streak_start and (f.before_at is None or c > f.before_at):
+        return c
+    return f.streak_start
+
+
+def frozen_seconds(f: Features) -> float | None:
+    since = pending_since(f)
+    return None if since is None or f.as_of is None else max(0.0, f.as_of - since)
+
+
+def _waited_enough(f: Features, threshold: float) -> bool:
+    """Work has waited at least `threshold`; when the wait is counted from a snapshot (not from a
+    commit time) a quarter of a snapshot interval of slack absorbs the jitter of collection times."""
+    waited = frozen_seconds(f)
+    if waited is None or f.streak < 2 or (f.latest_lag or 0) <= 0:
+        return False
+    exact = f.committed_at is not None and pending_since(f) == f.committed_at
+    slack = 0.0 if exact or f.snapshot_interval is None else 0.25 * f.snapshot_interval
+    return waited + slack >= threshold
+
+
+def frozen_long_enough(f: Features) -> bool:
+    """Rule 4: >= 2 snapshots show the latest offset with lag > 0, and work has waited there for at
+    least the partition's threshold."""
+    threshold = freeze_threshold(f)
+    return threshold is not None and _waited_enough(f, threshold)
+
+
+def frozen_all_window(f: Features) -> bool:
+    """Rules 6-7: the offset never moved in the window, and work has waited at it for at least the
+    threshold (twice the snapshot interval when the partition's rhythm is unknown): a consumer
+    that commits only when records arrive is not stuck the moment a record lands."""
+    if not frozen_with_lag(f):
+        return False
+    threshold = freeze_threshold(f)
+    if threshold is None:
+        threshold = 2 * (f.snapshot_interval or 0.0)
+    return _waited_enough(f, threshold)
+
+
+def frozen_confidence(f: Features, whole_window: bool) -> str:
+    threshold, waited = freeze_threshold(f), frozen_seconds(f)
+    if whole_window or (threshold is not None and waited is not None and waited >= 2 * threshold):
+        return "high"
+    _, source = rhythm(f)
+    return "medium" if source == "commits" and f.committed_at is not None else "low"
 
 
 # -- the rules: tiny named predicates -----------------------------------------------------------
@@ -111,48 +224,74 @@ def lagging(f: Features, ratio: float) -> bool:
     return produced > 0 and (f.latest_lag - f.first_lag) >= ratio * produced
 
 
-def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> tuple[str, str]:
-    """(status, reason): the first rule that matches, with one sentence a person can act on."""
+def _frozen(f: Features, whole_window: bool, window_seconds: float) -> Verdict:
+    lag = f.latest_lag
+    waited = frozen_seconds(f)
+    how_long = (f"for {waited:.0f}s" if waited is not None and not whole_window
+                else f"for {f.span_seconds:.0f}s")
+    if not whole_window:
+        gap, source = rhythm(f)
+        how_long += (f" (it normally moves every {gap:.0f}s per "
+                     f"{'its commits' if source == 'commits' else 'the snapshots'}; "
+                     f"threshold {freeze_threshold(f):.0f}s)")
+    since = pending_since(f)
+    if since is None and f.as_of is not None:
+        since = f.as_of - f.span_seconds
+    conf = frozen_confidence(f, whole_window)
+    if not f.liveness_known:
+        return Verdict("FROZEN", (
+            f"The committed offset stayed at {f.latest_committed} {how_long} with lag {lag}; nothing registers this "
+            "consumer's liveness (a Storm spout), so running-but-stuck (a poison record replayed) and stopped look "
+            "alike: check the topology in Storm."), since, conf)
+    if f.latest_assigned is True:
+        return Verdict("STALLED", (
+            f"A live member is assigned but the committed offset stayed at {f.latest_committed} {how_long} with lag "
+            f"{lag}: likely stuck on the record at offset {f.latest_committed} (poison record) or hung; run "
+            "runbook_stuck_partition."), since, conf)
+    return Verdict("STOPPED", (
+        f"No live member is assigned and the committed offset stayed at {f.latest_committed} {how_long} with lag "
+        f"{lag}: the group's consumers are stopped; start them, or its offsets expire after "
+        "offsets.retention.minutes."), since, conf)
+
+
+def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> Verdict:
+    """The first rule that matches, with one sentence a person can act on, since when and how sure."""
     if no_commit(f):
-        return "NO_COMMIT", "The group has no committed offset for this partition in the window."
+        return Verdict("NO_COMMIT", "The group has no committed offset for this partition in the window.")
     lag = f.latest_lag
     if out_of_range(f):
         if f.latest_log_start is not None and f.latest_committed < f.latest_log_start:
-            return "OUT_OF_RANGE", (
+            return Verdict("OUT_OF_RANGE", (
                 f"Committed offset {f.latest_committed} is below the log start {f.latest_log_start}: retention deleted "
                 f"{f.latest_log_start - f.latest_committed} record(s) before the group read them; the consumer "
-                "will jump by its auto.offset.reset policy.")
-        return "OUT_OF_RANGE", (
+                "will jump by its auto.offset.reset policy."), None, "high")
+        return Verdict("OUT_OF_RANGE", (
             f"Committed offset {f.latest_committed} is above the log end {f.latest_log_end}: the topic was "
-            "recreated or truncated; reset the group's offsets.")
+            "recreated or truncated; reset the group's offsets."), None, "high")
     if caught_up(f):
-        return "OK", "Caught up (lag 0)."
+        return Verdict("OK", "Caught up (lag 0).")
+    if f.snapshots >= 2 and offsets_rewound(f):
+        return Verdict("REWOUND", ("The committed offset went backwards in the window: someone reset the group or a "
+                                   "consumer committed an old position; check for reprocessing."), None, "high")
+    if frozen_long_enough(f):
+        return _frozen(f, False, window_seconds)
     if insufficient(f, window_seconds):
-        return "INSUFFICIENT_DATA", (
+        return Verdict("INSUFFICIENT_DATA", (
             f"Only {f.snapshots} snapshot(s) spanning {f.span_seconds:.0f}s of a {window_seconds:.0f}s window: "
-            "not enough to judge (a consumer committing every few minutes is not stuck).")
-    if offsets_rewound(f):
-        return "REWOUND", ("The committed offset went backwards in the window: someone reset the group or a "
-                           "consumer committed an old position; check for reprocessing.")
-    if frozen_with_lag(f):
-        if not f.liveness_known:
-            return "FROZEN", (
-                f"The committed offset stayed at {f.latest_committed} for {f.span_seconds:.0f}s with lag {lag}; "
-                "nothing registers this consumer's liveness (a Storm spout), so running-but-stuck (a poison record "
-                "replayed) and stopped look alike: check the topology in Storm.")
-        if f.latest_assigned is True:
-            return "STALLED", (
-                f"A live member is assigned but the committed offset stayed at {f.latest_committed} for "
-                f"{f.span_seconds:.0f}s with lag {lag}: likely stuck on the record at offset {f.latest_committed} "
-                "(poison record) or hung; run runbook_stuck_partition.")
-        return "STOPPED", (
-            f"No live member is assigned and the committed offset stayed at {f.latest_committed} with lag {lag}: "
-            "the group's consumers are stopped; start them, or its offsets expire after offsets.retention.minutes.")
+            "not enough to judge (a consumer committing every few minutes is not stuck)."))
+    if frozen_all_window(f):
+        return _frozen(f, True, window_seconds)
     if lagging(f, ratio):
-        return "LAGGING", (
+        return Verdict("LAGGING", (
             f"Lag grew from {f.first_lag} to {lag} while the log grew by {f.latest_log_end - f.first_log_end}: "
-            "the consumer processes less than it receives; scale it out or speed it up.")
-    return "OK", f"Keeping pace (lag {lag})."
+            "the consumer processes less than it receives; scale it out or speed it up."), None, "medium")
+    return Verdict("OK", f"Keeping pace (lag {lag}).")
+
+
+def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> tuple[str, str]:
+    """(status, reason) of `judge`."""
+    v = judge(f, window_seconds, ratio)
+    return v.status, v.reason
 
 
 def group_status(statuses: Iterable[str]) -> str:
@@ -178,17 +317,52 @@ def liveness_known(source: str | None) -> bool:
     return (source or "kafka") not in NO_LIVENESS_SOURCES
 
 
+def _epoch(t) -> float | None:
+    if t is None:
+        return None
+    if isinstance(t, (int, float)):
+        return float(t)
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.timezone.utc)
+    return t.timestamp()
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Features:
-    """Reduce one partition's snapshot rows (dicts of offsets_snapshots) to Features."""
+    """Reduce one partition's snapshot rows (dicts of offsets_snapshots) to Features. Rows after
+    as_of are ignored; rows before the window count only as history (the run the latest offset
+    belongs to, the offset before a change)."""
     lo = as_of - window
     known = all(liveness_known(r.get("source")) for r in rows)
-    snaps = sorted((r for r in rows if lo <= r["observed_at"] <= as_of and r.get("committed_offset") is not None),
-                   key=lambda r: r["observed_at"])
+    hist = sorted((r for r in rows if r["observed_at"] <= as_of and r.get("committed_offset") is not None),
+                  key=lambda r: r["observed_at"])
+    snaps = [r for r in hist if r["observed_at"] >= lo]
     if not snaps:
-        return Features(0, 0.0, None, None, None, None, None, None, False, False, False, known)
+        return Features(0, 0.0, None, None, None, None, None, None, False, False, False, known, as_of=_epoch(as_of))
     first, last = snaps[0], snaps[-1]
     committed = [r["committed_offset"] for r in snaps]
-    lags = [None if r.get("log_end_offset") is None else r["log_end_offset"] - r["committed_offset"] for r in snaps]
+
+    def lag_of(r):
+        return None if r.get("log_end_offset") is None else r["log_end_offset"] - r["committed_offset"]
+
+    lags = [lag_of(r) for r in snaps]
+    times = [_epoch(r["observed_at"]) for r in snaps]
+    # offset changes: in-window snapshots whose predecessor (in or before the window) showed another offset
+    changes = [_epoch(b["observed_at"]) for a, b in zip(hist, hist[1:])
+               if b["observed_at"] >= lo and a["committed_offset"] != b["committed_offset"]]
+    # the trailing streak: in-window snapshots at the latest offset with lag > 0
+    v = last["committed_offset"]
+    streak = 0
+    for r in reversed(hist):
+        lag = lag_of(r)
+        if r["observed_at"] >= lo and r["committed_offset"] == v and lag is not None and lag > 0:
+            streak += 1
+        else:
+            break
+    before = hist[-streak - 1] if len(hist) > streak else None
     return Features(
         snapshots=len(snaps),
         span_seconds=(last["observed_at"] - first["observed_at"]).total_seconds(),
@@ -199,4 +373,13 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
         never_moved=min(committed) == max(committed),
         lag_never_decreased=all(a is not None and b is not None and b >= a for a, b in zip(lags, lags[1:])),
         liveness_known=known,
+        as_of=_epoch(as_of),
+        snapshot_interval=_median([b - a for a, b in zip(times, times[1:])]),
+        change_gap=_median([b - a for a, b in zip(changes, changes[1:])]),
+        commit_interval=last.get("commit_interval_seconds"),
+        committed_at=_epoch(last.get("committed_at")),
+        streak=streak,
+        streak_start=_epoch(hist[-streak]["observed_at"]) if streak else None,
+        before_at=_epoch(before["observed_at"]) if before is not None else None,
+        before_same=(before["committed_offset"] == v) if before is not None else None,
     )
