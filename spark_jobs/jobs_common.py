@@ -85,6 +85,7 @@ def session(app: str, master: str | None = None) -> SparkSession:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = (SparkSession.builder.appName(app)
          .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")  # progress bars garble task logs
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.shuffle.partitions", os.environ.get("FLEET_SPARK_SHUFFLE_PARTITIONS", "8"))
          .config("spark.driver.host", "127.0.0.1")

@@ -9,7 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fleetkit.clients.kafka import KafkaCluster, type_name
-from fleetkit.collection.offsets_topic import fold_live_commits, live_groups, prune_expired
+from fleetkit.collection.offsets_topic import (
+    add_commit_times, commit_rhythm, fold_commit_times, fold_live_commits, live_groups, prune_expired,
+)
 from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetkit.stuck import execute as reset_execute
 from fleetkit.stuck import rules as stuck
@@ -38,6 +40,52 @@ def test_live_commit_index_follows_commits_tombstones_and_expiry():
     assert index[G] == {"1:t": 5_000}
     prune_expired(index, now_ms=6_000)
     assert index == {"v3": {"2:t": 11_000}}
+
+
+def _c(offset, at_ms, group=G, topic="t", partition=0, tombstone=False):
+    return {"key_version": 1, "group": group, "topic": topic, "topic_partition": partition, "tombstone": tombstone,
+            "committed_offset": None if tombstone else offset, "commit_timestamp": None if tombstone else at_ms}
+
+
+def test_commit_times_follow_offset_changes_not_recommits():
+    times: dict = {}
+    # a Java consumer re-commits 10 at 1 s and 2 s: only the change at 0 s counts
+    fold_commit_times(times, [_c(10, 0), _c(10, 1_000), _c(10, 2_000), _c(20, 3_000), _c(30, 6_000)])
+    assert times[G]["0:t"] == [30, 6_000, [3_000, 3_000], [[10, 0], [20, 3_000]]]
+    changed, interval = commit_rhythm(times[G]["0:t"], 30)
+    assert changed == dt.datetime(1970, 1, 1, 0, 0, 6, tzinfo=dt.timezone.utc)
+    assert interval is None  # two gaps: not yet a rhythm
+    fold_commit_times(times, [_c(40, 8_000), _c(40, 9_000), _c(50, 14_000)])
+    assert commit_rhythm(times[G]["0:t"], 50)[1] == 3.0  # median of 3, 3, 2, 6 s
+    # a snapshot that read another offset than the index knows gets nothing
+    assert commit_rhythm(times[G]["0:t"], 60) == (None, None)
+    # one read just before the index's latest commits still finds its offset's commit time
+    assert commit_rhythm(times[G]["0:t"], 40) == (dt.datetime(1970, 1, 1, 0, 0, 8, tzinfo=dt.timezone.utc), 3.0)
+    assert commit_rhythm(times[G]["0:t"], 10)[0] is not None and commit_rhythm(times[G]["0:t"], 35) == (None, None)
+    fold_commit_times(times, [_c(60, 15_000)])
+    assert commit_rhythm(times[G]["0:t"], 10) == (None, None)  # scrolled out of the last 4
+    fold_commit_times(times, [_c(None, None, tombstone=True)])
+    assert G not in times
+
+
+def test_commit_gaps_keep_the_last_eight():
+    times: dict = {}
+    fold_commit_times(times, [_c(i, i * 100_000 if i < 5 else 500_000 + (i - 5) * 1_000) for i in range(20)])
+    gaps = times[G]["0:t"][2]
+    assert len(gaps) == 8 and set(gaps) == {1_000}  # the slow start has scrolled out
+
+
+def test_add_commit_times_fills_kafka_rows_only():
+    times: dict = {}
+    fold_commit_times(times, [_c(i * 10, i * 2_000) for i in range(5)])
+    rows = [{"group": G, "topic": "t", "partition": 0, "committed_offset": 40},
+            {"group": G, "topic": "t", "partition": 0, "committed_offset": 40, "source": "zookeeper"},
+            {"group": G, "topic": "t", "partition": 1, "committed_offset": 40},
+            {"group": "other", "topic": "t", "partition": 0, "committed_offset": None}]
+    assert add_commit_times(rows, times) == 1
+    assert rows[0]["commit_interval_seconds"] == 2.0
+    assert rows[0]["committed_at"] == dt.datetime(1970, 1, 1, 0, 0, 8, tzinfo=dt.timezone.utc)
+    assert all("committed_at" not in r for r in rows[1:])
 
 
 def test_group_type_names():

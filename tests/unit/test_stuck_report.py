@@ -15,7 +15,8 @@ def _write(tmp_path, findings, groups, series=()):
 def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
     f = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED", "lag": 40,
           "committed_offset": 10, "log_end_offset": 50, "reason": "No live member.", "expires_in_seconds": 3 * 3600 + 120,
-          "offset_expires_at": "2026-01-02T00:00:00.000000Z"},
+          "offset_expires_at": "2026-01-02T00:00:00.000000Z", "stopped_since": "2026-01-01T00:58:00.000000Z",
+          "window_end": "2026-01-01T01:00:30.000000Z", "confidence": "medium"},
          {"cluster": "c1", "group": "ok", "topic": "t", "partition": 1, "status": "OK", "lag": 0,
           "committed_offset": 5, "log_end_offset": 5, "reason": "Caught up (lag 0)."}]
     g = [{"cluster": "c1", "group": HOSTILE, "status": "STOPPED", "total_lag": 40, "counts": {"STOPPED": 1},
@@ -30,8 +31,11 @@ def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
     assert "<svg" in html and "Committed offset expires in 3h 2m" in html
     md = md_path.read_text()
     assert "](http" not in md and "\\[x\\]" in md
+    assert "since 2026\\-01\\-01T00\\:58\\:00\\.000000Z (2m before the judgement) · confidence medium" in md
+    assert "(2m before)<br>confidence medium" in html
     alerts = report.alerts()
-    assert any(a.startswith("STOPPED c1 group") and "expires in 3h 2m" in a for a in alerts)
+    assert any(a.startswith("STOPPED c1 group") and "expires in 3h 2m) since 2026-01-01T00:58:00.000000Z (medium "
+               "confidence)" in a for a in alerts)
     assert any(a.startswith("REBALANCE_STORM c1") for a in alerts)
     assert len(alerts) == 2  # the OK partition does not alert
 

@@ -236,15 +236,23 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
     from fleetkit.collection.zk_offsets import add_store_rows
 
+    from fleetkit.collection.offsets_topic import add_commit_times, commit_index
+
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
     committed: set[str] = set()
-    scan_problems: list[str] = []
+    problems: list[str] = []
     if cluster.version_tuple < LISTS_COMMIT_ONLY_GROUPS_SINCE:
-        from fleetkit.collection.offsets_topic import committed_groups
-
-        committed, scan_problems = committed_groups(cluster, kafka, root)
+        # the groups that commit without joining, which the listing misses
+        before = commit_index(cluster, kafka, root)
+        committed, problems = before.groups, before.problems
     result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now, committed=committed)
-    result.problems[:0] = scan_problems
+    # every generation: each partition's commit times (the stuck rules' rhythm), read after the
+    # offsets so that the index covers the commits the snapshot saw
+    index = commit_index(cluster, kafka, root)
+    result.problems[:0] = problems + [p for p in index.problems if p not in problems]
+    timed = add_commit_times(result.rows["offsets_snapshots"], index.times)
+    log.info("cluster %s: commit times known for %d of %d snapshot row(s)", cluster.name, timed,
+             len(result.rows["offsets_snapshots"]))
     add_store_rows(cluster, kafka, store_clients, result.rows, result.observed_at, result.problems)
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import statistics
 import struct
 import time
 import uuid
@@ -496,6 +497,75 @@ def prune_expired(index: dict[str, dict[str, int | None]], now_ms: int) -> None:
             del index[g]
 
 
+#: offset changes remembered per partition, and how many it takes before their median is its rhythm
+COMMIT_GAPS_KEPT = 8
+COMMIT_GAPS_NEEDED = 3
+COMMIT_VALUES_KEPT = 4
+
+
+def fold_commit_times(times: dict[str, dict[str, list]], rows: list[dict]) -> None:
+    """Apply offset-commit rows (log order) to `times` {group: {commit key: [offset, changed at ms,
+    [gaps ms], [[earlier offset, changed at ms]]]}}: when a partition's committed offset changes,
+    remember the commit time of the change, the gap since the previous change (the last
+    COMMIT_GAPS_KEPT) and the values before it (the last COMMIT_VALUES_KEPT: a snapshot read just
+    before the index still finds its offset). Re-commits of an unchanged offset change nothing
+    (librdkafka's auto-commit skips them, Java's sends them)."""
+    for r in rows:
+        if r.get("key_version") not in (0, 1) or r.get("group") is None or r.get("topic") is None:
+            continue
+        key = _commit_key(r["topic"], r["topic_partition"])
+        if r.get("tombstone"):
+            keys = times.get(r["group"])
+            if keys is not None:
+                keys.pop(key, None)
+                if not keys:
+                    del times[r["group"]]
+            continue
+        offset, at = r.get("committed_offset"), r.get("commit_timestamp")
+        if offset is None or at is None:
+            continue
+        keys = times.setdefault(r["group"], {})
+        cur = keys.get(key)
+        if cur is None:
+            keys[key] = [offset, at, [], []]
+        elif cur[0] != offset:
+            earlier = (cur[3] if len(cur) > 3 else []) + [[cur[0], cur[1]]]
+            keys[key] = [offset, at, (cur[2] + [max(0, at - cur[1])])[-COMMIT_GAPS_KEPT:],
+                         earlier[-COMMIT_VALUES_KEPT:]]
+
+
+def commit_rhythm(entry: list | None, committed_offset: int | None) -> tuple[dt.datetime | None, float | None]:
+    """(when the committed offset took its value, the partition's typical seconds between offset
+    changes) for a snapshot row, from a fold_commit_times entry: nothing when the entry is about
+    another offset (a commit the log was not read up to yet), no rhythm before COMMIT_GAPS_NEEDED
+    changes were seen."""
+    if entry is None or committed_offset is None:
+        return None, None
+    if entry[0] == committed_offset:
+        at = entry[1]
+    else:  # the snapshot was read before the index: one of the offsets just before the latest
+        at = next((t for o, t in reversed(entry[3] if len(entry) > 3 else []) if o == committed_offset), None)
+        if at is None:
+            return None, None
+    changed = dt.datetime.fromtimestamp(at / 1000, tz=dt.timezone.utc)
+    gaps = entry[2]
+    return changed, (statistics.median(gaps) / 1000 if len(gaps) >= COMMIT_GAPS_NEEDED else None)
+
+
+def add_commit_times(snapshots: list[dict], times: dict[str, dict[str, list]]) -> int:
+    """Fill committed_at / commit_interval_seconds of Kafka-stored snapshot rows; returns how many."""
+    n = 0
+    for row in snapshots:
+        if (row.get("source") or "kafka") != "kafka":
+            continue
+        entry = times.get(row["group"], {}).get(_commit_key(row["topic"], row["partition"]))
+        changed, interval = commit_rhythm(entry, row.get("committed_offset"))
+        if changed is not None:
+            row["committed_at"], row["commit_interval_seconds"] = changed, interval
+            n += 1
+    return n
+
+
 def committed_groups_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "committed_groups.json")
 
@@ -504,22 +574,31 @@ def committed_groups_path(root: DataRoot, cluster: str) -> str:
 COMMITTED_GROUPS_MAX_RECORDS = 2_000_000
 
 
-def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
-                     max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> tuple[set[str], list[str]]:
-    """(groups with live commits, problems), read incrementally from __consumer_offsets: the first
-    call reads each partition from its log start, later ones only what was appended since (state
-    in committed_groups.json under the data root), at most `max_records` per call. Stays within
-    the collect stage: no Spark job."""
+@dataclass
+class CommitIndex:
+    groups: set[str]                         # groups with live commits
+    times: dict[str, dict[str, list]]        # fold_commit_times' state
+    problems: list[str]
+
+
+def commit_index(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
+                 retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                 max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> CommitIndex:
+    """Groups with live commits and each partition's commit rhythm, read incrementally from
+    __consumer_offsets: the first call reads each partition from its log start, later ones only what
+    was appended since (state in committed_groups.json under the data root), at most `max_records`
+    per call. Stays within the collect stage: no Spark job."""
     path = committed_groups_path(root, cluster.name)
     state = root.read_json(path, default={}) or {}
     positions = {int(k): int(v) for k, v in (state.get("positions") or {}).items()}
     index: dict[str, dict[str, int | None]] = {g: dict(keys) for g, keys in (state.get("groups") or {}).items()}
+    times: dict[str, dict[str, list]] = {g: dict(keys) for g, keys in (state.get("times") or {}).items()}
     folded = [0]
 
     def fold(rows: list[dict]) -> None:
         folded[0] += len(rows)
         fold_live_commits(index, rows, retention_ms)
+        fold_commit_times(times, rows)
 
     res = read_records(cluster.name, kafka, list(range(cluster.offsets_topic_partitions)), positions,
                        max_records=max_records, sink=fold)
@@ -529,7 +608,18 @@ def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
                             "until later runs catch up")
     now_ms = int(time.time() * 1000)
     prune_expired(index, now_ms)
-    root.write_json_atomic(path, {"positions": {str(k): v for k, v in res.positions.items()}, "groups": index})
+    times = {g: {k: v for k, v in keys.items() if k in index.get(g, {})} for g, keys in times.items() if g in index}
+    times = {g: keys for g, keys in times.items() if keys}
+    root.write_json_atomic(path, {"positions": {str(k): v for k, v in res.positions.items()}, "groups": index,
+                                  "times": times})
     log.info("cluster %s: %d group(s) with live commits in %s (%.1fs)", cluster.name, len(index), OFFSETS_TOPIC,
              res.seconds)
-    return live_groups(index, now_ms), res.problems
+    return CommitIndex(live_groups(index, now_ms), times, res.problems)
+
+
+def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
+                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
+                     max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> tuple[set[str], list[str]]:
+    """(groups with live commits, problems): commit_index without the rhythm."""
+    idx = commit_index(cluster, kafka, root, retention_ms, max_records)
+    return idx.groups, idx.problems

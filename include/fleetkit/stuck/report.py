@@ -39,6 +39,19 @@ def humanize(seconds: float | None) -> str:
     return sign + (f"{d}d {h}h" if d else f"{h}h {m}m" if h else f"{m}m")
 
 
+def _ago(since: str | None, as_of: str | None) -> str | None:
+    """'3m' for an ISO-8601 `since` three minutes before `as_of` (both as the job writes them)."""
+    if not since or not as_of:
+        return None
+    try:
+        a = dt.datetime.fromisoformat(since.replace("Z", "+00:00"))
+        b = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    seconds = (b - a).total_seconds()
+    return humanize(seconds) if seconds >= 60 else f"{max(0, int(seconds))}s"
+
+
 @dataclass
 class StuckReport:
     findings: list[dict]
@@ -64,6 +77,9 @@ class StuckReport:
             points = self.series.get((f["cluster"], f["source"], f["group"], f["topic"], f["partition"]), [])
             f["chart"] = sparkline(points)
             f["expires_in"] = humanize(f.get("expires_in_seconds")) if f["status"] == "STOPPED" else None
+            f["since"] = f.get("stalled_since") or f.get("stopped_since")
+            f["confidence"] = f.get("confidence")
+            f["since_ago"] = _ago(f["since"], f.get("window_end"))
         return sorted(rows, key=lambda f: (order[f["status"]], f["cluster"], f["source"], f["group"], f["topic"],
                                            f["partition"]))
 
@@ -84,6 +100,8 @@ class StuckReport:
         for f in self.flagged():
             if f["status"] in stuck.ALERTING:
                 extra = f" (offset expires in {f['expires_in']})" if f["status"] == "STOPPED" else ""
+                if f.get("since"):
+                    extra += f" since {f['since']}" + (f" ({f['confidence']} confidence)" if f.get("confidence") else "")
                 what = "group" if f["source"] == "kafka" else f"{f['source']} group" if f["source"] == "zookeeper" \
                     else f"{f['source']} spout"
                 lines.append(f"{f['status']} {f['cluster']} {what} {f['group']!r} {f['topic']}-{f['partition']} "
