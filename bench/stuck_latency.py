@@ -11,7 +11,8 @@ with a producer writing 20 records/s to every topic but `rare` (one record every
   stalled          commits every 2 s; at the fault it meets a record it cannot process and retries
                    it forever (alive, never commits again)
   stopped          commits every 2 s; at the fault it commits and closes
-  rewound          commits every 2 s; at the fault it seeks 300 records back and commits from there
+  rewound          processes 25 records/s, commits every 2 s; at the fault it seeks 300 records back
+                   and commits from there (it takes a minute to pass its old position)
   slow             processes 10 records/s of the 20 produced, commits every 2 s
   rare             commits only when it receives a record (one every 40 s)
   slow-committer   commits every 30 s under steady traffic
@@ -60,6 +61,8 @@ SCENARIOS = ("healthy", "stalled", "stopped", "rewound", "slow", "rare", "slow-c
 EXPECTED = {"stalled": "STALLED", "stopped": "STOPPED", "rewound": "REWOUND"}
 ALARMS = ("STALLED", "STOPPED", "FROZEN", "REWOUND", "OUT_OF_RANGE")
 TARGET_SECONDS = 20.0
+#: this run's topics and groups (the lab may hold those of earlier runs, stopped long ago)
+PREFIX = f"latency-{time.strftime('%H%M%S')}-"
 RATE = 20.0          # records/s to every topic but `rare`
 RARE_EVERY = 40.0    # seconds between records of `rare`
 
@@ -68,7 +71,7 @@ class Scenario:
     """One group on one topic and what happens to it at the fault."""
 
     def __init__(self, name: str, bootstrap: str, version: str, fault: threading.Event):
-        self.name, self.topic, self.group = name, f"latency-{name}", f"latency-{name}"
+        self.name, self.topic, self.group = name, PREFIX + name, PREFIX + name
         self.fault, self.fault_at, self.rewound = fault, None, False
         commit_every = {"rare": 0.0, "slow-committer": 30.0}.get(name, 2.0)
         self.thread = ConsumerThread(bootstrap, self.group, [self.topic], handle=self.handle,
@@ -78,6 +81,8 @@ class Scenario:
     def handle(self, msg) -> bool:
         if self.name == "slow":
             time.sleep(1.0 / (RATE / 2))
+        elif self.name == "rewound":  # a little faster than production: a rewind stays visible for a while
+            time.sleep(1.0 / (RATE * 1.25))
         if not self.fault.is_set():
             return True
         if self.name == "stalled":
@@ -109,7 +114,7 @@ def run_traffic(args, lab, version: str, data: str) -> tuple[dict[str, float], l
                 if s.name != "rare":
                     prod.produce(s.topic, value=f"{n}".encode(), partition=0)
             if time.monotonic() - last_rare >= RARE_EVERY:
-                prod.produce("latency-rare", value=f"{n}".encode(), partition=0)
+                prod.produce(PREFIX + "rare", value=f"{n}".encode(), partition=0)
                 last_rare = time.monotonic()
             n += 1
             prod.poll(0)
@@ -146,7 +151,7 @@ def run_traffic(args, lab, version: str, data: str) -> tuple[dict[str, float], l
             t0 = time.monotonic()
             res = clusters.collect(cluster, data)
             snapshots.append(res.observed_at)
-            mine = [r for r in res.rows["offsets_snapshots"] if r["group"].startswith("latency-") and r["partition"] == 0]
+            mine = [r for r in res.rows["offsets_snapshots"] if r["group"].startswith(PREFIX) and r["partition"] == 0]
             timed = sum(1 for r in mine if r.get("committed_at") is not None)
             print(f"t={elapsed:5.1f}s  snapshot {len(snapshots):2d}: {len(mine)} rows, commit times on {timed}, "
                   f"{time.monotonic() - t0:.1f}s" + (f", problems {res.problems[:2]}" if res.problems else ""),
@@ -170,12 +175,12 @@ def replay(data: str, snapshots: list[dt.datetime], window: dt.timedelta) -> dic
 
     spark = session("bench-stuck-latency", "local[2]")
     df = read_rows(spark, str(Path(data) / "offsets_snapshots"), SNAPSHOT_SCHEMA, ("observed_at", "committed_at"))
-    df = df.filter(F.col("group").startswith("latency-") & (F.col("partition") == 0)).cache()
+    df = df.filter(F.col("group").startswith(PREFIX) & (F.col("partition") == 0)).cache()
     spark_out, pure_out = {}, {}
     table = read_dataset(DataRoot(data), "offsets_snapshots").to_pylist()
     by_group = defaultdict(list)
     for r in table:
-        if r["group"].startswith("latency-") and r["partition"] == 0:
+        if r["group"].startswith(PREFIX) and r["partition"] == 0:
             for k in ("observed_at", "committed_at"):
                 if r.get(k) is not None and r[k].tzinfo is None:
                     r[k] = r[k].replace(tzinfo=dt.timezone.utc)
@@ -183,12 +188,12 @@ def replay(data: str, snapshots: list[dt.datetime], window: dt.timedelta) -> dic
     for as_of in snapshots:
         findings, _, _ = evaluate(df, window, as_of)
         for row in findings.collect():
-            name = row["group"].removeprefix("latency-")
+            name = row["group"].removeprefix(PREFIX)
             since = row["stalled_since"] or row["stopped_since"]
             spark_out[(name, as_of)] = (row["status"], since, row["confidence"])
         for g, rows in by_group.items():
             f = rules.features(rows, as_of, window)
-            pure_out[(g.removeprefix("latency-"), as_of)] = rules.judge(f, window.total_seconds()).status
+            pure_out[(g.removeprefix(PREFIX), as_of)] = rules.judge(f, window.total_seconds()).status
         findings.unpersist()
     spark.stop()
     return {"spark": spark_out, "pure": pure_out}

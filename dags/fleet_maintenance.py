@@ -32,7 +32,11 @@ Every 5 minutes, for **every cluster in the fleet file**:
    connection): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
    OK, INSUFFICIENT_DATA, REWOUND, STALLED (alive, offset frozen: a poison record), STOPPED (no live
    member), LAGGING (falling behind production); groups get their worst status and a rebalance-storm
-   flag. Runs even when a cluster's collection failed.
+   flag. A frozen offset is judged against the partition's own commit rhythm (commit times from
+   `__consumer_offsets`), not the window: a consumer committing every few seconds is flagged one or
+   two collections after it stops, with `stalled_since` / `stopped_since` and a confidence. Verdicts
+   come no sooner than the next run of this DAG: its schedule bounds how fast they arrive. Runs
+   even when a cluster's collection failed.
 3. **report_stuck**: HTML + Markdown report (per-cluster summary, every flagged partition with its
    reason and a lag-over-time chart, how long until a STOPPED group's offsets expire), linked from
    the task (**Stuck report** button) and logged; STOPPED / STALLED / OUT_OF_RANGE partitions and

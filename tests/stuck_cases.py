@@ -167,6 +167,11 @@ CASES = [
     (37, "slow committer that really stopped moving (commit every 30 s, none for 70 s)",
      series([300] * 8, [400 + 100 * i for i in range(8)], extra=lambda t: timed(0, 30), **LIVE), "STALLED",
      "Two of its own commit intervals (60 s) have passed since its last commit with records waiting."),
+    (38, "consumer restarted after a pause: its offset was committed long ago, history starts now",
+     snaps((300, 400, timed(-300, 30)), (300, 500, timed(-300, 30)), (300, 600, timed(-300, 30)), step=10, **LIVE),
+     "INSUFFICIENT_DATA",
+     "Its commit is 5 minutes old, but no snapshot saw lag before 0 s: it may have been down until then and "
+     "commits every 30 s, so 20 s without a commit is within its rhythm."),
 ]
 
 #: case number -> (since, in seconds after T0; confidence)

@@ -28,7 +28,8 @@ max(snapshot interval, 2 x rhythm): a consumer committing every few seconds is j
 snapshots after it stops moving, a consumer committing once a minute after two minutes, and one
 that commits only when records arrive (lag 0 in between) only once records wait at it. Work waits
 since the commit of the offset when its commit time is known and lag was not seen at 0 since,
-otherwise since the first snapshot of the trailing run with lag > 0 (the conservative end).
+otherwise since the first snapshot of the trailing run with lag > 0 (the conservative end; also
+when no snapshot before the run saw another offset, as for a consumer just restarted).
 
 Each verdict says since when (`since`: when the partition stopped making progress) and how
 sure it is (`confidence`):
@@ -135,9 +136,11 @@ def pending_since(f: Features) -> float | None:
     """Since when work has waited at the latest offset (epoch seconds), or None."""
     if f.streak == 0 or f.streak_start is None:
         return None
-    moved_in = f.before_at is None or not f.before_same  # the offset took its value after `before`
+    # the commit time counts only when a snapshot before the streak saw another offset: then the
+    # offset took its value between the two. With no earlier snapshot, lag may have been 0 (or the
+    # consumer down) until the first one: a consumer restarted after a pause commits later.
     c = f.committed_at
-    if moved_in and c is not None and c <= f.streak_start and (f.before_at is None or c > f.before_at):
+    if f.before_at is not None and not f.before_same and c is not None and f.before_at < c <= f.streak_start:
         return c
     return f.streak_start
 
