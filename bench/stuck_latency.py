@@ -206,6 +206,7 @@ def main() -> int:
     ap.add_argument("--after-fault", type=float, default=110.0, help="seconds observed after the fault")
     ap.add_argument("--window", default="15m")
     ap.add_argument("--keep", action="store_true", help="leave the benchmark's lab running")
+    ap.add_argument("--data", help="keep the collected datasets in this folder (default: a temporary one)")
     args = ap.parse_args()
     window = parse_duration(args.window)
 
@@ -216,7 +217,8 @@ def main() -> int:
         lab.up()
     os.environ.update(lab.spec.connection_env())
     try:
-        with tempfile.TemporaryDirectory() as data:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = args.data or tmp
             fault_at, snapshots = run_traffic(args, lab, version, data)
             t = time.monotonic()
             out = replay(data, snapshots, window)

@@ -615,11 +615,29 @@ class Lab:
         procs.wait_port_free("127.0.0.1", self.spec.broker_port(broker_id), 15)
         return res
 
+    #: a restarted broker's port can be held for a moment by a client connection that the kernel
+    #: gave it as its local (ephemeral) port; the broker then exits on a BindException
+    BIND_RETRIES = 4
+
     def start_broker(self, broker_id: int, timeout: float = 120) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
-        self._start_broker_process(home, broker_id)
-        self._wait(f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}",
-                   lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}")
+        server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
+        for attempt in range(self.BIND_RETRIES):
+            seen = server_log.stat().st_size if server_log.exists() else 0
+            self._start_broker_process(home, broker_id)
+            try:
+                self._wait(f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}",
+                           lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}")
+                return
+            except LabError:
+                with open(server_log, "rb") if server_log.exists() else open(os.devnull, "rb") as f:
+                    f.seek(seen)
+                    bind_failed = b"Address already in use" in f.read()
+                if not bind_failed or attempt == self.BIND_RETRIES - 1:
+                    raise
+                log.warning("broker %d: its port was taken by another socket for a moment; starting it again",
+                            broker_id)
+                time.sleep(3)
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that
