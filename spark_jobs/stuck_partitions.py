@@ -31,6 +31,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.stuck import rules as stuck  # noqa: E402
+from fleetkit.stuck import timelag  # noqa: E402
 
 #: a partition of a group in one offsets store: a ZooKeeper group and a Kafka group of the same
 #: name stay apart (`source` null in older files is read as kafka)
@@ -126,6 +127,36 @@ def _classifier(window_seconds: float, ratio: float):
     return classify, fields
 
 
+_TIME_LAG = T.StructType([T.StructField("seconds", T.DoubleType()), T.StructField("kind", T.StringType()),
+                          T.StructField("error", T.DoubleType())])
+TP = ["cluster", "topic", "partition"]
+
+
+def log_end_history(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
+    """Per topic partition, the distinct (observed_at, log end) points up to as_of from every
+    group's snapshots (they share the partition's log)."""
+    points = (snapshots.filter((F.col("observed_at") <= F.lit(as_of)) & F.col("log_end_offset").isNotNull())
+              .select(*TP, F.col("observed_at").cast("double").alias("t"), F.col("log_end_offset").alias("e"))
+              .distinct())
+    return points.groupBy(*TP).agg(F.collect_list(F.struct("t", "e")).alias("log_end_history"))
+
+
+def with_time_lag(findings: DataFrame, history: DataFrame, as_of: dt.datetime) -> DataFrame:
+    """lag_seconds / lag_seconds_kind / lag_seconds_error (fleetkit.stuck.timelag) of each finding."""
+    at = as_of.timestamp()
+
+    @F.udf(returnType=_TIME_LAG)
+    def time_lag(committed, points):
+        est = timelag.estimate(committed, [(p["t"], p["e"]) for p in (points or [])], at)
+        return est.seconds, est.kind, est.error_seconds
+
+    est = time_lag(F.col("committed_offset"), F.col("log_end_history"))
+    return (findings.join(history, TP, "left").withColumn("time_lag", est).drop("log_end_history")
+            .withColumn("lag_seconds", F.col("time_lag.seconds"))
+            .withColumn("lag_seconds_kind", F.col("time_lag.kind"))
+            .withColumn("lag_seconds_error", F.col("time_lag.error")).drop("time_lag"))
+
+
 def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.timedelta, ratio: float,
                         retention: dt.timedelta) -> DataFrame:
     classify, fields = _classifier(window.total_seconds(), ratio)
@@ -199,7 +230,7 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
     feats = partition_features(snapshots, as_of, window)
     findings = classify_partitions(feats, as_of, window, ratio, retention)
-    findings = findings.cache()
+    findings = with_time_lag(findings, log_end_history(snapshots, as_of), as_of).cache()
     groups = group_findings(findings, snapshots, as_of, window)
     return findings, groups, as_of
 

@@ -29,7 +29,8 @@ def case_rows() -> list[dict]:
     for number, name, case, _, _ in CASES:
         shift = AS_OF - max(r["observed_at"] for r in case)
         for r in case:
-            rows.append({"cluster": "c1", "group": f"case-{number:02d}", "topic": "t", "partition": 0,
+            # a topic per case: cases are separate logs (the time lag reads a partition's log end history)
+            rows.append({"cluster": "c1", "group": f"case-{number:02d}", "topic": f"t-{number:02d}", "partition": 0,
                          "member_client_id": None, "member_host": None, **r,
                          "observed_at": r["observed_at"] + shift,
                          "committed_at": r["committed_at"] + shift if r.get("committed_at") else None})
@@ -57,6 +58,21 @@ def test_rule_table_through_spark(spark):
     got = {g: r["status"] for g, r in rows.items()}
     for number, name, _, expected, why in CASES:
         assert got[f"case-{number:02d}"] == expected, f"case {number} ({name}): {why}"
+    # the time lag, as fleetkit.stuck.timelag says from the same rows
+    from fleetkit.stuck import timelag
+
+    by_case = {}
+    for r in case_rows():
+        by_case.setdefault(r["group"], []).append(r)
+    kinds = set()
+    for g, case in by_case.items():
+        want = timelag.for_rows(case, AS_OF.timestamp())
+        got_row = rows[g]
+        kinds.add(want.kind)
+        assert (got_row["lag_seconds"], got_row["lag_seconds_kind"], got_row["lag_seconds_error"]) == \
+            (pytest.approx(want.seconds) if want.seconds is not None else None, want.kind,
+             pytest.approx(want.error_seconds) if want.error_seconds is not None else None), g
+    assert kinds == {"exact", "interpolated", "bounded", "unknown"}
     # since when and how sure, as the pure rules say (times shifted like the rows)
     for number, (since, confidence) in SINCE.items():
         case = next(c for c in CASES if c[0] == number)

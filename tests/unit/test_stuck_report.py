@@ -2,7 +2,7 @@
 
 import json
 
-from fleetkit.stuck.report import StuckReport, humanize, sparkline
+from fleetkit.stuck.report import StuckReport, behind, humanize, lag_chart
 
 HOSTILE = "<script>alert(1)</script> [x](http://e) `t`"
 
@@ -16,13 +16,14 @@ def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
     f = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED", "lag": 40,
           "committed_offset": 10, "log_end_offset": 50, "reason": "No live member.", "expires_in_seconds": 3 * 3600 + 120,
           "offset_expires_at": "2026-01-02T00:00:00.000000Z", "stopped_since": "2026-01-01T00:58:00.000000Z",
-          "window_end": "2026-01-01T01:00:30.000000Z", "confidence": "medium"},
+          "window_end": "2026-01-01T01:00:30.000000Z", "confidence": "medium", "lag_seconds": 150.0,
+          "lag_seconds_kind": "bounded"},
          {"cluster": "c1", "group": "ok", "topic": "t", "partition": 1, "status": "OK", "lag": 0,
           "committed_offset": 5, "log_end_offset": 5, "reason": "Caught up (lag 0)."}]
     g = [{"cluster": "c1", "group": HOSTILE, "status": "STOPPED", "total_lag": 40, "counts": {"STOPPED": 1},
           "rebalance_storm": True}]
     s = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED",
-          "points": [{"t": "a", "lag": 10}, {"t": "b", "lag": 40}]}]
+          "points": [{"t": "2026-01-01T00:58:00.000000Z", "lag": 10}, {"t": "2026-01-01T01:00:30.000000Z", "lag": 40}]}]
     _write(tmp_path, f, g, s)
     report = StuckReport.load(tmp_path, "2m")
     html_path, md_path = report.render(tmp_path)
@@ -34,16 +35,25 @@ def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
     assert "since 2026\\-01\\-01T00\\:58\\:00\\.000000Z (2m before the judgement) · confidence medium" in md
     assert "(2m before)<br>confidence medium" in html
     alerts = report.alerts()
-    assert any(a.startswith("STOPPED c1 group") and "expires in 3h 2m) since 2026-01-01T00:58:00.000000Z (medium "
+    assert any(a.startswith("STOPPED c1 group") and "lag 40 records, at least 2m 30s behind (offset "
+               "expires in 3h 2m) since 2026-01-01T00:58:00.000000Z (medium "
                "confidence)" in a for a in alerts)
     assert any(a.startswith("REBALANCE_STORM c1") for a in alerts)
     assert len(alerts) == 2  # the OK partition does not alert
 
 
 def test_helpers():
-    assert sparkline([{"lag": 1}]) == ""
-    svg = sparkline([{"lag": 0}, {"lag": 5}, {"lag": None}, {"lag": 10}])
-    assert svg.startswith("<svg") and "lag from 0 to 10" in svg
+    assert lag_chart([{"t": "2026-01-01T00:00:00Z", "lag": 1}]) == ""
+    svg = lag_chart([{"t": "2026-01-01T00:00:00.000000Z", "lag": 0}, {"t": "2026-01-01T00:01:00Z", "lag": 5},
+                     {"t": "2026-01-01T00:01:30Z", "lag": None}, {"t": "2026-01-01T00:02:00Z", "lag": 3578}])
+    assert svg.startswith("<svg") and "lag from 0 to 3,578 records between 00:00:00 and 00:02:00 UTC" in svg
+    assert ">3,578</text>" in svg and ">records</text>" in svg and "time (UTC), 2m shown" in svg
+    # points are placed by time: the 1-minute point sits in the middle of the x axis
+    assert " 172.0," in svg
+    assert behind({"lag": 3578, "lag_seconds": 420.0, "lag_seconds_kind": "interpolated",
+                   "lag_seconds_error": 10.0}) == "3,578 records, about 7 min behind"
+    assert behind({"lag": 1, "lag_seconds": 7500, "lag_seconds_kind": "bounded"}) == "1 record, at least 2h 5m behind"
+    assert behind({"lag": 40}) == "40 records" and behind({"lag": None}) == "lag unknown"
     assert humanize(90061) == "1d 1h" and humanize(59) == "0m" and humanize(None) == "unknown"
 
 

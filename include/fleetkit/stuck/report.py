@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetkit.stuck import rules as stuck
+from fleetkit.stuck.timelag import TimeLag
 from fleetkit.core.datasets import read_jsonl
 from fleetkit.core.render import render
 
@@ -15,16 +16,42 @@ from fleetkit.core.render import render
 REPORT_LIMIT = 500  # partitions listed in a report; findings.jsonl has them all
 
 
-def sparkline(points: list[dict], width: int = 220, height: int = 40) -> str:
-    """An inline SVG of lag over time. Only numbers go into it (no names)."""
-    lags = [p.get("lag") for p in points if p.get("lag") is not None]
-    if len(lags) < 2:
+def _epoch(iso: str | None) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def lag_chart(points: list[dict], width: int = 300, height: int = 96) -> str:
+    """An inline SVG of lag (records) over time (UTC), with axes, their units and end labels. Only
+    numbers and times this module formats go into it (no names)."""
+    pts = [(_epoch(p.get("t")), p["lag"]) for p in points if p.get("lag") is not None]
+    pts = [(t, v) for t, v in pts if t is not None]
+    if len(pts) < 2:
         return ""
-    top = max(max(lags), 1)
-    step = width / (len(lags) - 1)
-    coords = " ".join(f"{i * step:.1f},{height - 2 - (v / top) * (height - 4):.1f}" for i, v in enumerate(lags))
+    left, right, top_m, bottom = 52, 8, 8, 30
+    w, h = width - left - right, height - top_m - bottom
+    t0, t1 = pts[0][0], pts[-1][0]
+    span = max(t1 - t0, 1e-9)
+    top = max(max(v for _, v in pts), 1)
+    coords = " ".join(f"{left + (t - t0) / span * w:.1f},{top_m + h - (v / top) * h:.1f}" for t, v in pts)
+
+    def hhmmss(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%H:%M:%S")
+
+    axis = f"M{left},{top_m} V{top_m + h} H{left + w}"
+    label = f"lag from {int(pts[0][1]):,} to {int(pts[-1][1]):,} records between {hhmmss(t0)} and {hhmmss(t1)} UTC"
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-            f'aria-label="lag from {int(lags[0])} to {int(lags[-1])}">'
+            f'aria-label="{label}" font-size="9" font-family="sans-serif">'
+            f'<path d="{axis}" stroke="#555" fill="none"/>'
+            f'<text x="{left - 3}" y="{top_m + 7}" text-anchor="end">{int(top):,}</text>'
+            f'<text x="{left - 3}" y="{top_m + h}" text-anchor="end">0</text>'
+            f'<text x="{left - 3}" y="{top_m + h / 2 + 3:.0f}" text-anchor="end">records</text>'
+            f'<text x="{left}" y="{top_m + h + 11}">{hhmmss(t0)}</text>'
+            f'<text x="{left + w}" y="{top_m + h + 11}" text-anchor="end">{hhmmss(t1)}</text>'
+            f'<text x="{left + w / 2:.0f}" y="{top_m + h + 22}" text-anchor="middle">time (UTC), '
+            f'{humanize(t1 - t0) if t1 - t0 >= 60 else f"{int(t1 - t0)}s"} shown</text>'
             f'<polyline fill="none" stroke="#c0392b" stroke-width="2" points="{coords}"/></svg>')
 
 
@@ -37,6 +64,17 @@ def humanize(seconds: float | None) -> str:
     h, s = divmod(s, 3600)
     m, _ = divmod(s, 60)
     return sign + (f"{d}d {h}h" if d else f"{h}h {m}m" if h else f"{m}m")
+
+
+def behind(f: dict) -> str:
+    """'3,578 records, about 7 min behind' for a finding (the job's lag and lag_seconds columns)."""
+    if f.get("lag") is None:
+        return "lag unknown"
+    records = f"{int(f['lag']):,} record{'s' if f['lag'] != 1 else ''}"
+    kind = f.get("lag_seconds_kind")
+    if not kind:
+        return records
+    return f"{records}, {TimeLag(f.get('lag_seconds'), kind, f.get('lag_seconds_error')).describe()}"
 
 
 def _ago(since: str | None, as_of: str | None) -> str | None:
@@ -75,7 +113,8 @@ class StuckReport:
         for f in rows:
             f["source"] = f.get("source") or "kafka"  # findings written before the column: Kafka groups
             points = self.series.get((f["cluster"], f["source"], f["group"], f["topic"], f["partition"]), [])
-            f["chart"] = sparkline(points)
+            f["chart"] = lag_chart(points)
+            f["behind"] = behind(f)
             f["expires_in"] = humanize(f.get("expires_in_seconds")) if f["status"] == "STOPPED" else None
             f["since"] = f.get("stalled_since") or f.get("stopped_since")
             f["confidence"] = f.get("confidence")
@@ -105,7 +144,7 @@ class StuckReport:
                 what = "group" if f["source"] == "kafka" else f"{f['source']} group" if f["source"] == "zookeeper" \
                     else f"{f['source']} spout"
                 lines.append(f"{f['status']} {f['cluster']} {what} {f['group']!r} {f['topic']}-{f['partition']} "
-                             f"lag {f['lag']}{extra}: {f['reason']}")
+                             f"lag {f['behind']}{extra}: {f['reason']}")
         for g in self.groups:
             if g.get("rebalance_storm"):
                 lines.append(f"REBALANCE_STORM {g['cluster']} group {g['group']!r}: rebalancing in at least half "
