@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import os
 import statistics
 import sys
 import threading

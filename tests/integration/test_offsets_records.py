@@ -5,7 +5,6 @@ consumer-protocol (KIP-848) group."""
 
 from __future__ import annotations
 
-import pytest
 
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.collection.offsets_topic import read_records

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 
 from fleetkit.clients import wire
 from fleetkit.clients.offsets_leaders import offsets_topic_state

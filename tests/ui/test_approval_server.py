@@ -126,7 +126,6 @@ def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
 
 def test_a_cli_rollback_is_requested_by_the_os_user_and_approved_by_another(case, capsys, monkeypatch):
     import getpass
-    import json
 
     from fleetctl.cli import main
 

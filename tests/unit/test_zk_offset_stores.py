@@ -4,7 +4,6 @@ JSON, the snapshot rows and the stuck rules over a store that registers no membe
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import pytest
 
