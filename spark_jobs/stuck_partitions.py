@@ -98,6 +98,7 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
         F.percentile(change_gap, F.lit(0.5)).alias("change_gap"),
         F.max_by("commit_interval_seconds", wts).alias("commit_interval"),
         F.max_by(F.col("committed_at").cast("double"), wts).alias("committed_at"),
+        F.max_by(F.col("committed_record_timestamp").cast("double"), wts).alias("record_ts"),
         (F.count(F.lit(1)) - F.coalesce(F.max(brk_rn), F.lit(0))).alias("streak"),
         F.min(F.when(F.col("rn") > F.coalesce(F.col("last_brk"), F.lit(0)), secs)).alias("streak_start"),
         F.max_by(secs, brk_rn).alias("before_at"),
@@ -142,16 +143,18 @@ def log_end_history(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
 
 
 def with_time_lag(findings: DataFrame, history: DataFrame, as_of: dt.datetime) -> DataFrame:
-    """lag_seconds / lag_seconds_kind / lag_seconds_error (fleetkit.stuck.timelag) of each finding."""
+    """lag_seconds / lag_seconds_kind / lag_seconds_error (fleetkit.stuck.timelag) of each finding,
+    from the partition's log end history and the timestamp of the record at the committed offset
+    (`record_ts`, dropped here)."""
     at = as_of.timestamp()
 
     @F.udf(returnType=_TIME_LAG)
-    def time_lag(committed, points):
-        est = timelag.estimate(committed, [(p["t"], p["e"]) for p in (points or [])], at)
+    def time_lag(committed, points, record_ts):
+        est = timelag.estimate(committed, [(p["t"], p["e"]) for p in (points or [])], at, record_ts)
         return est.seconds, est.kind, est.error_seconds
 
-    est = time_lag(F.col("committed_offset"), F.col("log_end_history"))
-    return (findings.join(history, TP, "left").withColumn("time_lag", est).drop("log_end_history")
+    est = time_lag(F.col("committed_offset"), F.col("log_end_history"), F.col("record_ts"))
+    return (findings.join(history, TP, "left").withColumn("time_lag", est).drop("log_end_history", "record_ts")
             .withColumn("lag_seconds", F.col("time_lag.seconds"))
             .withColumn("lag_seconds_kind", F.col("time_lag.kind"))
             .withColumn("lag_seconds_error", F.col("time_lag.error")).drop("time_lag"))
@@ -175,6 +178,7 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
                F.col("verdict.reason").alias("reason"),
                F.col("unchanged_since"),
                F.col("verdict.confidence").alias("confidence"),
+               F.col("record_ts"),
                F.when(F.col("verdict.status").isin("STALLED", "FROZEN"),
                       F.timestamp_seconds(F.col("verdict.since"))).alias("stalled_since"),
                F.when(F.col("verdict.status") == "STOPPED",

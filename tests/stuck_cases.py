@@ -79,8 +79,11 @@ CASES = [
      snaps((7, 9), (7, 9), (7, 9), step=200, assigned=None, group_state="PreparingRebalance"), "STOPPED",
      "Without a member known to hold the partition the frozen offset counts as stopped (assigned is not true)."),
     (12, "consumer at half the produce rate (Burrow said OK; lag 99 -> 5,124 measured here)",
-     snaps((1000, 1099), (2000, 3099), (3000, 5099), (4000, 7099), (5000, 10124), step=100), "LAGGING",
-     "Lag grew by 5,025 while 9,025 records arrived: far above 5 % of what was produced."),
+     snaps((1000, 1099), (2000, 3099), (3000, 5099), (4000, 7099),
+           (5000, 10124, {"committed_record_timestamp": at(150)}), step=100), "LAGGING",
+     "Lag grew by 5,025 while 9,025 records arrived: far above 5 % of what was produced. (The record at "
+     "5,000 carries timestamp +150 s, inside the bracket the log end history gives it (+100 s, +200 s]: "
+     "its time lag is exact, 250 s.)"),
     (13, "lag climbing to 200k (Burrow #738 never warned)",
      snaps((0, 10_000), (10_000, 80_000), (20_000, 150_000), (30_000, 230_000), step=100), "LAGGING",
      "Lag 10,000 -> 200,000, never decreasing, while the consumer advanced."),

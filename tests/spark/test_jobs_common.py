@@ -34,6 +34,7 @@ HAND_WRITTEN = {
         T.StructField("group_type", T.StringType()), T.StructField("source", T.StringType()),
         T.StructField("member_epoch", T.IntegerType()),
         T.StructField("committed_at", T.TimestampType()), T.StructField("commit_interval_seconds", T.DoubleType()),
+        T.StructField("committed_record_timestamp", T.TimestampType()),
     ]),
     "group_coordinators": T.StructType([
         T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),

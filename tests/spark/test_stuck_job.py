@@ -33,7 +33,8 @@ def case_rows() -> list[dict]:
             rows.append({"cluster": "c1", "group": f"case-{number:02d}", "topic": f"t-{number:02d}", "partition": 0,
                          "member_client_id": None, "member_host": None, **r,
                          "observed_at": r["observed_at"] + shift,
-                         "committed_at": r["committed_at"] + shift if r.get("committed_at") else None})
+                         **{k: r[k] + shift if r.get(k) else None
+                            for k in ("committed_at", "committed_record_timestamp")}})
     return rows
 
 
@@ -41,7 +42,8 @@ def to_jsonl(rows, path: Path) -> Path:
     with open(path, "w") as f:
         for r in rows:
             f.write(json.dumps({**r, **{k: r[k].isoformat().replace("+00:00", "Z")
-                                        for k in ("observed_at", "committed_at") if r.get(k)}}) + "\n")
+                                        for k in ("observed_at", "committed_at", "committed_record_timestamp")
+                                        if r.get(k)}}) + "\n")
     return path
 
 
@@ -73,6 +75,8 @@ def test_rule_table_through_spark(spark):
             (pytest.approx(want.seconds) if want.seconds is not None else None, want.kind,
              pytest.approx(want.error_seconds) if want.error_seconds is not None else None), g
     assert kinds == {"exact", "interpolated", "bounded", "unknown"}
+    # the record timestamp of case 12 makes its time lag exact: 250 s (its why says so)
+    assert (rows["case-12"]["lag_seconds"], rows["case-12"]["lag_seconds_kind"]) == (250.0, "exact")
     # since when and how sure, as the pure rules say (times shifted like the rows)
     for number, (since, confidence) in SINCE.items():
         case = next(c for c in CASES if c[0] == number)

@@ -117,3 +117,20 @@ def test_snapshot_files_written_before_group_type_stay_readable(tmp_path):
     rows = read_dataset(DataRoot(str(tmp_path)), "offsets_snapshots").to_pylist()
     assert [(r["group"], r["committed_offset"], r["group_state"], r["group_type"]) for r in rows] == \
         [(G, 7, "Dead", None)]
+
+
+def test_record_reads_pick_lagging_positions_largest_lag_first_one_per_partition_per_round():
+    from fleetkit.collection.groups import record_reads
+
+    def row(group, partition, committed, end, start=0, source=None):
+        return {"group": group, "topic": "t ĝ", "partition": partition, "committed_offset": committed,
+                "log_start_offset": start, "log_end_offset": end, "source": source}
+
+    rows = [row("a", 0, 3, 10), row(G, 0, 3, 10),  # same position: one read
+            row("b", 0, 7, 10),                    # same partition, another offset: a second round
+            row("c", 1, 2, 10),                    # the largest lag: first
+            row("caught up", 2, 10, 10), row("no commit", 2, None, 10),
+            row("out of range", 1, 1, 10, start=5), row("zk", 1, 0, 10, source="zookeeper")]
+    assert record_reads(rows, 100) == [{("t ĝ", 1): 2, ("t ĝ", 0): 3}, {("t ĝ", 0): 7}]
+    assert record_reads(rows, 2) == [{("t ĝ", 1): 2, ("t ĝ", 0): 3}]
+    assert record_reads(rows, 0) == []

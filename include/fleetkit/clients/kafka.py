@@ -517,5 +517,48 @@ class KafkaCluster:
         finally:
             c.close()
 
+    def record_timestamps(self, positions: dict[tuple[str, int], int],
+                          timeout: float = 5.0) -> dict[tuple[str, int], float | None]:
+        """The timestamp (epoch seconds, CreateTime or LogAppendTime as the topic keeps it) of the
+        record at each (topic, partition) -> offset, read with one consumer that takes the first
+        record of each partition and pauses it; None where the record carries no timestamp (0.9's
+        message format), could not be read within `timeout`, or the read failed. Only offsets, keys
+        and timestamps are looked at; small fetches keep the cost bounded."""
+        import uuid
+
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
+
+        out: dict[tuple[str, int], float | None] = {tp: None for tp in positions}
+        if not positions:
+            return out
+        c = Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
+                                           "enable.auto.commit": False, "auto.offset.reset": "error",
+                                           "fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 64 << 10,
+                                           "enable.partition.eof": False}))
+        waiting = set(positions)
+        try:
+            c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
+            deadline = time.monotonic() + timeout
+            while waiting and time.monotonic() < deadline:
+                for msg in c.consume(num_messages=500, timeout=0.5):
+                    tp = (msg.topic(), msg.partition())
+                    if tp not in waiting:
+                        continue
+                    waiting.discard(tp)
+                    c.pause([TopicPartition(*tp)])
+                    if msg.error() is not None or msg.offset() != positions[tp]:
+                        continue  # an error, or the record was compacted away: no timestamp for it
+                    ts_type, ts = msg.timestamp()
+                    if ts_type != TIMESTAMP_NOT_AVAILABLE and ts is not None and ts >= 0:
+                        out[tp] = ts / 1000.0
+            if waiting:
+                log.info("cluster %s: record timestamps: %d of %d partition(s) not read within %.0fs",
+                         self.name, len(waiting), len(positions), timeout)
+        except KafkaException as e:
+            log.warning("cluster %s: record timestamps not readable: %s", self.name, error_name(e))
+        finally:
+            c.close()
+        return out
+
     def close(self) -> None:
         self._admin = None

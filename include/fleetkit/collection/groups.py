@@ -29,6 +29,10 @@ from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
 #: the first Kafka version whose brokers list groups that only commit (they keep them, Empty)
 LISTS_COMMIT_ONLY_GROUPS_SINCE = (0, 10, 1)
+#: message format v1 (0.10.0) added record timestamps; 0.9's records carry none
+RECORD_TIMESTAMPS_SINCE = (0, 10, 0)
+#: records read per collection for their timestamps (the time lag's refinement)
+RECORD_TIMESTAMP_BUDGET = 100
 
 log = logging.getLogger(__name__)
 
@@ -229,6 +233,54 @@ def state_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "known_groups.json")
 
 
+def record_reads(rows: list[dict], budget: int) -> list[dict[tuple[str, int], int]]:
+    """The reads `add_record_timestamps` makes: the distinct (topic, partition, committed offset) of
+    Kafka-stored rows with lag > 0 and the offset inside the log, the largest lags first, at most
+    `budget` of them, packed into rounds of one position per partition (a consumer holds one)."""
+    wanted: dict[tuple[str, int, int], int] = {}
+    for r in rows:
+        c, start, end = r.get("committed_offset"), r.get("log_start_offset"), r.get("log_end_offset")
+        if (r.get("source") or "kafka") != "kafka" or c is None or end is None or c >= end:
+            continue
+        if start is not None and c < start:
+            continue
+        key = (r["topic"], r["partition"], c)
+        wanted[key] = max(wanted.get(key, 0), end - c)
+    rounds: list[dict[tuple[str, int], int]] = []
+    for t, p, c in sorted(wanted, key=lambda k: (-wanted[k], k))[:max(0, budget)]:
+        for positions in rounds:
+            if (t, p) not in positions:
+                positions[(t, p)] = c
+                break
+        else:
+            rounds.append({(t, p): c})
+    return rounds
+
+
+def add_record_timestamps(cluster: str, kafka: KafkaCluster, rows: list[dict],
+                          budget: int = RECORD_TIMESTAMP_BUDGET) -> int:
+    """Fill `committed_record_timestamp` (the timestamp of the record at the committed offset, the
+    next one the group reads) of Kafka-stored rows with lag > 0, for at most `budget` positions a
+    collection (`record_reads`); groups at the same offset of a partition share one read. Returns
+    how many rows got one. The time lag trusts it only inside the bracket the log end history
+    gives (fleetkit.stuck.timelag)."""
+    rounds = record_reads(rows, budget)
+    found: dict[tuple[str, int, int], float] = {}
+    for positions in rounds:
+        for (t, p), ts in kafka.record_timestamps(positions).items():
+            if ts is not None:
+                found[(t, p, positions[(t, p)])] = ts
+    n = 0
+    for r in rows:
+        ts = found.get((r["topic"], r["partition"], r.get("committed_offset")))
+        if ts is not None and (r.get("source") or "kafka") == "kafka":
+            r["committed_record_timestamp"] = dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+            n += 1
+    log.info("cluster %s: record timestamps found for %d of %d position(s) read (budget %d), %d row(s)",
+             cluster, len(found), sum(len(r) for r in rounds), budget, n)
+    return n
+
+
 def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                       root: DataRoot, retention_days: int = DEFAULT_RETENTION_DAYS,
                       now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
@@ -253,6 +305,8 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     timed = add_commit_times(result.rows["offsets_snapshots"], index.times)
     log.info("cluster %s: commit times known for %d of %d snapshot row(s)", cluster.name, timed,
              len(result.rows["offsets_snapshots"]))
+    if cluster.version_tuple >= RECORD_TIMESTAMPS_SINCE:
+        add_record_timestamps(cluster.name, kafka, result.rows["offsets_snapshots"], RECORD_TIMESTAMP_BUDGET)
     add_store_rows(cluster, kafka, store_clients, result.rows, result.observed_at, result.problems)
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)

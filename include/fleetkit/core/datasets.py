@@ -52,6 +52,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # offset do not move it) and the partition's typical seconds between offset changes; null
         # where unknown (ZooKeeper and Storm stores, a commit log not read up to it yet, older files)
         ("committed_at", TS), ("commit_interval_seconds", pa.float64()),
+        # the timestamp of the record at the committed offset (collection.groups.add_record_timestamps,
+        # 0.10+, a bounded number of reads per collection); null where not read or caught up
+        ("committed_record_timestamp", TS),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -77,6 +77,18 @@ def behind(f: dict) -> str:
     return f"{records}, {TimeLag(f.get('lag_seconds'), kind, f.get('lag_seconds_error')).describe()}"
 
 
+def readable_time(iso: str | None) -> str | None:
+    """'2026-01-01 00:58:00 UTC' for an ISO-8601 time as the job writes it (unchanged if unparsable)."""
+    if not iso:
+        return None
+    try:
+        t = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    t = t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
+    return t.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _ago(since: str | None, as_of: str | None) -> str | None:
     """'3m' for an ISO-8601 `since` three minutes before `as_of` (both as the job writes them)."""
     if not since or not as_of:
@@ -116,9 +128,10 @@ class StuckReport:
             f["chart"] = lag_chart(points)
             f["behind"] = behind(f)
             f["expires_in"] = humanize(f.get("expires_in_seconds")) if f["status"] == "STOPPED" else None
-            f["since"] = f.get("stalled_since") or f.get("stopped_since")
+            since = f.get("stalled_since") or f.get("stopped_since")
+            f["since"] = readable_time(since)
             f["confidence"] = f.get("confidence")
-            f["since_ago"] = _ago(f["since"], f.get("window_end"))
+            f["since_ago"] = _ago(since, f.get("window_end"))
         return sorted(rows, key=lambda f: (order[f["status"]], f["cluster"], f["source"], f["group"], f["topic"],
                                            f["partition"]))
 

@@ -109,5 +109,6 @@ def for_rows(rows: list[dict], as_of_epoch: float) -> TimeLag:
                  default=None)
     if latest is None:
         return TimeLag(None, "unknown")
+    record_ts = latest.get("committed_record_timestamp")
     return estimate(latest["committed_offset"], [(r["observed_at"].timestamp(), r.get("log_end_offset")) for r in mine],
-                    as_of_epoch)
+                    as_of_epoch, None if record_ts is None else record_ts.timestamp())
