@@ -202,19 +202,49 @@ def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime
               .groupBy(*GK).agg(F.min("rank").alias("rank")))
     lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
     lo = as_of - window
+    # one row per snapshot time: the group's state and its rebalance history (collection.rebalances)
     states = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-              .groupBy(*GK, "observed_at").agg(F.first("group_state", ignorenulls=True).alias("state")))
-    storm = states.groupBy(*GK).agg(
+              .groupBy(*GK, "observed_at").agg(
+                  F.first("group_state", ignorenulls=True).alias("state"),
+                  *[F.first(c, ignorenulls=True).alias(c) for c in ("generation", "rejoins", "rejoin_cause",
+                                                                      "assignor")]))
+    at = F.col("observed_at")
+    facts = states.groupBy(*GK).agg(
         F.count(F.lit(1)).alias("times"),
-        F.sum(F.when(F.col("state").isin(*stuck.REBALANCING), 1).otherwise(0)).alias("rebalancing"))
+        F.sum(F.when(F.col("state").isin(*stuck.REBALANCING), 1).otherwise(0)).alias("rebalancing"),
+        F.coalesce(F.max("generation") - F.min("generation"), F.lit(0)).alias("rebalances"),
+        F.coalesce(F.max("rejoins") - F.min("rejoins"), F.lit(0)).alias("rejoins"),
+        F.max_by("rejoin_cause", F.when(F.col("rejoin_cause").isNotNull(), at)).alias("cause"),
+        F.max_by("assignor", F.when(F.col("assignor").isNotNull(), at)).alias("assignor"))
+    verdict = _storm_udf()(*[F.col(c) for c in ("times", "rebalancing", "rebalances", "rejoins", "cause",
+                                                 "assignor")])
     order = F.array(*[F.lit(s) for s in stuck.GROUP_ORDER])
     return (counts.join(lag, GK).join(ranked, GK, "left")
-            .join(storm, GK, "left")
+            .join(facts.withColumn("v", verdict), GK, "left")
             .select(*GK,
                     F.coalesce(F.element_at(order, F.col("rank").cast("int")), F.lit("OK")).alias("status"),
                     "total_lag", "counts",
-                    F.coalesce((F.col("times") >= 3) & (F.col("rebalancing") * 2 >= F.col("times")),
-                               F.lit(False)).alias("rebalance_storm")))
+                    F.coalesce(F.col("v.storm"), F.lit(False)).alias("rebalance_storm"),
+                    F.col("v.kind").alias("storm_kind"),
+                    F.coalesce(F.col("v.rebalances"), F.lit(0)).alias("rebalances"),
+                    F.coalesce(F.col("v.rejoins"), F.lit(0)).alias("rejoins"),
+                    F.col("v.group_wide_stop").alias("group_wide_stop"),
+                    F.col("v.fix").alias("storm_fix")))
+
+
+_STORM = T.StructType([T.StructField("storm", T.BooleanType()), T.StructField("kind", T.StringType()),
+                       T.StructField("rebalances", T.IntegerType()), T.StructField("rejoins", T.IntegerType()),
+                       T.StructField("group_wide_stop", T.BooleanType()), T.StructField("fix", T.StringType())])
+
+
+def _storm_udf():
+    @F.udf(returnType=_STORM)
+    def storm(times, rebalancing, rebalances, rejoins, cause, assignor):
+        v = stuck.storm_verdict(times or 0, rebalancing or 0, int(rebalances or 0), int(rejoins or 0), cause,
+                                assignor)
+        return tuple(v)
+
+    return storm
 
 
 def with_source(snapshots: DataFrame) -> DataFrame:

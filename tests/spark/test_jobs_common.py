@@ -35,6 +35,8 @@ HAND_WRITTEN = {
         T.StructField("member_epoch", T.IntegerType()),
         T.StructField("committed_at", T.TimestampType()), T.StructField("commit_interval_seconds", T.DoubleType()),
         T.StructField("committed_record_timestamp", T.TimestampType()),
+        T.StructField("generation", T.IntegerType()), T.StructField("rejoins", T.IntegerType()),
+        T.StructField("rejoin_cause", T.StringType()), T.StructField("assignor", T.StringType()),
     ]),
     "group_coordinators": T.StructType([
         T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),

@@ -86,6 +86,47 @@ def test_rule_table_through_spark(spark):
         assert (r["stalled_since"] or r["stopped_since"], r["confidence"]) == (want, confidence), f"case {number}"
 
 
+STORM_GROUPS = {
+    # group: per snapshot (generation, rejoins, latest rejoin cause), assignor, why
+    "poll-eager": ([(10, 4, "restart"), (12, 5, "poll_interval"), (14, 6, "poll_interval")], "range",
+                   "two rejoins in the window, the latest after ~max.poll.interval.ms; eager: group-wide stops"),
+    "poll-coop": ([(3, 1, None), (5, 2, "poll_interval"), (7, 3, "poll_interval")], "cooperative-sticky",
+                  "the same storm with the cooperative assignor: no group-wide stop"),
+    "static-restarts": ([(1, 0, None), (1, 0, None), (1, 0, None)], "range",
+                        "static members replaced within their session: no rebalance, no rejoin"),
+    "one-restart": ([(4, 0, None), (6, 1, "restart"), (6, 1, "restart")], "range", "one restart is no storm"),
+}
+
+
+def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
+    # (before the tests that run main(): it stops the session)
+    from stuck_partitions import evaluate
+
+    from jobs_common import SNAPSHOT_SCHEMA
+
+    rows = []
+    for group, (points, assignor, _) in STORM_GROUPS.items():
+        for i, (generation, rejoins, cause) in enumerate(points):
+            for p in range(2):
+                rows.append({"cluster": "c1", "group": group, "topic": "t", "partition": p,
+                             "observed_at": AS_OF - dt.timedelta(seconds=10 * (len(points) - 1 - i)),
+                             "committed_offset": 5, "log_start_offset": 0, "log_end_offset": 5,
+                             "group_state": "Stable", "assigned": True, "generation": generation,
+                             "rejoins": rejoins, "rejoin_cause": cause, "assignor": assignor})
+    df = spark.createDataFrame([tuple(r.get(f.name) for f in SNAPSHOT_SCHEMA.fields) for r in rows], SNAPSHOT_SCHEMA)
+    _, groups, _ = evaluate(df, WINDOW)
+    got = {g["group"]: g for g in groups.collect()}
+    from fleetkit.stuck import rules as stuck
+
+    for group, (_, _, why) in STORM_GROUPS.items():
+        want = stuck.storm([r for r in rows if r["group"] == group])
+        g = got[group]
+        assert (g["rebalance_storm"], g["storm_kind"], g["rebalances"], g["rejoins"], g["group_wide_stop"],
+                g["storm_fix"]) == tuple(want), f"{group}: {why}"
+    assert [gr for gr in STORM_GROUPS if got[gr]["rebalance_storm"]] == ["poll-eager", "poll-coop"]
+    assert got["poll-coop"]["group_wide_stop"] is False and "max.poll.records" in got["poll-coop"]["storm_fix"]
+
+
 def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path):
     from stuck_partitions import main
 

@@ -289,6 +289,7 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     from fleetkit.collection.zk_offsets import add_store_rows
 
     from fleetkit.collection.offsets_topic import add_commit_times, commit_index
+    from fleetkit.collection.rebalances import add_generations
 
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
     committed: set[str] = set()
@@ -303,6 +304,7 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     index = commit_index(cluster, kafka, root)
     result.problems[:0] = problems + [p for p in index.problems if p not in problems]
     timed = add_commit_times(result.rows["offsets_snapshots"], index.times)
+    add_generations(result.rows["offsets_snapshots"], index.generations)
     log.info("cluster %s: commit times known for %d of %d snapshot row(s)", cluster.name, timed,
              len(result.rows["offsets_snapshots"]))
     if cluster.version_tuple >= RECORD_TIMESTAMPS_SINCE:

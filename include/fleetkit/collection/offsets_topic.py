@@ -34,6 +34,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.offsets_codec import DecodeError, decode
+from fleetkit.collection import rebalances
 from fleetkit.core.datasets import DataRoot, Staging, utcnow
 from fleetkit.core.errors import ClusterUnreachable
 from fleetkit.core.fleet import Cluster
@@ -79,10 +80,14 @@ def record_row(cluster: str, partition: int, offset: int, observed_at: dt.dateti
            "expire_timestamp": d.get("expire_timestamp"), "tombstone": d["tombstone"],
            "size_bytes": len(key) + (len(value) if value is not None else 0),
            "generation": d.get("generation"), "protocol_type": d.get("protocol_type"),
-           "protocol": d.get("protocol"), "leader": d.get("leader"), "members": None}
+           "protocol": d.get("protocol"), "leader": d.get("leader"), "members": None,
+           # not in the dataset; the rebalance history reads them (collection.rebalances)
+           "state_timestamp": d.get("current_state_timestamp")}
     if d.get("members") is not None:
         row["members"] = [{"client_id": m.get("client_id"), "client_host": m.get("client_host"),
-                           "member_id": m.get("member_id")} for m in d["members"]]
+                           "member_id": m.get("member_id"), "group_instance_id": m.get("group_instance_id"),
+                           "rebalance_timeout": m.get("rebalance_timeout"),
+                           "session_timeout": m.get("session_timeout")} for m in d["members"]]
     return row
 
 
@@ -579,6 +584,7 @@ class CommitIndex:
     groups: set[str]                         # groups with live commits
     times: dict[str, dict[str, list]]        # fold_commit_times' state
     problems: list[str]
+    generations: dict[str, dict] = field(default_factory=dict)  # collection.rebalances' state
 
 
 def commit_index(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
@@ -593,12 +599,15 @@ def commit_index(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     positions = {int(k): int(v) for k, v in (state.get("positions") or {}).items()}
     index: dict[str, dict[str, int | None]] = {g: dict(keys) for g, keys in (state.get("groups") or {}).items()}
     times: dict[str, dict[str, list]] = {g: dict(keys) for g, keys in (state.get("times") or {}).items()}
+    generations: dict[str, dict] = dict(state.get("generations") or {})
     folded = [0]
+    read_ms = int(time.time() * 1000)
 
     def fold(rows: list[dict]) -> None:
         folded[0] += len(rows)
         fold_live_commits(index, rows, retention_ms)
         fold_commit_times(times, rows)
+        rebalances.fold_generations(generations, rows, read_ms)
 
     res = read_records(cluster.name, kafka, list(range(cluster.offsets_topic_partitions)), positions,
                        max_records=max_records, sink=fold)
@@ -610,11 +619,12 @@ def commit_index(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     prune_expired(index, now_ms)
     times = {g: {k: v for k, v in keys.items() if k in index.get(g, {})} for g, keys in times.items() if g in index}
     times = {g: keys for g, keys in times.items() if keys}
+    rebalances.prune(generations, now_ms)
     root.write_json_atomic(path, {"positions": {str(k): v for k, v in res.positions.items()}, "groups": index,
-                                  "times": times})
+                                  "times": times, "generations": generations})
     log.info("cluster %s: %d group(s) with live commits in %s (%.1fs)", cluster.name, len(index), OFFSETS_TOPIC,
              res.seconds)
-    return CommitIndex(live_groups(index, now_ms), times, res.problems)
+    return CommitIndex(live_groups(index, now_ms), times, res.problems, generations)
 
 
 def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,

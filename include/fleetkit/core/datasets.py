@@ -55,6 +55,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         # the timestamp of the record at the committed offset (collection.groups.add_record_timestamps,
         # 0.10+, a bounded number of reads per collection); null where not read or caught up
         ("committed_record_timestamp", TS),
+        # classic groups, from the group-metadata records of __consumer_offsets (collection.rebalances):
+        # the group's generation, its cumulative count of members that left and came back, the cause
+        # of the latest such rejoin (poll_interval | restart | session) and the assignor it uses; null
+        # where unknown (KIP-848 groups, ZooKeeper and Storm stores, older files)
+        ("generation", pa.int32()), ("rejoins", pa.int32()), ("rejoin_cause", pa.string()),
+        ("assignor", pa.string()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

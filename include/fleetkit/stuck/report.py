@@ -77,6 +77,29 @@ def behind(f: dict) -> str:
     return f"{records}, {TimeLag(f.get('lag_seconds'), kind, f.get('lag_seconds_error')).describe()}"
 
 
+STORM_KINDS = {
+    "poll_interval": "members evicted after max.poll.interval.ms while processing a poll's records",
+    "restart": "members leaving and coming back as new members (restarts or session timeouts)",
+    "session": "static members whose session timed out before they came back",
+    "rebalancing": "rebalancing in at least half of the window's snapshots",
+}
+
+
+def storm_what(g: dict) -> str:
+    """The evidence of a group's rebalance storm in one phrase (groups.jsonl fields)."""
+    kind = g.get("storm_kind") or "rebalancing"
+    parts = [STORM_KINDS.get(kind, kind)]
+    if g.get("rejoins"):
+        parts.append(f"{g['rejoins']} rejoin(s)")
+    if g.get("rebalances"):
+        parts.append(f"{g['rebalances']} rebalance(s) in the window")
+    if g.get("group_wide_stop") is True:
+        parts.append("each one stops the whole group")
+    elif g.get("group_wide_stop") is False:
+        parts.append("cooperative: no group-wide stop")
+    return "; ".join(parts)
+
+
 def readable_time(iso: str | None) -> str | None:
     """'2026-01-01 00:58:00 UTC' for an ISO-8601 time as the job writes it (unchanged if unparsable)."""
     if not iso:
@@ -160,14 +183,14 @@ class StuckReport:
                              f"lag {f['behind']}{extra}: {f['reason']}")
         for g in self.groups:
             if g.get("rebalance_storm"):
-                lines.append(f"REBALANCE_STORM {g['cluster']} group {g['group']!r}: rebalancing in at least half "
-                             "of the window's snapshots (slow processing exceeding max.poll.interval.ms?)")
+                fix = g.get("storm_fix") or stuck.STORM_FIXES["rebalancing"]
+                lines.append(f"REBALANCE_STORM {g['cluster']} group {g['group']!r}: {storm_what(g)}. Fix: {fix}")
         return lines
 
     def render(self, out_dir: str | Path) -> tuple[Path, Path]:
         out = Path(out_dir)
         flagged = self.flagged()
-        ctx = {"report": self, "flagged": flagged[:REPORT_LIMIT], "total_flagged": len(flagged),
+        ctx = {"report": self, "flagged": flagged[:REPORT_LIMIT], "total_flagged": len(flagged), "storm_what": storm_what,
                "more": max(0, len(flagged) - REPORT_LIMIT), "clusters": self.clusters(),
                "storms": [g for g in self.groups if g.get("rebalance_storm")]}
         html_path, md_path = out / "report.html", out / "report.md"

@@ -308,10 +308,81 @@ def group_status(statuses: Iterable[str]) -> str:
 def rebalance_storm(states_by_time: dict) -> bool:
     """At least 3 distinct snapshot times, in PreparingRebalance / CompletingRebalance in at least
     half of them."""
-    if len(states_by_time) < 3:
-        return False
     rebalancing = sum(1 for s in states_by_time.values() if s in REBALANCING)
-    return rebalancing * 2 >= len(states_by_time)
+    return storm_verdict(len(states_by_time), rebalancing, 0, 0, None, None).storm
+
+
+#: a group whose members left and came back this many times within the window is in a storm
+STORM_MIN_REJOINS = 2
+COOPERATIVE_ASSIGNORS = ("cooperative-sticky",)
+STORM_FIXES = {
+    "poll_interval": ("members are evicted for exceeding max.poll.interval.ms while they process one poll's "
+                      "records: lower max.poll.records (or speed up processing), or raise max.poll.interval.ms "
+                      "above the slowest batch"),
+    "restart": ("members leave and come back as new members (restarts, crashes, session timeouts): give each "
+                "consumer a static group.instance.id (static membership) and a session.timeout.ms longer than a "
+                "restart"),
+    "session": ("static members still time out before they come back: raise session.timeout.ms above the longest "
+                "restart or pause"),
+    "rebalancing": ("the group was rebalancing in most snapshots: find the members that keep leaving in the "
+                    "consumers' logs"),
+}
+
+
+class Storm(NamedTuple):
+    storm: bool
+    kind: str | None             # poll_interval | restart | session | rebalancing (states only) | None
+    rebalances: int              # generations the group went through in the window
+    rejoins: int                 # members that left and came back in the window
+    group_wide_stop: bool | None  # every rebalance revokes every partition (an eager assignor); None: unknown
+    fix: str | None
+
+
+def eager(assignor: str | None) -> bool | None:
+    """Whether a classic group's assignor revokes everything on each rebalance (None: not known)."""
+    return None if not assignor else assignor not in COOPERATIVE_ASSIGNORS
+
+
+def storm_verdict(times: int, rebalancing: int, rebalances: int, rejoins: int, cause: str | None,
+                  assignor: str | None) -> Storm:
+    """The rebalance-storm verdict of a group from its window's facts: `times` distinct snapshot
+    times, `rebalancing` of them in a rebalancing state, `rebalances` generations and `rejoins`
+    members that left and came back (from __consumer_offsets' group-metadata records), the cause of
+    the latest rejoin and the assignor. A storm: at least STORM_MIN_REJOINS rejoins (seen from two
+    snapshots on), or (without records) >= 3 snapshot times with half of them rebalancing."""
+    wide = eager(assignor)
+    if rejoins >= STORM_MIN_REJOINS:
+        kind = cause if cause in STORM_FIXES else "restart"
+    elif times >= 3 and rebalancing * 2 >= times:
+        kind = "rebalancing"
+    else:
+        return Storm(False, None, rebalances, rejoins, wide, None)
+    fix = STORM_FIXES[kind]
+    if wide:
+        fix += (f"; each rebalance stops the whole group (eager assignor {assignor!r}): use the cooperative-sticky "
+                "assignor or the consumer group protocol (KIP-848, group.protocol=consumer on Kafka 4)")
+    return Storm(True, kind, rebalances, rejoins, wide, fix)
+
+
+def storm(snapshots: list[dict]) -> Storm:
+    """storm_verdict from one group's window of snapshot rows (observed_at, group_state, generation,
+    rejoins, rejoin_cause, assignor), one per partition and time: the Spark job computes the same."""
+    by_time: dict = {}
+    for r in sorted(snapshots, key=lambda r: r["observed_at"]):
+        t = by_time.setdefault(r["observed_at"], {})
+        for k in ("group_state", "generation", "rejoins", "rejoin_cause", "assignor"):
+            if t.get(k) is None and r.get(k) is not None:
+                t[k] = r[k]
+    times = list(by_time.values())
+
+    def spread(k):
+        vals = [t[k] for t in times if t.get(k) is not None]
+        return max(vals) - min(vals) if vals else 0
+
+    last = lambda k: next((t[k] for t in reversed(times) if t.get(k) is not None), None)  # noqa: E731
+    rebalancing = sum(1 for t in times if t.get("group_state") in REBALANCING)
+    return storm_verdict(len(times), rebalancing, spread("generation"), spread("rejoins"), last("rejoin_cause"),
+                         last("assignor"))
 
 
 # -- the pure reduction (the Spark job computes the same facts with window functions) -----------

@@ -1,0 +1,127 @@
+"""Rebalance history from group-metadata records (collection.rebalances) and the storm verdict
+(fleetkit.stuck.rules.storm_verdict / storm): the variants of the slow-processing incident."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from fleetkit.collection.rebalances import add_generations, cause_of, client_key, fold_generations
+from fleetkit.stuck import rules as stuck
+
+G = "storm 'grp' $(x) ĝ"
+
+
+def member(mid, client, instance=None, rt=6000, st=6000):
+    return {"member_id": mid, "client_id": client, "client_host": "/127.0.0.1", "group_instance_id": instance,
+            "rebalance_timeout": rt, "session_timeout": st}
+
+
+T0_MS = 1_790_000_000_000
+
+
+def gen(generation, at_ms, *members, protocol="range", group=G):
+    """A group-metadata record_row at T0 + at_ms (None: a record without current_state_timestamp)."""
+    return {"key_version": 2, "group": group, "generation": generation, "protocol": protocol if members else None,
+            "state_timestamp": None if at_ms is None else T0_MS + at_ms, "members": list(members),
+            "tombstone": False}
+
+
+def fold(*rows, observed_ms=10**9):
+    state: dict = {}
+    fold_generations(state, list(rows), observed_ms)
+    return state
+
+
+def test_poll_interval_evictions_are_rejoins_with_that_cause():
+    b, c = member("b1", "b"), member("c1", "c")
+    s = fold(gen(1, 0, member("a1", "a"), b, c),
+             gen(2, 7_000, b, c),                      # a evicted after ~max.poll.interval.ms (6 s)
+             gen(3, 8_000, member("a2", "a"), b, c),   # and back as a new member
+             gen(4, 15_000, b, c),
+             gen(5, 16_000, member("a3", "a"), b, c))[G]
+    assert (s["generation"], s["rejoins"], s["cause"], s["assignor"]) == (5, 2, "poll_interval", "range")
+
+
+def test_restarts_of_dynamic_members_are_restart_rejoins():
+    b = member("b1", "b", rt=300_000)
+    s = fold(gen(1, 0, member("a1", "a", rt=300_000), b), gen(2, 5_000, b),
+             gen(3, 6_000, member("a2", "a", rt=300_000), b))[G]
+    assert (s["rejoins"], s["cause"]) == (1, "restart")
+
+
+def test_static_member_replaced_within_its_session_is_no_departure():
+    a1, a2, b = member("a1", "a", "inst-a"), member("a2", "a", "inst-a"), member("b1", "b", "inst-b")
+    s = fold(gen(1, 0, a1, b), gen(1, 5_000, a2, b), gen(1, 9_000, member("a3", "a", "inst-a"), b))[G]
+    assert (s["generation"], s["rejoins"], s["cause"]) == (1, 0, None)
+    assert sorted(s["members"]) == ["a3", "b1"]
+
+
+def test_static_member_that_timed_out_rejoins_with_cause_session():
+    b = member("b1", "b", "inst-b")
+    s = fold(gen(1, 0, member("a1", "a", "inst-a"), b), gen(2, 10_000, b),
+             gen(3, 30_000, member("a2", "a", "inst-a"), b))[G]
+    assert (s["rejoins"], s["cause"]) == (1, "session")
+
+
+def test_first_joins_emptying_and_tombstones():
+    a, b = member("a1", "a"), member("b1", "b")
+    s = fold(gen(1, 0, a), gen(2, 1_000, a, b), gen(3, 2_000))  # joins, then everybody leaves
+    assert (s[G]["generation"], s[G]["rejoins"], s[G]["members"], s[G]["assignor"]) == (3, 0, {}, "range")
+    fold_generations(s, [{"key_version": 2, "group": G, "tombstone": True}], 0)
+    assert G not in s
+
+
+def test_records_without_state_timestamp_take_the_read_time():
+    row = gen(1, None, member("a1", "a"))
+    assert fold(row, observed_ms=123_000)[G]["at"] == 123_000
+    # offset commits and KIP-848 records leave the history alone
+    assert fold({"key_version": 1, "group": G, "topic": "t"}, {"key_version": 3, "group": G}) == {}
+
+
+def test_cause_of_tenure_against_the_rebalance_timeout():
+    assert cause_of(6_500, 6_000, 6_000, False) == "poll_interval"
+    assert cause_of(2_000, 6_000, 6_000, False) == "restart"       # well under max.poll.interval.ms
+    assert cause_of(200_000, 6_000, 6_000, False) == "restart"     # stayed far longer
+    assert cause_of(6_500, 6_000, 6_000, True) == "session"
+    assert cause_of(6_500, None, 6_000, False) == "restart"         # 0.9: no rebalance timeout in v0 records
+    assert client_key(member("x", "c", "i")) == "instance:i" and client_key(member("x", "c")) == "client:c@/127.0.0.1"
+
+
+def test_add_generations_fills_kafka_rows_of_known_groups():
+    state = fold(gen(1, 0, member("a1", "a")), gen(2, 7_000), gen(3, 8_000, member("a2", "a")))
+    rows = [{"group": G, "source": None}, {"group": G, "source": "zookeeper"}, {"group": "other", "source": "kafka"}]
+    assert add_generations(rows, state) == 1
+    assert (rows[0]["generation"], rows[0]["rejoins"], rows[0]["rejoin_cause"], rows[0]["assignor"]) == \
+        (3, 1, "poll_interval", "range")
+    assert "generation" not in rows[1] and "generation" not in rows[2]
+
+
+def test_storm_verdict_names_the_fix_that_matches_the_evidence():
+    poll = stuck.storm_verdict(2, 0, 4, 2, "poll_interval", "range")
+    assert (poll.storm, poll.kind, poll.group_wide_stop) == (True, "poll_interval", True)
+    assert "max.poll.records" in poll.fix and "max.poll.interval.ms" in poll.fix and "cooperative-sticky" in poll.fix
+    coop = stuck.storm_verdict(2, 0, 4, 2, "poll_interval", "cooperative-sticky")
+    assert (coop.storm, coop.group_wide_stop) == (True, False)
+    assert "max.poll.records" in coop.fix and "whole group" not in coop.fix
+    restart = stuck.storm_verdict(2, 0, 4, 3, "restart", "roundrobin")
+    assert restart.kind == "restart" and "group.instance.id" in restart.fix
+    assert "session.timeout.ms" in stuck.storm_verdict(2, 0, 4, 2, "session", None).fix
+    assert stuck.storm_verdict(2, 0, 2, 1, "restart", "range").storm is False      # one restart is no storm
+    assert stuck.storm_verdict(5, 0, 0, 0, None, "range") == stuck.Storm(False, None, 0, 0, True, None)
+    states = stuck.storm_verdict(3, 2, 0, 0, None, None)                             # no records: the old rule
+    assert (states.storm, states.kind, states.group_wide_stop) == (True, "rebalancing", None)
+
+
+def test_storm_from_snapshot_rows_counts_growth_within_the_window():
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+    def row(sec, partition, generation, rejoins, cause):
+        return {"observed_at": t0 + dt.timedelta(seconds=sec), "partition": partition, "group_state": "Stable",
+                "generation": generation, "rejoins": rejoins, "rejoin_cause": cause, "assignor": "range"}
+
+    # two snapshots: 10 rejoins before the window count for nothing, 2 inside it make a storm
+    rows = [row(0, 0, 20, 10, "restart"), row(0, 1, 20, 10, "restart"),
+            row(10, 0, 24, 12, "poll_interval"), row(10, 1, 24, 12, "poll_interval")]
+    v = stuck.storm(rows)
+    assert (v.storm, v.kind, v.rebalances, v.rejoins) == (True, "poll_interval", 4, 2)
+    assert stuck.storm(rows[:2]).storm is False
