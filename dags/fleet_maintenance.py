@@ -32,7 +32,8 @@ Every 5 minutes, for **every cluster in the fleet file**:
    connection): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
    OK, INSUFFICIENT_DATA, REWOUND, STALLED (alive, offset frozen: a poison record), STOPPED (no live
    member), LAGGING (falling behind production); groups get their worst status and a rebalance-storm
-   flag. A frozen offset is judged against the partition's own commit rhythm (commit times from
+   flag from the members that left and came back (group-metadata records of `__consumer_offsets`),
+   with the cause (poll interval, restart, session) and the fix it calls for. A frozen offset is judged against the partition's own commit rhythm (commit times from
    `__consumer_offsets`), not the window: a consumer committing every few seconds is flagged one or
    two collections after it stops, with `stalled_since` / `stopped_since` and a confidence. Verdicts
    come no sooner than the next run of this DAG: its schedule bounds how fast they arrive. Runs

@@ -49,6 +49,13 @@ def test_restarts_of_dynamic_members_are_restart_rejoins():
     assert (s["rejoins"], s["cause"]) == (1, "restart")
 
 
+def test_a_restart_inside_one_rebalance_is_a_departure_and_a_rejoin():
+    b = member("b1", "b", rt=300_000)
+    s = fold(gen(1, 0, member("a1", "a", rt=300_000), b), gen(2, 4_000, member("a2", "a", rt=300_000), b),
+             gen(3, 8_000, member("a3", "a", rt=300_000), b))[G]
+    assert (s["generation"], s["rejoins"], s["cause"]) == (3, 2, "restart")
+
+
 def test_static_member_replaced_within_its_session_is_no_departure():
     a1, a2, b = member("a1", "a", "inst-a"), member("a2", "a", "inst-a"), member("b1", "b", "inst-b")
     s = fold(gen(1, 0, a1, b), gen(1, 5_000, a2, b), gen(1, 9_000, member("a3", "a", "inst-a"), b))[G]

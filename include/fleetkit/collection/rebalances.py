@@ -72,10 +72,13 @@ def fold_generations(state: dict[str, dict], rows: list[dict], observed_ms: int)
                                  "rejoins": 0, "cause": None, "cause_at": None})
         members = {m.get("member_id"): m for m in (r.get("members") or []) if m.get("member_id")}
         before: dict[str, list] = s["members"]
+        same_generation = s["generation"] is not None and r.get("generation") == s["generation"]
         kept_keys = {client_key(m) for m in members.values()}
-        # departures: members gone; a static member replaced by a new member id is none
+        # departures: members gone. A member replaced by a new member id of the same identity without
+        # a new generation is none (a static member back within its session); with a new generation
+        # it is a departure and a rejoin folded into one rebalance (a quick restart)
         for mid, (key, joined, rt, st, static) in before.items():
-            if mid not in members and key not in kept_keys:
+            if mid not in members and not (same_generation and key in kept_keys):
                 s["departed"][key] = [at, max(0, at - joined), rt, st, static]
         now: dict[str, list] = {}
         for mid, m in members.items():
@@ -83,8 +86,8 @@ def fold_generations(state: dict[str, dict], rows: list[dict], observed_ms: int)
             if mid in before:
                 now[mid] = before[mid]
                 continue
-            replaced = next((v for v in before.values() if v[0] == key), None)
-            if replaced is not None:  # a static member back within its session: same seat
+            replaced = next((v for v in before.values() if v[0] == key), None) if same_generation else None
+            if replaced is not None:  # same seat, no rebalance
                 now[mid] = [key, replaced[1], m.get("rebalance_timeout"), m.get("session_timeout"),
                             bool(m.get("group_instance_id"))]
                 continue
