@@ -1,7 +1,8 @@
 """The slow-processing incident reproduced on the Kafka 4 lab cluster with real classic-protocol
 consumers, side by side: a consumer whose processing of one poll's records outlasts
 max.poll.interval.ms (eager 'range' and 'cooperative-sticky' assignors), a consumer restarted
-again and again without and with static membership. Collections every 10 s; the storm verdict
+again and again without and with static membership, a consumer process killed again and again
+(the session-timeout variant). Collections every 10 s; the storm verdict
 (fleetkit.stuck.rules.storm, the same one the Spark job applies) must flag the right groups with
 the fix their evidence calls for, no later than the second snapshot after a rejoin is seen."""
 
@@ -93,6 +94,35 @@ def restarting(t, group, topic, client_id, **extra):
     return Loop(body)
 
 
+CRASHING_CONSUMER = """
+import sys
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "crasher",
+              "session.timeout.ms": 3000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
+c.subscribe([sys.argv[3]])
+while True:
+    c.poll(0.2)
+"""
+
+
+def crashing(t, group, topic):
+    """A consumer process killed (SIGKILL, no LeaveGroup) every 4 s and started again: the
+    coordinator removes it only when its 3 s session times out."""
+    import subprocess
+    import sys
+
+    def body(stop):
+        while not stop.is_set():
+            proc = subprocess.Popen([sys.executable, "-c", CRASHING_CONSUMER, t.bootstrap, group, topic],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                stop.wait(4)
+            finally:
+                proc.kill()  # our own child, by PID
+                proc.wait(10)
+    return Loop(body)
+
+
 def producing(t, topic):
     def body(stop):
         p = traffic.producer(t.bootstrap, t.version)
@@ -115,7 +145,7 @@ def test_storm_variants_flagged_with_the_fix_their_evidence_calls_for(generation
     topic = unique("storm-input")
     t.wait_topic(topic)
     groups = {"eager": unique("poll eager 'g'"), "coop": unique("poll coop $(g)"),
-              "restart": unique("restart dyn"), "static": unique("restart static ĝ")}
+              "restart": unique("restart dyn"), "static": unique("restart static ĝ"), "crash": unique("crash")}
     loops = [
         producing(t, topic),
         slow(t, groups["eager"], topic, "range"), steady(t, groups["eager"], topic, "fast-worker",
@@ -126,6 +156,7 @@ def test_storm_variants_flagged_with_the_fix_their_evidence_calls_for(generation
         restarting(t, groups["static"], topic, "restarter",
                    **{"group.instance.id": "restarter-1", "session.timeout.ms": 15000}),
         steady(t, groups["static"], topic, "stayer", **{"group.instance.id": "stayer-1", "session.timeout.ms": 15000}),
+        crashing(t, groups["crash"], topic), steady(t, groups["crash"], topic, "stayer"),
     ]
     for loop in loops:
         loop.start()
@@ -152,13 +183,16 @@ def test_storm_variants_flagged_with_the_fix_their_evidence_calls_for(generation
     assert "max.poll.interval.ms" in coop.fix and "whole group" not in coop.fix
     assert (restart.storm, restart.kind) == (True, "restart"), summary
     assert "group.instance.id" in restart.fix
+    # killed without leaving: the session timeout removes it, the restarted process comes back
+    crash = verdicts["crash"]
+    assert (crash.storm, crash.kind) == (True, "restart") and "group.instance.id" in crash.fix, summary
     # static members restarted within their session: replaced in place, no rebalance at all
     assert (static.storm, static.rebalances, static.rejoins) == (False, 0, 0), summary
     assert {r["assignor"] for r in by_group["eager"]} == {"range"}
     assert {r["assignor"] for r in by_group["coop"]} == {"cooperative-sticky"}
 
     # flagged no later than the second snapshot after the first rejoin shows
-    for k in ("eager", "coop", "restart"):
+    for k in ("eager", "coop", "restart", "crash"):
         times = sorted({r["observed_at"] for r in by_group[k]})
         rejoins = [max(r["rejoins"] or 0 for r in by_group[k] if r["observed_at"] == at) for at in times]
         seen = next(i for i, n in enumerate(rejoins) if n > rejoins[0])

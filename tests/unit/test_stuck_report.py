@@ -21,7 +21,10 @@ def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
          {"cluster": "c1", "group": "ok", "topic": "t", "partition": 1, "status": "OK", "lag": 0,
           "committed_offset": 5, "log_end_offset": 5, "reason": "Caught up (lag 0)."}]
     g = [{"cluster": "c1", "group": HOSTILE, "status": "STOPPED", "total_lag": 40, "counts": {"STOPPED": 1},
-          "rebalance_storm": True}]
+          "rebalance_storm": True, "storm_kind": "poll_interval", "rebalances": 6, "rejoins": 3,
+          "group_wide_stop": True, "storm_fix": "lower max.poll.records <b>now</b>"},
+         {"cluster": "c1", "group": "old-rule", "status": "OK", "total_lag": 0, "counts": {"OK": 1},
+          "rebalance_storm": True}]  # written before the storm fields: the state rule's words
     s = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": 0, "status": "STOPPED",
           "points": [{"t": "2026-01-01T00:58:00.000000Z", "lag": 10}, {"t": "2026-01-01T01:00:30.000000Z", "lag": 40}]}]
     _write(tmp_path, f, g, s)
@@ -38,8 +41,13 @@ def test_report_renders_escaped_with_charts_and_expiry(tmp_path):
     assert any(a.startswith("STOPPED c1 group") and "lag 40 records, at least 2m 30s behind (offset "
                "expires in 3h 2m) since 2026-01-01 00:58:00 UTC (medium "
                "confidence)" in a for a in alerts)
-    assert any(a.startswith("REBALANCE_STORM c1") for a in alerts)
-    assert len(alerts) == 2  # the OK partition does not alert
+    assert f"REBALANCE_STORM c1 group {HOSTILE!r}: members evicted after max.poll.interval.ms while processing a " \
+           "poll's records; 3 rejoin(s); 6 rebalance(s) in the window; each one stops the whole group. Fix: lower " \
+           "max.poll.records <b>now</b>" in alerts
+    assert any(a.startswith("REBALANCE_STORM c1 group 'old-rule': rebalancing in at least half") for a in alerts)
+    assert len(alerts) == 3  # the OK partition does not alert
+    assert "Rebalance storms (2)" in html and "lower max.poll.records &lt;b&gt;now&lt;/b&gt;" in html
+    assert "each one stops the whole group" in md and "Fix: lower max\\.poll\\.records" in md
 
 
 def test_helpers():
