@@ -134,3 +134,4 @@ def test_record_reads_pick_lagging_positions_largest_lag_first_one_per_partition
     assert record_reads(rows, 100) == [{("t ĝ", 1): 2, ("t ĝ", 0): 3}, {("t ĝ", 0): 7}]
     assert record_reads(rows, 2) == [{("t ĝ", 1): 2, ("t ĝ", 0): 3}]
     assert record_reads(rows, 0) == []
+    assert record_reads(rows, 100, max_reads=1) == [{("t ĝ", 1): 2, ("t ĝ", 0): 3}]  # 0 at 7 waits for a later run

@@ -31,8 +31,10 @@ from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 LISTS_COMMIT_ONLY_GROUPS_SINCE = (0, 10, 1)
 #: message format v1 (0.10.0) added record timestamps; 0.9's records carry none
 RECORD_TIMESTAMPS_SINCE = (0, 10, 0)
-#: records read per collection for their timestamps (the time lag's refinement)
+#: records read per collection for their timestamps (the time lag's refinement), in at most this
+#: many reads (one consumer each; a read takes one position per partition)
 RECORD_TIMESTAMP_BUDGET = 100
+RECORD_TIMESTAMP_READS = 3
 
 log = logging.getLogger(__name__)
 
@@ -233,10 +235,12 @@ def state_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "known_groups.json")
 
 
-def record_reads(rows: list[dict], budget: int) -> list[dict[tuple[str, int], int]]:
+def record_reads(rows: list[dict], budget: int,
+                 max_reads: int = RECORD_TIMESTAMP_READS) -> list[dict[tuple[str, int], int]]:
     """The reads `add_record_timestamps` makes: the distinct (topic, partition, committed offset) of
     Kafka-stored rows with lag > 0 and the offset inside the log, the largest lags first, at most
-    `budget` of them, packed into rounds of one position per partition (a consumer holds one)."""
+    `budget` of them, packed into at most `max_reads` rounds of one position per partition (a
+    consumer holds one); a partition with more offsets than rounds keeps its largest lags."""
     wanted: dict[tuple[str, int, int], int] = {}
     for r in rows:
         c, start, end = r.get("committed_offset"), r.get("log_start_offset"), r.get("log_end_offset")
@@ -253,7 +257,8 @@ def record_reads(rows: list[dict], budget: int) -> list[dict[tuple[str, int], in
                 positions[(t, p)] = c
                 break
         else:
-            rounds.append({(t, p): c})
+            if len(rounds) < max_reads:
+                rounds.append({(t, p): c})
     return rounds
 
 
@@ -267,7 +272,7 @@ def add_record_timestamps(cluster: str, kafka: KafkaCluster, rows: list[dict],
     rounds = record_reads(rows, budget)
     found: dict[tuple[str, int, int], float] = {}
     for positions in rounds:
-        for (t, p), ts in kafka.record_timestamps(positions).items():
+        for (t, p), ts in kafka.record_timestamps(positions, timeout=3.0).items():
             if ts is not None:
                 found[(t, p, positions[(t, p)])] = ts
     n = 0
