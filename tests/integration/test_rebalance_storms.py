@@ -79,9 +79,11 @@ def steady(t, group, topic, client_id, **extra):
     return Loop(body)
 
 
-def restarting(t, group, topic, client_id, **extra):
-    """A consumer process restarted every ~3 s (closed cleanly, a new one started)."""
+def restarting(t, group, topic, client_id, delay=0.0, **extra):
+    """A consumer process restarted every ~3 s (closed cleanly, a new one started), the first
+    one `delay` seconds after the start."""
     def body(stop):
+        stop.wait(delay)
         while not stop.is_set():
             c = consumer(t, group, client_id, **extra)
             c.subscribe([topic])
@@ -153,9 +155,10 @@ def test_storm_variants_flagged_with_the_fix_their_evidence_calls_for(generation
         slow(t, groups["coop"], topic, "cooperative-sticky"),
         steady(t, groups["coop"], topic, "fast-worker", **{"partition.assignment.strategy": "cooperative-sticky"}),
         restarting(t, groups["restart"], topic, "restarter"), steady(t, groups["restart"], topic, "stayer"),
-        restarting(t, groups["static"], topic, "restarter",
-                   **{"group.instance.id": "restarter-1", "session.timeout.ms": 15000}),
+        # the stayer first: it joins first and leads, so each restart replaces a follower in place
         steady(t, groups["static"], topic, "stayer", **{"group.instance.id": "stayer-1", "session.timeout.ms": 15000}),
+        restarting(t, groups["static"], topic, "restarter", delay=3.0,
+                   **{"group.instance.id": "restarter-1", "session.timeout.ms": 15000}),
         crashing(t, groups["crash"], topic), steady(t, groups["crash"], topic, "stayer"),
     ]
     for loop in loops:
