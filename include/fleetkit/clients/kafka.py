@@ -490,15 +490,21 @@ class KafkaCluster:
                                      f"{error_name(e)}") from None
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}
 
+    def _peek_consumer(self, **extra):
+        """A consumer that only looks: a throwaway group id, no commits, no offset reset."""
+        import uuid
+
+        from confluent_kafka import Consumer
+
+        return Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
+                                             "enable.auto.commit": False, "auto.offset.reset": "error", **extra}))
+
     def record_at(self, topic: str, partition: int, offset: int, timeout: float = 10.0) -> dict | None:
         """The record at an offset: offset, timestamp (None on 0.9, whose messages carry none),
         key (shown escaped, truncated) and value size -- never the value itself."""
-        import uuid
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
-
-        c = Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
-                                           "enable.auto.commit": False, "auto.offset.reset": "error"}))
+        c = self._peek_consumer()
         try:
             c.assign([TopicPartition(topic, partition, offset)])
             deadline = time.monotonic() + timeout
@@ -524,17 +530,13 @@ class KafkaCluster:
         record of each partition and pauses it; None where the record carries no timestamp (0.9's
         message format), could not be read within `timeout`, or the read failed. Only offsets, keys
         and timestamps are looked at; small fetches keep the cost bounded."""
-        import uuid
-
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
 
         out: dict[tuple[str, int], float | None] = {tp: None for tp in positions}
         if not positions:
             return out
-        c = Consumer(dict(self.config, **{"group.id": f"fleetkit-peek-{uuid.uuid4().hex}",
-                                           "enable.auto.commit": False, "auto.offset.reset": "error",
-                                           "fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 64 << 10,
-                                           "enable.partition.eof": False}))
+        c = self._peek_consumer(**{"fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 64 << 10,
+                                   "enable.partition.eof": False})
         waiting = set(positions)
         try:
             c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])

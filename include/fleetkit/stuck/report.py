@@ -100,6 +100,11 @@ def storm_what(g: dict) -> str:
     return "; ".join(parts)
 
 
+def storm_fix(g: dict) -> str:
+    """The fix a group's storm calls for (groups written before `storm_fix`: the state rule's)."""
+    return g.get("storm_fix") or stuck.STORM_FIXES["rebalancing"]
+
+
 def readable_time(iso: str | None) -> str | None:
     """'2026-01-01 00:58:00 UTC' for an ISO-8601 time as the job writes it (unchanged if unparsable)."""
     if not iso:
@@ -183,14 +188,15 @@ class StuckReport:
                              f"lag {f['behind']}{extra}: {f['reason']}")
         for g in self.groups:
             if g.get("rebalance_storm"):
-                fix = g.get("storm_fix") or stuck.STORM_FIXES["rebalancing"]
-                lines.append(f"REBALANCE_STORM {g['cluster']} group {g['group']!r}: {storm_what(g)}. Fix: {fix}")
+                lines.append(f"REBALANCE_STORM {g['cluster']} group {g['group']!r}: {storm_what(g)}. "
+                             f"Fix: {storm_fix(g)}")
         return lines
 
     def render(self, out_dir: str | Path) -> tuple[Path, Path]:
         out = Path(out_dir)
         flagged = self.flagged()
         ctx = {"report": self, "flagged": flagged[:REPORT_LIMIT], "total_flagged": len(flagged), "storm_what": storm_what,
+               "storm_fix": storm_fix,
                "more": max(0, len(flagged) - REPORT_LIMIT), "clusters": self.clusters(),
                "storms": [g for g in self.groups if g.get("rebalance_storm")]}
         html_path, md_path = out / "report.html", out / "report.md"
