@@ -29,6 +29,8 @@ COMMANDS = [
     ["offsets", "cleaner-capacity", "--dedupe-buffer-size", "134217728", "--threads", "1"],
     ["coordinator", "partition", "my-group", "polygenelubricants", "--partitions", "50"],
     ["lab", "--help"],
+    ["lag", "--help"],
+    ["offsets", "dump", "--help"],
 ]
 
 

@@ -661,12 +661,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "check counts in the time per step")
     d.set_defaults(func=cmd_demo)
 
-    o = sub.add_parser("offsets", help="__consumer_offsets: decode records, cleaner capacity")
+    o = sub.add_parser("offsets", help="__consumer_offsets: dump, health, decode records, cleaner capacity")
     o_sub = o.add_subparsers(dest="offsets_command", required=True)
     od = o_sub.add_parser("decode", help="decode one __consumer_offsets record given as hex")
     od.add_argument("--key", required=True, help="the record key, hex")
     od.add_argument("--value", help="the record value, hex (absent: a tombstone)")
     od.set_defaults(func=cmd_offsets_decode)
+    from fleetctl.incident import add_offsets_parsers
+
+    add_offsets_parsers(o_sub)
     oc = o_sub.add_parser("cleaner-capacity", help="how many keys one log-cleaner pass can map")
     oc.add_argument("--dedupe-buffer-size", type=int, required=True, help="log.cleaner.dedupe.buffer.size, bytes")
     oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")
@@ -745,6 +748,10 @@ def build_parser() -> argparse.ArgumentParser:
     lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
     lc.set_defaults(func=cmd_lock_clear)
 
+    from fleetctl.incident import add_parsers
+
+    add_parsers(sub)
+
     c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
@@ -757,7 +764,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Airflow for them (nor for --help), so they start in a fraction of a second. `airflow` starts and
 # stops Airflow's processes (and writes their env file); the demo talks to Airflow through its REST
 # API.
-AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow")
+AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow", "lag", "stuck")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:
@@ -772,8 +779,13 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from fleetkit.core.errors import ClusterUnreachable
+
     try:
         return args.func(args)
+    except ClusterUnreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 4
     except FleetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

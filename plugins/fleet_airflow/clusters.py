@@ -83,28 +83,12 @@ def offset_store_zookeeper(cluster: Cluster, store) -> ZooKeeperCluster:
         raise _missing_connection(store.conn_id, cluster, f"{store.kind} offset store ZooKeeper", e) from None
 
 
-@contextmanager
-def offset_store_clients(cluster: Cluster) -> Iterator[dict]:
-    """Started kazoo clients of the cluster's offset_stores, keyed by store. A store whose
-    ZooKeeper does not answer maps to the error text instead (collection.zk_offsets reports it and
-    skips that store: the Kafka side of the cluster is still collected)."""
-    opened: list[ZooKeeperCluster] = []
-    clients = {}
-    try:
-        for store in cluster.offset_stores:
-            zk = offset_store_zookeeper(cluster, store)
-            try:
-                zk.start()
-            except ClusterUnreachable as e:
-                log.warning("cluster %s: %s offset store not collected: %s", cluster.name, store.kind, e)
-                clients[store] = str(e)
-                continue
-            opened.append(zk)
-            clients[store] = zk.client
-        yield clients
-    finally:
-        for zk in opened:
-            zk.stop()
+def offset_store_clients(cluster: Cluster):
+    """Started kazoo clients of the cluster's offset_stores, keyed by store (a context manager;
+    fleetkit.collection.zk_offsets.started_store_clients)."""
+    from fleetkit.collection.zk_offsets import started_store_clients
+
+    return started_store_clients(cluster, lambda store: offset_store_zookeeper(cluster, store))
 
 
 def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout: float = 15.0) -> CollectionResult:

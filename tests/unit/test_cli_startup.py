@@ -25,6 +25,9 @@ AIRFLOW_FREE = [
     ["coordinator", "partition", "my-group", "--partitions", "50"],
     ["coordinator", "who", "--help"],
     ["lab", "--help"],
+    ["lag", "--help"],
+    ["stuck", "--help"],
+    ["offsets", "dump", "--help"],
 ]
 
 
@@ -69,7 +72,31 @@ def test_airflow_free_commands_import_no_heavy_library(argv):
     (["groupids", "diff", "--cluster", "lab"], True),
     (["audit", "list"], True),
     (["trigger", "some_dag"], True),
-    (["airflow", "status"], False),  # starts, stops and checks processes; writes their env file
+    (["airflow", "status"], False),
+    (["lag", "g", "--cluster", "lab"], False),  # connections from AIRFLOW_CONN_ JSON variables (else Airflow)
+    (["stuck", "--cluster", "lab"], False),
+    (["offsets", "dump", "--segment", "x.log"], False),  # starts, stops and checks processes; writes their env file
 ])
 def test_which_commands_set_up_airflow(argv, expected):
     assert needs_airflow(build_parser().parse_args(argv)) is expected
+
+
+def test_lag_on_a_json_connection_imports_no_airflow(tmp_path):
+    """The incident path: the fleet file, the connection from its AIRFLOW_CONN_ variable, the
+    Kafka client; a broker that does not answer ends it with exit code 4, naming the cluster."""
+    import json
+    import os
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("version: 1\nclusters:\n  - {name: far, kafka_version: '3.9.2', kafka_conn_id: far_kafka, "
+                     "approvers: [a]}\n")
+    env = dict(os.environ, AIRFLOW_CONN_FAR_KAFKA=json.dumps({"conn_type": "kafka",
+                                                              "extra": {"bootstrap.servers": "127.0.0.1:9"}}))
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", CONSOLE, "lag", "g", "--cluster", "far",
+                          "--fleet", str(fleet), "--timeout", "2", "--data-root", str(tmp_path / "data")],
+                         capture_output=True, text=True, cwd=REPO, timeout=120, env=env)
+    mods = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+            if line.startswith("import time:") and line.count("|") == 2}
+    assert out.returncode == 4, out.stderr[-2000:]
+    assert "confluent_kafka" in mods and not [m for m in mods if m.split(".")[0] in ("airflow", "pyspark")]
+    assert "cluster 'far'" in [x for x in out.stderr.splitlines() if x.startswith("error:")][0]

@@ -12,7 +12,7 @@ ApiVersions negotiation, readers):
   transactional, bit 5 control), last offset delta, timestamps, producer id / epoch, base
   sequence, record count, then records of varint fields (length, attributes, timestamp delta,
   offset delta, key, value, headers). A control record's key is (version int16, type int16:
-  0 ABORT, 1 COMMIT). Uncompressed and gzip batches are read; other codecs are reported.
+  0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format).
 * DescribeLogDirs v1-v4 (API key 35; 4.x dropped v0): per log dir and partition, the size in
   bytes and the offset lag of a future replica.
 * DescribeQuorum v0-v1 (API key 55; flexible): the KRaft metadata quorum's leader, voters and
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 from dataclasses import dataclass, field
 
-from fleetkit.clients import wire
+from fleetkit.clients import log_format, wire
+from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
 from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, response_reader
 
 log = logging.getLogger(__name__)
@@ -42,8 +42,6 @@ FLEXIBLE_FROM = {FETCH: 12, DESCRIBE_LOG_DIRS: 2, DESCRIBE_QUORUM: 0, wire.METAD
 NAMES = {FETCH: "Fetch", DESCRIBE_LOG_DIRS: "DescribeLogDirs", DESCRIBE_QUORUM: "DescribeQuorum",
          wire.METADATA: "Metadata"}
 
-COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
-CONTROL_TYPES = {0: "abort", 1: "commit"}
 
 
 class WireError(ConnectionError):
@@ -83,7 +81,7 @@ def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
 
 
 # -- record batches ---------------------------------------------------------------------------
-_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")  # base offset .. record count: 61 bytes
+_BATCH_HEAD = log_format.BATCH_HEAD
 HEAD = _BATCH_HEAD.size
 
 
@@ -99,51 +97,6 @@ class BatchStats:
     unsupported: list[str] = field(default_factory=list)       # batches that could not be read
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint (Kafka's ByteUtils.readVarint / readVarlong) at `pos`: (value, next pos)."""
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    shift = value = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def parse_records(records: bytes, base_offset: int, count: int, out: list) -> None:
-    """Append (offset, key, value) of each record of a batch's (decompressed) record bytes."""
-    pos = 0
-    n = len(records)
-    for _ in range(count):
-        if pos >= n:
-            raise ValueError(f"batch at {base_offset}: {count} records announced, the bytes end earlier")
-        length, pos = _varint(records, pos)
-        end = pos + length
-        p = pos + 1  # record attributes (unused)
-        _, p = _varint(records, p)  # timestamp delta
-        delta, p = _varint(records, p)
-        klen, p = _varint(records, p)
-        if klen < 0:
-            key = None
-        else:
-            key = records[p:p + klen]
-            p += klen
-        vlen, p = _varint(records, p)
-        if vlen < 0:
-            value = None
-        else:
-            value = records[p:p + vlen]
-            p += vlen
-        out.append((base_offset + delta, key, value))
-        pos = end
-
-
 def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: list | None = None) -> int:
     """Parse a Fetch answer's record bytes. Data records go to `data_out` as (offset, key, value,
     producer id or -1 when not transactional); control records to `control_out` as (offset,
@@ -156,22 +109,19 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
         end = pos + 12 + length
         if end > n:
             break
-        if magic != 2:
+        if magic != 2:  # a message set of Kafka 0.8-0.10's formats (an old topic's, never converted)
             stats.legacy_message_sets += 1
-            stats.unsupported.append(f"message set of magic {magic} at offset {base} (before Kafka 0.11's format): "
-                                     "not read here")
-            pos, next_offset = end, base + 1
+            last = base
+            for r in log_format.legacy_records(data[pos:end]):
+                data_out.append((r.offset, r.key, r.value, -1))
+                last = r.offset
+            pos, next_offset = end, last + 1
             continue
         stats.batches += 1
         codec = attrs & 0x07
         body = data[pos + HEAD:end]
-        if codec == 1:
-            body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        elif codec != 0:
-            stats.unsupported.append(f"batch {base}-{base + last_delta} compressed with "
-                                     f"{COMPRESSION.get(codec, codec)}: not read here")
-            pos, next_offset = end, base + last_delta + 1
-            continue
+        if codec:
+            body = log_format.decompress(codec, body)
         if attrs & 0x20:
             stats.control_batches += 1
             recs: list = []

@@ -146,3 +146,19 @@ class ZooKeeperCluster:
             except ValueError as e:
                 problems.append(str(e))
         return states, problems
+
+
+def connection_settings(conn_id: str, host: str | None, port: int | None, login: str | None,
+                        password: str | None, extra: dict | None, chroot: str | None = None) -> dict:
+    """A ZooKeeper connection's fields -> the ZooKeeperCluster arguments: host and port, or extra
+    {"hosts": "zk1:2181,zk2:2181"}; login/password become digest auth; extra "chroot" is the default
+    chroot (`chroot`, the fleet file's, wins when given); extra "timeout" in seconds."""
+    extra = extra or {}
+    hosts = extra.get("hosts")
+    if not hosts:
+        if not host:
+            raise ValueError(f"ZooKeeper connection {conn_id!r} has neither host nor extra.hosts")
+        hosts = f"{host}:{port or 2181}"
+    chroot = chroot if chroot is not None else extra.get("chroot", "")
+    auth = [("digest", f"{login}:{password or ''}")] if login else None
+    return {"hosts": hosts, "chroot": chroot or "", "auth_data": auth, "timeout": float(extra.get("timeout", 10))}

@@ -60,6 +60,13 @@ class CollectionResult:
                 f"{len(self.problems)} problem(s), {self.seconds:.1f}s")
 
 
+def member_of(desc: GroupDescription | None, tp: tuple[str, int]):
+    """The live member whose assignment holds one partition of a described group, or None."""
+    if desc is None or desc.error is not None:
+        return None
+    return next((m for m in desc.members if m.assignment and tp in m.assignment), None)
+
+
 def assignment_of(desc: GroupDescription | None, tp: tuple[str, int]) -> tuple[bool | None, str | None, str | None]:
     """(assigned, member client id, member host) for one partition of a described group.
 
@@ -71,9 +78,9 @@ def assignment_of(desc: GroupDescription | None, tp: tuple[str, int]) -> tuple[b
         return None, None, None
     if not desc.members:
         return False, None, None
-    for m in desc.members:
-        if m.assignment and tp in m.assignment:
-            return True, m.client_id, m.host
+    m = member_of(desc, tp)
+    if m is not None:
+        return True, m.client_id, m.host
     if desc.state in REBALANCING or any(m.assignment is None for m in desc.members):
         return None, None, None
     return False, None, None
@@ -106,18 +113,21 @@ def update_known_groups(known: dict[str, str], listed: set[str], with_offsets: s
 
 def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                     known_groups: dict[str, str] | None = None,
-                    now: dt.datetime | None = None, committed: set[str] | None = None) -> CollectionResult:
+                    now: dt.datetime | None = None, committed: set[str] | None = None,
+                    only: list[str] | None = None) -> CollectionResult:
     """`committed`: groups with live commits the listing may miss (collect_and_write reads them from
-    __consumer_offsets on brokers before 0.10.1)."""
+    __consumer_offsets on brokers before 0.10.1). `only`: just these groups, and just their
+    offsets_snapshots rows (fleetctl lag: no listing, no coordinator or partition-state rows); each
+    row then also carries the assigned member's `member_id` (not a dataset column)."""
     t0 = time.monotonic()
     known_groups = dict(known_groups or {})
     problems: list[str] = []
     committed = set(committed or ())
 
-    listing = kafka.list_groups_typed()
+    listing = kafka.list_groups_typed() if only is None else []
     listed = {g for g, _, _ in listing}
     listed_types = {g: t for g, _, t in listing if t}
-    groups = sorted(listed | set(known_groups) | set(cluster.groups) | committed)
+    groups = sorted(listed | set(known_groups) | set(cluster.groups) | committed) if only is None else sorted(set(only))
     log.info("cluster %s: %d groups listed, %d to collect (known %d, fleet file %d, with commits in %s %d)",
              cluster.name, len(listed), len(groups), len(known_groups), len(cluster.groups), OFFSETS_TOPIC,
              len(committed))
@@ -170,6 +180,15 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
                 "group_type": group_type, "member_epoch": member_epoch_of(d, tp),
             })
+            if only is not None:
+                snapshots[-1]["member_id"] = getattr(member_of(d, tp), "member_id", None)
+
+    if only is not None:
+        result = CollectionResult(cluster=cluster.name, observed_at=observed_at,
+                                  rows={"offsets_snapshots": snapshots}, groups=groups, problems=problems,
+                                  known_groups=known_groups)
+        result.seconds = time.monotonic() - t0
+        return result
 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)
 
@@ -291,6 +310,21 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
                       now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
     """Collect one cluster and append the rows to the datasets under `root`, all or nothing.
     store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
+    result = collect_rows(cluster, kafka, zk, root, now=now, store_clients=store_clients)
+    write_collection(root, cluster.name, result.observed_at, result.rows)
+    root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
+    for dataset in result.rows:
+        for removed in prune(root, dataset, cluster.name, retention_days):
+            log.info("pruned %s (older than %d days)", removed, retention_days)
+    return result
+
+
+def collect_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None, root: DataRoot,
+                 now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
+    """What a scheduled collection reads, without writing the datasets: every group (the known ones
+    from `root`), commit times and rebalance history from __consumer_offsets (whose read position
+    and fold `root` keeps), record timestamps, the offset stores. fleetctl stuck judges these rows
+    the way the scheduled run does."""
     from fleetkit.collection.zk_offsets import add_store_rows
 
     from fleetkit.collection.offsets_topic import add_commit_times, commit_index
@@ -315,9 +349,4 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     if cluster.version_tuple >= RECORD_TIMESTAMPS_SINCE:
         add_record_timestamps(cluster.name, kafka, result.rows["offsets_snapshots"], RECORD_TIMESTAMP_BUDGET)
     add_store_rows(cluster, kafka, store_clients, result.rows, result.observed_at, result.problems)
-    write_collection(root, cluster.name, result.observed_at, result.rows)
-    root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
-    for dataset in result.rows:
-        for removed in prune(root, dataset, cluster.name, retention_days):
-            log.info("pruned %s (older than %d days)", removed, retention_days)
     return result

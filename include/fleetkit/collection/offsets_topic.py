@@ -97,9 +97,16 @@ CHUNK_ROWS = 250_000
 class _Taker:
     """Turns (partition, offset, key, value) into rows and counts; shared by both readers."""
 
-    def __init__(self, cluster: str, observed_at: dt.datetime, res: RecordsResult, sink, progress_every: int):
+    def __init__(self, cluster: str, observed_at: dt.datetime, res: RecordsResult, sink, progress_every: int,
+                 on_record=None):
         self.cluster, self.observed_at, self.res, self.sink = cluster, observed_at, res, sink
         self.progress_every, self.read = progress_every, 0
+        if on_record is not None:  # every record, undecoded, to the caller (fleetctl offsets dump)
+            self.take = lambda p, off, key, value: self._hand(on_record, p, off, key, value)
+
+    def _hand(self, on_record, p: int, off: int, key: bytes | None, value: bytes | None) -> None:
+        self.read += 1
+        on_record(p, off, key, value)
 
     def take(self, p: int, off: int, key: bytes | None, value: bytes | None) -> None:
         res = self.res
@@ -131,9 +138,12 @@ class _Taker:
 
 def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], positions: dict[int, int],
                  observed_at: dt.datetime | None = None, max_records: int | None = None,
-                 progress_every: int = 1_000_000, sink=None) -> RecordsResult:
+                 progress_every: int = 1_000_000, sink=None, on_record=None, ends: dict[int, int] | None = None
+                 ) -> RecordsResult:
     """Read records after `positions`. With `sink(rows)`, rows are handed over in chunks of
-    CHUNK_ROWS (memory stays flat on huge partitions) instead of accumulating in the result."""
+    CHUNK_ROWS (memory stays flat on huge partitions) instead of accumulating in the result. With
+    `on_record(partition, offset, key, value)`, every record goes there instead, undecoded (no
+    rows). `ends`: stop before these offsets (default: the log end now)."""
     from fleetkit.clients import wire
 
     t0 = time.monotonic()
@@ -141,12 +151,14 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
     logs = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])
     res = RecordsResult(rows=[], positions=dict(positions))
     pos: dict[int, int] = {}
-    ends: dict[int, int] = {}
+    stops = ends or {}
+    ends = {}
     for p in partitions:
         start, end, err = logs[(OFFSETS_TOPIC, p)]
         if err or start is None or end is None:
             res.problems.append(f"{OFFSETS_TOPIC}-{p}: log offsets not readable ({err}); skipped")
             continue
+        end = min(end, stops.get(p, end))
         at = positions.get(p, start)
         if at < start:
             res.restarted.append(p)
@@ -156,7 +168,7 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
         res.positions[p] = at
         if at < end:
             pos[p], ends[p] = at, end
-    taker = _Taker(cluster, observed_at, res, sink, progress_every)
+    taker = _Taker(cluster, observed_at, res, sink, progress_every, on_record)
     if wire.supported(kafka.config) and kafka.asks_api_versions and max_records is None:
         res.reader = "wire"
         _read_wire(kafka, pos, ends, taker)

@@ -27,7 +27,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from kazoo.exceptions import NoNodeError
 
@@ -219,6 +221,33 @@ def collect_stores(cluster: Cluster, kafka, clients: dict, observed_at: dt.datet
     for read in reads:
         rows.extend(snapshot_rows(cluster.name, read, log_offsets, observed_at))
     return rows
+
+
+@contextmanager
+def started_store_clients(cluster: Cluster, client_for) -> Iterator[dict]:
+    """Started kazoo clients of the cluster's offset_stores, keyed by store; `client_for(store)`
+    gives a not yet started ZooKeeperCluster. A store whose ZooKeeper does not answer maps to the
+    error text instead (collect_stores reports it and skips that store: the Kafka side of the
+    cluster is still collected)."""
+    from fleetkit.core.errors import ClusterUnreachable
+
+    opened = []
+    clients: dict = {}
+    try:
+        for store in cluster.offset_stores:
+            zk = client_for(store)
+            try:
+                zk.start()
+            except ClusterUnreachable as e:
+                log.warning("cluster %s: %s offset store not collected: %s", cluster.name, store.kind, e)
+                clients[store] = str(e)
+                continue
+            opened.append(zk)
+            clients[store] = zk.client
+        yield clients
+    finally:
+        for zk in opened:
+            zk.stop()
 
 
 def add_store_rows(cluster: Cluster, kafka, clients: dict | None, rows: dict, observed_at: dt.datetime,

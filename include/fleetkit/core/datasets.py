@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
 
@@ -277,6 +278,29 @@ def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None,
         return SCHEMAS[dataset].empty_table()
     tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset]) for f in files]
     return pa.concat_tables(tables)
+
+
+def file_time(path: str) -> dt.datetime | None:
+    """The collection time in a data file's name (part-<YYYYmmddTHHMMSSffffffZ>-<batch>.parquet)."""
+    name = os.path.basename(path)
+    if not name.startswith("part-"):
+        return None
+    try:
+        return dt.datetime.strptime(name[5:29], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.timezone.utc)
+    except ValueError:
+        return None
+
+
+def read_recent(root: DataRoot, dataset: str, cluster: str, since: dt.datetime,
+                groups: list[str] | None = None) -> list[dict]:
+    """The rows of one cluster's collections at or after `since` (chosen by the time in the file
+    names, so a month of history costs a directory listing), optionally only some groups' rows."""
+    files = [f for f in root.files(dataset, cluster) if (file_time(f) or since) >= since]
+    if not files:
+        return []
+    flt = pc.field("group").isin(groups) if groups is not None else None
+    tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset], filters=flt) for f in files]
+    return list(iter_rows(pa.concat_tables(tables)))
 
 
 def prune(root: DataRoot, dataset: str, cluster: str, keep_days: int, today: dt.date | None = None) -> list[str]:

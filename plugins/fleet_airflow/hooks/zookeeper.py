@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from fleetkit.clients.zookeeper import ZooKeeperCluster
+from fleetkit.clients.zookeeper import ZooKeeperCluster, connection_settings
 
 
 class ZooKeeperHook(BaseHook):
@@ -39,16 +39,8 @@ class ZooKeeperHook(BaseHook):
 
     def connection_settings(self) -> dict[str, Any]:
         conn = self.get_connection(self.zookeeper_conn_id)
-        extra = conn.extra_dejson or {}
-        hosts = extra.get("hosts")
-        if not hosts:
-            if not conn.host:
-                raise ValueError(f"ZooKeeper connection {self.zookeeper_conn_id!r} has neither host nor extra.hosts")
-            hosts = f"{conn.host}:{conn.port or 2181}"
-        chroot = self.chroot if self.chroot is not None else extra.get("chroot", "")
-        auth = [("digest", f"{conn.login}:{conn.password or ''}")] if conn.login else None
-        return {"hosts": hosts, "chroot": chroot or "", "auth_data": auth,
-                "timeout": float(extra.get("timeout", 10))}
+        return connection_settings(self.zookeeper_conn_id, conn.host, conn.port, conn.login, conn.password,
+                                   conn.extra_dejson, self.chroot)
 
     def get_conn(self) -> ZooKeeperCluster:
         s = self.connection_settings()

@@ -1,0 +1,422 @@
+"""fleetctl's incident commands: lag, stuck, offsets dump, offsets health.
+
+They import no Airflow when the cluster's connections are AIRFLOW_CONN_<ID> variables in JSON form
+(fleetkit.core.connections), so they answer in about a second; other connections resolve through
+Airflow (fleet_airflow.clusters). Exit codes, for scripts: 0 nothing flagged, 3 something flagged,
+2 bad input (a one-line error naming it), 4 the cluster could not be reached.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from contextlib import contextmanager
+
+from fleetkit.core.errors import FleetError
+
+FLAGGED = 3
+
+
+# -- connections -------------------------------------------------------------------------------
+def load_cluster(args):
+    """The fleet-file cluster named by --cluster (the deployment's env file loaded first)."""
+    from fleet_airflow.settings import fleet_file, load_airflow_env
+    from fleetkit.core.fleet import load_fleet
+
+    load_airflow_env()
+    return load_fleet(args.fleet or fleet_file()).cluster(args.cluster)
+
+
+def _airflow():
+    from fleetctl.cli import _airflow_context
+
+    _airflow_context()
+    from fleet_airflow import clusters
+
+    return clusters
+
+
+def kafka_client(cluster, timeout: float):
+    """The cluster's KafkaCluster: from its AIRFLOW_CONN_ variable when that is JSON, else Airflow."""
+    from fleetkit.clients.kafka import KafkaCluster, client_config
+    from fleetkit.core.connections import from_env, kafka_config
+
+    conn = from_env(cluster.kafka_conn_id)
+    config = kafka_config(conn) if conn is not None else None
+    if config is None:
+        return _airflow().kafka_for(cluster, timeout=timeout)
+    return KafkaCluster(cluster.name, client_config(config, cluster.kafka_version), timeout=timeout)
+
+
+def zookeeper_client(cluster, conn_id: str, chroot: str | None, name: str):
+    """A not yet started ZooKeeperCluster for a connection id (JSON variable, else Airflow)."""
+    from fleetkit.clients.zookeeper import ZooKeeperCluster, connection_settings
+    from fleetkit.core.connections import from_env
+
+    conn = from_env(conn_id)
+    if conn is None:
+        clusters = _airflow()
+        if conn_id == getattr(cluster.zookeeper, "conn_id", None) and chroot == cluster.zookeeper.chroot:
+            return clusters.zookeeper_for(cluster)
+        store = next(s for s in cluster.offset_stores if s.conn_id == conn_id)
+        return clusters.offset_store_zookeeper(cluster, store)
+    s = connection_settings(conn_id, conn.host, conn.port, conn.login, conn.password, conn.extra, chroot)
+    return ZooKeeperCluster(name, s["hosts"], s["chroot"], auth_data=s["auth_data"], timeout=s["timeout"])
+
+
+@contextmanager
+def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = True):
+    """(kafka, zk or None, store clients or None), closed on exit."""
+    from fleetkit.collection.zk_offsets import started_store_clients
+
+    from fleetkit.core.errors import ClusterUnreachable
+
+    kafka = kafka_client(cluster, timeout)
+    zk = None
+    try:
+        if zookeeper and cluster.zookeeper is not None:
+            zk = zookeeper_client(cluster, cluster.zookeeper.conn_id, cluster.zookeeper.chroot, cluster.name)
+            zk.start()
+        if stores and cluster.offset_stores:
+            with started_store_clients(cluster, lambda s: zookeeper_client(
+                    cluster, s.conn_id, s.chroot or None, f"{cluster.name} {s.kind} store")) as clients:
+                yield kafka, zk, clients
+        else:
+            yield kafka, zk, None
+    except FleetError:
+        raise
+    except Exception as e:
+        # a broker dropping mid-request, a kazoo session lost: name the cluster, keep the cause
+        raise ClusterUnreachable(f"cluster {cluster.name!r} ({kafka.bootstrap}): {type(e).__name__}: {e}") from e
+    finally:
+        if zk is not None:
+            zk.stop()
+        kafka.close()
+
+
+# -- output ------------------------------------------------------------------------------------
+def print_table(headers, rows, out=None) -> None:
+    """Columns padded to their widest cell, names made visible (control characters escaped)."""
+    from fleetkit.core.render import visible_controls
+
+    out = out or sys.stdout
+    cells = [[visible_controls(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    for r in [list(headers)] + cells:
+        print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+
+
+def _window(args) -> dt.timedelta:
+    from fleetkit.core.durations import parse_duration
+
+    try:
+        return parse_duration(args.window)
+    except ValueError as e:
+        raise FleetError(f"--window {args.window!r}: {e}") from None
+
+
+def _history(args, cluster, as_of, window, groups=None) -> list[dict]:
+    """The data root's rows of the last two windows (the rules look one window back for history)."""
+    from fleet_airflow.settings import data_root
+    from fleetkit.core.datasets import DataRoot, read_recent
+
+    return read_recent(DataRoot(args.data_root or data_root()), "offsets_snapshots", cluster.name,
+                       as_of - 2 * window, groups)
+
+
+def _storm_lines(storms) -> list[str]:
+    from fleetkit.core.render import visible_controls
+
+    return [f"group {visible_controls(g)!s}: rebalance storm ({s.kind}): {s.rebalances} rebalance(s), "
+            f"{s.rejoins} rejoin(s) in the window. Fix: {s.fix}" for g, s in storms]
+
+
+# -- lag ---------------------------------------------------------------------------------------
+def cmd_lag(args) -> int:
+    from fleetkit.collection.groups import collect_cluster
+    from fleetkit.collection.zk_offsets import add_store_rows
+    from fleetkit.core.datasets import utcnow
+    from fleetkit.stuck import incident
+
+    if not args.groups and not args.all:
+        raise FleetError("name the groups (fleetctl lag GROUP... --cluster C) or give --all")
+    if args.groups and args.all:
+        raise FleetError("give either groups or --all, not both")
+    cluster = load_cluster(args)
+    window = _window(args)
+    with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
+        if args.all:
+            groups = sorted({g for g, _ in kafka.list_groups()} | set(cluster.groups))
+        else:
+            groups = list(dict.fromkeys(args.groups))
+        result = collect_cluster(cluster, kafka, None, only=groups)
+        rows = result.rows["offsets_snapshots"]
+        for r in rows:
+            r.setdefault("source", "kafka")
+        # the ZooKeeper offset stores (old consumers, Storm spouts): for --all, and for named groups
+        # Kafka does not know
+        in_kafka = {r["group"] for r in rows}
+        if cluster.offset_stores and (args.all or any(g not in in_kafka for g in groups)):
+            with connected(cluster, args.timeout, zookeeper=False) as (_, _, stores):
+                store_rows = {"offsets_snapshots": []}
+                add_store_rows(cluster, kafka, stores, store_rows, result.observed_at, result.problems)
+            wanted = set(groups) if not args.all else None
+            rows += [r for r in store_rows["offsets_snapshots"]
+                     if wanted is None or (r["group"] in wanted and r["group"] not in in_kafka)]
+            if args.all:
+                groups = sorted(set(groups) | {r["group"] for r in rows})
+    as_of = result.observed_at or utcnow()
+    history = _history(args, cluster, as_of, window, groups)
+    judged, storms = incident.judge_now(rows, history, as_of, window)
+    missing = [g for g in groups if not any(j["group"] == g for j in judged)]
+    parts, storming = incident.flagged(judged, storms)
+    if args.json:
+        print(json.dumps({"cluster": cluster.name, "observed_at": as_of.isoformat(), "window": args.window,
+                          "partitions": [incident.lag_record(j) for j in judged],
+                          "storms": {g: s._asdict() for g, s in storming},
+                          "missing_groups": missing, "problems": result.problems}, indent=1))
+    else:
+        if judged:
+            print_table(incident.LAG_COLUMNS, [incident.lag_cells(j) for j in judged])
+        for line in _storm_lines(storming):
+            print(line)
+        for p in result.problems:
+            print(f"problem: {p}", file=sys.stderr)
+    for g in missing:
+        from fleetkit.core.render import visible_controls
+
+        print(f"group {visible_controls(g)!s}: no committed offsets and no members on cluster {cluster.name}",
+              file=sys.stderr)
+    if missing and len(missing) == len(groups) and not args.all:
+        return 2
+    return FLAGGED if parts or storming else 0
+
+
+# -- stuck -------------------------------------------------------------------------------------
+STUCK_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "VERDICT", "LAG", "LAG-TIME", "SINCE", "CONFIDENCE", "SOURCE",
+                 "REASON")
+
+
+def cmd_stuck(args) -> int:
+    from fleet_airflow.settings import data_root
+    from fleetkit.collection.groups import collect_rows
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.stuck import incident
+
+    cluster = load_cluster(args)
+    window = _window(args)
+    root = DataRoot(args.data_root or data_root())
+    with connected(cluster, args.timeout) as (kafka, zk, stores):
+        result = collect_rows(cluster, kafka, zk, root, store_clients=stores)
+    as_of = result.observed_at
+    history = _history(args, cluster, as_of, window)
+    judged, storms = incident.judge_now(result.rows["offsets_snapshots"], history, as_of, window)
+    parts, storming = incident.flagged(judged, storms)
+    groups = {j["group"] for j in judged}
+    if args.json:
+        print(json.dumps({"cluster": cluster.name, "observed_at": as_of.isoformat(), "window": args.window,
+                          "groups": len(groups), "partitions": len(judged),
+                          "flagged": [incident.lag_record(j) for j in parts],
+                          "storms": {g: s._asdict() for g, s in storming}, "problems": result.problems}, indent=1))
+    else:
+        print(f"cluster {cluster.name} (Kafka {cluster.kafka_version}) at {as_of:%Y-%m-%d %H:%M:%SZ}: "
+              f"{len(groups)} group(s), {len(judged)} partition(s), window {args.window}, "
+              f"{len(history)} history row(s)")
+        if parts:
+            print_table(STUCK_COLUMNS, [[j["group"], j["topic"], str(j["partition"]), j["verdict"].status,
+                                         "-" if j["lag"] is None else str(j["lag"]),
+                                         incident.lag_time_text(j["time_lag"]),
+                                         incident.since_text(j["verdict"].since) or "-",
+                                         j["verdict"].confidence or "-", j.get("source") or "kafka",
+                                         j["verdict"].reason] for j in parts])
+        for line in _storm_lines(storming):
+            print(line)
+        if not parts and not storming:
+            print("nothing flagged")
+        for p in result.problems:
+            print(f"problem: {p}", file=sys.stderr)
+    return FLAGGED if parts or storming else 0
+
+
+def _wrap(text: str) -> str:
+    import textwrap
+
+    return textwrap.fill(text, 100)
+
+
+def add_parsers(sub) -> None:
+    import argparse
+
+    def common(sp):
+        sp.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+        sp.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+        sp.add_argument("--data-root", help="where the scheduled runs keep their snapshots (default: "
+                                            "$FLEET_DATA_ROOT or ./data)")
+        sp.add_argument("--window", default="15m", help="the rules' window (default 15m, as the scheduled run)")
+        sp.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
+        sp.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+
+    exits = ("exit codes: 0 nothing flagged, 3 something flagged, 2 bad input, 4 the cluster could not be "
+             "reached")
+    lg = sub.add_parser(
+        "lag", help="kafka-consumer-groups --describe plus time lag and verdict, read now",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_wrap("Each partition of the groups: CURRENT-OFFSET, LOG-END-OFFSET and LAG read from the cluster "
+                    "now (as kafka-consumer-groups --describe prints them), LAG-TIME (~: interpolated from the log "
+                    "end history, >=: a lower bound, -: unknown) and the VERDICT of the stuck rules over the "
+                    "recent snapshots in the data root plus this read."),
+        epilog=f"example:\n  fleetctl lag orders-consumer billing --cluster lab\n  fleetctl lag --all --cluster "
+               f"lab43 --json\n\n{exits}")
+    lg.add_argument("groups", nargs="*", metavar="GROUP")
+    lg.add_argument("--all", action="store_true", help="every group the cluster lists (and the fleet file names)")
+    common(lg)
+    lg.set_defaults(func=cmd_lag)
+
+    st = sub.add_parser(
+        "stuck", help="the flagged partitions and rebalance storms now, as the scheduled run would report them",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_wrap("Collects the cluster the way the scheduled run does (every group, commit times and rebalance "
+                    "history from __consumer_offsets, the ZooKeeper offset stores), writes no dataset, and judges "
+                    "with the stuck rules (no Spark) over the data root's recent snapshots plus this read."),
+        epilog=f"example:\n  fleetctl stuck --cluster lab\n\n{exits}")
+    common(st)
+    st.set_defaults(func=cmd_stuck)
+
+
+# -- offsets dump ------------------------------------------------------------------------------
+#: the decoded fields that come from a record's key (the rest come from its value)
+KEY_FIELDS = ("key_version", "kind", "group", "topic", "partition", "member_id", "regex")
+
+
+def _json_default(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v).hex()
+    return str(v)
+
+
+def dump_line(offset: int, key, value, where: str, extra: dict | None = None) -> str:
+    """One JSON line of `offsets dump`: offset, the batch's facts, the decoded key and value (or
+    `error` naming the record when they do not decode)."""
+    from fleetkit.clients.offsets_codec import DecodeError, decode
+
+    out = {"offset": offset, **(extra or {})}
+    try:
+        d = decode(key, value, where)
+    except DecodeError as e:
+        out["error"] = str(e)
+        out["key_hex"] = key.hex() if key is not None else None
+        return json.dumps(out, ensure_ascii=False, default=_json_default)
+    tombstone = d.pop("tombstone", value is None)
+    out["key"] = {k: d.pop(k) for k in KEY_FIELDS if k in d}
+    out["value"] = None if tombstone else d
+    return json.dumps(out, ensure_ascii=False, default=_json_default)
+
+
+class _Progress:
+    """Counts records per kind; a line on stderr every `every` records and at the end."""
+
+    def __init__(self, every: int = 1_000_000):
+        import time
+
+        self.every, self.n, self.t0, self.clock = every, 0, time.monotonic(), time.monotonic
+        self.errors = 0
+
+    def tick(self) -> None:
+        self.n += 1
+        if self.n % self.every == 0:
+            s = self.clock() - self.t0
+            print(f"{self.n:,} records in {s:.1f}s ({self.n / s:,.0f}/s)", file=sys.stderr, flush=True)
+
+    def done(self, what: str) -> None:
+        s = max(self.clock() - self.t0, 1e-9)
+        print(f"{what}: {self.n:,} records in {s:.1f}s ({self.n / s:,.0f}/s)"
+              + (f", {self.errors} not decodable" if self.errors else ""), file=sys.stderr)
+
+
+def cmd_offsets_dump(args) -> int:
+    from fleetkit.clients import log_format
+
+    if bool(args.segment) == bool(args.cluster):
+        raise FleetError("give --segment FILE, or --cluster C --partition N")
+    out = sys.stdout
+    progress = _Progress()
+    write = out.write
+    if args.segment:
+        import os
+
+        if not os.path.isfile(args.segment):
+            raise FleetError(f"--segment {args.segment!r}: no such file")
+        with open(args.segment, "rb", buffering=1 << 20) as f:
+            try:
+                for r in log_format.read_segment(f, args.segment):
+                    if r.offset < args.from_offset:
+                        continue
+                    extra = {"timestamp": r.timestamp, "magic": r.magic,
+                             "compression": log_format.COMPRESSION.get(r.codec, r.codec)}
+                    if r.producer_id >= 0:
+                        extra["producer_id"] = r.producer_id
+                    if r.control:
+                        write(json.dumps({"offset": r.offset, **extra, "control": r.control}) + "\n")
+                    else:
+                        line = dump_line(r.offset, r.key, r.value, f"{args.segment} offset {r.offset}", extra)
+                        progress.errors += '"error": ' in line
+                        write(line + "\n")
+                    progress.tick()
+            except log_format.FormatError as e:
+                out.flush()
+                raise FleetError(f"--segment {args.segment!r}: {e}") from None
+        out.flush()
+        progress.done(args.segment)
+        return 0
+    if args.partition is None:
+        raise FleetError("--cluster needs --partition N (a partition of __consumer_offsets)")
+    from fleetkit.collection.offsets_topic import OFFSETS_TOPIC, read_records
+
+    cluster = load_cluster(args)
+    if not 0 <= args.partition < cluster.offsets_topic_partitions:
+        raise FleetError(f"--partition {args.partition}: {OFFSETS_TOPIC} of cluster {cluster.name!r} has partitions "
+                         f"0..{cluster.offsets_topic_partitions - 1}")
+
+    def on_record(p, off, key, value):
+        line = dump_line(off, key, value, f"{OFFSETS_TOPIC}-{p} offset {off}")
+        progress.errors += '"error": ' in line
+        write(line + "\n")
+        progress.tick()
+
+    with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
+        res = read_records(cluster.name, kafka, [args.partition],
+                           {args.partition: args.from_offset} if args.from_offset else {},
+                           on_record=on_record,
+                           ends={args.partition: args.to_offset} if args.to_offset is not None else None)
+    out.flush()
+    progress.done(f"{OFFSETS_TOPIC}-{args.partition} of {cluster.name} (reader {res.reader})")
+    for p in res.problems:
+        print(f"problem: {p}", file=sys.stderr)
+    return 0
+
+
+def add_offsets_parsers(o_sub) -> None:
+    import argparse
+
+    od = o_sub.add_parser(
+        "dump", help="every record of a __consumer_offsets segment file or partition, decoded, one JSON line each",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_wrap("The content kafka-dump-log --offsets-decoder shows, as JSON lines, streaming, without a "
+                    "JVM: message formats v0-v2, batches compressed with gzip, snappy, lz4 or zstd; control "
+                    "records (transaction markers) of a segment file as {\"control\": ...}. Each line: offset, "
+                    "timestamp, magic, compression, key (key_version, kind, group, topic, partition ...), value "
+                    "(null for a tombstone); a record that does not decode carries \"error\" (naming it) and its "
+                    "key in hex. Progress and a summary go to stderr."),
+        epilog="examples:\n  fleetctl offsets dump --segment /var/kafka/data/__consumer_offsets-17/00000000000000000000.log"
+               "\n  fleetctl offsets dump --cluster lab --partition 17 --from 1200000 | jq 'select(.group == \"billing\")'"
+               "\n\nexit codes: 0 done, 2 bad input (a file that is not a segment), 4 the cluster could not be reached")
+    od.add_argument("--segment", metavar="FILE", help="a segment file (.log) of __consumer_offsets")
+    od.add_argument("--cluster", help="or: read from the cluster (fleet file name) ...")
+    od.add_argument("--partition", type=int, help="... this partition of __consumer_offsets")
+    od.add_argument("--from", dest="from_offset", type=int, default=0, help="first offset (default: the log start)")
+    od.add_argument("--to", dest="to_offset", type=int, help="with --cluster: stop before this offset (default: the "
+                                                             "log end when the command starts)")
+    od.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    od.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
+    od.set_defaults(func=cmd_offsets_dump)
