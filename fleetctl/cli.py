@@ -667,9 +667,10 @@ def build_parser() -> argparse.ArgumentParser:
     od.add_argument("--key", required=True, help="the record key, hex")
     od.add_argument("--value", help="the record value, hex (absent: a tombstone)")
     od.set_defaults(func=cmd_offsets_decode)
-    from fleetctl.incident import add_offsets_parsers
+    from fleetctl.incident import add_health_parser, add_offsets_parsers
 
     add_offsets_parsers(o_sub)
+    add_health_parser(o_sub)
     oc = o_sub.add_parser("cleaner-capacity", help="how many keys one log-cleaner pass can map")
     oc.add_argument("--dedupe-buffer-size", type=int, required=True, help="log.cleaner.dedupe.buffer.size, bytes")
     oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")

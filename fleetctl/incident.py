@@ -420,3 +420,97 @@ def add_offsets_parsers(o_sub) -> None:
     od.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     od.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     od.set_defaults(func=cmd_offsets_dump)
+
+
+# -- offsets health ----------------------------------------------------------------------------
+HEALTH_COLUMNS = ("BROKER", "PARTITION", "VERDICT", "DISK", "RECORDS", "LIVE-KEYS", "LARGEST-SEGMENT", "ONE-PASS")
+
+
+def _size(n) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+
+
+def cmd_offsets_health(args) -> int:
+    """Read the new __consumer_offsets records and the segment inventory into the data root (the
+    scheduled collect_offsets step), run the offsets_health job on them (Spark, local), print the
+    cluster's verdicts and fixes."""
+    import os
+    import subprocess
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from fleet_airflow.settings import data_root, fleet_file, spark_env
+    from fleetkit.collection.offsets_topic import collect_offsets_topic
+    from fleetkit.core.datasets import DataRoot, read_jsonl
+
+    cluster = load_cluster(args)
+    root_path = args.data_root or data_root()
+    t0 = time.monotonic()
+    print(f"reading the new records of __consumer_offsets of {cluster.name} into {root_path} ...", file=sys.stderr,
+          flush=True)
+    with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
+        res = collect_offsets_topic(cluster, kafka, DataRoot(root_path))
+    print(f"  {res.records_written:,} records in {time.monotonic() - t0:.1f}s; {res.summary()}", file=sys.stderr,
+          flush=True)
+    for p in res.problems:
+        print(f"problem: {p}", file=sys.stderr)
+    job = Path(__file__).resolve().parents[1] / "spark_jobs" / "offsets_health.py"
+    with tempfile.TemporaryDirectory(prefix="fleetctl-health-") as out:
+        t1 = time.monotonic()
+        print(f"judging with the offsets_health job (Spark {args.master}) ...", file=sys.stderr, flush=True)
+        env = {**os.environ, **spark_env()}
+        run = subprocess.run([sys.executable, str(job), "--data-root", root_path, "--fleet", args.fleet or fleet_file(),
+                              "--out", out, "--master", args.master], capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            raise FleetError(f"the offsets_health job failed ({run.returncode}): {run.stderr.strip()[-1500:]}")
+        rows = [r for r in read_jsonl(Path(out) / "health.jsonl") if r["cluster"] == cluster.name]
+    print(f"  judged in {time.monotonic() - t1:.1f}s", file=sys.stderr, flush=True)
+    rows.sort(key=lambda r: (r["verdict"] == "HEALTHY", r["partition"], r["broker"]))
+    bad = [r for r in rows if r["verdict"] != "HEALTHY"]
+    if args.json:
+        print(json.dumps({"cluster": cluster.name, "replicas": rows}, indent=1, default=str))
+    else:
+        shown = rows if args.all else bad
+        print(f"cluster {cluster.name} (Kafka {cluster.kafka_version}): {len(rows)} replica(s) of __consumer_offsets, "
+              f"{len(bad)} not healthy")
+        if shown:
+            print_table(HEALTH_COLUMNS, [[str(r["broker"]), str(r["partition"]), r["verdict"], _size(r["disk_bytes"]),
+                                          f"{r['records'] or 0:,}", f"{r['live_keys'] or 0:,}",
+                                          f"{r['largest_segment_messages'] or 0:,}", f"{r['keys_per_pass'] or 0:,}"]
+                                         for r in shown])
+        for r in bad:
+            print(f"\nbroker {r['broker']} partition {r['partition']}: {r['verdict']}: {r['reason']}")
+            if r.get("fix"):
+                fix = json.loads(r["fix"])
+                settings = ", ".join(f"{k}={v}" for k, v in fix.items() if k.startswith("log."))
+                print(f"  fix: {settings} (apply: {fix.get('apply')}); then the runbook_offsets_trim DAG "
+                      "(dry run first) if the partition must shrink now")
+    return FLAGGED if bad else 0
+
+
+def add_health_parser(o_sub) -> None:
+    import argparse
+
+    oh = o_sub.add_parser(
+        "health", help="__consumer_offsets verdicts (bloated, cleaner stalled, over capacity) and the fix, now",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_wrap("Reads the new records of __consumer_offsets and the segment inventory into the data "
+                          "root (what the scheduled collect_offsets step does), runs the offsets_health job on "
+                          "them (Spark, local; about half a minute on a small cluster) and prints the replicas that "
+                          "are not healthy, with the reason and the cleaner setting that fixes it."),
+        epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "
+               "flagged, 2 bad input, 4 the cluster could not be reached")
+    oh.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    oh.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    oh.add_argument("--all", action="store_true", help="list healthy replicas too")
+    oh.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
+    oh.add_argument("--json", action="store_true", help="every replica as JSON")
+    oh.set_defaults(func=cmd_offsets_health)

@@ -150,3 +150,31 @@ def test_bad_input_and_unreachable_cluster_exit_codes(tmp_path, lab):
                          env={**__import__("os").environ, "AIRFLOW_CONN_GONE_KAFKA": env_conn})
     assert out.returncode == 4, (out.returncode, out.stderr)
     assert "gone" in out.stderr.splitlines()[-1]
+
+
+def test_offsets_health_flags_a_partition_over_the_cleaners_capacity(lab, tmp_path, unique):
+    """0.9 (before KAFKA-3894): a segment with more messages than one cleaner pass maps kills the
+    cleaner. A fleet file stating a 2,400-byte dedupe buffer (90 keys a pass) and 200 commits of
+    one group make its partition OVER_CAPACITY; the command reads the cluster now and says so."""
+    from fleetkit.core.partitioning import partition_for
+
+    from tests.conftest import TEST_FLEET, write_fleet_file
+
+    fleet = write_fleet_file(TEST_FLEET[lab.spec.name], tmp_path / "fleet.yaml",
+                             cleaner={"dedupe_buffer_size": 2400, "threads": 1, "io_buffer_load_factor": 0.9})
+    t = Target(lab)
+    topic, group = unique("health"), unique("many commits")
+    t.wait_topic(topic)
+    t.produce(topic, {0: 200})
+    for i in range(1, 201):
+        t.commit(group, {(topic, 0): i})
+    out = fleetctl("offsets", "health", "--cluster", lab.spec.name, "--fleet", str(fleet), "--data-root",
+                   str(tmp_path / "data"), "--json", timeout=600)
+    assert out.returncode == 3, out.stderr[-3000:]
+    replicas = json.loads(out.stdout)["replicas"]
+    mine = [r for r in replicas if r["partition"] == partition_for(group, 50)]
+    assert mine and all(r["verdict"] == "OVER_CAPACITY" for r in mine), mine
+    assert json.loads(mine[0]["fix"])["log.cleaner.dedupe.buffer.size"] > 2400
+    table = fleetctl("offsets", "health", "--cluster", lab.spec.name, "--fleet", str(fleet), "--data-root",
+                     str(tmp_path / "data"), timeout=600)
+    assert table.returncode == 3 and "OVER_CAPACITY" in table.stdout and "fix: log.cleaner.dedupe.buffer.size=" in table.stdout
