@@ -1,5 +1,6 @@
-"""Registers the toolkit with Airflow: the report link on tasks and the /fleet-reports pages
-(the reports folder under the data root, served read-only by the api-server).
+"""Registers the toolkit with Airflow: the report link on tasks, the /fleet-reports pages (the
+reports folder under the data root, served read-only by the api-server) and the fleet page /fleet/
+(fleet_airflow.fleet_page), both in the UI's navigation.
 
 The reports name clusters, hosts, client ids, broker paths and trim plans, so /fleet-reports
 answers only logged-in users who may read DAGs: the api-server's own authentication (a Bearer
@@ -15,11 +16,12 @@ from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
 from fastapi import Depends, FastAPI, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 
 from fleet_airflow import settings
+from fleet_airflow.fleet_page import fleet_app
 from fleet_airflow.operators.report import StuckReportLink
+from fleet_airflow.web_auth import reader, require_dag_read
 
 # the DAG that writes each folder under <data root>/reports; reading a report needs read access
 # to that DAG (other folders: read access to all DAGs)
@@ -52,35 +54,8 @@ def _reports_app() -> FastAPI:
     # StaticFiles looks files up in a worker thread and streams them with anyio: the event loop
     # never waits on the disk. follow_symlink=False: a symlink out of the folder is not served.
     static = StaticFiles(directory=str(reports), html=True, follow_symlink=False)
-    bearer = HTTPBearer(auto_error=False)
-
-    async def reader(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)):
-        """The user of the api-server's session: Bearer token first, else the `_token` cookie."""
-        from airflow.api_fastapi.core_api.security import get_user
-
-        try:
-            return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
-        except HTTPException as e:
-            # Airflow answers 403 to a token it cannot verify; here that is "not logged in"
-            if e.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):
-                raise HTTPException(status.HTTP_401_UNAUTHORIZED, f"Not authenticated: {e.detail}",
-                                    headers={"WWW-Authenticate": "Bearer"}) from None
-            raise
-
     def may_read(path: str, user=Depends(reader)) -> None:
-        """The auth manager's DAG read check (a sync dependency: the team look-up hits the
-        database, so FastAPI runs it in a worker thread)."""
-        from airflow.api_fastapi.app import get_auth_manager
-        from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
-        from airflow.models.dag import DagModel
-
-        dag_id = REPORT_DAGS.get(path.split("/", 1)[0])
-        team = DagModel.get_team_name(dag_id) if dag_id else None
-        if not get_auth_manager().is_authorized_dag(method="GET", details=DagDetails(id=dag_id, team_name=team),
-                                                   user=user):
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                f"Forbidden: reading this report needs read access to "
-                                f"{'DAG ' + repr(dag_id) if dag_id else 'all DAGs'}")
+        require_dag_read(user, REPORT_DAGS.get(path.split("/", 1)[0]))
 
     app = FastAPI(title="Kafka fleet reports", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -99,7 +74,11 @@ def _reports_app() -> FastAPI:
 class FleetPlugin(AirflowPlugin):
     name = "kafka_fleet_toolkit"
     operator_extra_links = [StuckReportLink()]
-    fastapi_apps = [{"app": _reports_app(), "url_prefix": "/fleet-reports", "name": "Kafka fleet reports"}]
-    external_views = [{"name": "Stuck offsets report", "href": "/fleet-reports/stuck/latest/report.html",
+    fastapi_apps = [{"app": _reports_app(), "url_prefix": "/fleet-reports", "name": "Kafka fleet reports"},
+                    {"app": fleet_app(), "url_prefix": "/fleet", "name": "Kafka fleet"}]
+    # the fleet page in the UI's navigation (an iframe onto /fleet/, served by the api-server behind
+    # its login; reading it needs read access to the fleet_maintenance DAG)
+    external_views = [{"name": "Kafka fleet", "href": "/fleet/", "destination": "nav", "url_route": "kafka-fleet"},
+                      {"name": "Stuck offsets report", "href": "/fleet-reports/stuck/latest/report.html",
                        "destination": "nav",
                        "url_route": "fleet-reports"}]

@@ -94,19 +94,27 @@ def offset_store_clients(cluster: Cluster):
 def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout: float = 15.0) -> CollectionResult:
     """Collect one cluster into the datasets under data_root (all or nothing), with its
     offset_stores."""
+    from fleetkit.collection.groups import record_status
+    from fleetkit.core.datasets import iso_z, utcnow
+
     root = DataRoot(data_root)
     try:
-        with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
-            return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days,
-                                     store_clients=stores)
-    except ClusterUnreachable:
+        try:
+            with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
+                return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days,
+                                         store_clients=stores)
+        except (ClusterUnreachable, FleetConfigError):
+            raise
+        except Exception as e:
+            # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
+            raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
+                                     f"{type(e).__name__}: {e}") from e
+    except (ClusterUnreachable, FleetConfigError) as e:
+        try:  # the fleet page shows the newest failure; a data root that cannot take it changes nothing here
+            record_status(root, cluster.name, failed={"at": iso_z(utcnow()), "error": str(e)[:2000]})
+        except Exception as status_error:  # noqa: BLE001
+            log.warning("cluster %s: the collection failure could not be recorded: %s", cluster.name, status_error)
         raise
-    except FleetConfigError:
-        raise
-    except Exception as e:
-        # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
-        raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
-                                 f"{type(e).__name__}: {e}") from e
 
 
 def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int] | None = None,

@@ -254,6 +254,21 @@ def state_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "known_groups.json")
 
 
+def status_path(root: DataRoot, cluster: str) -> str:
+    return root.join("_state", f"cluster={cluster}", "collection_status.json")
+
+
+def record_status(root: DataRoot, cluster: str, ok: dict | None = None, failed: dict | None = None) -> None:
+    """Keep the newest successful collection (`ok`) and the newest failure (`failed`) of a cluster
+    for the fleet page: {"ok": {...}, "failed": {...}}."""
+    doc = root.read_json(status_path(root, cluster), default={}) or {}
+    if ok is not None:
+        doc["ok"] = ok
+    if failed is not None:
+        doc["failed"] = failed
+    root.write_json_atomic(status_path(root, cluster), doc)
+
+
 def record_reads(rows: list[dict], budget: int,
                  max_reads: int = RECORD_TIMESTAMP_READS) -> list[dict[tuple[str, int], int]]:
     """The reads `add_record_timestamps` makes: the distinct (topic, partition, committed offset) of
@@ -313,6 +328,8 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     result = collect_rows(cluster, kafka, zk, root, now=now, store_clients=store_clients)
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
+    record_status(root, cluster.name, ok={"observed_at": iso_z(result.observed_at), "groups": len(result.groups),
+                                          "seconds": round(result.seconds, 1), "problems": result.problems[:50]})
     for dataset in result.rows:
         for removed in prune(root, dataset, cluster.name, retention_days):
             log.info("pruned %s (older than %d days)", removed, retention_days)

@@ -46,7 +46,8 @@ def report_url(html_path: Path, data_root: str) -> str:
 
 class StuckReportOperator(BaseOperator):
     """Render report.html / report.md next to the job's output, log the summary and every
-    flagged partition, push the report link, copy it to reports/stuck/latest, and alert."""
+    flagged partition, push the report link, copy it and the job's outputs to reports/stuck/latest, and
+    alert."""
 
     template_fields: Sequence[str] = ("out_dir", "fleet_file", "data_root", "window")
     operator_extra_links = (StuckReportLink(),)
@@ -62,7 +63,10 @@ class StuckReportOperator(BaseOperator):
         if run_dir.resolve() == latest.resolve():
             return
         latest.mkdir(parents=True, exist_ok=True)
-        for name in ("report.html", "report.md"):
+        # the job's outputs too: the fleet page (plugins/fleet_page.py) reads them from latest/
+        for name in ("findings.jsonl", "groups.jsonl", "series.jsonl", "report.html", "report.md"):
+            if not (run_dir / name).exists():
+                continue
             tmp = latest / f".{name}.tmp"
             shutil.copyfile(run_dir / name, tmp)
             tmp.replace(latest / name)

@@ -1,0 +1,293 @@
+"""The fleet page's read model: what the jobs wrote, shaped for one page of a browser.
+
+No second store: everything comes from the data root the DAGs write.
+
+* clusters: the fleet file (name, Kafka version), the newest collection and failure of each
+  (`_state/cluster=<c>/collection_status.json`, written by every collection);
+* groups and partitions: the stuck job's newest outputs (`reports/stuck/latest/groups.jsonl`,
+  `findings.jsonl`, `series.jsonl`, copied there by the report task);
+* coordinator ownership: the newest `reports/coordinator/*/groups.jsonl` / `partitions.jsonl`;
+* `__consumer_offsets` health: the newest `reports/offsets/*/health.jsonl`;
+* destructive runs: the audit dataset (planned, approved by whom, executed, verified, rolled back),
+  and pending approvals: approval records (`<plans>/<dag>/<run>/approval.json`) without an answer.
+
+Parsed files are cached per (path, size, mtime): a fleet of 100,000 groups is parsed once per
+stuck run, and a page is a slice of the sorted list. A group's partitions are found by scanning
+findings.jsonl for the group's JSON-quoted name before parsing a line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from fleetkit.stuck import rules
+
+PAGE_SIZE = 50
+GROUP_RANK = {s: i for i, s in enumerate(rules.GROUP_ORDER)}
+
+#: the runbook that acts on a partition verdict (dag id, what it does); the form is prefilled from
+#: the finding (`runbook_conf`), dry run on
+RUNBOOKS = {
+    "STALLED": ("runbook_stuck_partition", "diagnose; skip the poison record (approval required)"),
+    "STOPPED": ("runbook_stuck_partition", "diagnose the stopped group (start its consumers; a skip if "
+                                           "they fail on a record)"),
+    "FROZEN": ("runbook_stuck_partition", "diagnose (a Storm spout: deactivate the topology first)"),
+    "OUT_OF_RANGE": ("runbook_reset_offsets", "reset the group's offset into the log (approval required)"),
+    "REWOUND": ("runbook_reset_offsets", "restore the offsets from before the rewind (approval required)"),
+}
+#: the trigger-form fields of each runbook the page offers, in order: (param, type, help)
+RUNBOOK_FIELDS = {
+    "runbook_stuck_partition": [("cluster", "string", "cluster name from the fleet file"),
+                                ("group", "string", "consumer group id"), ("topic", "string", "topic"),
+                                ("partition", "integer", "partition"),
+                                ("skip", "integer", "records to skip forward"),
+                                ("dry_run", "boolean", "plan and render only")],
+    "runbook_reset_offsets": [("cluster", "string", "cluster name from the fleet file"),
+                              ("group", "string", "consumer group id"), ("topic", "string", "topic"),
+                              ("partitions", "string", "'all' or partition numbers like 0,2"),
+                              ("target", "string", "earliest | latest | offset N | skip N | restore"),
+                              ("source", "string", "kafka | zookeeper | storm"),
+                              ("dry_run", "boolean", "plan and render only")],
+}
+
+
+def runbook_conf(finding: dict) -> tuple[str, dict] | None:
+    """(dag id, prefilled conf) of the runbook for a flagged partition, or None."""
+    rb = RUNBOOKS.get(finding.get("status"))
+    if rb is None:
+        return None
+    dag = rb[0]
+    base = {"cluster": finding["cluster"], "group": finding["group"], "topic": finding["topic"], "dry_run": True}
+    if dag == "runbook_stuck_partition":
+        return dag, {**base, "partition": int(finding["partition"]), "skip": 1}
+    target = "latest" if finding.get("status") == "OUT_OF_RANGE" else "restore"
+    return dag, {**base, "partitions": str(finding["partition"]), "target": target,
+                 "source": finding.get("source") or "kafka"}
+
+
+def coerce_conf(dag_id: str, form: dict[str, str]) -> dict:
+    """A submitted runbook form -> the run conf, typed by RUNBOOK_FIELDS. Raises ValueError naming
+    the field that is wrong."""
+    fields = RUNBOOK_FIELDS.get(dag_id)
+    if fields is None:
+        raise ValueError(f"{dag_id!r} is not a runbook this page starts ({', '.join(RUNBOOK_FIELDS)})")
+    conf: dict = {}
+    for name, kind, _ in fields:
+        raw = form.get(name)
+        if kind == "boolean":
+            conf[name] = str(raw).lower() in ("1", "true", "on", "yes")
+            continue
+        if raw is None or str(raw).strip() == "":
+            raise ValueError(f"{name}: a value is required")
+        if kind == "integer":
+            try:
+                conf[name] = int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{name}: {raw!r} is not a whole number") from None
+            if conf[name] < 0:
+                raise ValueError(f"{name}: {raw!r} is negative")
+        else:
+            conf[name] = str(raw)  # names are taken exactly as the cluster has them
+    return conf
+
+
+# -- cached files ------------------------------------------------------------------------------------
+_cache: dict[tuple, object] = {}
+_lock = threading.Lock()
+
+
+def cached(path: Path, parse: Callable[[Path], object]):
+    """parse(path), once per (path, size, mtime); None when the file does not exist."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    key = (str(path), parse.__name__, st.st_size, st.st_mtime_ns)
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+    value = parse(path)
+    with _lock:
+        for k in [k for k in _cache if k[:2] == key[:2]]:
+            del _cache[k]
+        _cache[key] = value
+    return value
+
+
+def _jsonl(path: Path) -> list[dict]:
+    with open(path, "rb") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def newest(folder: Path, name: str) -> Path | None:
+    """The newest <folder>/*/<name> (by modification time)."""
+    if not folder.is_dir():
+        return None
+    found = [p for p in folder.glob(f"*/{name}") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+# -- groups ------------------------------------------------------------------------------------------
+@dataclass
+class GroupIndex:
+    """Every group of the newest stuck run, worst first (status, then total lag)."""
+
+    groups: list[dict]
+    by_cluster: dict[str, Counter] = field(default_factory=dict)
+    storms: Counter = field(default_factory=Counter)
+    as_of: str | None = None
+
+    @classmethod
+    def parse(cls, path: Path) -> "GroupIndex":
+        groups = _jsonl(path)
+        groups.sort(key=lambda g: (GROUP_RANK.get(g.get("status"), len(GROUP_RANK)), not g.get("rebalance_storm"),
+                                   -(g.get("total_lag") or 0), g.get("cluster") or "", g.get("group") or ""))
+        by_cluster: dict[str, Counter] = {}
+        storms: Counter = Counter()
+        for g in groups:
+            by_cluster.setdefault(g.get("cluster"), Counter())[g.get("status") or "OK"] += 1
+            if g.get("rebalance_storm"):
+                storms[g.get("cluster")] += 1
+        mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+        return cls(groups, by_cluster, storms, mtime.isoformat(timespec="seconds").replace("+00:00", "Z"))
+
+    def page(self, page: int = 1, cluster: str | None = None, status: str | None = None, query: str | None = None,
+             size: int = PAGE_SIZE) -> tuple[list[dict], int]:
+        """(the groups of one page, how many match)."""
+        rows = self.groups
+        if cluster or status or query:
+            q = (query or "").lower()
+            rows = [g for g in rows if (not cluster or g.get("cluster") == cluster)
+                    and (not status or g.get("status") == status or (status == "STORM" and g.get("rebalance_storm")))
+                    and (not q or q in str(g.get("group", "")).lower())]
+        start = max(page - 1, 0) * size
+        return rows[start:start + size], len(rows)
+
+
+
+
+class FleetView:
+    """The read model over one data root (and the plans folder, for pending approvals)."""
+
+    def __init__(self, data_root: str | os.PathLike, plans_root: str | os.PathLike | None = None):
+        self.root = Path(data_root)
+        self.plans = Path(plans_root) if plans_root else self.root / "plans"
+        self.stuck = self.root / "reports" / "stuck" / "latest"
+
+    # clusters
+    def collection_status(self, cluster: str) -> dict:
+        path = self.root / "_state" / f"cluster={cluster}" / "collection_status.json"
+        try:
+            return json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    def groups(self) -> GroupIndex:
+        return cached(self.stuck / "groups.jsonl", GroupIndex.parse) or GroupIndex([])
+
+    def clusters(self, fleet) -> list[dict]:
+        idx = self.groups()
+        out = []
+        for c in fleet.clusters:
+            status = self.collection_status(c.name)
+            ok, failed = status.get("ok") or {}, status.get("failed") or {}
+            failing = bool(failed) and (not ok or str(failed.get("at", "")) > str(ok.get("observed_at", "")))
+            counts = idx.by_cluster.get(c.name, Counter())
+            out.append({"name": c.name, "kafka_version": c.kafka_version, "mode": "KRaft" if c.zookeeper is None
+                        else "ZooKeeper", "counts": {s: counts[s] for s in rules.GROUP_ORDER if counts[s]},
+                        "groups": sum(counts.values()), "storms": idx.storms.get(c.name, 0),
+                        "collected_at": ok.get("observed_at"), "collection_problems": ok.get("problems") or [],
+                        "failed_at": failed.get("at"), "failure": failed.get("error"), "failing": failing})
+        return out
+
+    # one group
+    def partitions(self, cluster: str, group: str) -> list[dict]:
+        """The group's partitions in the newest stuck run, each with its lag series (points)."""
+        needle = json.dumps(group, ensure_ascii=False).encode("utf-8")
+        needle_ascii = json.dumps(group).encode("ascii")
+        rows = []
+        path = self.stuck / "findings.jsonl"
+        if path.exists():
+            with open(path, "rb") as f:
+                for line in f:
+                    if needle in line or needle_ascii in line:
+                        r = json.loads(line)
+                        if r.get("group") == group and r.get("cluster") == cluster:
+                            rows.append(r)
+        series = {}
+        spath = self.stuck / "series.jsonl"
+        if rows and spath.exists():
+            with open(spath, "rb") as f:
+                for line in f:
+                    if needle in line or needle_ascii in line:
+                        s = json.loads(line)
+                        if s.get("group") == group and s.get("cluster") == cluster:
+                            series[(s.get("source") or "kafka", s["topic"], s["partition"])] = s.get("points") or []
+        for r in rows:
+            r["points"] = series.get((r.get("source") or "kafka", r["topic"], r["partition"]), [])
+        rows.sort(key=lambda r: (GROUP_RANK.get(r.get("status"), 99), r["topic"], r["partition"]))
+        return rows
+
+    def group(self, cluster: str, group: str) -> dict | None:
+        return next((g for g in self.groups().groups if g.get("cluster") == cluster and g.get("group") == group), None)
+
+    # coordinator ownership, offsets health
+    def coordinators(self) -> tuple[list[dict], str | None]:
+        """Coordinator ownership per cluster from the newest ownership run: partitions not OK first."""
+        path = newest(self.root / "reports" / "coordinator", "partitions.jsonl")
+        if path is None:
+            return [], None
+        rows = [r for r in cached(path, _jsonl) if r.get("verdict") not in (None, "OK")]
+        return rows, path.parent.name
+
+    def offsets_health(self) -> tuple[list[dict], Counter, str | None]:
+        path = newest(self.root / "reports" / "offsets", "health.jsonl")
+        if path is None:
+            return [], Counter(), None
+        rows = cached(path, _jsonl)
+        return ([r for r in rows if r.get("verdict") != "HEALTHY"],
+                Counter((r.get("cluster"), r.get("verdict")) for r in rows), path.parent.name)
+
+    # destructive runs
+    def audit_timeline(self, limit: int = 30) -> list[dict]:
+        """The newest destructive runs, one entry per run: action, cluster, each step with who and when."""
+        from fleetkit.core import audit
+        from fleetkit.core.datasets import DataRoot
+
+        try:
+            recs = audit.records(DataRoot(str(self.root)))
+        except Exception:  # noqa: BLE001 - no audit dataset yet
+            return []
+        runs: dict[tuple, dict] = {}
+        for r in recs:
+            key = (r["dag_id"], r["run_id"])
+            run = runs.setdefault(key, {"dag_id": r["dag_id"], "run_id": r["run_id"], "cluster": r["cluster"],
+                                        "action": r["action"], "steps": [], "last": None})
+            at = r["observed_at"]
+            run["steps"].append({"event": r["event"], "actor": r.get("actor"),
+                                 "at": at.isoformat(timespec="seconds") if hasattr(at, "isoformat") else str(at),
+                                 "message": r.get("message")})
+            run["last"] = run["steps"][-1]["at"]
+        return sorted(runs.values(), key=lambda x: x["last"] or "", reverse=True)[:limit]
+
+    def pending_approvals(self) -> list[dict]:
+        out = []
+        if not self.plans.is_dir():
+            return out
+        for path in self.plans.glob("*/*/approval.json"):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if doc.get("answer") is None and doc.get("dag_id") and doc.get("run_id"):
+                out.append({"dag_id": doc["dag_id"], "run_id": doc["run_id"], "requested_at": doc.get("requested_at"),
+                            "assigned": doc.get("assigned") or [], "requested_by": doc.get("requested_by") or [],
+                            "digest": doc.get("digest")})
+        return sorted(out, key=lambda d: d.get("requested_at") or "", reverse=True)

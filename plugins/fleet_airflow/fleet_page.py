@@ -1,0 +1,185 @@
+"""The fleet page: /fleet/ on the api-server, in the Airflow UI's navigation ("Kafka fleet").
+
+How it is built: an external view (an iframe in the UI) onto this FastAPI app, which the
+api-server serves behind its own login (the UI's `_token` cookie, or a Bearer token) and the auth
+manager's permission check. **Permission needed: read access to the DAG `fleet_maintenance`**
+(the DAG whose runs write what the page shows). Starting a runbook from the page additionally
+needs the permission to trigger that runbook DAG: the page posts the run to Airflow's REST API
+with the user's own token, so Airflow checks it and records the user as the one who triggered.
+
+Pages (server-rendered, paged on the server, every name from a cluster escaped):
+  /fleet/                 clusters (Kafka version, groups by verdict, newest collection, failures),
+                          the groups worst first (?cluster= &status= &q= &page=), pending approvals
+                          (links to their Required Action page), coordinator ownership,
+                          __consumer_offsets health, the audit timeline of destructive runs
+  /fleet/group            one group's partitions: lag in records and time, lag-over-time charts,
+                          the verdict's reason and since when, a runbook button per flagged partition
+  /fleet/runbook          the runbook's form, prefilled (dry run on); POST starts the run
+Handlers are plain functions: FastAPI runs them in worker threads, so file reads never block the
+api-server's event loop. Data: fleetkit.fleetview (the jobs' outputs, cached per file version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import urllib.parse
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse
+
+from fleet_airflow import settings
+from fleet_airflow.web_auth import reader, require_dag_read, token_of
+
+log = logging.getLogger(__name__)
+
+#: read access to this DAG lets a user see the fleet page
+FLEET_PAGE_DAG = "fleet_maintenance"
+
+
+def _view():
+    from fleetkit.fleetview import FleetView
+
+    root = settings.data_root()
+    return FleetView(root, settings.plans_root(root))
+
+
+def _fleet():
+    from fleetkit.core.fleet import load_fleet
+
+    return load_fleet(settings.fleet_file())
+
+
+def _csrf(token: str | None) -> str:
+    """The form's anti-forgery value: bound to the user's session token, never the token itself."""
+    return hmac.new((token or "").encode(), b"kafka-fleet-runbook-form", hashlib.sha256).hexdigest()
+
+
+def _page(template: str, **context) -> HTMLResponse:
+    from fleetkit.core.render import render
+
+    resp = HTMLResponse(render(template, **context))
+    resp.headers["Cache-Control"] = "private, no-cache"
+    resp.headers["X-Content-Type-Options"] = "nosniff"
+    return resp
+
+
+def _int(value: str | None, name: str, default: int) -> int:
+    if value in (None, ""):
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{name}: {value!r} is not a whole number") from None
+    if n < 1:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"{name}: {value!r} must be 1 or more")
+    return n
+
+
+def fleet_app() -> FastAPI:
+    app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
+
+    def may_read(user=Depends(reader)):
+        require_dag_read(user, FLEET_PAGE_DAG)
+        return user
+
+    @app.get("/", response_class=HTMLResponse)
+    def overview(cluster: str = "", status_: str = Query("", alias="status"), q: str = "", page: str = "1",
+                 user=Depends(may_read)):
+        from fleetkit.fleetview import PAGE_SIZE
+        from fleetkit.stuck import rules
+
+        n = _int(page, "page", 1)
+        view, fleet = _view(), _fleet()
+        idx = view.groups()
+        rows, total = idx.page(n, cluster or None, status_ or None, q or None)
+        health, health_counts, health_run = view.offsets_health()
+        coordinators, coord_run = view.coordinators()
+        return _page("fleet_page.html.j2", clusters=view.clusters(fleet), groups=rows, total=total, page=n,
+                     pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
+                     statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
+                     approvals=view.pending_approvals(), timeline=view.audit_timeline(),
+                     health=health[:100], health_more=max(0, len(health) - 100), health_run=health_run,
+                     coordinators=coordinators[:100], coord_run=coord_run,
+                     user=getattr(user, "get_name", lambda: None)())
+
+    @app.get("/group", response_class=HTMLResponse)
+    def group_page(cluster: str, group: str, user=Depends(may_read)):
+        from fleetkit.fleetview import RUNBOOKS, runbook_conf
+        from fleetkit.stuck.report import behind, lag_chart, readable_time, storm_fix, storm_what
+
+        view = _view()
+        parts = view.partitions(cluster, group)
+        g = view.group(cluster, group)
+        if g is None and not parts:
+            raise HTTPException(status.HTTP_404_NOT_FOUND,
+                                f"no group {group!r} on cluster {cluster!r} in the newest stuck run")
+        for p in parts:
+            p["chart"] = lag_chart(p.get("points") or [], width=360, height=110)
+            p["behind"] = behind(p)
+            p["since"] = readable_time(p.get("stalled_since") or p.get("stopped_since"))
+            rb = runbook_conf(p)
+            p["runbook"] = None if rb is None else {"dag_id": rb[0], "what": RUNBOOKS[p["status"]][1],
+                                                   "query": urllib.parse.urlencode({"dag_id": rb[0], **rb[1]})}
+        storm = None
+        if g and g.get("rebalance_storm"):
+            storm = {"what": storm_what(g), "fix": storm_fix(g)}
+        return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm)
+
+    @app.get("/runbook", response_class=HTMLResponse)
+    def runbook_form(request: Request, dag_id: str, user=Depends(may_read)):
+        from fleetkit.fleetview import RUNBOOK_FIELDS
+
+        fields = RUNBOOK_FIELDS.get(dag_id)
+        if fields is None:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                                f"dag_id {dag_id!r}: not a runbook this page starts ({', '.join(RUNBOOK_FIELDS)})")
+        values = {k: v for k, v in request.query_params.items() if k != "dag_id"}
+        values.setdefault("dry_run", "true")
+        return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=values,
+                     csrf=_csrf(token_of(request)), result=None, error=None)
+
+    @app.post("/runbook", response_class=HTMLResponse)
+    async def runbook_start(request: Request, user=Depends(reader)):
+        """Start the runbook as the user: Airflow's REST API with the user's own token."""
+        import httpx
+
+        from fleetkit.fleetview import RUNBOOK_FIELDS, coerce_conf
+
+        form = {k: str(v) for k, v in (await request.form()).items()}
+        token = token_of(request)
+        dag_id = form.pop("dag_id", "")
+        if not hmac.compare_digest(form.pop("csrf", ""), _csrf(token)):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "the form is stale or not from this page: open it again")
+        fields = RUNBOOK_FIELDS.get(dag_id)
+        if fields is None:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"dag_id {dag_id!r}: not a runbook this page starts")
+        try:
+            conf = coerce_conf(dag_id, form)
+        except ValueError as e:
+            return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=form, csrf=_csrf(token),
+                         result=None, error=str(e))
+        api = f"{request.url.scheme}://{request.url.netloc}/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns"
+        async with httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(api, json={"logical_date": None, "conf": conf},
+                                  headers={"Authorization": f"Bearer {token}"})
+        if r.status_code >= 300:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = r.text[:500]
+            log.warning("fleet page: starting %s refused (%s): %s", dag_id, r.status_code, detail)
+            return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields,
+                         values={k: ("true" if v is True else "" if v is False else v) for k, v in conf.items()},
+                         csrf=_csrf(token), result=None,
+                         error=f"Airflow refused the run ({r.status_code}): {json.dumps(detail)[:500]}")
+        run = r.json()
+        log.info("fleet page: %s started %s run %s", getattr(user, "get_name", lambda: "?")(), dag_id, run["dag_run_id"])
+        return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=form, csrf=_csrf(token),
+                     result={"run_id": run["dag_run_id"], "conf": conf,
+                             "url": f"/dags/{urllib.parse.quote(dag_id, safe='')}/runs/"
+                                    f"{urllib.parse.quote(run['dag_run_id'], safe='')}"}, error=None)
+
+    return app

@@ -1,0 +1,132 @@
+"""The fleet page's read model (fleetkit.fleetview) and templates, on a generated data root."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetkit.core.fleet import parse_fleet
+from fleetkit.core.render import render
+from fleetkit.fleetview import FleetView, coerce_conf, runbook_conf
+
+EVIL = 'pay<b>ments</b> "q" \'s\' $(id) ü\u202e'
+
+
+def write_jsonl(path: Path, rows) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    latest = tmp_path / "reports" / "stuck" / "latest"
+    groups = [{"cluster": "lab", "group": f"g{i:03d}", "status": "OK", "total_lag": i, "counts": {"OK": 3}}
+              for i in range(120)]
+    groups += [{"cluster": "lab", "group": EVIL, "status": "STALLED", "total_lag": 7, "counts": {"STALLED": 1, "OK": 2}},
+               {"cluster": "lab43", "group": "stormy", "status": "OK", "total_lag": 0, "rebalance_storm": True,
+                "storm_kind": "restart", "counts": {"OK": 3}},
+               {"cluster": "lab43", "group": "gone", "status": "STOPPED", "total_lag": 900, "counts": {"STOPPED": 3}}]
+    write_jsonl(latest / "groups.jsonl", groups)
+    write_jsonl(latest / "findings.jsonl", [
+        {"cluster": "lab", "group": EVIL, "topic": "orders", "partition": p, "status": "STALLED" if p == 1 else "OK",
+         "lag": 7 if p == 1 else 0, "committed_offset": 3, "log_end_offset": 10, "reason": "frozen <here>",
+         "stalled_since": "2026-11-25T10:00:00Z" if p == 1 else None} for p in range(3)] + [
+        {"cluster": "lab", "group": "g001", "topic": "orders", "partition": 0, "status": "OK", "lag": 1}])
+    write_jsonl(latest / "series.jsonl", [{"cluster": "lab", "group": EVIL, "topic": "orders", "partition": 1,
+                                           "points": [{"t": "2026-11-25T10:00:00Z", "lag": 3},
+                                                      {"t": "2026-11-25T10:05:00Z", "lag": 7}]}])
+    state = tmp_path / "_state" / "cluster=lab"
+    state.mkdir(parents=True)
+    (state / "collection_status.json").write_text(json.dumps({
+        "ok": {"observed_at": "2026-11-25T10:05:00Z", "groups": 121, "problems": []},
+        "failed": {"at": "2026-11-25T10:10:00Z", "error": "cluster 'lab' did not answer <x>"}}))
+    plans = tmp_path / "plans" / "runbook_stuck_partition" / "manual__1"
+    plans.mkdir(parents=True)
+    (plans / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_partition", "run_id": "manual__1",
+                                                     "requested_at": "2026-11-25T10:11:00Z", "assigned": ["approver"],
+                                                     "answer": None}))
+    done = tmp_path / "plans" / "runbook_reset_offsets" / "manual__2"
+    done.mkdir(parents=True)
+    (done / "approval.json").write_text(json.dumps({"dag_id": "runbook_reset_offsets", "run_id": "manual__2",
+                                                    "answer": {"chosen_options": ["Approve"]}}))
+    write_jsonl(tmp_path / "reports" / "offsets" / "run1" / "health.jsonl", [
+        {"cluster": "lab", "broker": 0, "partition": 17, "verdict": "BLOATED", "disk_bytes": 10**9, "live_keys": 5,
+         "reason": "big"},
+        {"cluster": "lab", "broker": 1, "partition": 17, "verdict": "HEALTHY"}])
+    return tmp_path
+
+
+FLEET = parse_fleet("""
+version: 1
+clusters:
+  - {name: lab, kafka_version: "0.9.0.1", kafka_conn_id: a, zookeeper: {conn_id: z}, approvers: [x]}
+  - {name: lab43, kafka_version: "4.3.1", kafka_conn_id: b, approvers: [x]}
+""", path="test")
+
+
+def test_groups_worst_first_paged_and_filtered(root):
+    idx = FleetView(root).groups()
+    first, total = idx.page(1)
+    assert total == 123 and [g["group"] for g in first[:2]] == ["gone", EVIL]
+    assert first[2]["group"] == "stormy"  # a storm before the OK groups
+    assert len(first) == 50 and len(idx.page(3)[0]) == 23
+    assert [g["group"] for g in idx.page(1, status="STORM")[0]] == ["stormy"]
+    assert idx.page(1, cluster="lab43")[1] == 2 and idx.page(1, query="G11")[1] == 10
+
+
+def test_clusters_show_counts_newest_collection_and_failures(root):
+    lab, lab43 = FleetView(root).clusters(FLEET)
+    assert lab["counts"] == {"STALLED": 1, "OK": 120} and lab["mode"] == "ZooKeeper"
+    assert lab["collected_at"] == "2026-11-25T10:05:00Z" and lab["failing"] is True
+    assert lab43["collected_at"] is None and lab43["storms"] == 1 and lab43["mode"] == "KRaft"
+
+
+def test_a_groups_partitions_with_series_and_the_runbook(root):
+    view = FleetView(root)
+    parts = view.partitions("lab", EVIL)
+    assert [p["partition"] for p in parts] == [1, 0, 2] and len(parts[0]["points"]) == 2
+    assert view.partitions("lab43", EVIL) == [] and len(view.partitions("lab", "g001")) == 1
+    dag, conf = runbook_conf(parts[0])
+    assert dag == "runbook_stuck_partition" and conf == {"cluster": "lab", "group": EVIL, "topic": "orders",
+                                                          "partition": 1, "skip": 1, "dry_run": True}
+    assert runbook_conf(parts[1]) is None
+    assert runbook_conf({"status": "OUT_OF_RANGE", "cluster": "c", "group": "g", "topic": "t", "partition": 2})[1][
+        "target"] == "latest"
+
+
+def test_pending_approvals_and_health(root):
+    view = FleetView(root)
+    assert [a["run_id"] for a in view.pending_approvals()] == ["manual__1"]
+    bad, counts, run = view.offsets_health()
+    assert [r["verdict"] for r in bad] == ["BLOATED"] and counts[("lab", "HEALTHY")] == 1 and run == "run1"
+
+
+def test_form_values_are_typed_and_checked():
+    form = {"cluster": "lab", "group": EVIL, "topic": "t", "partition": "2", "skip": "1", "dry_run": "true"}
+    assert coerce_conf("runbook_stuck_partition", form) == {**form, "partition": 2, "skip": 1, "dry_run": True}
+    assert coerce_conf("runbook_stuck_partition", {**form, "dry_run": None})["dry_run"] is False
+    with pytest.raises(ValueError, match="partition: 'x' is not a whole number"):
+        coerce_conf("runbook_stuck_partition", {**form, "partition": "x"})
+    with pytest.raises(ValueError, match="group: a value is required"):
+        coerce_conf("runbook_stuck_partition", {**form, "group": ""})
+    with pytest.raises(ValueError, match="not a runbook"):
+        coerce_conf("fleet_maintenance", form)
+
+
+def test_pages_escape_names_and_keep_form_values_exact(root):
+    view = FleetView(root)
+    rows, total = view.groups().page(1)
+    html = render("fleet_page.html.j2", clusters=view.clusters(FLEET), groups=rows, total=total, page=1, pages=3,
+                  filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
+                  approvals=view.pending_approvals(), timeline=[], health=view.offsets_health()[0], health_more=0,
+                  health_run="run1", coordinators=[], coord_run=None, user="admin")
+    assert "<b>ments" not in html and "pay&lt;b&gt;ments&lt;/b&gt;" in html and "\\u202e" in html
+    assert "did not answer &lt;x&gt;" in html and "tasks/approve/required_actions" in html
+    assert "group?cluster=lab&amp;group=pay%3Cb%3Ements" in html  # the link carries the exact name
+    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
+                  fields=[("group", "string", "consumer group id"), ("dry_run", "boolean", "plan only")],
+                  values={"group": EVIL, "dry_run": "true"}, csrf="c", result=None, error=None)
+    assert 'value="pay&lt;b&gt;ments&lt;/b&gt; &#34;q&#34; &#39;s&#39; $(id) ü\u202e"' in form  # exact, escaped
+    assert 'name="dry_run" value="true" checked' in form
