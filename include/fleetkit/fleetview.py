@@ -12,7 +12,7 @@ No second store: everything comes from the data root the DAGs write.
   and pending approvals: approval records (`<plans>/<dag>/<run>/approval.json`) without an answer.
 
 Parsed files are cached per (path, size, mtime): a fleet of 100,000 groups is parsed once per
-stuck run, and a page is a slice of the sorted list. A group's partitions are found by scanning
+stuck run (by Arrow), and a page is a slice of the sorted table. A group's partitions are found by scanning
 findings.jsonl for the group's JSON-quoted name before parsing a line.
 """
 
@@ -137,40 +137,95 @@ def newest(folder: Path, name: str) -> Path | None:
 # -- groups ------------------------------------------------------------------------------------------
 @dataclass
 class GroupIndex:
-    """Every group of the newest stuck run, worst first (status, then total lag)."""
+    """Every group of the newest stuck run, worst first (status, storm, total lag, cluster, name),
+    as one Arrow table: parsed by Arrow's multithreaded JSON reader, sorted and filtered by Arrow
+    compute; only the rows of the page shown become Python objects."""
 
-    groups: list[dict]
+    table: object = None  # pyarrow.Table, sorted
     by_cluster: dict[str, Counter] = field(default_factory=dict)
     storms: Counter = field(default_factory=Counter)
     as_of: str | None = None
 
+    @property
+    def size(self) -> int:
+        return 0 if self.table is None else self.table.num_rows
+
     @classmethod
     def parse(cls, path: Path) -> "GroupIndex":
-        groups = _jsonl(path)
-        groups.sort(key=lambda g: (GROUP_RANK.get(g.get("status"), len(GROUP_RANK)), not g.get("rebalance_storm"),
-                                   -(g.get("total_lag") or 0), g.get("cluster") or "", g.get("group") or ""))
-        by_cluster: dict[str, Counter] = {}
-        storms: Counter = Counter()
-        for g in groups:
-            by_cluster.setdefault(g.get("cluster"), Counter())[g.get("status") or "OK"] += 1
-            if g.get("rebalance_storm"):
-                storms[g.get("cluster")] += 1
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyarrow import json as pajson
+
         mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
-        return cls(groups, by_cluster, storms, mtime.isoformat(timespec="seconds").replace("+00:00", "Z"))
+        as_of = mtime.isoformat(timespec="seconds").replace("+00:00", "Z")
+        if path.stat().st_size == 0:
+            return cls(None, {}, Counter(), as_of)
+        t = pajson.read_json(str(path), read_options=pajson.ReadOptions(block_size=8 << 20))
+        n = t.num_rows
+
+        def col(name, default):
+            return t.column(name) if name in t.column_names else pa.nulls(n).fill_null(default)
+
+        status = col("status", "OK").cast(pa.string())
+        rank = pc.fill_null(pc.index_in(status, value_set=pa.array(rules.GROUP_ORDER)), len(rules.GROUP_ORDER))
+        storm = pc.fill_null(col("rebalance_storm", False).cast(pa.bool_()), False)
+        keyed = pa.table({"rank": rank, "calm": pc.invert(storm), "lag": pc.negate(
+            pc.fill_null(col("total_lag", 0).cast(pa.int64()), 0)), "cluster": col("cluster", "").cast(pa.string()),
+            "group": col("group", "").cast(pa.string())})
+        order = pc.sort_indices(keyed, sort_keys=[("rank", "ascending"), ("calm", "ascending"), ("lag", "ascending"),
+                                                  ("cluster", "ascending"), ("group", "ascending")])
+        t = t.take(order)
+        by_cluster: dict[str, Counter] = {}
+        counts = pa.table({"cluster": t.column("cluster"), "status": status.take(order)}).group_by(
+            ["cluster", "status"]).aggregate([("status", "count")])
+        for c, st, k in zip(*(counts.column(x).to_pylist() for x in ("cluster", "status", "status_count"))):
+            by_cluster.setdefault(c, Counter())[st or "OK"] += k
+        storms: Counter = Counter(c for c, s in zip(t.column("cluster").to_pylist(), storm.take(order).to_pylist())
+                                  if s) if "rebalance_storm" in t.column_names else Counter()
+        return cls(t, by_cluster, storms, as_of)
+
+    @staticmethod
+    def _rows(table) -> list[dict]:
+        rows = table.to_pylist()
+        for r in rows:  # Arrow gives every row every key: drop the verdicts a group does not have
+            if isinstance(r.get("counts"), dict):
+                r["counts"] = {k: v for k, v in r["counts"].items() if v}
+        return rows
 
     def page(self, page: int = 1, cluster: str | None = None, status: str | None = None, query: str | None = None,
              size: int = PAGE_SIZE) -> tuple[list[dict], int]:
         """(the groups of one page, how many match)."""
-        rows = self.groups
+        import pyarrow.compute as pc
+
+        t = self.table
+        if t is None:
+            return [], 0
         if cluster or status or query:
-            q = (query or "").lower()
-            rows = [g for g in rows if (not cluster or g.get("cluster") == cluster)
-                    and (not status or g.get("status") == status or (status == "STORM" and g.get("rebalance_storm")))
-                    and (not q or q in str(g.get("group", "")).lower())]
+            mask = None
+
+            def both(m):
+                return m if mask is None else pc.and_(mask, m)
+            if cluster:
+                mask = both(pc.equal(t.column("cluster"), cluster))
+            if status == "STORM":
+                mask = both(pc.fill_null(t.column("rebalance_storm"), False) if "rebalance_storm" in t.column_names
+                            else pc.equal(t.column("cluster"), "\x00"))
+            elif status:
+                mask = both(pc.equal(t.column("status"), status))
+            if query:
+                mask = both(pc.match_substring(t.column("group"), query, ignore_case=True))
+            t = t.filter(mask)
         start = max(page - 1, 0) * size
-        return rows[start:start + size], len(rows)
+        return self._rows(t.slice(start, size)), t.num_rows
 
+    def find(self, cluster: str, group: str) -> dict | None:
+        import pyarrow.compute as pc
 
+        if self.table is None:
+            return None
+        t = self.table.filter(pc.and_(pc.equal(self.table.column("cluster"), cluster),
+                                      pc.equal(self.table.column("group"), group)))
+        return self._rows(t.slice(0, 1))[0] if t.num_rows else None
 
 
 class FleetView:
@@ -190,7 +245,7 @@ class FleetView:
             return {}
 
     def groups(self) -> GroupIndex:
-        return cached(self.stuck / "groups.jsonl", GroupIndex.parse) or GroupIndex([])
+        return cached(self.stuck / "groups.jsonl", GroupIndex.parse) or GroupIndex()
 
     def clusters(self, fleet) -> list[dict]:
         idx = self.groups()
@@ -236,7 +291,7 @@ class FleetView:
         return rows
 
     def group(self, cluster: str, group: str) -> dict | None:
-        return next((g for g in self.groups().groups if g.get("cluster") == cluster and g.get("group") == group), None)
+        return self.groups().find(cluster, group)
 
     # coordinator ownership, offsets health
     def coordinators(self) -> tuple[list[dict], str | None]:
@@ -244,7 +299,7 @@ class FleetView:
         path = newest(self.root / "reports" / "coordinator", "partitions.jsonl")
         if path is None:
             return [], None
-        rows = [r for r in cached(path, _jsonl) if r.get("verdict") not in (None, "OK")]
+        rows = [r for r in cached(path, _jsonl) if r.get("verdict") not in (None, "OK", "NO_GROUPS")]
         return rows, path.parent.name
 
     def offsets_health(self) -> tuple[list[dict], Counter, str | None]:

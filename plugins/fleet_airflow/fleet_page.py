@@ -78,6 +78,23 @@ def _int(value: str | None, name: str, default: int) -> int:
     return n
 
 
+def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str = "", page: int = 1) -> dict:
+    """What the overview page shows (bench/fleet_page.py times this and the rendering)."""
+    from fleetkit.fleetview import PAGE_SIZE
+    from fleetkit.stuck import rules
+
+    idx = view.groups()
+    rows, total = idx.page(page, cluster or None, status_ or None, q or None)
+    health, _, health_run = view.offsets_health()
+    coordinators, coord_run = view.coordinators()
+    return dict(clusters=view.clusters(fleet), groups=rows, total=total, page=page,
+                pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
+                statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
+                approvals=view.pending_approvals(), timeline=view.audit_timeline(),
+                health=health[:100], health_more=max(0, len(health) - 100), health_run=health_run,
+                coordinators=coordinators[:100], coord_run=coord_run)
+
+
 def fleet_app() -> FastAPI:
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -88,21 +105,8 @@ def fleet_app() -> FastAPI:
     @app.get("/", response_class=HTMLResponse)
     def overview(cluster: str = "", status_: str = Query("", alias="status"), q: str = "", page: str = "1",
                  user=Depends(may_read)):
-        from fleetkit.fleetview import PAGE_SIZE
-        from fleetkit.stuck import rules
-
         n = _int(page, "page", 1)
-        view, fleet = _view(), _fleet()
-        idx = view.groups()
-        rows, total = idx.page(n, cluster or None, status_ or None, q or None)
-        health, health_counts, health_run = view.offsets_health()
-        coordinators, coord_run = view.coordinators()
-        return _page("fleet_page.html.j2", clusters=view.clusters(fleet), groups=rows, total=total, page=n,
-                     pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
-                     statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
-                     approvals=view.pending_approvals(), timeline=view.audit_timeline(),
-                     health=health[:100], health_more=max(0, len(health) - 100), health_run=health_run,
-                     coordinators=coordinators[:100], coord_run=coord_run,
+        return _page("fleet_page.html.j2", **overview_context(_view(), _fleet(), cluster, status_, q, n),
                      user=getattr(user, "get_name", lambda: None)())
 
     @app.get("/group", response_class=HTMLResponse)

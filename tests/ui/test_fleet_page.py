@@ -1,0 +1,172 @@
+"""The fleet page under the real api-server, with real data from the lab: a live group whose member
+never gets past its record (STALLED) is collected three times and judged by the real stuck job;
+a person logs in with headless Chromium, opens the page from the UI's navigation, finds the group,
+opens its runbook form prefilled and starts a dry run, which Airflow records as theirs.
+Screenshots go to artifacts/."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
+from tests.helpers import wait_until
+
+pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark, pytest.mark.timeout(900)]
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+# a name with markup, quotes, shell characters and a 4-byte character (no control characters: the
+# test types it nowhere, it must arrive in the form exactly)
+NAME = 'pay<b>ments</b> "q" \'s\' $(id) \U0001F600'
+
+
+def get(path: str, token: str | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", int(os.environ["FLEET_AIRFLOW_PORT"]), timeout=30)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        r = conn.getresponse()
+        return r.status, r.read().decode("utf-8", "replace")
+    finally:
+        conn.close()
+
+
+@pytest.fixture
+def stalled(lab, airflow_server, unique):
+    """A STALLED group in the api-server's data root, judged by the stuck job."""
+    from fleet_airflow import clusters, settings
+
+    topic = unique("fleetpage")
+    group = f"{NAME} {unique('g')}"
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
+    commit(lab.bootstrap, group, {(topic, p): 2 for p in range(3)})
+    member = ConsumerThread(lab.bootstrap, group, [topic], handle=lambda msg: False, client_id="fleet-page-1")
+    member.start()
+    root = settings.data_root()  # the api-server's (the tests' FLEET_DATA_ROOT)
+    api = airflow_server.api
+    dag = "/api/v2/dags/fleet_maintenance"
+    try:
+        # the scheduled maintenance run writes the same reports/stuck/latest: paused, and none running,
+        # while this test writes its own
+        wait_until(lambda: api("GET", dag), 180, "fleet_maintenance parsed", interval=1,
+                   retry_on=(urllib.error.HTTPError,))
+        api("PATCH", dag, {"is_paused": True})
+        wait_until(lambda: not api("GET", f"{dag}/dagRuns?state=queued&state=running")["dag_runs"], 600,
+                   "no fleet_maintenance run in progress", interval=2)
+        wait_until(lambda: member.assigned, 60, "the member assigned")
+        for i in range(3):
+            last = clusters.collect(lab.cluster, root)
+            if i < 2:
+                time.sleep(4)
+        out = Path(root) / "reports" / "stuck" / "latest"
+        # judged as of the newest snapshot, over the ~8 s the three snapshots span
+        as_of = last.observed_at.isoformat().replace("+00:00", "Z")
+        job = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots",
+                              f"{root}/offsets_snapshots", "--out", str(out), "--window", "10s", "--as-of", as_of,
+                              "--master", "local[2]"],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, **settings.spark_env()})
+        assert job.returncode == 0, job.stderr[-3000:]
+        yield {"group": group, "topic": topic, "lab": lab}
+    finally:
+        member.stop()
+
+
+def test_the_page_needs_a_login_and_the_read_permission(airflow_server):
+    assert get("/fleet/")[0] == 401
+    assert get("/fleet/", token="not-a-token")[0] == 401
+    status, body = get("/fleet/", token=airflow_server.api_token())
+    assert status == 200 and "Kafka fleet" in body and "labtest" in body
+    assert get("/fleet/?page=x", token=airflow_server.api_token())[0] == 400
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.fail("chromium is not installed: `make setup` installs Debian's chromium and chromium-driver")
+
+
+def test_a_person_finds_the_stalled_group_and_starts_its_runbook(stalled, airflow_server, tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from fleetlab import airflow_services as services
+
+    group, topic = stalled["group"], stalled["topic"]
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = _chromium()
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
+                 "--window-size=1500,1400", f"--user-data-dir={tmp_path}/chrome-profile"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    ARTIFACTS.mkdir(exist_ok=True)
+    base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(f"{base}/auth/login/")
+        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
+        driver.find_element(By.NAME, "password").send_keys(services.passwords()["admin"])
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait.until(lambda d: "/auth/login" not in d.current_url)
+
+        # the UI's navigation holds the page (an external view: an iframe onto /fleet/)
+        driver.get(f"{base}/plugin/kafka-fleet")
+        frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/fleet/']")))
+        driver.switch_to.frame(frame)
+        wait.until(EC.presence_of_element_located((By.ID, "clusters")))
+        driver.switch_to.default_content()
+        driver.save_screenshot(str(ARTIFACTS / "fleet-page-in-airflow.png"))
+
+        # find the stalled group: filter to STALLED on the lab cluster, search its name
+        driver.get(f"{base}/fleet/?" + urllib.parse.urlencode({"cluster": "labtest", "status": "STALLED",
+                                                               "q": group[-12:]}))
+        link = wait.until(EC.presence_of_element_located((By.XPATH, "//table[@id='groups']//a")))
+        row = link.find_element(By.XPATH, "./ancestor::tr").text
+        assert row.startswith("STALLED labtest")
+        assert link.text == group  # shown as text: the markup is not rendered
+        driver.save_screenshot(str(ARTIFACTS / "fleet-page-stalled.png"))
+        link.click()
+
+        wait.until(EC.presence_of_element_located((By.ID, "partitions")))
+        page = driver.find_element(By.TAG_NAME, "body").text
+        assert f"{topic}-0" in page and "STALLED" in page and "records" in page
+        assert driver.find_elements(By.CSS_SELECTOR, "#partitions svg")  # the lag chart
+        driver.save_screenshot(str(ARTIFACTS / "fleet-page-group.png"))
+        driver.find_elements(By.CSS_SELECTOR, "a.runbook")[0].click()
+
+        form = wait.until(EC.presence_of_element_located((By.ID, "runbook-form")))
+        value = {n: driver.find_element(By.ID, f"f-{n}").get_attribute("value")
+                 for n in ("cluster", "group", "topic", "partition", "skip")}
+        assert value == {"cluster": "labtest", "group": group, "topic": topic, "partition": value["partition"],
+                         "skip": "1"} and value["partition"] in ("0", "1", "2")
+        assert driver.find_element(By.ID, "f-dry_run").is_selected()
+        driver.save_screenshot(str(ARTIFACTS / "fleet-page-runbook-form.png"))
+        form.find_element(By.ID, "start").click()
+        started = wait.until(EC.presence_of_element_located((By.ID, "started")))
+        run_id = started.text.split("Started run ", 1)[1].split(" (", 1)[0]
+        driver.save_screenshot(str(ARTIFACTS / "fleet-page-runbook-started.png"))
+    finally:
+        driver.quit()
+
+    run = services.api("GET", f"/api/v2/dags/runbook_stuck_partition/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+    assert run["conf"]["group"] == group and run["conf"]["dry_run"] is True and run["conf"]["topic"] == topic
+    assert run.get("triggering_user_name") == "admin"
+    try:  # a dry run plans and stops; this test does not need to wait for it
+        services.api("PATCH", f"/api/v2/dags/runbook_stuck_partition/dagRuns/{urllib.parse.quote(run_id, safe='')}",
+                     {"state": "failed"})
+    except Exception:  # noqa: BLE001 - it may already have finished
+        pass
