@@ -114,8 +114,8 @@ def main() -> int:
         cluster = CLUSTERS[(99_999 if args.groups >= 100_000 else 0) % len(CLUSTERS)]
         group = [timed(lambda: view.partitions(cluster, name))[0] for _ in range(args.runs)]
         print(f"first page, cold (parse {args.groups:,} groups + page + render): median {statistics.median(cold):.3f}s "
-              f"(max {max(cold):.3f}; the first in this process {cold[0]:.3f}s includes importing Arrow's JSON "
-              "reader and the templates)")
+              f"(max {max(cold):.3f}; the first in this process {cold[0]:.3f}s includes Arrow's first conversion, "
+              "which imports pandas: the api-server does that at start, fleet_page.warm_up)")
         print(f"first page, warm (cached):                          median {statistics.median(warm):.3f}s "
               f"(max {max(warm):.3f}); {len(html) / 1024:.0f} KiB of HTML")
         print(f"filtered page (cluster + verdict + name search):    median {statistics.median(filtered):.3f}s")

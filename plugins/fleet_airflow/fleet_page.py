@@ -95,8 +95,20 @@ def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str =
                 coordinators=coordinators[:100], coord_run=coord_run)
 
 
+def warm_up() -> None:
+    """Parse the newest stuck run once, off the request path: the first conversion into Arrow in a
+    process imports pandas (about a second), which the first visitor would otherwise wait for."""
+    try:
+        _view().groups()
+    except Exception as e:  # noqa: BLE001 - a page that cannot read its data says so on request
+        log.warning("fleet page: warming up failed: %s", e)
+
+
 def fleet_app() -> FastAPI:
+    import threading
+
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
+    threading.Thread(target=warm_up, name="fleet-page-warm-up", daemon=True).start()
 
     def may_read(user=Depends(reader)):
         require_dag_read(user, FLEET_PAGE_DAG)
