@@ -41,7 +41,10 @@ Every 5 minutes, for **every cluster in the fleet file**:
 3. **report_stuck**: HTML + Markdown report (per-cluster summary, every flagged partition with its
    reason and a lag-over-time chart, how long until a STOPPED group's offsets expire), linked from
    the task (**Stuck report** button) and logged; STOPPED / STALLED / OUT_OF_RANGE partitions and
-   rebalance storms fire the alert notifier (log; e-mail when the fleet file sets `alerts:`).
+   rebalance storms fire the alert notifier (log; e-mail when the fleet file sets `alerts:`). The
+   job's outputs are copied to `reports/stuck/latest`, which the **Kafka fleet** page of the
+   navigation (`/fleet/`) reads: groups by verdict, each partition's lag and chart, and a
+   prefilled runbook form for a flagged partition. In a terminal: `fleetctl stuck --cluster C`.
 
 4. **collect_offsets** (mapped per cluster): new `__consumer_offsets` records (incremental) and the
    segment inventory / cleaner checkpoints of the brokers' log dirs; then, hourly (param
