@@ -161,3 +161,18 @@ def test_table_escapes_hostile_names():
     print_table(["GROUP", "TOPIC"], [["evil\x1b[31m\nname", "t"]], out=buf)
     text = buf.getvalue()
     assert "\x1b" not in text and "\n" not in text.splitlines()[1] and len(text.splitlines()) == 2
+
+
+def test_a_zookeeper_that_refuses_connections_fails_fast_naming_the_cluster():
+    """kazoo's start() waits out its whole timeout after its retries gave up; ours returns when
+    they do (an offset store whose ZooKeeper is down must not cost 10 s of every `lag`)."""
+    import time
+
+    from fleetkit.clients.zookeeper import ZooKeeperCluster
+    from fleetkit.core.errors import ClusterUnreachable
+
+    zk = ZooKeeperCluster("far store", "127.0.0.1:9", "/kafka", timeout=10)
+    t0 = time.monotonic()
+    with pytest.raises(ClusterUnreachable, match=r"'far store' \(127.0.0.1:9/kafka\) did not answer"):
+        zk.start()
+    assert time.monotonic() - t0 < 5

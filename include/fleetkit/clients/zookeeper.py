@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -82,10 +83,23 @@ class ZooKeeperCluster:
         self.stop()
 
     def start(self) -> None:
+        """Connect, or raise ClusterUnreachable naming the cluster: after `timeout` seconds, or as soon
+        as kazoo's connection retries give up (a refused connection fails in about a second; kazoo's
+        own start() would still wait out the whole timeout)."""
         if self.client.connected:
             return
         try:
-            self.client.start(timeout=self.timeout)
+            event = self.client.start_async()
+            routine = getattr(getattr(self.client, "_connection", None), "_connection_routine", None)
+            deadline = time.monotonic() + self.timeout
+            while not event.wait(0.1):
+                if time.monotonic() >= deadline:
+                    raise KazooTimeoutError("Connection time-out")
+                if routine is not None and hasattr(routine, "is_alive") and not routine.is_alive():
+                    raise KazooTimeoutError("no server answered within the connection retry policy "
+                                            "(connection refused?)")
+            if not self.client.connected:
+                raise KazooTimeoutError("Connection time-out")
         except (KazooTimeoutError, KazooException) as e:
             self.stop()
             raise ClusterUnreachable(
