@@ -130,3 +130,12 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
                   values={"group": EVIL, "dry_run": "true"}, csrf="c", result=None, error=None)
     assert 'value="pay&lt;b&gt;ments&lt;/b&gt; &#34;q&#34; &#39;s&#39; $(id) ü\u202e"' in form  # exact, escaped
     assert 'name="dry_run" value="true" checked' in form
+
+
+def test_a_name_with_a_line_break_goes_in_a_hidden_field_exactly():
+    name = "two\nlines"
+    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
+                  fields=[("group", "string", "consumer group id")], values={"group": name}, csrf="c", result=None,
+                  error=None)
+    assert '<input type="hidden" id="f-group" name="group" value="two\nlines">' in form
+    assert "<code>two\\nlines</code>" in form
