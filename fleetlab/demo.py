@@ -2,10 +2,11 @@
 the DAGs the demo shows, print a progress line (with the elapsed time) for each step and task, and
 end with the summary and the time per step.
 
-The stuck verdicts need two collections of the same groups at least half the analysis window
-apart (fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise). The demo makes them with two
-fleet_maintenance runs: the first collection (a run it triggers, or the scheduled run that is due
-anyway), and the final run, triggered when the first run is over and held by Airflow (`run_after`) until a
+The stuck verdicts need collections of the same groups spanning at least half the analysis window
+(fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise), and a frozen offset is judged once work has
+waited at it for two snapshot intervals: three collections. The demo makes them with two
+fleet_maintenance runs and one `fleetctl collect` half-way between them: the first collection (a
+run it triggers, or the scheduled run that is due anyway), and the final run, triggered when the first run is over and held by Airflow (`run_after`) until a
 minute after the first collection; its window is 1.6 x the gap it will have (at least 2m), so
 that a slow first run (a loaded machine) still leaves both collections in the window. The offsets
 health runs in the demo's first run (in the final one when a scheduled run made the first
@@ -402,6 +403,20 @@ def final_window(gap_seconds: float, minimum: float = 120.0) -> int:
 COLLECT_DELAY = 15.0
 
 
+def middle_collection(clock: Clock, at: dt.datetime) -> None:
+    """`fleetctl collect --cluster all` at `at` (into the data root the DAG runs use)."""
+    wait = (at - dt.datetime.now(dt.timezone.utc)).total_seconds()
+    if wait > 0:
+        time.sleep(wait)
+    clock.say("middle collection (fleetctl collect --cluster all) ...")
+    t0 = time.monotonic()
+    out = subprocess.run([fleetctl(), "collect", "--cluster", "all"], capture_output=True, text=True)
+    if out.returncode != 0:
+        clock.say(f"warning: the middle collection failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+    else:
+        clock.say(f"middle collection: done in {time.monotonic() - t0:.1f}s")
+
+
 def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     """The demo's DAG runs; returns the run ids the summary shows."""
     for dag_id in ("fleet_maintenance", "coordinator_ownership"):
@@ -422,6 +437,11 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     final_run = airflow.trigger("fleet_maintenance", final_conf, run_after=run_after)
     clock.say(f"triggered fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
               f"at {run_after:%H:%M:%S} UTC, about {gap:.0f}s after the first collection")
+    # a collection half-way: a frozen offset is judged once it has waited two snapshot intervals
+    # (rules.frozen_all_window), so the final run must see three snapshots, not two
+    middle = threading.Thread(target=middle_collection, args=(clock, collected + dt.timedelta(seconds=gap / 2)),
+                              name="demo-middle-collection", daemon=True)
+    middle.start()
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
 
     # coordinator_ownership reads the newest offsets health: it starts when there is one
@@ -435,6 +455,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(COORDINATOR_CONF)})")
     coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
     watch([first, final, coord], timeout)
+    middle.join(timeout=60)
     failed = [w.label for w in (first, final, coord) if w.state != "success"]
     if failed:
         clock.say(f"warning: not successful: {', '.join(failed)} (see the task logs in the Airflow UI)")

@@ -77,6 +77,10 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
         for f in rep.flagged()[:12]:
             print(f"  {f['status']:<13} {f.get('cluster', ''):<7} {f['group']:<16} {f['topic']}-{f['partition']}  "
                   f"lag {f['lag']}")
+    print(f"fleet page     http://{services.API_HOST}:{services.API_PORT}/fleet/ (\"Kafka fleet\" in the UI's navigation: "
+          "groups by verdict, lag charts, a prefilled runbook form per flagged partition)")
+    print("incident CLI   .venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
+          "(README: During an incident)")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
     print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "
