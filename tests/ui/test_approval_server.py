@@ -6,7 +6,6 @@ fleet file and the data root from their environment (tests/conftest.py), never f
 from __future__ import annotations
 
 import os
-import shutil
 import time
 import urllib.error
 import urllib.parse
@@ -167,43 +166,21 @@ def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
     assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("rejected", "timeout")]
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return shutil.which(name)
-    pytest.fail("chromium is not installed: `make setup` installs Debian's chromium and chromium-driver")
-
-
 def test_a_person_approves_in_the_browser(case):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.ui.browser import base_url, headless_chrome, log_in
 
     run_id = trigger(case, target="skip 3")
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
     settle(case, run_id)
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = _chromium()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1800", f"--user-data-dir={case['root'].path}/chrome-profile"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    driver = headless_chrome(f"{case['root'].path}/chrome-profile")
     ARTIFACTS.mkdir(exist_ok=True)
-    base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    base = base_url()
     try:
-        wait = WebDriverWait(driver, 60)
-        from fleetlab import airflow_services as services
-
-        password = services.passwords()["approver"]  # admin triggered the run; another approver approves
-        driver.get(f"{base}/auth/login/")
-        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("approver")
-        driver.find_element(By.NAME, "password").send_keys(password)
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
+        wait = log_in(driver, "approver")  # admin triggered the run; another approver approves
 
         driver.get(f"{base}/dags/{DAG_ID}/runs/{q(run_id)}/tasks/approve/required_actions")
         wait.until(EC.presence_of_element_located((By.XPATH, "//*[contains(., 'Plan digest')]")))

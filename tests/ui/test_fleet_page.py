@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -89,39 +88,19 @@ def test_the_page_needs_a_login_and_the_read_permission(airflow_server):
     assert get("/fleet/?page=x", token=airflow_server.api_token())[0] == 400
 
 
-def _chromium():
-    for name in ("chromium", "chromium-browser"):
-        if shutil.which(name):
-            return shutil.which(name)
-    pytest.fail("chromium is not installed: `make setup` installs Debian's chromium and chromium-driver")
-
-
 def test_a_person_finds_the_stalled_group_and_starts_its_runbook(stalled, airflow_server, tmp_path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
 
     from fleetlab import airflow_services as services
+    from tests.ui.browser import base_url, headless_chrome, log_in
 
     group, topic = stalled["group"], stalled["topic"]
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = _chromium()
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                 "--window-size=1500,1400", f"--user-data-dir={tmp_path}/chrome-profile"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    driver = headless_chrome(f"{tmp_path}/chrome-profile", window="1500,1400")
     ARTIFACTS.mkdir(exist_ok=True)
-    base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    base = base_url()
     try:
-        wait = WebDriverWait(driver, 60)
-        driver.get(f"{base}/auth/login/")
-        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
-        driver.find_element(By.NAME, "password").send_keys(services.passwords()["admin"])
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
+        wait = log_in(driver, "admin")
 
         # the UI's navigation holds the page (an external view: an iframe onto /fleet/)
         driver.get(f"{base}/plugin/kafka-fleet")

@@ -170,35 +170,17 @@ def test_every_report_folder_names_a_dag_of_the_server(airflow_server):
 def test_a_person_logged_in_to_the_ui_opens_the_report_in_the_browser(report, tmp_path):
     """What the 'Stuck report' button does: the browser follows the link with the cookie the UI's
     login set; a browser that never logged in gets 401."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
-    from selenium.webdriver.support.ui import WebDriverWait
 
-    from fleetlab import airflow_services as services
+    from tests.ui.browser import base_url, headless_chrome, log_in
 
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert chromium, "chromium is not installed: `make setup` installs Debian's chromium and chromium-driver"
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-quic", "--no-first-run", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={tmp_path}/chrome-profile"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
-    base = f"http://127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    driver = headless_chrome(f"{tmp_path}/chrome-profile")
+    base = base_url()
     try:
         driver.get(base + report["url"])
         assert SECRET not in driver.page_source and "Not authenticated" in driver.page_source
 
-        wait = WebDriverWait(driver, 60)
-        driver.get(f"{base}/auth/login/")
-        wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("admin")
-        driver.find_element(By.NAME, "password").send_keys(services.passwords()["admin"])
-        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-        wait.until(lambda d: "/auth/login" not in d.current_url)
-
+        log_in(driver, "admin")
         driver.get(base + report["url"])
         assert SECRET in driver.find_element(By.TAG_NAME, "body").text
     finally:
