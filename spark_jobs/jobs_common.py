@@ -90,6 +90,9 @@ def session(app: str, master: str | None = None) -> SparkSession:
          .config("spark.sql.shuffle.partitions", os.environ.get("FLEET_SPARK_SHUFFLE_PARTITIONS", "8"))
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
+         # percentile and collect_list keep per-key buffers; past 128 keys per task Spark would fall
+         # back to sorting the rows (the stuck job's per-partition medians over 100,000s of partitions)
+         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if master:
         b = b.master(master)
@@ -311,7 +314,9 @@ def read_rows(spark: SparkSession, path: str, schema: T.StructType, ts_fields: t
 def write_jsonl(df: DataFrame, out_file: str) -> int:
     """Write a DataFrame as one JSON Lines file (nulls kept as null) at any path Spark writes; returns
     its number of lines. Spark writes into a _tmp- folder beside the file; its part file is renamed
-    into place (parts concatenated first when there are several), so readers never see half a file."""
+    into place (parts concatenated in their order first when there are several: the rows keep the
+    DataFrame's order, and the work before the write keeps all its tasks), so readers never see half
+    a file."""
     spark = df.sparkSession
     out = _Location(spark, out_file)
     folder = out.parent
@@ -320,8 +325,8 @@ def write_jsonl(df: DataFrame, out_file: str) -> int:
     tmp = folder.child(f"_tmp-{token}")
     staged = folder.child(f"_tmp-{token}-{out.name}")
     try:
-        df.coalesce(1).write.mode("overwrite").option("ignoreNullFields", "false").json(tmp.uri)
-        parts = [tmp.child(n) for n in tmp.listing()[1] if n.startswith("part-")]
+        df.write.mode("overwrite").option("ignoreNullFields", "false").json(tmp.uri)
+        parts = [tmp.child(n) for n in sorted(tmp.listing()[1]) if n.startswith("part-")]
         if len(parts) == 1:
             parts[0].rename_to(staged)
         else:
