@@ -1,11 +1,14 @@
 """Benchmark: offsets_health + trim_plan for one 10M-record __consumer_offsets partition on local[2].
 
-    .venv/bin/python bench/trim_plan.py [--records 10000000] [--keys 100000]
+    .venv/bin/python bench/trim_plan.py [--records 10000000] [--keys 100000] [--baseline CHECKOUT]
 
 Generates the datasets a bloated partition yields (10M offset-commit records over 100,000 keys,
 ~80 segments on one broker, cleaner checkpoint 0), then times `spark-submit --master local[2]`
 of spark_jobs/offsets_health.py and spark_jobs/trim_plan.py end to end (Spark start included),
-sampling the peak RSS of the process tree. Target: the plan in at most 2 minutes.
+sampling the peak RSS of the process tree, and prints where each job's time went (from its event
+log: Spark start, read, shuffle, Python UDF, aggregation, sort). Targets: offsets_health <= 60 s,
+trim_plan <= 30 s, peak RSS <= 3 GB each. With --baseline OTHER_CHECKOUT the same jobs of an older
+commit run on the same data, and health.jsonl / trim_plan.json are compared byte for byte.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "bench")]
 
-from measure import run_measured  # noqa: E402
+from measure import format_breakdown, spark_submit_profiled  # noqa: E402
 
 
 def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
@@ -59,9 +62,10 @@ def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
     write_collection(DataRoot(root), "bench", now, {"segment_inventory": segs, "cleaner_checkpoints": cps})
 
 
-def timed(argv: list[str]) -> tuple[float, float, str]:
-    wall, peak_gb, out = run_measured(["spark-submit", "--master", "local[2]", "--driver-memory", "4g",
-                                       "--conf", "spark.ui.enabled=false", *argv])
+def timed(argv: list[str], driver_memory: str, repo: Path = REPO) -> tuple[float, float, str]:
+    wall, peak_gb, out, b = spark_submit_profiled([str(repo / "spark_jobs" / argv[0]), *argv[1:]],
+                                                  driver_memory=driver_memory)
+    print(f"  {Path(argv[0]).stem}: {format_breakdown(b)}", flush=True)
     return wall, peak_gb, out.strip().splitlines()[-1]
 
 
@@ -69,6 +73,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=10_000_000)
     ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--driver-memory", default="2g", help="spark-submit --driver-memory (local mode: all of Spark)")
+    ap.add_argument("--baseline", type=Path, help="another checkout of this repository (an older commit): its "
+                    "jobs run on the same data and the outputs are compared byte for byte")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-trim-"))
     try:
@@ -79,17 +86,29 @@ def main() -> int:
         fleet.write_text(yaml.safe_dump({"version": 1, "clusters": [{
             "name": "bench", "kafka_version": "0.9.0.1", "kafka_conn_id": "bench",
             "cleaner": {"dedupe_buffer_size": 2 * 1024 * 1024, "threads": 1}}]}))
-        h_s, h_gb, h_out = timed([str(REPO / "spark_jobs" / "offsets_health.py"), "--data-root", str(work / "data"),
-                                  "--fleet", str(fleet), "--out", str(work / "out")])
+        h_s, h_gb, h_out = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
+                                  "--out", str(work / "out")], args.driver_memory)
         print(f"offsets_health: {h_s:.1f}s, peak {h_gb:.2f} GB, {h_out}", flush=True)
-        p_s, p_gb, p_out = timed([str(REPO / "spark_jobs" / "trim_plan.py"), "--data-root", str(work / "data"),
-                                  "--health", str(work / "out"), "--out", str(work / "out")])
+        p_s, p_gb, p_out = timed(["trim_plan.py", "--data-root", str(work / "data"), "--health", str(work / "out"),
+                                  "--out", str(work / "out")], args.driver_memory)
         print(f"trim_plan: {p_s:.1f}s, peak {p_gb:.2f} GB, {p_out}", flush=True)
+        if args.baseline:
+            b_h, b_hgb, _ = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
+                                   "--out", str(work / "base")], args.driver_memory, args.baseline)
+            b_p, b_pgb, _ = timed(["trim_plan.py", "--data-root", str(work / "data"), "--health", str(work / "base"),
+                                   "--out", str(work / "base")], args.driver_memory, args.baseline)
+            print(f"baseline {args.baseline}: offsets_health {b_h:.1f}s peak {b_hgb:.2f} GB, trim_plan {b_p:.1f}s "
+                  f"peak {b_pgb:.2f} GB", flush=True)
+            for name in ("trim_plan.json", "health.jsonl"):
+                mine, theirs = (work / "out" / name).read_bytes(), (work / "base" / name).read_bytes()
+                print(f"{name}: {'byte-identical' if mine == theirs else 'DIFFERENT'} to the baseline's", flush=True)
         plan = json.loads((work / "out" / "trim_plan.json").read_text())
         segs = sum(len(r["quarantine"]) for c in plan for p in c["partitions"] for r in p["replicas"])
         print(f"RESULT {args.records:,} records: health {h_s:.0f}s + plan {p_s:.0f}s "
               f"({args.records / p_s:,.0f} records/s in the plan), {segs} segments to quarantine, "
-              f"peak {max(h_gb, p_gb):.2f} GB; plan <= 120s: {'MET' if p_s <= 120 else 'MISSED'}")
+              f"peak {max(h_gb, p_gb):.2f} GB; targets: health <= 60s {'MET' if h_s <= 60 else 'MISSED'}, "
+              f"plan <= 30s {'MET' if p_s <= 30 else 'MISSED'}, peak <= 3 GB "
+              f"{'MET' if max(h_gb, p_gb) <= 3 else 'MISSED'}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

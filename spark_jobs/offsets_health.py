@@ -44,32 +44,39 @@ def read_dataset(spark, root: str, name: str) -> DataFrame:
     return spark.read.parquet(*parquet)
 
 
-def record_key(df: DataFrame) -> DataFrame:
-    """The compaction key of each record: offset commits by (group, topic, partition), group
-    metadata by group."""
-    return df.withColumn("rkey", F.when(F.col("key_version") == 2, F.concat(F.lit("G\x00"), F.col("group")))
-                         .otherwise(F.concat_ws("\x00", F.lit("O"), F.col("group"), F.col("topic"),
-                                                F.col("topic_partition").cast("string"))))
+#: the columns of offsets_topic_records the health facts read (projected right after the scan)
+FACT_COLUMNS = ["cluster", "partition", "offset", "key_version", "group", "topic", "topic_partition", "tombstone",
+                "size_bytes"]
 
 
-def newest_per_key(records: DataFrame) -> DataFrame:
-    """Each key's newest record: a hash aggregation (max_by over the offset), no sort. Records read
-    twice (a collector restart) are identical, so duplicates do not change the answer."""
-    recs = record_key(records)
-    cols = [c for c in recs.columns if c not in ("cluster", "partition", "rkey")]
-    newest = recs.groupBy("cluster", "partition", "rkey").agg(
-        F.max_by(F.struct(*cols), F.col("offset")).alias("_r"))
-    return newest.select("cluster", "partition", "rkey", *[F.col(f"_r.{c}").alias(c) for c in cols])
+def key_columns() -> list:
+    """The compaction key of each record, as columns: offset commits by (group, topic, partition),
+    group metadata (key version 2) by group alone."""
+    gm = F.col("key_version") == 2
+    return [gm.alias("_gm"), F.col("group").alias("_g"), F.when(~gm, F.col("topic")).alias("_t"),
+            F.when(~gm, F.col("topic_partition")).alias("_tp")]
 
 
-def record_facts(records: DataFrame) -> DataFrame:
-    recs = records.dropDuplicates(["cluster", "partition", "offset"])
-    totals = recs.groupBy(*PKEYS).agg(
-        F.count(F.lit(1)).alias("records"),
-        F.sum(F.col("tombstone").cast("int")).alias("tombstones"),
-        F.sum("size_bytes").alias("record_bytes"),
-        F.max("offset").alias("max_offset"))
-    live = (newest_per_key(records).filter(~F.col("tombstone"))
+def newest_per_key(records: DataFrame, cols: list[str]) -> DataFrame:
+    """Each key's newest record: cluster, partition, group, topic, topic_partition (null for group
+    metadata), `offset` and the columns `cols` of that record. A hash aggregation (max_by per column
+    over the offset), no sort and no key string built; `cols` must be fixed-width (numbers, booleans):
+    a struct or string in the aggregation buffer would make Spark sort all the records instead.
+    Records read twice (a collector restart) are identical, so duplicates do not change the answer."""
+    keyed = records.select("cluster", "partition", *key_columns(), "offset", *cols)
+    return (keyed.groupBy("cluster", "partition", "_gm", "_g", "_t", "_tp")
+            .agg(F.max("offset").alias("offset"), *[F.max_by(c, "offset").alias(c) for c in cols])
+            .select("cluster", "partition", F.col("_g").alias("group"), F.col("_t").alias("topic"),
+                    F.col("_tp").alias("topic_partition"), "offset", *cols))
+
+
+def record_facts(records: DataFrame, summary: DataFrame) -> DataFrame:
+    """Per (cluster, partition): records, tombstones, record bytes, highest offset (distinct offsets,
+    from `partition_summary`) and the live keys with their bytes (newest record per key not a tombstone)."""
+    totals = summary.groupBy(*PKEYS).agg(
+        F.sum("n").alias("records"), F.sum("tombstones").alias("tombstones"),
+        F.sum("bytes").alias("record_bytes"), F.max("max_offset").alias("max_offset"))
+    live = (newest_per_key(records.select(*FACT_COLUMNS), ["tombstone", "size_bytes"]).filter(~F.col("tombstone"))
             .groupBy(*PKEYS).agg(F.count(F.lit(1)).alias("live_keys"), F.sum("size_bytes").alias("live_bytes")))
     return (totals.join(live, PKEYS, "left")
             .fillna({"live_keys": 0, "live_bytes": 0})
@@ -83,18 +90,81 @@ def latest_inventory(segments: DataFrame) -> DataFrame:
             .filter(F.col("observed_at") == F.col("_last")).drop("_last"))
 
 
-def segment_messages(records: DataFrame, segments: DataFrame) -> DataFrame:
-    """Messages per segment of each broker: records bucketed by the union of all brokers' segment
-    base offsets (one sort per partition), then summed over each broker's segment range."""
-    recs = records.dropDuplicates(["cluster", "partition", "offset"]).select(*PKEYS, "offset")
-    bases = segments.select(*PKEYS, F.col("base_offset").alias("offset")).distinct()
-    u = (recs.withColumn("is_mark", F.lit(False))
-         .unionByName(bases.withColumn("is_mark", F.lit(True))))
-    w = (Window.partitionBy(*PKEYS).orderBy(F.col("offset"), F.col("is_mark").desc())
-         .rowsBetween(Window.unboundedPreceding, 0))
-    fine = (u.withColumn("bucket", F.last(F.when(F.col("is_mark"), F.col("offset")), ignorenulls=True).over(w))
-            .filter(~F.col("is_mark") & F.col("bucket").isNotNull())
-            .groupBy(*PKEYS, "bucket").agg(F.count(F.lit(1)).alias("n")))
+_SUMMARY_SCHEMA = "_pid int, bucket long, n long, tombstones long, bytes long, max_offset long"
+
+
+def _summarizer(bases: dict[int, list[int]]):
+    """mapInArrow function over one task's (pid, offset, tombstone, size_bytes) rows, every copy of
+    a record in the same task (the rows are hash-partitioned by pid and offset): drops the copies
+    (a record read twice counts once), buckets each offset by the greatest segment base offset <= it
+    among `bases[pid]` (bucket null: below every base) with a binary search, and yields per (pid,
+    bucket): records, tombstones, bytes, highest offset. Numpy on whole columns; no row in Python."""
+    def summarize(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        cols: list[list] = [[], [], [], []]
+        for batch in batches:
+            for i in range(4):
+                cols[i].append(batch.column(i).to_numpy(zero_copy_only=False))
+        if not cols[0] or not sum(len(c) for c in cols[0]):
+            return
+        pids, offsets, tombs, sizes = (np.concatenate(c) for c in cols)
+        for pid in np.unique(pids):
+            sel = pids == pid
+            order = np.argsort(offsets[sel], kind="stable")
+            off = offsets[sel][order]
+            first = np.ones(len(off), dtype=bool)
+            first[1:] = off[1:] != off[:-1]
+            off = off[first]
+            tomb = tombs[sel][order][first].astype(np.int64)
+            size = sizes[sel][order][first].astype(np.int64)
+            b = np.asarray(bases[int(pid)], dtype=np.int64)
+            idx = np.searchsorted(b, off, side="right")  # 0: below every base, k: bucket b[k-1]
+            k = len(b) + 1
+            n = np.bincount(idx, minlength=k)
+            nt = np.bincount(idx, weights=tomb, minlength=k)
+            nb = np.bincount(idx, weights=size, minlength=k)
+            # offsets are sorted: a bucket's highest offset is its last one
+            last = np.searchsorted(idx, np.arange(k), side="right") - 1
+            used = np.nonzero(n)[0]
+            yield pa.RecordBatch.from_arrays([
+                pa.array(np.full(len(used), pid, dtype=np.int32)),
+                pa.array([None if u == 0 else int(b[u - 1]) for u in used], type=pa.int64()),
+                pa.array(n[used].astype(np.int64)), pa.array(np.rint(nt[used]).astype(np.int64)),
+                pa.array(np.rint(nb[used]).astype(np.int64)), pa.array(off[last[used]])],
+                names=["_pid", "bucket", "n", "tombstones", "bytes", "max_offset"])
+    return summarize
+
+
+def partition_summary(records: DataFrame, segments: DataFrame) -> DataFrame:
+    """Per (cluster, partition, bucket) of the partitions in `segments`: distinct records,
+    tombstones, bytes and the highest offset, bucket being the segment base offset (the union of
+    all brokers' bases) a record falls in, null below every base. One shuffle of four fixed-width
+    columns and numpy per task (`_summarizer`): no aggregation keyed by offset, no sort in Spark."""
+    spark = records.sparkSession
+    triples = sorted({(r["cluster"], r["partition"], r["base_offset"])
+                      for r in segments.select(*PKEYS, "base_offset").distinct().collect()})
+    ids: dict[tuple, int] = {}
+    bases: dict[int, list[int]] = {}
+    for c, p, base in triples:
+        bases.setdefault(ids.setdefault((c, p), len(ids)), []).append(base)
+    pid_frame = spark.createDataFrame([(c, p, i) for (c, p), i in ids.items()],
+                                      "cluster string, partition int, _pid int")
+    # tasks hold their rows in memory: enough of them that each holds a few million
+    tasks = max(int(spark.conf.get("spark.sql.shuffle.partitions")), 4 * records.rdd.getNumPartitions())
+    rows = (records.join(F.broadcast(pid_frame), PKEYS)
+            .select("_pid", "offset", F.coalesce(F.col("tombstone"), F.lit(False)).alias("tombstone"),
+                    F.coalesce(F.col("size_bytes"), F.lit(0)).alias("size_bytes"))
+            .repartition(tasks, "_pid", "offset"))
+    return (rows.mapInArrow(_summarizer(bases), _SUMMARY_SCHEMA)
+            .join(F.broadcast(pid_frame), "_pid").drop("_pid"))
+
+
+def segment_messages(summary: DataFrame, segments: DataFrame) -> DataFrame:
+    """Messages per segment of each broker: `partition_summary`'s buckets summed over each broker's
+    segment range."""
+    fine = summary.filter(F.col("bucket").isNotNull()).select(*PKEYS, "bucket", "n")
     sw = Window.partitionBy("cluster", "broker", "partition").orderBy("base_offset")
     segs = segments.withColumn("next_base", F.lead("base_offset").over(sw))
     joined = segs.join(fine, PKEYS, "left").filter(
@@ -130,11 +200,12 @@ def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, sett
            bloat_ratio: float, min_bloat_bytes: int, broker_settings: DataFrame | None = None) -> tuple[DataFrame, DataFrame]:
     """(health per cluster/broker/partition, messages per segment)."""
     latest = latest_inventory(segments)
-    per_segment = segment_messages(records, latest).cache()
+    summary = partition_summary(records, latest).cache()  # a few rows per segment
+    per_segment = segment_messages(summary, latest).cache()
     disk = per_segment.groupBy("cluster", "broker", "log_dir", "partition").agg(
         F.count(F.lit(1)).alias("segments"), F.sum("size_bytes").alias("disk_bytes"),
         F.max("messages").alias("largest_segment_messages"))
-    facts = (disk.join(record_facts(records), PKEYS, "left")
+    facts = (disk.join(record_facts(records, summary), PKEYS, "left")
              .join(checkpoint_facts(segments, checkpoints), ["cluster", "broker", "partition"], "left")
              .join(F.broadcast(settings), "cluster", "left")
              .fillna({"records": 0, "live_keys": 0, "tombstones": 0, "record_bytes": 0, "live_bytes": 0,
@@ -220,6 +291,7 @@ def main(argv=None) -> int:
                               read_dataset(spark, args.data_root, "cleaner_checkpoints"),
                               settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes,
                               broker_settings_frame(spark, args.data_root, args.fleet))
+    out = out.cache()  # one row per replica, read by the file, its line count and the verdict counts
     from jobs_common import path_join
 
     n = write_jsonl(out, path_join(args.out, "health.jsonl"))

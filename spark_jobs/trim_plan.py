@@ -58,13 +58,18 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
                .groupBy("cluster", "partition").agg(F.max("oldest_kept").alias("cutoff")))
     # one aggregation of the records serves every question below (lost keys, live groups, group state)
     relevant = records.join(F.broadcast(cutoffs.select("cluster", "partition")), ["cluster", "partition"])
-    newest = newest_per_key(relevant).cache()
+    newest = newest_per_key(relevant.withColumn("has_members", F.coalesce(F.size("members") > 0, F.lit(False))),
+                            ["tombstone", "key_version", "committed_offset", "generation", "has_members"]).cache()
     lost = lost_keys(newest, cutoffs).cache()
-    commits = lost.filter(F.col("key_version") != 2)
+    # the commit metadata (a string, kept out of the aggregation) of the lost commits only
+    at = ["cluster", "partition", "offset"]
+    metadata = (relevant.select(*at, "metadata").join(lost.select(*at), at, "left_semi")
+                .groupBy(*at).agg(F.first("metadata").alias("metadata")))
+    commits = lost.filter(F.col("key_version") != 2).join(metadata, at, "left")
     # is the group active? its newest group-metadata record (members, not a tombstone) says so; the
     # collected coordinator state, when there is one, wins. The executor re-checks live before it commits.
     gm = (newest.filter(F.col("key_version") == 2)
-          .select("cluster", "group", F.when(~F.col("tombstone") & (F.size("members") > 0), F.lit("Stable"))
+          .select("cluster", "group", F.when(~F.col("tombstone") & F.col("has_members"), F.lit("Stable"))
                   .otherwise(F.lit("Empty")).alias("metadata_state")))
     commits = commits.join(gm, ["cluster", "group"], "left")
     if group_states is not None:
