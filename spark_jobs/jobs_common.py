@@ -92,7 +92,7 @@ def session(app: str, master: str | None = None) -> SparkSession:
          .config("spark.driver.bindAddress", "127.0.0.1")
          # percentile and collect_list keep per-key buffers; past 128 keys per task Spark would fall
          # back to sorting the rows (the stuck job's per-partition medians over 100,000s of partitions)
-         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "1000000")
+         .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
          .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
     if master:
         b = b.master(master)
