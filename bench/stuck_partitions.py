@@ -1,11 +1,14 @@
-"""Benchmark: the stuck_partitions job over 1M and 10M snapshot rows on local[2].
+"""Benchmark: the stuck_partitions job over 1M, 10M and 30M snapshot rows on local[2].
 
-    .venv/bin/python bench/stuck_partitions.py [--partitions 100000] [--snapshots 100] [--skip-small]
+    .venv/bin/python bench/stuck_partitions.py [--partitions 100000] [--snapshots 100] [--sizes 1M,10M,30M]
+        [--baseline OTHER_CHECKOUT]
 
-Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows, and a
-tenth of it), then times `spark-submit --master local[2] spark_jobs/stuck_partitions.py` end to
-end (Spark start included) and samples the peak RSS of the whole process tree. Targets:
-10M rows <= 3 min wall, peak memory < 6 GB, 1M -> 10M costs at most 10x the time.
+Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows; a tenth
+and three times that), then times `spark-submit --master local[2] spark_jobs/stuck_partitions.py`
+end to end (Spark start included), samples the peak RSS of the whole process tree and prints where
+the time went (from the job's event log). Targets: 10M rows <= 60 s, and linear: the 10M/1M and
+30M/10M time ratios are printed beside the row ratios. With --baseline the same job of an older
+checkout runs on the same 10M rows and both findings are compared (statuses, reasons, lags).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "bench")]
 
-from measure import run_measured  # noqa: E402
+from measure import format_breakdown, spark_submit_profiled  # noqa: E402
 
 
 def generate(out: Path, partitions: int, snapshots: int) -> None:
@@ -57,43 +60,65 @@ def generate(out: Path, partitions: int, snapshots: int) -> None:
     spark.stop()
 
 
-def timed_job(snapshots: Path, out: Path) -> dict:
-    wall, peak_gb, stdout = run_measured(
-        ["spark-submit", "--master", "local[2]", "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
-         str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
-         "--window", "15m"])
-    return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
+def timed_job(snapshots: Path, out: Path, driver_memory: str, repo: Path = REPO) -> dict:
+    wall, peak_gb, stdout, b = spark_submit_profiled(
+        [str(repo / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
+         "--window", "15m"], driver_memory=driver_memory)
+    print(f"  {format_breakdown(b)}", flush=True)
+    return {"wall_s": wall, "peak_gb": peak_gb, "start_s": b.get("spark_start", 0.0), "summary": json.loads(stdout.strip().splitlines()[-1])}
+
+
+def findings_of(out: Path) -> list[tuple]:
+    """The findings' verdict columns, sorted: what must not change between two versions of the job."""
+    keys = ("cluster", "source", "group", "topic", "partition", "status", "reason", "confidence", "since",
+            "stalled_since", "stopped_since", "lag", "lag_seconds", "lag_seconds_kind", "lag_seconds_error",
+            "unchanged_since", "offset_expires_at")
+    rows = [json.loads(line) for line in (out / "findings.jsonl").read_text().splitlines()]
+    return sorted(tuple(str(r.get(k)) for k in keys) for r in rows)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--partitions", type=int, default=100_000)
+    ap.add_argument("--partitions", type=int, default=100_000, help="partitions of the 10M size")
     ap.add_argument("--snapshots", type=int, default=100)
-    ap.add_argument("--skip-small", action="store_true")
+    ap.add_argument("--sizes", default="1M,10M,30M")
+    ap.add_argument("--driver-memory", default="4g")
+    ap.add_argument("--baseline", type=Path, help="another checkout: its job runs on the 10M rows too and the "
+                    "findings are compared")
     args = ap.parse_args()
+    scale = {"1M": 0.1, "10M": 1, "30M": 3}
     work = Path(tempfile.mkdtemp(prefix="bench-stuck-"))
     try:
         results = {}
-        sizes = [("1M", args.partitions // 10), ("10M", args.partitions)]
-        if args.skip_small:
-            sizes = sizes[1:]
-        for label, parts in sizes:
+        for label in args.sizes.split(","):
+            parts = int(args.partitions * scale[label])
             data = work / f"snapshots-{label}"
             t = time.monotonic()
             generate(data, parts, args.snapshots)
             rows = parts * args.snapshots
             print(f"{label}: generated {rows:,} rows in {time.monotonic() - t:.0f}s", flush=True)
-            r = timed_job(data, work / f"out-{label}")
+            r = timed_job(data, work / f"out-{label}", args.driver_memory)
+            r["rows"] = rows
             results[label] = r
             print(f"{label}: {rows:,} rows, wall {r['wall_s']:.1f}s (Spark start included), "
                   f"{rows / r['wall_s']:,.0f} rows/s, peak RSS {r['peak_gb']:.2f} GB, statuses "
                   f"{r['summary']['statuses']}", flush=True)
-        big = results["10M"]
-        verdict = [f"10M wall {big['wall_s']:.0f}s {'<=' if big['wall_s'] <= 180 else '>'} 180s",
-                   f"peak {big['peak_gb']:.2f} GB {'<' if big['peak_gb'] < 6 else '>='} 6 GB"]
-        if "1M" in results:
-            ratio = big["wall_s"] / results["1M"]["wall_s"]
-            verdict.append(f"10M/1M time ratio {ratio:.1f}x {'<=' if ratio <= 10 else '>'} 10x")
+            if label == "10M" and args.baseline:
+                base = timed_job(data, work / "out-baseline", args.driver_memory, args.baseline)
+                same = findings_of(work / "out-10M") == findings_of(work / "out-baseline")
+                print(f"baseline {args.baseline}: 10M wall {base['wall_s']:.1f}s, peak {base['peak_gb']:.2f} GB; "
+                      f"findings {'identical' if same else 'DIFFERENT'}", flush=True)
+            shutil.rmtree(data, ignore_errors=True)
+        verdict = []
+        if "10M" in results:
+            big = results["10M"]
+            verdict.append(f"10M wall {big['wall_s']:.0f}s {'<=' if big['wall_s'] <= 60 else '>'} 60s "
+                           f"({'MET' if big['wall_s'] <= 60 else 'MISSED'}), peak {big['peak_gb']:.2f} GB")
+        labels = [x for x in ("1M", "10M", "30M") if x in results]
+        for lo, hi in zip(labels, labels[1:]):
+            a, b = results[lo], results[hi]
+            verdict.append(f"{hi}/{lo}: rows x{b['rows'] / a['rows']:.0f}, time x{b['wall_s'] / a['wall_s']:.1f} "
+                           f"(without Spark start x{(b['wall_s'] - b['start_s']) / (a['wall_s'] - a['start_s']):.1f})")
         print("RESULT " + "; ".join(verdict))
     finally:
         shutil.rmtree(work, ignore_errors=True)

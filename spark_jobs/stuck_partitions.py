@@ -53,8 +53,12 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     lo = as_of - window
     ts = F.col("observed_at")
     secs = ts.cast("double")
-    commits = snapshots.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
-    w = Window.partitionBy(*KEYS).orderBy("observed_at")
+    # the window's sort leads with a hash of the key: Spark sorts on a 64-bit prefix of the first
+    # column, and the first key columns (cluster, source) are mostly one value, which would make every
+    # comparison walk the strings
+    commits = (snapshots.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
+               .withColumn("_k", F.xxhash64(*KEYS)))
+    w = Window.partitionBy("_k", *KEYS).orderBy("observed_at")
     w_all = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
     w_prev = w.rowsBetween(Window.unboundedPreceding, -1)
     moved = F.col("prev_committed").isNotNull() & (F.col("prev_committed") != F.col("committed_offset"))
@@ -128,36 +132,64 @@ def _classifier(window_seconds: float, ratio: float):
     return classify, fields
 
 
-_TIME_LAG = T.StructType([T.StructField("seconds", T.DoubleType()), T.StructField("kind", T.StringType()),
-                          T.StructField("error", T.DoubleType())])
 TP = ["cluster", "topic", "partition"]
 
 
-def log_end_history(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
+def log_end_points(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
     """Per topic partition, the distinct (observed_at, log end) points up to as_of from every
-    group's snapshots (they share the partition's log)."""
-    points = (snapshots.filter((F.col("observed_at") <= F.lit(as_of)) & F.col("log_end_offset").isNotNull())
-              .select(*TP, F.col("observed_at").cast("double").alias("t"), F.col("log_end_offset").alias("e"))
-              .distinct())
-    return points.groupBy(*TP).agg(F.collect_list(F.struct("t", "e")).alias("log_end_history"))
+    group's snapshots (they share the partition's log): columns TP, t (epoch seconds), e."""
+    return (snapshots.filter((F.col("observed_at") <= F.lit(as_of)) & F.col("log_end_offset").isNotNull())
+            .select(*TP, F.col("observed_at").cast("double").alias("t"), F.col("log_end_offset").alias("e"))
+            .distinct())
 
 
-def with_time_lag(findings: DataFrame, history: DataFrame, as_of: dt.datetime) -> DataFrame:
+TIME_LAG_BUCKETS = 64
+_TIME_LAG_SCHEMA = ("cluster string, source string, group string, topic string, partition int, "
+                    "lag_seconds double, lag_seconds_kind string, lag_seconds_error double")
+
+
+def with_time_lag(findings: DataFrame, points: DataFrame, as_of: dt.datetime) -> DataFrame:
     """lag_seconds / lag_seconds_kind / lag_seconds_error (fleetkit.stuck.timelag) of each finding,
-    from the partition's log end history and the timestamp of the record at the committed offset
-    (`record_ts`, dropped here)."""
+    from its partition's log end points and the timestamp of the record at the committed offset
+    (`record_ts`, dropped here). Findings and points meet per topic partition (cogroup), so a
+    partition's history crosses into Python once, not once per group reading it."""
     at = as_of.timestamp()
 
-    @F.udf(returnType=_TIME_LAG)
-    def time_lag(committed, points, record_ts):
-        est = timelag.estimate(committed, [(p["t"], p["e"]) for p in (points or [])], at, record_ts)
-        return est.seconds, est.kind, est.error_seconds
+    def estimates(fs, pts):
+        import pandas as pd
 
-    est = time_lag(F.col("committed_offset"), F.col("log_end_history"), F.col("record_ts"))
-    return (findings.join(history, TP, "left").withColumn("time_lag", est).drop("log_end_history", "record_ts")
-            .withColumn("lag_seconds", F.col("time_lag.seconds"))
-            .withColumn("lag_seconds_kind", F.col("time_lag.kind"))
-            .withColumn("lag_seconds_error", F.col("time_lag.error")).drop("time_lag"))
+        by_tp: dict[tuple, list] = {}
+        for c, tpc, p, t, e in zip(pts["_p_cluster"].tolist(), pts["_p_topic"].tolist(),
+                                   pts["_p_partition"].tolist(), pts["t"].tolist(), pts["e"].tolist()):
+            by_tp.setdefault((c, tpc, p), []).append((t, e))
+        histories: dict[tuple, timelag.History] = {}
+
+        def num(v, kind):
+            return None if v is None or pd.isna(v) else kind(v)
+
+        rows = []
+        for r in fs.itertuples(index=False):
+            tp = (r.cluster, r.topic, r.partition)
+            history = histories.get(tp)
+            if history is None:
+                history = histories[tp] = timelag.History(by_tp.get(tp, ()), at)
+            est = history.estimate(num(r.committed_offset, int), num(r.record_ts, float))
+            rows.append((r.cluster, r.source, r.group, r.topic, r.partition, est.seconds, est.kind,
+                         est.error_seconds))
+        return pd.DataFrame(rows, columns=["cluster", "source", "group", "topic", "partition", "lag_seconds",
+                                           "lag_seconds_kind", "lag_seconds_error"])
+
+    # findings and points meet in buckets of topic partitions (pandas costs milliseconds per group:
+    # one group per partition would cost more than the estimates); the points' keys are renamed, as
+    # both sides come from the same snapshots, which Spark would call ambiguous
+    bucket = F.pmod(F.xxhash64(*TP), F.lit(TIME_LAG_BUCKETS))
+    asked = findings.select(*KEYS, "committed_offset", "record_ts").withColumn("_b", bucket)
+    pts = points.withColumn("_b", bucket).select(F.col("_b").alias("_p_b"),
+                                                 *[F.col(c).alias(f"_p_{c}") for c in TP], "t", "e")
+    lags = asked.groupBy("_b").cogroup(pts.groupBy("_p_b")).applyInPandas(estimates, _TIME_LAG_SCHEMA)
+    order = TP + [c for c in findings.columns if c not in TP and c != "record_ts"] + \
+        ["lag_seconds", "lag_seconds_kind", "lag_seconds_error"]
+    return findings.join(lags, KEYS, "left").select(*order)
 
 
 def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.timedelta, ratio: float,
@@ -203,19 +235,33 @@ def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime
     lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
     lo = as_of - window
     # one row per snapshot time: the group's state and its rebalance history (collection.rebalances)
-    states = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-              .groupBy(*GK, "observed_at").agg(
-                  F.first("group_state", ignorenulls=True).alias("state"),
-                  *[F.first(c, ignorenulls=True).alias(c) for c in ("generation", "rejoins", "rejoin_cause",
-                                                                      "assignor")]))
+    # (rows of one group at one snapshot time come from one DescribeGroups answer: they agree on
+    # state, generation, rejoins, cause and assignor.) Strings are carried as codes into the few
+    # distinct values, so both aggregations stay hash aggregations of fixed-width values (a string
+    # in an aggregation buffer would make Spark sort the snapshot rows instead).
+    in_window = snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
+    words = sorted({v for r in in_window.select("rejoin_cause", "assignor").distinct().collect() for v in r
+                    if v is not None})
+    vocab = F.array(*[F.lit(w) for w in words]) if words else F.array().cast("array<string>")
+
+    def code(c):
+        return F.when(F.col(c).isNotNull(), F.array_position(vocab, F.col(c)))
+
+    states = in_window.groupBy(*GK, "observed_at").agg(
+        F.max(F.col("group_state").isin(*stuck.REBALANCING)).alias("rebalancing_now"),
+        *[F.first(c, ignorenulls=True).alias(c) for c in ("generation", "rejoins")],
+        F.first(code("rejoin_cause"), ignorenulls=True).alias("cause_code"),
+        F.first(code("assignor"), ignorenulls=True).alias("assignor_code"))
     at = F.col("observed_at")
     facts = states.groupBy(*GK).agg(
         F.count(F.lit(1)).alias("times"),
-        F.sum(F.when(F.col("state").isin(*stuck.REBALANCING), 1).otherwise(0)).alias("rebalancing"),
+        F.sum(F.when(F.col("rebalancing_now"), 1).otherwise(0)).alias("rebalancing"),
         F.coalesce(F.max("generation") - F.min("generation"), F.lit(0)).alias("rebalances"),
         F.coalesce(F.max("rejoins") - F.min("rejoins"), F.lit(0)).alias("rejoins"),
-        F.max_by("rejoin_cause", F.when(F.col("rejoin_cause").isNotNull(), at)).alias("cause"),
-        F.max_by("assignor", F.when(F.col("assignor").isNotNull(), at)).alias("assignor"))
+        F.max_by("cause_code", F.when(F.col("cause_code").isNotNull(), at)).alias("cause_code"),
+        F.max_by("assignor_code", F.when(F.col("assignor_code").isNotNull(), at)).alias("assignor_code"),
+    ).withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int"))) \
+     .withColumn("assignor", F.element_at(vocab, F.col("assignor_code").cast("int")))
     verdict = _storm_udf()(*[F.col(c) for c in ("times", "rebalancing", "rebalances", "rejoins", "cause",
                                                  "assignor")])
     order = F.array(*[F.lit(s) for s in stuck.GROUP_ORDER])
@@ -264,7 +310,7 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
     feats = partition_features(snapshots, as_of, window)
     findings = classify_partitions(feats, as_of, window, ratio, retention)
-    findings = with_time_lag(findings, log_end_history(snapshots, as_of), as_of).cache()
+    findings = with_time_lag(findings, log_end_points(snapshots, as_of), as_of).cache()
     groups = group_findings(findings, snapshots, as_of, window)
     return findings, groups, as_of
 
@@ -281,7 +327,7 @@ def lag_series(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, wi
                .orderBy(rank, F.col("lag").desc_nulls_last()).limit(limit).select(*KEYS, "status"))
     lo = as_of - window
     rows = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-            .join(flagged, KEYS)
+            .join(F.broadcast(flagged), KEYS)  # at most `limit` rows: no shuffle, no sort of the snapshots
             .select(*KEYS, "status", "observed_at",
                     (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),
                     "committed_offset", "log_end_offset"))

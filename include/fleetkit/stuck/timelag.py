@@ -22,6 +22,7 @@ one record an hour is behind by the hour since that record, with the bracket as 
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -79,26 +80,39 @@ def estimate(committed: int | None, history: Iterable[tuple[float, int | None]],
     """The time lag of a consumer at `committed` at time `as_of` (epoch seconds), from the
     partition's (observed_at epoch seconds, log end offset) history and, when known, the
     timestamp (epoch seconds) of the record at `committed`."""
-    pts = [p for p in _history(history) if p[0] <= as_of]
-    if committed is None or not pts:
-        return TimeLag(None, "unknown")
-    if committed >= pts[-1][1]:
-        return TimeLag(0.0, "exact", 0.0)
-    if committed < pts[0][1]:
-        # appended before the history starts: a lower bound only
-        return TimeLag(max(0.0, as_of - pts[0][0]), "bounded")
-    # the bracket: the last point with log end <= committed, the next one (log end > committed)
-    i = max(k for k, (_, e) in enumerate(pts) if e <= committed)
-    (t0, e0), (t1, e1) = pts[i], pts[i + 1]
-    if record_ts is not None and t0 - CLOCK_SLACK_SECONDS <= record_ts <= t1 + CLOCK_SLACK_SECONDS:
-        appended = min(max(record_ts, t0), t1)
-        return TimeLag(max(0.0, as_of - appended), "exact", CLOCK_SLACK_SECONDS)
-    # record `committed` is the (committed - e0 + 1)-th of the e1 - e0 appended in (t0, t1]
-    frac = (committed - e0 + 1) / (e1 - e0)
-    appended = t0 + frac * (t1 - t0)
-    seconds = max(0.0, as_of - appended)
-    error = max(appended - t0, t1 - appended)
-    return TimeLag(seconds, "interpolated", error)
+    return History(history, as_of).estimate(committed, record_ts)
+
+
+class History:
+    """A partition's usable log end history up to `as_of`, prepared once for the estimates of every
+    group reading the partition (`estimate` is `History(history, as_of).estimate(...)`)."""
+
+    def __init__(self, history: Iterable[tuple[float, int | None]], as_of: float):
+        self.as_of = as_of
+        self.points = [p for p in _history(history) if p[0] <= as_of]
+        self.ends = [e for _, e in self.points]  # non-decreasing (the trailing run)
+
+    def estimate(self, committed: int | None, record_ts: float | None = None) -> TimeLag:
+        pts, as_of = self.points, self.as_of
+        if committed is None or not pts:
+            return TimeLag(None, "unknown")
+        if committed >= pts[-1][1]:
+            return TimeLag(0.0, "exact", 0.0)
+        if committed < pts[0][1]:
+            # appended before the history starts: a lower bound only
+            return TimeLag(max(0.0, as_of - pts[0][0]), "bounded")
+        # the bracket: the last point with log end <= committed, the next one (log end > committed)
+        i = bisect.bisect_right(self.ends, committed) - 1
+        (t0, e0), (t1, e1) = pts[i], pts[i + 1]
+        if record_ts is not None and t0 - CLOCK_SLACK_SECONDS <= record_ts <= t1 + CLOCK_SLACK_SECONDS:
+            appended = min(max(record_ts, t0), t1)
+            return TimeLag(max(0.0, as_of - appended), "exact", CLOCK_SLACK_SECONDS)
+        # record `committed` is the (committed - e0 + 1)-th of the e1 - e0 appended in (t0, t1]
+        frac = (committed - e0 + 1) / (e1 - e0)
+        appended = t0 + frac * (t1 - t0)
+        seconds = max(0.0, as_of - appended)
+        error = max(appended - t0, t1 - appended)
+        return TimeLag(seconds, "interpolated", error)
 
 
 def for_rows(rows: list[dict], as_of_epoch: float) -> TimeLag:
