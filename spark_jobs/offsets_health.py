@@ -110,15 +110,17 @@ def _summarizer(bases: dict[int, list[int]]):
         if not cols[0] or not sum(len(c) for c in cols[0]):
             return
         pids, offsets, tombs, sizes = (np.concatenate(c) for c in cols)
-        for pid in np.unique(pids):
-            sel = pids == pid
-            order = np.argsort(offsets[sel], kind="stable")
-            off = offsets[sel][order]
+        order = np.lexsort((offsets, pids))  # by partition, then offset: one sort for all of them
+        pids, offsets, tombs, sizes = pids[order], offsets[order], tombs[order], sizes[order]
+        starts = np.concatenate(([0], np.flatnonzero(pids[1:] != pids[:-1]) + 1, [len(pids)]))
+        for lo, hi in zip(starts[:-1], starts[1:]):
+            pid = pids[lo]
+            off = offsets[lo:hi]
             first = np.ones(len(off), dtype=bool)
             first[1:] = off[1:] != off[:-1]
             off = off[first]
-            tomb = tombs[sel][order][first].astype(np.int64)
-            size = sizes[sel][order][first].astype(np.int64)
+            tomb = tombs[lo:hi][first].astype(np.int64)
+            size = sizes[lo:hi][first].astype(np.int64)
             b = np.asarray(bases[int(pid)], dtype=np.int64)
             idx = np.searchsorted(b, off, side="right")  # 0: below every base, k: bucket b[k-1]
             k = len(b) + 1
