@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -54,8 +57,6 @@ def spark_submit_profiled(argv: list[str], master: str = "local[2]", driver_memo
                           conf: dict | None = None) -> tuple[float, float, str, dict]:
     """spark-submit ARGV with an event log; (wall s, peak GiB, stdout, breakdown), where breakdown
     says where the wall time went (see `breakdown`)."""
-    import tempfile
-
     logs = Path(tempfile.mkdtemp(prefix="spark-events-"))
     confs = {"spark.ui.enabled": "false", "spark.eventLog.enabled": "true", "spark.eventLog.dir": logs.as_uri(),
              "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false", **(conf or {})}
@@ -64,8 +65,6 @@ def spark_submit_profiled(argv: list[str], master: str = "local[2]", driver_memo
         cmd += ["--conf", f"{k}={v}"]
     t0 = time.time()
     wall, peak, out = run_measured(cmd + argv)
-    import shutil
-
     files = sorted(p for p in logs.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus")))
     b = breakdown(files[-1], t0, wall) if files else {}
     if os.environ.get("FLEET_BENCH_KEEP_EVENTS"):
@@ -84,8 +83,6 @@ def breakdown(event_log: Path, launched_at: float, wall: float) -> dict:
     `aggregate` (hash aggregation build), `sort`, `gc` -- Spark's own metrics, which nest (an
     aggregation's build time includes the scan feeding it), so they overlap; `other_task` = task
     minus all of them, floored at 0; `stages`: the three longest stages (seconds, what they do)."""
-    import json
-
     first_job = None
     jobs: dict[int, list[float]] = {}
     task = read = shuffle = python = gc = agg = sort = 0.0

@@ -44,11 +44,6 @@ def read_dataset(spark, root: str, name: str) -> DataFrame:
     return spark.read.parquet(*parquet)
 
 
-#: the columns of offsets_topic_records the health facts read (projected right after the scan)
-FACT_COLUMNS = ["cluster", "partition", "offset", "key_version", "group", "topic", "topic_partition", "tombstone",
-                "size_bytes"]
-
-
 def key_columns() -> list:
     """The compaction key of each record, as columns: offset commits by (group, topic, partition),
     group metadata (key version 2) by group alone."""
@@ -76,7 +71,7 @@ def record_facts(records: DataFrame, summary: DataFrame) -> DataFrame:
     totals = summary.groupBy(*PKEYS).agg(
         F.sum("n").alias("records"), F.sum("tombstones").alias("tombstones"),
         F.sum("bytes").alias("record_bytes"), F.max("max_offset").alias("max_offset"))
-    live = (newest_per_key(records.select(*FACT_COLUMNS), ["tombstone", "size_bytes"]).filter(~F.col("tombstone"))
+    live = (newest_per_key(records, ["tombstone", "size_bytes"]).filter(~F.col("tombstone"))
             .groupBy(*PKEYS).agg(F.count(F.lit(1)).alias("live_keys"), F.sum("size_bytes").alias("live_bytes")))
     return (totals.join(live, PKEYS, "left")
             .fillna({"live_keys": 0, "live_bytes": 0})
