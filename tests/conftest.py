@@ -28,7 +28,9 @@ os.environ["AIRFLOW_CONFIG"] = str(REPO / "airflow.cfg")
 os.environ.setdefault("AIRFLOW__CORE__FERNET_KEY", "3pP9cXqGzv0E2p3d7bq2m8XZr8s2uQ3k4y0JrJ5H1xk=")
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not-for-production")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "False"
+# paused (as in production): no scheduled run competes with the tests for the machine or writes
+# into the data root under a test; a test that needs a DAG's runs unpauses it and triggers them
+os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "True"
 os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
 from fleetlab import ports  # noqa: E402
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import stat
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -128,10 +129,17 @@ def _jsonl(path: Path) -> list[dict]:
 
 def newest(folder: Path, name: str) -> Path | None:
     """The newest <folder>/*/<name> (by modification time)."""
+    best, best_mtime = None, None
     if not folder.is_dir():
         return None
-    found = [p for p in folder.glob(f"*/{name}") if p.is_file()]
-    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    for p in folder.glob(f"*/{name}"):
+        try:  # a run folder may be removed (retention) between the listing and this look
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and (best_mtime is None or st.st_mtime > best_mtime):
+            best, best_mtime = p, st.st_mtime
+    return best
 
 
 # -- groups ------------------------------------------------------------------------------------------

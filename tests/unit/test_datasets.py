@@ -67,3 +67,20 @@ def test_json_state_is_atomic(tmp_path):
     root.write_json_atomic(path, {"g": "2026-01-01T00:00:00Z"})
     assert root.read_json(path) == {"g": "2026-01-01T00:00:00Z"}
     assert sorted(os.listdir(tmp_path / "_state" / "cluster=c1")) == ["known_groups.json"]
+
+
+def test_publish_copy_replaces_whole_and_leaves_nothing_beside(tmp_path):
+    from fleetkit.core.datasets import publish_copy
+
+    src, dest = tmp_path / "out.jsonl", tmp_path / "latest" / "out.jsonl"
+    dest.parent.mkdir()
+    dest.write_text("old\n")
+    src.write_text("new 1\nnew 2\n")
+    publish_copy(src, dest)
+    assert dest.read_text() == "new 1\nnew 2\n"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["out.jsonl"]
+    # a copy that fails leaves the published file as it was and no temporary file
+    with pytest.raises(FileNotFoundError):
+        publish_copy(tmp_path / "missing.jsonl", dest)
+    assert dest.read_text() == "new 1\nnew 2\n"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["out.jsonl"]

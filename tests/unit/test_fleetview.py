@@ -139,3 +139,16 @@ def test_a_name_with_a_line_break_goes_in_a_hidden_field_exactly():
                   error=None)
     assert '<input type="hidden" id="f-group" name="group" value="two\nlines">' in form
     assert "<code>two\\nlines</code>" in form
+
+
+def test_newest_skips_a_run_folder_removed_while_it_looks(tmp_path):
+    from fleetkit.fleetview import newest
+
+    folder = tmp_path / "reports" / "offsets"
+    write_jsonl(folder / "run-b" / "health.jsonl", [{"a": 1}])
+    (folder / "run-a").mkdir()
+    # listed, gone by the time it is looked at (a dangling link stats like a removed file)
+    (folder / "run-a" / "health.jsonl").symlink_to(tmp_path / "removed.jsonl")
+    (folder / "run-c" / "health.jsonl").mkdir(parents=True)  # not a file
+    assert newest(folder, "health.jsonl") == folder / "run-b" / "health.jsonl"
+    assert newest(tmp_path / "nothing", "health.jsonl") is None

@@ -134,6 +134,22 @@ def read_jsonl(path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def publish_copy(src, dest) -> None:
+    """Copy a job's output file to `dest` so that a reader (the fleet page, a person) sees the old
+    file or the new one, never a half-written one: copied beside it, then renamed over it."""
+    import shutil
+    from pathlib import Path
+
+    dest = Path(dest)
+    tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
+    try:
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

@@ -4,10 +4,9 @@ reports/coordinator/latest (``report``), and the partitions the recovery runbook
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from fleetkit.core.datasets import read_jsonl
+from fleetkit.core.datasets import publish_copy, read_jsonl
 from fleetkit.core.render import render
 from fleetkit.ownership.rules import LOAD_STUCK, MISMATCH, NO_GROUPS, OK
 
@@ -49,7 +48,7 @@ def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_
     latest.mkdir(parents=True, exist_ok=True)
     for name in LATEST_FILES:
         if (out / name).exists():
-            shutil.copyfile(out / name, latest / name)
+            publish_copy(out / name, latest / name)
     stuck = [p for p in partitions if p["verdict"] in NEEDS_RECOVERY]
     return {"report": str(out / "report.md"), "groups": len(groups), "not_ok_groups": len(bad_groups),
             "partitions_flagged": [(p["cluster"], p["partition"], p["verdict"]) for p in flagged],

@@ -57,7 +57,7 @@ class StuckReportOperator(BaseOperator):
         self.out_dir, self.fleet_file, self.data_root, self.window = out_dir, fleet_file, data_root, window
 
     def _publish_latest(self, run_dir: Path) -> None:
-        import shutil
+        from fleetkit.core.datasets import publish_copy
 
         latest = Path(self.data_root) / "reports" / "stuck" / "latest"
         if run_dir.resolve() == latest.resolve():
@@ -67,9 +67,7 @@ class StuckReportOperator(BaseOperator):
         for name in ("findings.jsonl", "groups.jsonl", "series.jsonl", "report.html", "report.md"):
             if not (run_dir / name).exists():
                 continue
-            tmp = latest / f".{name}.tmp"
-            shutil.copyfile(run_dir / name, tmp)
-            tmp.replace(latest / name)
+            publish_copy(run_dir / name, latest / name)
 
     def execute(self, context) -> dict:
         report = StuckReport.load(self.out_dir, self.window)
