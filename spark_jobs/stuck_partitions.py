@@ -9,7 +9,8 @@ offsets_snapshots rows. Writes DIR/findings.jsonl (one object per partition in t
 DIR/groups.jsonl (one per group) and DIR/series.jsonl (lag over the window of every flagged
 partition, for the report's charts); with --data-root also appends them as Parquet datasets
 `stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck.rules (one definition); this job
-computes the facts they need with window functions and applies them.
+computes the facts they need per partition (fleetkit.stuck.columnar, numpy over each task's rows)
+and applies them.
 """
 
 from __future__ import annotations
@@ -26,19 +27,31 @@ from jobs_common import (  # noqa: E402
     SNAPSHOT_SCHEMA, iso, parse_ts, path_join, read_rows, session, write_dataset, write_jsonl,
 )
 
-from pyspark.sql import DataFrame, Window  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.stuck import rules as stuck  # noqa: E402
 from fleetkit.stuck import timelag  # noqa: E402
+from fleetkit.stuck.columnar import FACT_INPUT, HASH_KEYS, KEYS, features_schema, key_features  # noqa: E402
 
-#: a partition of a group in one offsets store: a ZooKeeper group and a Kafka group of the same
-#: name stay apart (`source` null in older files is read as kafka)
-KEYS = ["cluster", "source", "group", "topic", "partition"]
 
 _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType()),
                          T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType())])
+
+
+def _feature_tasks(lo_us: int, key_columns: list[str]):
+    """mapInArrow function: a task's rows (every row of a key in the same task) -> key_features."""
+    def run(batches):
+        import pyarrow as pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        out = key_features(pa.Table.from_batches(batches).combine_chunks(), lo_us, key_columns)
+        if out is not None:
+            yield from out.to_batches()
+    return run
 
 
 def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
@@ -47,70 +60,23 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     `unchanged_since`: when the latest committed offset was first seen (over the whole input up to
     as_of), what offsets.retention counts from when the commit time is unknown.
 
-    One sort: window facts are conditional aggregates over in-window rows; comparisons pair
-    consecutive snapshots; rows before the window are history only (the offset before a change,
-    the row before the trailing streak), as in rules.features."""
+    One shuffle: each key's committed snapshots (up to as_of) go to one task, where `key_features`
+    computes every fact with numpy; rows before the window count only as history (the offset before
+    a change, the row before the trailing streak), as in rules.features."""
     lo = as_of - window
+    lo_us = (lo - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
     ts = F.col("observed_at")
-    secs = ts.cast("double")
-    # the window's sort leads with a hash of the key: Spark sorts on a 64-bit prefix of the first
-    # column, and the first key columns (cluster, source) are mostly one value, which would make every
-    # comparison walk the strings
-    commits = (snapshots.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
-               .withColumn("_k", F.xxhash64(*KEYS)))
-    w = Window.partitionBy("_k", *KEYS).orderBy("observed_at")
-    w_all = w.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    w_prev = w.rowsBetween(Window.unboundedPreceding, -1)
-    moved = F.col("prev_committed").isNotNull() & (F.col("prev_committed") != F.col("committed_offset"))
-    commits = (commits
-               .withColumn("in_w", ts >= F.lit(lo))
-               .withColumn("lag", F.col("log_end_offset") - F.col("committed_offset"))
-               .withColumn("prev_committed", F.lag("committed_offset").over(w))
-               .withColumn("prev_lag", F.lag("lag").over(w))
-               .withColumn("prev_at", F.lag(secs).over(w))
-               .withColumn("pair", F.col("in_w") & F.coalesce(F.lag("in_w").over(w), F.lit(False)))
-               .withColumn("run_start", F.when(F.col("prev_committed").isNull()
-                                               | (F.col("prev_committed") != F.col("committed_offset")), ts))
-               .withColumn("moved_at", F.when(moved, secs))
-               .withColumn("prev_change", F.last("moved_at", ignorenulls=True).over(w_prev))
-               .withColumn("rn", F.row_number().over(w))
-               .withColumn("v_last", F.last("committed_offset").over(w_all))
-               .withColumn("brk", ~(F.col("in_w") & (F.col("committed_offset") == F.col("v_last"))
-                                    & F.coalesce(F.col("lag") > 0, F.lit(False))))
-               .withColumn("last_brk", F.max(F.when(F.col("brk"), F.col("rn"))).over(w_all)))
-    in_w = F.col("in_w")
-    wts = F.when(in_w, ts)
-    brk_rn = F.when(F.col("brk"), F.col("rn"))
-    change_gap = F.when(in_w & F.col("moved_at").isNotNull() & (F.col("prev_change") >= F.lit(lo.timestamp())),
-                        F.col("moved_at") - F.col("prev_change"))
-    agg = commits.groupBy(*KEYS).agg(
-        F.count(F.when(in_w, 1)).alias("snapshots"),
-        F.min(wts).alias("first_at"), F.max(wts).alias("last_at"),
-        F.max_by("committed_offset", wts).alias("latest_committed"),
-        F.max_by("log_start_offset", wts).alias("latest_log_start"),
-        F.max_by("log_end_offset", wts).alias("latest_log_end"),
-        F.max_by("assigned", wts).alias("latest_assigned"),
-        F.min_by("committed_offset", wts).alias("first_committed"),
-        F.min_by("log_end_offset", wts).alias("first_log_end"),
-        F.max(F.when(F.col("pair"), F.col("committed_offset") < F.col("prev_committed"))).alias("rewound"),
-        (F.min(F.when(in_w, F.col("committed_offset"))) == F.max(F.when(in_w, F.col("committed_offset"))))
-        .alias("never_moved"),
-        F.min(F.when(F.col("pair"), F.coalesce(F.col("lag") >= F.col("prev_lag"), F.lit(False))))
-        .alias("lag_never_decreased"),
-        F.max("run_start").alias("unchanged_since"),
-        F.percentile(F.when(F.col("pair"), secs - F.col("prev_at")), F.lit(0.5)).alias("snapshot_interval"),
-        F.percentile(change_gap, F.lit(0.5)).alias("change_gap"),
-        F.max_by("commit_interval_seconds", wts).alias("commit_interval"),
-        F.max_by(F.col("committed_at").cast("double"), wts).alias("committed_at"),
-        F.max_by(F.col("committed_record_timestamp").cast("double"), wts).alias("record_ts"),
-        (F.count(F.lit(1)) - F.coalesce(F.max(brk_rn), F.lit(0))).alias("streak"),
-        F.min(F.when(F.col("rn") > F.coalesce(F.col("last_brk"), F.lit(0)), secs)).alias("streak_start"),
-        F.max_by(secs, brk_rn).alias("before_at"),
-        F.max_by(F.col("committed_offset") == F.col("v_last"), brk_rn).alias("before_same"),
-    ).withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double"))
-    keys = snapshots.select(*KEYS).distinct()
+    hashed = snapshots.withColumn("_k", F.xxhash64(*KEYS)).withColumn("_k2", F.hash(*KEYS))
+    keys = hashed.select(*KEYS, *HASH_KEYS).distinct().cache()
+    # the tasks get two hashes of the key instead of its four strings (far less to shuffle and hand to
+    # Python) unless two keys of this input share both: then the strings
+    by = HASH_KEYS if keys.select(*HASH_KEYS).distinct().count() == keys.count() else KEYS
+    commits = (hashed.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
+               .select(*by, *FACT_INPUT).repartition(*by))
+    agg = (commits.mapInArrow(_feature_tasks(lo_us, by), features_schema(by))
+           .withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double")))
     windowed = F.col("snapshots") > 0
-    return (keys.join(agg, KEYS, "left")
+    return (keys.join(agg, by, "left").drop(*HASH_KEYS)
             .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
             .withColumn("span_seconds", F.when(windowed, F.col("span_seconds")).otherwise(F.lit(0.0)))
             .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
@@ -224,7 +190,10 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
                                F.col("offset_expires_at").cast("long") - F.lit(int(as_of.timestamp())))))
 
 
-def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
+def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
+                   words: list[str] | None = None) -> DataFrame:
+    """One row per group. `words`: the distinct rejoin causes and assignors of the snapshots (any
+    superset will do: they are codes' vocabulary), read here when not given."""
     status_rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
     GK = ["cluster", "source", "group"]
     by_status = findings.groupBy(*GK, "status").agg(F.count(F.lit(1)).alias("n"))
@@ -240,8 +209,9 @@ def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime
     # distinct values, so both aggregations stay hash aggregations of fixed-width values (a string
     # in an aggregation buffer would make Spark sort the snapshot rows instead).
     in_window = snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-    words = sorted({v for r in in_window.select("rejoin_cause", "assignor").distinct().collect() for v in r
-                    if v is not None})
+    if words is None:
+        words = sorted({v for r in in_window.select("rejoin_cause", "assignor").distinct().collect() for v in r
+                        if v is not None})
     vocab = F.array(*[F.lit(w) for w in words]) if words else F.array().cast("array<string>")
 
     def code(c):
@@ -303,15 +273,20 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
              retention: dt.timedelta = stuck.DEFAULT_OFFSETS_RETENTION) -> tuple[DataFrame, DataFrame, dt.datetime]:
     """The whole job as DataFrame -> (findings, groups, as_of)."""
     snapshots = with_source(snapshots)
+    # one scan for the newest snapshot time and the group states' vocabulary
+    newest, causes, assignors = snapshots.agg(F.max("observed_at"), F.collect_set("rejoin_cause"),
+                                              F.collect_set("assignor")).first()
+    words = sorted(set(causes or ()) | set(assignors or ()))
     if as_of is None:
-        newest = snapshots.agg(F.max("observed_at")).first()[0]
         # no rows (a cluster with no groups yet): judge "now", which yields empty results
         newest = newest or dt.datetime.now(dt.timezone.utc)
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
     feats = partition_features(snapshots, as_of, window)
-    findings = classify_partitions(feats, as_of, window, ratio, retention)
+    # cached: the time lag reads the classified partitions twice (its input and the join back), which
+    # would run the per-partition facts and the verdicts twice
+    findings = classify_partitions(feats, as_of, window, ratio, retention).cache()
     findings = with_time_lag(findings, log_end_points(snapshots, as_of), as_of).cache()
-    groups = group_findings(findings, snapshots, as_of, window)
+    groups = group_findings(findings, snapshots, as_of, window, words)
     return findings, groups, as_of
 
 

@@ -385,7 +385,7 @@ def storm(snapshots: list[dict]) -> Storm:
                          last("assignor"))
 
 
-# -- the pure reduction (the Spark job computes the same facts with window functions) -----------
+# -- the pure reduction (the Spark job computes the same facts column-wise: fleetkit.stuck.columnar) -
 def liveness_known(source: str | None) -> bool:
     """Whether rows of this offsets_snapshots source can say a member is alive (null: kafka)."""
     return (source or "kafka") not in NO_LIVENESS_SOURCES

@@ -1,0 +1,200 @@
+"""The stuck job's per-partition facts computed column-wise (numpy over Arrow tables): what
+fleetkit.stuck.rules.features computes for one partition's rows, for every partition of a table at
+once. The Spark job (spark_jobs/stuck_partitions.py) hands each task's rows here (mapInArrow);
+rules.features stays the reference (tests/unit/test_stuck_key_features.py compares the two)."""
+
+from __future__ import annotations
+
+#: a partition of a group in one offsets store: a ZooKeeper group and a Kafka group of the same
+#: name stay apart (`source` null in older files is read as kafka)
+KEYS = ["cluster", "source", "group", "topic", "partition"]
+
+#: a key as two hashes of KEYS (Spark's xxhash64 and hash): what the job hands the tasks instead
+#: of the four strings when no two keys of the input share both (the job checks, else it hands
+#: the strings)
+HASH_KEYS = ["_k", "_k2"]
+_KEY_TYPES = {"cluster": "string", "source": "string", "group": "string", "topic": "string", "partition": "int",
+              "_k": "long", "_k2": "int"}
+
+#: the columns `key_features` reads besides the key's
+FACT_INPUT = ["observed_at", "committed_offset", "log_start_offset", "log_end_offset", "assigned",
+              "commit_interval_seconds", "committed_at", "committed_record_timestamp"]
+
+#: the facts of one key over its committed snapshots, as `key_features` yields them after the key's
+#: columns (the columns and types of the aggregation they replace)
+FACTS_SCHEMA = ("snapshots long, first_at timestamp, last_at timestamp, latest_committed long, "
+                "latest_log_start long, latest_log_end long, latest_assigned boolean, first_committed long, "
+                "first_log_end long, rewound boolean, never_moved boolean, lag_never_decreased boolean, "
+                "unchanged_since timestamp, snapshot_interval double, change_gap double, commit_interval double, "
+                "committed_at double, record_ts double, streak long, streak_start double, before_at double, "
+                "before_same boolean")
+
+
+def features_schema(key_columns: list[str]) -> str:
+    """The DDL schema of `key_features`' output for these key columns."""
+    return ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in key_columns) + ", " + FACTS_SCHEMA
+
+
+def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
+    """The facts of fleetkit.stuck.rules.features for every key of `table` (committed snapshot rows,
+    observed at or before as_of, keyed by `key_columns`; `lo_us`: the window's start in microseconds), numpy over whole
+    columns: one sort by (key, observed_at), then each fact from neighbouring rows and per-key
+    reductions. Snapshot pairs are consecutive rows of a key, both in the window; a change is a row
+    whose predecessor showed another offset; the trailing streak is the run of last rows in the
+    window at the latest offset with lag > 0 (rules.features is the reference, tests compare)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if n == 0:
+        return None
+
+    def ints(name):
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type):
+            col = col.cast(pa.int64())
+        return (col.fill_null(0).to_numpy().astype(np.int64),
+                col.is_null().to_numpy(zero_copy_only=False))
+
+    def codes(name):  # a string column as integer codes (equal strings, equal codes)
+        enc = pc.dictionary_encode(table.column(name)).combine_chunks()
+        return enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+
+    def key_codes():
+        return [codes(c) if pa.types.is_string(table.column(c).type) else ints(c)[0] for c in key_columns]
+
+    order = np.lexsort((ints("observed_at")[0], *reversed(key_codes())))
+    table = table.take(pa.array(order)).combine_chunks()
+    obs, _ = ints("observed_at")
+    key_cols = key_codes()
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    for k in key_cols:
+        first[1:] |= k[1:] != k[:-1]
+    starts = np.flatnonzero(first)
+    gid = np.cumsum(first) - 1
+    g = len(starts)
+    size = np.diff(np.append(starts, n))
+    last_idx = starts + size - 1
+
+    secs = obs / 1e6  # as Spark casts a timestamp to double
+    c, _ = ints("committed_offset")
+    leo, leo_null = ints("log_end_offset")
+    lag = leo - c
+    in_w = obs >= lo_us
+    prev = ~first
+    prev_c = np.concatenate(([0], c[:-1]))
+    changed = prev & (prev_c != c)  # a row whose predecessor showed another offset
+    pair = in_w & np.concatenate(([False], in_w[:-1])) & prev
+
+    # in-window rows are the last rows of each key (sorted by time): the first and last of them
+    n_in = np.bincount(gid, weights=in_w, minlength=g).astype(np.int64)
+    has = n_in > 0
+    first_in = last_idx - n_in + 1
+    li = np.where(has, last_idx, 0)
+    fi = np.where(has, first_in, 0)
+
+    def at(values, nulls, idx, mask):
+        return pa.array(values[idx], mask=(~mask) | (nulls[idx] if nulls is not None else False))
+
+    def col_at(name, idx, mask, double=False):
+        v, nulls = ints(name) if not double else (None, None)
+        if double:
+            col = table.column(name)
+            if pa.types.is_timestamp(col.type):
+                iv, nulls = ints(name)
+                v = iv / 1e6
+            else:
+                v = col.fill_null(0).to_numpy().astype(np.float64)
+                nulls = col.is_null().to_numpy(zero_copy_only=False)
+        return at(v, nulls, idx, mask)
+
+    def per_key_any(mask_rows, values):  # (any over rows, whether any row counted) per key
+        cnt = np.bincount(gid[mask_rows], minlength=g)
+        hit = np.bincount(gid[mask_rows & values], minlength=g)
+        return hit > 0, cnt > 0
+
+    rewound, any_pair = per_key_any(pair, c < prev_c)
+    prev_lag = np.concatenate(([0], lag[:-1]))
+    prev_lag_null = np.concatenate(([True], leo_null[:-1]))
+    grew = ~leo_null & ~prev_lag_null & (lag >= prev_lag)
+    decreased, _ = per_key_any(pair, ~grew)
+    c_in_min = np.full(g, np.iinfo(np.int64).max)
+    c_in_max = np.full(g, np.iinfo(np.int64).min)
+    np.minimum.at(c_in_min, gid[in_w], c[in_w])
+    np.maximum.at(c_in_max, gid[in_w], c[in_w])
+
+    # unchanged since: the newest row that started a run of one offset (its first row or a change)
+    run_start = first | changed
+    rs_idx = np.zeros(g, dtype=np.int64)
+    np.maximum.at(rs_idx, gid[run_start], np.flatnonzero(run_start))
+
+    def medians(rows, values):  # Spark's percentile(0.5): linear between the two middle values
+        keys_, vals = gid[rows], values[rows]
+        o = np.lexsort((vals, keys_))
+        keys_, vals = keys_[o], vals[o]
+        cnt = np.bincount(keys_, minlength=g)
+        begin = np.concatenate(([0], np.cumsum(cnt)[:-1]))
+        ok = cnt > 0
+        lo_i = np.where(ok, begin + (cnt - 1) // 2, 0)
+        hi_i = np.where(ok, begin + cnt // 2, 0)
+        if len(vals) == 0:
+            return pa.nulls(g, pa.float64())
+        a, b = vals[lo_i], vals[hi_i]
+        med = np.where(lo_i == hi_i, a, 0.5 * a + 0.5 * b)
+        return pa.array(med, mask=~ok)
+
+    prev_secs = np.concatenate(([0.0], secs[:-1]))
+    snapshot_interval = medians(pair, secs - prev_secs)
+    # gaps between consecutive changes of a key: the later one in the window, the earlier one too
+    ch = np.flatnonzero(changed)
+    gap_rows = np.zeros(n, dtype=bool)
+    gap_vals = np.zeros(n)
+    if len(ch) > 1:
+        a, b = ch[:-1], ch[1:]
+        ok = (gid[a] == gid[b]) & in_w[b] & (secs[a] >= lo_us / 1e6)
+        gap_rows[b[ok]] = True
+        gap_vals[b[ok]] = secs[b[ok]] - secs[a[ok]]
+    change_gap = medians(gap_rows, gap_vals)
+
+    # the trailing streak: rows after the last "break" (out of the window, another offset than the
+    # key's last, or no positive lag)
+    v_last = c[last_idx][gid]
+    brk = ~(in_w & (c == v_last) & ~leo_null & (lag > 0))
+    last_brk = np.full(g, -1, dtype=np.int64)
+    np.maximum.at(last_brk, gid[brk], np.flatnonzero(brk))
+    has_brk = last_brk >= 0
+    pos_after = np.where(has_brk, last_brk - starts + 1, 0)  # rows up to and including the last break
+    streak = size - pos_after
+    ss_idx = np.where(streak > 0, starts + pos_after, 0)
+    bi = np.where(has_brk, last_brk, 0)
+
+    def ts_at(idx, mask):
+        return pa.array(obs[idx], mask=~mask).cast(pa.timestamp("us", tz="UTC"))
+
+    out = {k: table.column(k).take(pa.array(starts)) for k in key_columns}
+    out.update({
+        "snapshots": pa.array(n_in),
+        "first_at": ts_at(fi, has), "last_at": ts_at(li, has),
+        "latest_committed": col_at("committed_offset", li, has),
+        "latest_log_start": col_at("log_start_offset", li, has),
+        "latest_log_end": col_at("log_end_offset", li, has),
+        "latest_assigned": at(table.column("assigned").fill_null(False).to_numpy(zero_copy_only=False),
+                              table.column("assigned").is_null().to_numpy(zero_copy_only=False), li, has),
+        "first_committed": col_at("committed_offset", fi, has),
+        "first_log_end": col_at("log_end_offset", fi, has),
+        "rewound": pa.array(rewound, mask=~any_pair),
+        "never_moved": pa.array(c_in_min == c_in_max, mask=~has),
+        "lag_never_decreased": pa.array(~decreased, mask=~any_pair),
+        "unchanged_since": ts_at(rs_idx, np.ones(g, dtype=bool)),
+        "snapshot_interval": snapshot_interval, "change_gap": change_gap,
+        "commit_interval": col_at("commit_interval_seconds", li, has, double=True),
+        "committed_at": col_at("committed_at", li, has, double=True),
+        "record_ts": col_at("committed_record_timestamp", li, has, double=True),
+        "streak": pa.array(streak),
+        "streak_start": pa.array(secs[ss_idx], mask=streak == 0),
+        "before_at": pa.array(secs[bi], mask=~has_brk),
+        "before_same": pa.array(c[bi] == c[last_idx], mask=~has_brk),
+    })
+    return pa.table(out)
