@@ -50,28 +50,33 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     if n == 0:
         return None
 
-    def ints(name):
-        col = table.column(name)
-        if pa.types.is_timestamp(col.type):
-            col = col.cast(pa.int64())
-        return (col.fill_null(0).to_numpy().astype(np.int64),
-                col.is_null().to_numpy(zero_copy_only=False))
+    columns: dict[str, tuple] = {}
 
-    def codes(name):  # a string column as integer codes (equal strings, equal codes)
-        enc = pc.dictionary_encode(table.column(name)).combine_chunks()
-        return enc.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    def raw(name):  # (values, nulls) of a column as numpy, in the table's row order; strings as codes
+        if name not in columns:
+            col = table.column(name)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.int64())
+            nulls = col.is_null().to_numpy(zero_copy_only=False)
+            if pa.types.is_string(col.type):  # equal strings, equal codes
+                v = pc.dictionary_encode(col).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            elif pa.types.is_boolean(col.type):
+                v = col.fill_null(False).to_numpy(zero_copy_only=False)
+            elif pa.types.is_floating(col.type):
+                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+            else:
+                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            columns[name] = (v, nulls)
+        return columns[name]
 
-    def key_codes():
-        return [codes(c) if pa.types.is_string(table.column(c).type) else ints(c)[0] for c in key_columns]
-
-    order = np.lexsort((ints("observed_at")[0], *reversed(key_codes())))
-    table = table.take(pa.array(order)).combine_chunks()
-    obs, _ = ints("observed_at")
-    key_cols = key_codes()
+    # one sort by (key, observed_at); row i below is row order[i] of the table
+    order = np.lexsort((raw("observed_at")[0], *reversed([raw(k)[0] for k in key_columns])))
+    obs = raw("observed_at")[0][order]
     first = np.zeros(n, dtype=bool)
     first[0] = True
-    for k in key_cols:
-        first[1:] |= k[1:] != k[:-1]
+    for k in key_columns:
+        kv = raw(k)[0][order]
+        first[1:] |= kv[1:] != kv[:-1]
     starts = np.flatnonzero(first)
     gid = np.cumsum(first) - 1
     g = len(starts)
@@ -79,8 +84,8 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     last_idx = starts + size - 1
 
     secs = obs / 1e6  # as Spark casts a timestamp to double
-    c, _ = ints("committed_offset")
-    leo, leo_null = ints("log_end_offset")
+    c = raw("committed_offset")[0][order]
+    leo, leo_null = (a[order] for a in raw("log_end_offset"))
     lag = leo - c
     in_w = obs >= lo_us
     prev = ~first
@@ -95,20 +100,11 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     li = np.where(has, last_idx, 0)
     fi = np.where(has, first_in, 0)
 
-    def at(values, nulls, idx, mask):
-        return pa.array(values[idx], mask=(~mask) | (nulls[idx] if nulls is not None else False))
-
-    def col_at(name, idx, mask, double=False):
-        v, nulls = ints(name) if not double else (None, None)
-        if double:
-            col = table.column(name)
-            if pa.types.is_timestamp(col.type):
-                iv, nulls = ints(name)
-                v = iv / 1e6
-            else:
-                v = col.fill_null(0).to_numpy().astype(np.float64)
-                nulls = col.is_null().to_numpy(zero_copy_only=False)
-        return at(v, nulls, idx, mask)
+    def col_at(name, idx, mask, seconds=False):  # a column's value at sorted rows idx; null where ~mask
+        v, nulls = raw(name)
+        src = order[idx]
+        values = v[src] / 1e6 if seconds else v[src]
+        return pa.array(values, mask=~mask | nulls[src])
 
     def per_key_any(mask_rows, values):  # (any over rows, whether any row counted) per key
         cnt = np.bincount(gid[mask_rows], minlength=g)
@@ -173,15 +169,14 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     def ts_at(idx, mask):
         return pa.array(obs[idx], mask=~mask).cast(pa.timestamp("us", tz="UTC"))
 
-    out = {k: table.column(k).take(pa.array(starts)) for k in key_columns}
+    out = {k: table.column(k).take(pa.array(order[starts])) for k in key_columns}
     out.update({
         "snapshots": pa.array(n_in),
         "first_at": ts_at(fi, has), "last_at": ts_at(li, has),
         "latest_committed": col_at("committed_offset", li, has),
         "latest_log_start": col_at("log_start_offset", li, has),
         "latest_log_end": col_at("log_end_offset", li, has),
-        "latest_assigned": at(table.column("assigned").fill_null(False).to_numpy(zero_copy_only=False),
-                              table.column("assigned").is_null().to_numpy(zero_copy_only=False), li, has),
+        "latest_assigned": col_at("assigned", li, has),
         "first_committed": col_at("committed_offset", fi, has),
         "first_log_end": col_at("log_end_offset", fi, has),
         "rewound": pa.array(rewound, mask=~any_pair),
@@ -189,9 +184,9 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
         "lag_never_decreased": pa.array(~decreased, mask=~any_pair),
         "unchanged_since": ts_at(rs_idx, np.ones(g, dtype=bool)),
         "snapshot_interval": snapshot_interval, "change_gap": change_gap,
-        "commit_interval": col_at("commit_interval_seconds", li, has, double=True),
-        "committed_at": col_at("committed_at", li, has, double=True),
-        "record_ts": col_at("committed_record_timestamp", li, has, double=True),
+        "commit_interval": col_at("commit_interval_seconds", li, has),
+        "committed_at": col_at("committed_at", li, has, seconds=True),
+        "record_ts": col_at("committed_record_timestamp", li, has, seconds=True),
         "streak": pa.array(streak),
         "streak_start": pa.array(secs[ss_idx], mask=streak == 0),
         "before_at": pa.array(secs[bi], mask=~has_brk),
