@@ -616,28 +616,55 @@ class Lab:
         return res
 
     #: a restarted broker's port can be held for a moment by a client connection that the kernel
-    #: gave it as its local (ephemeral) port; the broker then exits on a BindException
+    #: gave it as its local (ephemeral) port; the broker then fails on a BindException (and a 0.9
+    #: broker may hang in its shutdown after that instead of exiting)
     BIND_RETRIES = 4
 
     def start_broker(self, broker_id: int, timeout: float = 120) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
+        name = f"broker-{broker_id}"
+        port = self.spec.broker_port(broker_id)
+        what = f"broker {broker_id} on 127.0.0.1:{port}"
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
         for attempt in range(self.BIND_RETRIES):
             seen = server_log.stat().st_size if server_log.exists() else 0
             self._start_broker_process(home, broker_id)
-            try:
-                self._wait(f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}",
-                           lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}")
+            if not self._wait_broker(broker_id, what, server_log, seen, timeout):
                 return
-            except LabError:
-                with open(server_log, "rb") if server_log.exists() else open(os.devnull, "rb") as f:
-                    f.seek(seen)
-                    bind_failed = b"Address already in use" in f.read()
-                if not bind_failed or attempt == self.BIND_RETRIES - 1:
-                    raise
-                log.warning("broker %d: its port was taken by another socket for a moment; starting it again",
-                            broker_id)
-                time.sleep(3)
+            if attempt == self.BIND_RETRIES - 1:
+                raise LabError(f"{what}: its port was taken by another socket at each of {self.BIND_RETRIES} starts "
+                               f"(BindException); see {server_log}")
+            log.warning("broker %d: its port was taken by another socket for a moment; stopping the failed "
+                        "broker process and starting it again", broker_id)
+            procs.stop(self._pid_file(name), self.marker, timeout=15)
+            time.sleep(3)
+
+    def _wait_broker(self, broker_id: int, what: str, server_log: Path, seen: int, timeout: float) -> bool:
+        """Wait until the broker answers (False) or its log says it could not bind its port (True);
+        LabError when it exits otherwise or does neither within `timeout`."""
+        name = f"broker-{broker_id}"
+        deadline = time.monotonic() + timeout
+
+        def bind_failed() -> bool:
+            if not server_log.exists():
+                return False
+            with open(server_log, "rb") as f:
+                f.seek(seen)
+                return b"Address already in use" in f.read()
+
+        while time.monotonic() < deadline:
+            if self._broker_answers(broker_id):
+                return False
+            if bind_failed():
+                return True
+            pid = procs.read_pid(self._pid_file(name))
+            if pid is None or not procs.pid_alive(pid):
+                if bind_failed():
+                    return True
+                tail = self._tail(self._log_file(name))
+                raise LabError(f"{what}: the process exited; last lines of {self._log_file(name)}:\n{tail}")
+            time.sleep(0.3)
+        raise LabError(f"{what}: not ready after {timeout:.0f}s; see {self.spec.path / 'logs'}")
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that

@@ -45,6 +45,17 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     time.sleep(3)
 
     _balance(lab)
+    balanced_at = time.time()
+
+    def settled():
+        # the watch reports the balancing moves too (sometimes seconds later), and a run in progress
+        # holds back the next one (one active run): the broker is stopped once those runs are over
+        runs = api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]
+        last = max([balanced_at] + [_ts(r["queued_at"]) for r in runs if r.get("queued_at")])
+        busy = any(r["state"] in ("queued", "running") for r in runs)
+        return not busy and time.time() - last >= 10
+
+    wait_for(settled, 420, "no ownership run in progress or queued for 10 s after the leaders were balanced")
     with lab.zookeeper() as zk:
         states, _ = zk.partition_states([OFFSETS])
     leaders = {s.partition: s for s in states}
