@@ -391,13 +391,19 @@ class Lab:
             raise LabError(f"port 127.0.0.1:{port} for {what} is already taken by another process "
                            f"(not this lab's {self.spec.path}); stop it or use another lab port base")
 
-    def _wait(self, what: str, check, timeout: float, proc_name: str | None = None) -> None:
+    def _wait(self, what: str, check, timeout: float, proc_name: str | None = None, give_up=None) -> bool:
+        """Wait until check() (False), or give_up() (True: the caller knows what went wrong); LabError
+        when the process exits otherwise or neither happens within `timeout`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if check():
-                return
+                return False
+            if give_up is not None and give_up():
+                return True
             pid = procs.read_pid(self._pid_file(proc_name)) if proc_name else None
             if proc_name and (pid is None or not procs.pid_alive(pid)):
+                if give_up is not None and give_up():
+                    return True
                 tail = self._tail(self._log_file(proc_name))
                 raise LabError(f"{what}: the process exited; last lines of {self._log_file(proc_name)}:\n{tail}")
             time.sleep(0.3)
@@ -628,8 +634,16 @@ class Lab:
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
         for attempt in range(self.BIND_RETRIES):
             seen = server_log.stat().st_size if server_log.exists() else 0
+
+            def bind_failed(seen=seen) -> bool:
+                if not server_log.exists():
+                    return False
+                with open(server_log, "rb") as f:
+                    f.seek(seen)
+                    return b"Address already in use" in f.read()
+
             self._start_broker_process(home, broker_id)
-            if not self._wait_broker(broker_id, what, server_log, seen, timeout):
+            if not self._wait(what, lambda: self._broker_answers(broker_id), timeout, name, give_up=bind_failed):
                 return
             if attempt == self.BIND_RETRIES - 1:
                 raise LabError(f"{what}: its port was taken by another socket at each of {self.BIND_RETRIES} starts "
@@ -638,33 +652,6 @@ class Lab:
                         "broker process and starting it again", broker_id)
             procs.stop(self._pid_file(name), self.marker, timeout=15)
             time.sleep(3)
-
-    def _wait_broker(self, broker_id: int, what: str, server_log: Path, seen: int, timeout: float) -> bool:
-        """Wait until the broker answers (False) or its log says it could not bind its port (True);
-        LabError when it exits otherwise or does neither within `timeout`."""
-        name = f"broker-{broker_id}"
-        deadline = time.monotonic() + timeout
-
-        def bind_failed() -> bool:
-            if not server_log.exists():
-                return False
-            with open(server_log, "rb") as f:
-                f.seek(seen)
-                return b"Address already in use" in f.read()
-
-        while time.monotonic() < deadline:
-            if self._broker_answers(broker_id):
-                return False
-            if bind_failed():
-                return True
-            pid = procs.read_pid(self._pid_file(name))
-            if pid is None or not procs.pid_alive(pid):
-                if bind_failed():
-                    return True
-                tail = self._tail(self._log_file(name))
-                raise LabError(f"{what}: the process exited; last lines of {self._log_file(name)}:\n{tail}")
-            time.sleep(0.3)
-        raise LabError(f"{what}: not ready after {timeout:.0f}s; see {self.spec.path / 'logs'}")
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that
