@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/coordinator_watch.py [--moves 10]
 
-Starts its own 3-broker lab (Kafka 0.9.0.1 + ZooKeeper on 127.0.0.1, ports 32581 / 39592-39594,
+Starts its own 3-broker lab (Kafka 0.9.0.1 + ZooKeeper on 127.0.0.1, ports 12681 / 19592-19594,
 folder .lab-bench, stopped by PID at the end) and runs `LeaderChangeTrigger` exactly as the Airflow
 triggerer does (its async generator, in this process). Then:
 * `--moves` leadership moves (reassignment + preferred-replica election), one partition each;

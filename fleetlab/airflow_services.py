@@ -14,7 +14,7 @@ Two profiles (FLEET_PROFILE, `fleetctl airflow up --profile`, `make ... PROFILE=
   plan (fleetlab.ports). The DAGs are the same in both.
 
 Ports and databases: the demo's PostgreSQL listens on 25432 (database airflow_demo), the tests'
-on 35432 (airflow_test); FLEET_PG_PORT / FLEET_PG_DATABASE choose others.
+on 15432 (airflow_test); FLEET_PG_PORT / FLEET_PG_DATABASE choose others.
 
 Secrets (JWT secret, fernet key, the UI password) are generated once into the untracked
 .airflow/airflow.env and .airflow/simple_auth_manager_passwords.json.generated.

@@ -602,14 +602,19 @@ class Lab:
     def _up(self, timeout: float) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
         self._write_configs()
+        self._warn_ephemeral_ports()
         if not self.spec.kraft:
             self._start_zookeeper(home)
             self._wait(f"{self.spec.name}: ZooKeeper on 127.0.0.1:{self.spec.zk_port}", self._zk_ok, 30, "zookeeper")
+        bind_checks = {}
         for i in range(self.spec.brokers):
+            bind_checks[i] = self._bind_failure_check(i)
             self._start_broker_process(home, i)
         for i in range(self.spec.brokers):
-            self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
-                       lambda i=i: self._broker_answers(i), timeout, f"broker-{i}")
+            if self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
+                          lambda i=i: self._broker_answers(i), timeout, f"broker-{i}", give_up=bind_checks[i]):
+                self._restart_after_bind_failure(i)
+                self.start_broker(i, timeout, attempts=self.BIND_RETRIES - 1)
         if self.spec.modern:
             self._ensure_offsets_topic_admin()
         else:
@@ -621,37 +626,57 @@ class Lab:
         procs.wait_port_free("127.0.0.1", self.spec.broker_port(broker_id), 15)
         return res
 
-    #: a restarted broker's port can be held for a moment by a client connection that the kernel
-    #: gave it as its local (ephemeral) port; the broker then fails on a BindException (and a 0.9
-    #: broker may hang in its shutdown after that instead of exiting)
+    #: a broker's port can be held for a moment by a client connection that the kernel gave it as
+    #: its local (ephemeral) port; the broker then fails on a BindException (and a 0.9 broker may
+    #: hang in its shutdown after that instead of exiting). The port plan keeps every lab port out
+    #: of the ephemeral range (fleetlab.ports); this covers a port chosen inside it.
     BIND_RETRIES = 4
 
-    def start_broker(self, broker_id: int, timeout: float = 120) -> None:
-        home = ensure_kafka_dist(self.spec.kafka_version)
-        name = f"broker-{broker_id}"
-        port = self.spec.broker_port(broker_id)
-        what = f"broker {broker_id} on 127.0.0.1:{port}"
+    def _bind_failure_check(self, broker_id: int):
+        """A predicate: has the broker logged a BindException since now (its server.log grew one)?"""
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
-        for attempt in range(self.BIND_RETRIES):
-            seen = server_log.stat().st_size if server_log.exists() else 0
+        seen = server_log.stat().st_size if server_log.exists() else 0
 
-            def bind_failed(seen=seen) -> bool:
-                if not server_log.exists():
-                    return False
-                with open(server_log, "rb") as f:
-                    f.seek(seen)
-                    return b"Address already in use" in f.read()
+        def bind_failed() -> bool:
+            if not server_log.exists():
+                return False
+            with open(server_log, "rb") as f:
+                f.seek(seen)
+                return b"Address already in use" in f.read()
+        return bind_failed
 
+    def _restart_after_bind_failure(self, broker_id: int) -> None:
+        log.warning("%s broker %d: its port 127.0.0.1:%d was taken by another socket for a moment; "
+                    "stopping the failed broker process and starting it again",
+                    self.spec.name, broker_id, self.spec.broker_port(broker_id))
+        procs.stop(self._pid_file(f"broker-{broker_id}"), self.marker, timeout=15)
+        time.sleep(3)
+
+    def _warn_ephemeral_ports(self) -> None:
+        low, high = ports.ephemeral_range()
+        mine = [self.spec.zk_port] if not self.spec.kraft else []
+        mine += [self.spec.broker_port(i) for i in range(self.spec.brokers)]
+        if self.spec.kraft:
+            mine += [self.spec.controller_port(i) for i in range(self.spec.brokers)]
+        inside = [p for p in mine if low <= p <= high]
+        if inside:
+            log.warning("%s: ports %s are in this machine's ephemeral range %d-%d: the kernel may give "
+                        "one to a client socket, and a broker (re)started then cannot bind it; "
+                        "choose a port base below %d", self.spec.name, inside, low, high, low)
+
+    def start_broker(self, broker_id: int, timeout: float = 120, attempts: int = BIND_RETRIES) -> None:
+        home = ensure_kafka_dist(self.spec.kafka_version)
+        what = f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}"
+        for attempt in range(attempts):
+            bind_failed = self._bind_failure_check(broker_id)
             self._start_broker_process(home, broker_id)
-            if not self._wait(what, lambda: self._broker_answers(broker_id), timeout, name, give_up=bind_failed):
+            if not self._wait(what, lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}",
+                              give_up=bind_failed):
                 return
-            if attempt == self.BIND_RETRIES - 1:
-                raise LabError(f"{what}: its port was taken by another socket at each of {self.BIND_RETRIES} starts "
-                               f"(BindException); see {server_log}")
-            log.warning("broker %d: its port was taken by another socket for a moment; stopping the failed "
-                        "broker process and starting it again", broker_id)
-            procs.stop(self._pid_file(name), self.marker, timeout=15)
-            time.sleep(3)
+            if attempt == attempts - 1:
+                raise LabError(f"{what}: its port was taken by another socket at each start (BindException); "
+                               f"see {self.spec.broker_dir(broker_id) / 'logs' / 'server.log'}")
+            self._restart_after_bind_failure(broker_id)
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that

@@ -1,24 +1,27 @@
 """The port plan: every port a lab process listens on, for the demo and for the tests.
 
-The demo lives in 2xxxx, the tests in 3xxxx (shifted by FLEET_TEST_PORT_OFFSET, so two checkouts
+The demo lives in 2xxxx, the tests in 1xxxx (shifted by FLEET_TEST_PORT_OFFSET, so two checkouts
 can run their suites side by side). Everything binds 127.0.0.1. Nothing here uses a default port
 of its product (2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793), so a real service on the machine
 never collides with the lab.
 
     what                                demo            tests (+ offset)
-    Airflow api-server                  28080           38080
-    PostgreSQL (Airflow metadata)       25432           35432
-    Redis (Celery broker)               26379           36379
-    Celery workers' log servers         28793, 28794    38793, 38794
-    Spark master / master UI            27077 / 28180   37077 / 38180
-    Spark workers / worker UIs          27078+i / 28181+i  37078+i / 38181+i
-    cluster `lab` (Kafka 0.9.0.1)       ZK 22181, brokers 29092-29094    ZK 32181, brokers 39092-
-    cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 32281, brokers 39192-
-    cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 39292-
-                                        controllers 29342-29344          controllers 39342-
-    single-purpose labs (slot 4..)      ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 3x...)
+    Airflow api-server                  28080           18080
+    PostgreSQL (Airflow metadata)       25432           15432
+    Redis (Celery broker)               26379           16379
+    Celery workers' log servers         28793, 28794    18793, 18794
+    Spark master / master UI            27077 / 28180   17077 / 18180
+    Spark workers / worker UIs          27078+i / 28181+i  17078+i / 18181+i
+    cluster `lab` (Kafka 0.9.0.1)       ZK 22181, brokers 29092-29094    ZK 12181, brokers 19092-
+    cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 12281, brokers 19192-
+    cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
+                                        controllers 29342-29344          controllers 19342-
+    single-purpose labs (slot 4..)      ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...)
 
-FLEET_TEST_PORT_OFFSET values that keep two suites apart: multiples of 1000 up to 5000.
+Every port is below 32768, outside Linux's default ephemeral range (32768-60999, see
+/proc/sys/net/ipv4/ip_local_port_range): a port in that range can be handed by the kernel to any
+client socket as its local port, and a broker restarted at that moment fails to bind it.
+FLEET_TEST_PORT_OFFSET values that keep suites apart and off the demo's ports: 0, 1000, 2000, 3000.
 ZooKeeper 3.8's admin server is switched off (admin.enableServer=false), so it takes no port.
 """
 
@@ -36,7 +39,20 @@ CLUSTERS: dict[str, tuple[str, str, int]] = {
 
 
 #: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode): name -> slot
-SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6}
+SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8}
+
+
+#: the tests' plan before FLEET_TEST_PORT_OFFSET
+TEST_BASE = 10000
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The ports the kernel hands to client sockets (Linux's setting; its default elsewhere)."""
+    try:
+        low, high = open("/proc/sys/net/ipv4/ip_local_port_range").read().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def test_offset() -> int:
@@ -45,7 +61,7 @@ def test_offset() -> int:
 
 @dataclass(frozen=True)
 class PortPlan:
-    base: int  # 20000 for the demo, 30000 + offset for the tests
+    base: int  # 20000 for the demo, TEST_BASE + offset for the tests
 
     @property
     def airflow_api(self) -> int:
@@ -96,4 +112,4 @@ DEMO = PortPlan(20000)
 
 
 def tests() -> PortPlan:
-    return PortPlan(30000 + test_offset())
+    return PortPlan(TEST_BASE + test_offset())

@@ -1,5 +1,5 @@
 """Shared fixtures. The environment is set here, before anything imports Airflow:
-the tests use their own Airflow home (.airflow-test, with its own PostgreSQL on 35432, database
+the tests use their own Airflow home (.airflow-test, with its own PostgreSQL on 15432, database
 airflow_test) and their own lab fleet in .lab-test (clusters labtest, lab39test, lab43test: Kafka
 0.9.0.1, 3.9.2 and 4.3.1 on the tests' ports of fleetlab/ports.py), so they never touch the demo's.
 A test starts only the clusters it asks for (fixtures `lab`, `lab_fleet`, `generation_lab`).
@@ -180,7 +180,7 @@ def _close_airflow_sessions() -> None:
 
 @pytest.fixture(scope="session")
 def airflow_server(airflow_db, lab, tmp_path_factory):
-    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:38080 using the
+    """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:18080 using the
     tests' home and lab; stopped by PID at the end of the session."""
     from fleetlab import airflow_services as services
 
