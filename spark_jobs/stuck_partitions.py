@@ -33,59 +33,99 @@ from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.stuck import rules as stuck  # noqa: E402
 from fleetkit.stuck import timelag  # noqa: E402
-from fleetkit.stuck.columnar import FACT_INPUT, HASH_KEYS, KEYS, features_schema, key_features  # noqa: E402
+from fleetkit.stuck.columnar import (  # noqa: E402
+    FACT_INPUT, FACTS_SCHEMA, GROUP_FACTS_SCHEMA, GROUP_HASH_KEYS, GROUP_KEYS, HASH_KEYS, KEYS, task_facts,
+    task_output_ddl,
+)
 
 
 _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType()),
                          T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType())])
 
 
-def _feature_tasks(lo_us: int, key_columns: list[str]):
-    """mapInArrow function: a task's rows (every row of a key in the same task) -> key_features."""
+def _tasks(lo_us: int, key_columns: list[str], group_columns: list[str]):
+    """mapInArrow function: a task's rows (every row of a group in the same task) -> task_facts."""
     def run(batches):
         import pyarrow as pa
 
         batches = list(batches)
         if not batches:
             return
-        out = key_features(pa.Table.from_batches(batches).combine_chunks(), lo_us, key_columns)
+        out = task_facts(pa.Table.from_batches(batches).combine_chunks(), lo_us, key_columns, group_columns)
         if out is not None:
             yield from out.to_batches()
     return run
 
 
-def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta) -> DataFrame:
-    """One row per (cluster, group, topic, partition) of the input with the facts of
+GK = ["cluster", "source", "group"]
+
+
+def _vocabulary(words: list[str]):
+    return F.array(*[F.lit(w) for w in words]) if words else F.array().cast("array<string>")
+
+
+def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
+                       words: list[str]) -> tuple[DataFrame, DataFrame]:
+    """(features, group facts).
+
+    features: one row per (cluster, group, topic, partition) of the input with the facts of
     fleetkit.stuck.rules.Features over the window (snapshots = 0 when the window has no commit), plus
     `unchanged_since`: when the latest committed offset was first seen (over the whole input up to
     as_of), what offsets.retention counts from when the commit time is unknown.
 
-    One shuffle: each key's committed snapshots (up to as_of) go to one task, where `key_features`
-    computes every fact with numpy; rows before the window count only as history (the offset before
-    a change, the row before the trailing streak), as in rules.features."""
+    group facts: one row per group with a snapshot in the window: what fleetkit.stuck.rules.storm
+    reads (times, rebalancing, rebalances, rejoins, cause, assignor). `words`: the distinct rejoin
+    causes and assignors of the snapshots (the codes' vocabulary).
+
+    One shuffle: each group's snapshots up to as_of go to one task, where `task_facts` computes
+    every fact with numpy; rows before the window count only as history (the offset before a
+    change, the row before the trailing streak), as in rules.features."""
     lo = as_of - window
     lo_us = (lo - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
     ts = F.col("observed_at")
-    hashed = snapshots.withColumn("_k", F.xxhash64(*KEYS)).withColumn("_k2", F.hash(*KEYS))
-    keys = hashed.select(*KEYS, *HASH_KEYS).distinct().cache()
-    # the tasks get two hashes of the key instead of its four strings (far less to shuffle and hand to
-    # Python) unless two keys of this input share both: then the strings
-    by = HASH_KEYS if keys.select(*HASH_KEYS).distinct().count() == keys.count() else KEYS
-    commits = (hashed.filter(F.col("committed_offset").isNotNull() & (ts <= F.lit(as_of)))
-               .select(*by, *FACT_INPUT).repartition(*by))
-    agg = (commits.mapInArrow(_feature_tasks(lo_us, by), features_schema(by))
+    hashes = {"_k": F.xxhash64(*KEYS), "_k2": F.hash(*KEYS), "_g": F.xxhash64(*GK), "_g2": F.hash(*GK)}
+    keys = snapshots.select(*KEYS).distinct().select(*KEYS, *[e.alias(c) for c, e in hashes.items()]).cache()
+    # the tasks get two hashes of the key and of the group instead of their strings (far less to
+    # shuffle and hand to Python) unless two keys or two groups of this input share both: then the strings
+    n_keys = keys.count()
+    unique = (keys.select(*HASH_KEYS).distinct().count() == n_keys and
+              keys.select(*GROUP_HASH_KEYS).distinct().count() == keys.select(*GK).distinct().count())
+    by, gby = (HASH_KEYS, GROUP_HASH_KEYS) if unique else (KEYS, GROUP_KEYS)
+    vocab = _vocabulary(words)
+
+    def code(c):
+        return F.when(F.col(c).isNotNull(), F.array_position(vocab, F.col(c)))
+
+    carried = [hashes[c].alias(c) if c in hashes else F.col(c) for c in by + [c for c in gby if c not in by]]
+    rows = (snapshots.filter((ts <= F.lit(as_of)) & (F.col("committed_offset").isNotNull() | (ts >= F.lit(lo))))
+            .select(*carried, *FACT_INPUT,
+                    F.coalesce(F.col("group_state").isin(*stuck.REBALANCING), F.lit(False)).alias("_rebalancing"),
+                    "generation", "rejoins", code("rejoin_cause").alias("_cause"), code("assignor").alias("_assignor"))
+            .repartition(*gby))
+    # cached: read twice below (the keys' facts and the groups')
+    out = rows.mapInArrow(_tasks(lo_us, by, gby), task_output_ddl(by, gby)).cache()
+    facts = [c.split(" ")[0] for c in FACTS_SCHEMA.split(", ")]
+    agg = (out.filter(F.col("_row") == 0).select(*by, *facts)
            .withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double")))
+    group_cols = [c.split(" ")[0] for c in GROUP_FACTS_SCHEMA.split(", ")]
+    groups = out.filter(F.col("_row") == 1).select(*gby, *group_cols)
+    if gby == GROUP_HASH_KEYS:
+        groups = keys.select(*GK, *GROUP_HASH_KEYS).distinct().join(groups, GROUP_HASH_KEYS).drop(*GROUP_HASH_KEYS)
+    groups = (groups.withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int")))
+              .withColumn("assignor", F.element_at(vocab, F.col("assignor_code").cast("int"))))
     windowed = F.col("snapshots") > 0
-    return (keys.join(agg, by, "left").drop(*HASH_KEYS)
-            .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
-            .withColumn("span_seconds", F.when(windowed, F.col("span_seconds")).otherwise(F.lit(0.0)))
-            .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
-            .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
-            .withColumn("lag_never_decreased",
-                        F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True))).otherwise(F.lit(False)))
-            .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES))
-            .withColumn("as_of", F.lit(as_of.timestamp()))
-            .withColumn("streak", F.when(windowed, F.col("streak")).otherwise(F.lit(0)).cast("int")))
+    features = (keys.join(agg, by, "left").drop(*HASH_KEYS, *GROUP_HASH_KEYS)
+                .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
+                .withColumn("span_seconds", F.when(windowed, F.col("span_seconds")).otherwise(F.lit(0.0)))
+                .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
+                .withColumn("never_moved", F.coalesce(F.col("never_moved"), F.lit(False)))
+                .withColumn("lag_never_decreased",
+                            F.when(windowed, F.coalesce(F.col("lag_never_decreased"), F.lit(True)))
+                            .otherwise(F.lit(False)))
+                .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES))
+                .withColumn("as_of", F.lit(as_of.timestamp()))
+                .withColumn("streak", F.when(windowed, F.col("streak")).otherwise(F.lit(0)).cast("int")))
+    return features, groups
 
 
 def _classifier(window_seconds: float, ratio: float):
@@ -190,48 +230,16 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
                                F.col("offset_expires_at").cast("long") - F.lit(int(as_of.timestamp())))))
 
 
-def group_findings(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
-                   words: list[str] | None = None) -> DataFrame:
-    """One row per group. `words`: the distinct rejoin causes and assignors of the snapshots (any
-    superset will do: they are codes' vocabulary), read here when not given."""
+def group_findings(findings: DataFrame, facts: DataFrame) -> DataFrame:
+    """One row per group: its findings rolled up, and its rebalance-storm verdict from `facts` (the
+    group facts of partition_features)."""
     status_rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
-    GK = ["cluster", "source", "group"]
     by_status = findings.groupBy(*GK, "status").agg(F.count(F.lit(1)).alias("n"))
     counts = by_status.groupBy(*GK).agg(
         F.map_from_entries(F.collect_list(F.struct("status", "n"))).alias("counts"))
     ranked = (findings.withColumn("rank", status_rank).filter(F.col("rank") > 0)
               .groupBy(*GK).agg(F.min("rank").alias("rank")))
     lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
-    lo = as_of - window
-    # one row per snapshot time: the group's state and its rebalance history (collection.rebalances)
-    # (rows of one group at one snapshot time come from one DescribeGroups answer: they agree on
-    # state, generation, rejoins, cause and assignor.) Strings are carried as codes into the few
-    # distinct values, so both aggregations stay hash aggregations of fixed-width values (a string
-    # in an aggregation buffer would make Spark sort the snapshot rows instead).
-    in_window = snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
-    if words is None:
-        words = sorted({v for r in in_window.select("rejoin_cause", "assignor").distinct().collect() for v in r
-                        if v is not None})
-    vocab = F.array(*[F.lit(w) for w in words]) if words else F.array().cast("array<string>")
-
-    def code(c):
-        return F.when(F.col(c).isNotNull(), F.array_position(vocab, F.col(c)))
-
-    states = in_window.groupBy(*GK, "observed_at").agg(
-        F.max(F.col("group_state").isin(*stuck.REBALANCING)).alias("rebalancing_now"),
-        *[F.first(c, ignorenulls=True).alias(c) for c in ("generation", "rejoins")],
-        F.first(code("rejoin_cause"), ignorenulls=True).alias("cause_code"),
-        F.first(code("assignor"), ignorenulls=True).alias("assignor_code"))
-    at = F.col("observed_at")
-    facts = states.groupBy(*GK).agg(
-        F.count(F.lit(1)).alias("times"),
-        F.sum(F.when(F.col("rebalancing_now"), 1).otherwise(0)).alias("rebalancing"),
-        F.coalesce(F.max("generation") - F.min("generation"), F.lit(0)).alias("rebalances"),
-        F.coalesce(F.max("rejoins") - F.min("rejoins"), F.lit(0)).alias("rejoins"),
-        F.max_by("cause_code", F.when(F.col("cause_code").isNotNull(), at)).alias("cause_code"),
-        F.max_by("assignor_code", F.when(F.col("assignor_code").isNotNull(), at)).alias("assignor_code"),
-    ).withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int"))) \
-     .withColumn("assignor", F.element_at(vocab, F.col("assignor_code").cast("int")))
     verdict = _storm_udf()(*[F.col(c) for c in ("times", "rebalancing", "rebalances", "rejoins", "cause",
                                                  "assignor")])
     order = F.array(*[F.lit(s) for s in stuck.GROUP_ORDER])
@@ -281,12 +289,12 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
         # no rows (a cluster with no groups yet): judge "now", which yields empty results
         newest = newest or dt.datetime.now(dt.timezone.utc)
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
-    feats = partition_features(snapshots, as_of, window)
+    feats, facts = partition_features(snapshots, as_of, window, words)
     # cached: the time lag reads the classified partitions twice (its input and the join back), which
-    # would run the per-partition facts and the verdicts twice
+    # would run the verdicts twice
     findings = classify_partitions(feats, as_of, window, ratio, retention).cache()
     findings = with_time_lag(findings, log_end_points(snapshots, as_of), as_of).cache()
-    groups = group_findings(findings, snapshots, as_of, window, words)
+    groups = group_findings(findings, facts)
     return findings, groups, as_of
 
 
@@ -301,7 +309,11 @@ def lag_series(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, wi
     flagged = (findings.filter(F.col("status").isin(*stuck.GROUP_ORDER[:-1]))
                .orderBy(rank, F.col("lag").desc_nulls_last()).limit(limit).select(*KEYS, "status"))
     lo = as_of - window
-    rows = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of)))
+    # the flagged groups' names first (a set lookup per snapshot row is cheaper than the join's hash
+    # of the key), then the join on the few rows left
+    names = sorted(r["group"] for r in flagged.select("group").distinct().collect())
+    rows = (snapshots.filter((F.col("observed_at") >= F.lit(lo)) & (F.col("observed_at") <= F.lit(as_of))
+                             & F.col("group").isin(*names))
             .join(F.broadcast(flagged), KEYS)  # at most `limit` rows: no shuffle, no sort of the snapshots
             .select(*KEYS, "status", "observed_at",
                     (F.col("log_end_offset") - F.col("committed_offset")).alias("lag"),

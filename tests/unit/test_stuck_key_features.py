@@ -13,7 +13,9 @@ import pytest
 
 from fleetkit.core.datasets import SCHEMAS
 from fleetkit.stuck import rules
-from fleetkit.stuck.columnar import FACT_INPUT, HASH_KEYS, KEYS, key_features
+from fleetkit.stuck.columnar import (
+    FACT_INPUT, GROUP_KEYS, HASH_KEYS, KEYS, group_facts, key_features, task_facts, task_output_schema,
+)
 
 
 AS_OF = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
@@ -119,3 +121,101 @@ def test_keyed_by_two_hashes_the_facts_are_the_same():
     for key, r in by_strings.items():
         h = by_hashes[hashes[key]]
         assert [r[c] for c in facts] == [h[c] for c in facts]
+
+
+# -- the groups' facts (rebalance storms) against rules.storm ---------------------------------------
+STATES = ["Stable", "Stable", "PreparingRebalance", "CompletingRebalance", "Empty", None]
+CAUSES = [None, None, "poll_interval", "restart", "session"]
+ASSIGNORS = [None, "range", "cooperative-sticky"]
+VOCAB = sorted({w for w in CAUSES + ASSIGNORS if w})
+
+
+def group_history(rng: random.Random, group: dict) -> list[dict]:
+    """One row per partition and time; the rows of one time agree (one DescribeGroups answer)."""
+    rows = []
+    t = AS_OF - dt.timedelta(seconds=rng.choice([600, 1200, 2400]))
+    generation, rejoins = rng.randrange(0, 5), rng.randrange(0, 3)
+    parts = rng.randrange(1, 4)
+    for _ in range(rng.randrange(1, 20)):
+        t += dt.timedelta(seconds=rng.choice([15, 30, 60, 90]))
+        if t > AS_OF:
+            break
+        generation += rng.choice([0, 0, 1, 2])
+        rejoins += rng.choice([0, 0, 0, 1])
+        state = {"group_state": rng.choice(STATES),
+                 "generation": None if rng.random() < 0.15 else generation,
+                 "rejoins": None if rng.random() < 0.3 else rejoins,
+                 "rejoin_cause": rng.choice(CAUSES), "assignor": rng.choice(ASSIGNORS)}
+        for p in range(parts):
+            if rng.random() < 0.9:  # a partition can be missing at a time
+                rows.append({**group, "topic": "t", "partition": p, "observed_at": t, **state})
+    return rows
+
+
+def group_table(rows: list[dict]) -> pa.Table:
+    code = {w: i + 1 for i, w in enumerate(VOCAB)}  # Spark's array_position: 1-based
+    return pa.table({
+        **{k: pa.array([r[k] for r in rows], pa.string()) for k in GROUP_KEYS},
+        "observed_at": pa.array([r["observed_at"] for r in rows], pa.timestamp("us", tz="UTC")),
+        "_rebalancing": pa.array([r["group_state"] in rules.REBALANCING for r in rows]),
+        "generation": pa.array([r["generation"] for r in rows], pa.int32()),
+        "rejoins": pa.array([r["rejoins"] for r in rows], pa.int32()),
+        "_cause": pa.array([code.get(r["rejoin_cause"]) for r in rows], pa.int64()),
+        "_assignor": pa.array([code.get(r["assignor"]) for r in rows], pa.int64()),
+    })
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_group_facts_give_the_reference_storm_verdict(seed):
+    rng = random.Random(seed)
+    groups = [{"cluster": c, "source": s, "group": g} for c in ("a", "b") for s in ("kafka", "zookeeper")
+              for g in ("g1", "g 2 'q'", "g3")]
+    by_group = {tuple(g.values()): group_history(rng, g) for g in groups}
+    rows = [r for rs in by_group.values() for r in rs]
+    rng.shuffle(rows)
+    got = {tuple(r[k] for k in GROUP_KEYS): r for r in group_facts(group_table(rows), lo_us()).to_pylist()}
+    lo = AS_OF - WINDOW
+    in_window = {g: [r for r in rs if r["observed_at"] >= lo] for g, rs in by_group.items()}
+    assert set(got) == {g for g, rs in in_window.items() if rs}
+    storms = 0
+    for g, rs in in_window.items():
+        if not rs:
+            continue
+        r = got[g]
+        times = sorted({x["observed_at"] for x in rs})
+        assert r["times"] == len(times), g
+        at = {x["observed_at"]: x for x in rs}  # the rows of a time agree
+        assert r["rebalancing"] == sum(at[t]["group_state"] in rules.REBALANCING for t in times), g
+        cause = VOCAB[r["cause_code"] - 1] if r["cause_code"] is not None else None
+        assignor = VOCAB[r["assignor_code"] - 1] if r["assignor_code"] is not None else None
+        assert cause == next((at[t]["rejoin_cause"] for t in reversed(times) if at[t]["rejoin_cause"]), None), g
+        assert assignor == next((at[t]["assignor"] for t in reversed(times) if at[t]["assignor"]), None), g
+        mine = rules.storm_verdict(r["times"], r["rebalancing"], r["rebalances"], r["rejoins"], cause, assignor)
+        assert mine == rules.storm(rs), g
+        storms += mine.storm
+    assert storms >= 1  # the histories include storms
+
+
+def test_task_facts_carry_keys_and_groups_apart():
+    """One task's output: a row per key with committed rows (`_row` 0, its facts) and a row per group
+    with rows in the window (`_row` 1), each with the other kind's columns null."""
+    rng = random.Random(5)
+    rows = []
+    for g in ("g1", "g2"):
+        for r in group_history(rng, {"cluster": "a", "source": "kafka", "group": g}):
+            rows.append({**r, "committed_offset": None if r["partition"] == 0 else 7, "log_start_offset": 0,
+                         "log_end_offset": 9, "assigned": True, "commit_interval_seconds": None,
+                         "committed_at": None, "committed_record_timestamp": None})
+    t = group_table(rows)
+    for name in ("topic", "partition", *FACT_INPUT[1:]):
+        typ = pa.int32() if name == "partition" else SCHEMAS["offsets_snapshots"].field(name).type
+        t = t.append_column(name, pa.array([r[name] for r in rows], typ))
+    out = task_facts(t, lo_us(), KEYS, GROUP_KEYS)
+    assert out.schema == task_output_schema(KEYS, GROUP_KEYS)
+    keys = [r for r in out.to_pylist() if r["_row"] == 0]
+    groups = [r for r in out.to_pylist() if r["_row"] == 1]
+    assert sorted((r["group"], r["partition"]) for r in keys) == sorted(
+        {(r["group"], r["partition"]) for r in rows if r["committed_offset"] is not None})
+    assert all(r["times"] is None for r in keys) and all(r["snapshots"] is not None for r in keys)
+    assert sorted(r["group"] for r in groups) == sorted({r["group"] for r in rows if r["observed_at"] >= AS_OF - WINDOW})
+    assert all(r["snapshots"] is None and r["partition"] is None and r["times"] >= 1 for r in groups)

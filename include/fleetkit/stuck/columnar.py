@@ -30,6 +30,36 @@ FACTS_SCHEMA = ("snapshots long, first_at timestamp, last_at timestamp, latest_c
                 "before_same boolean")
 
 
+
+class _Columns:
+    """(values, nulls) of a table's columns as numpy, in the table's row order, each converted once:
+    timestamps as microseconds, strings as codes (equal strings, equal codes), nulls filled (0,
+    False, code -1) with the null mask beside."""
+
+    def __init__(self, table):
+        self.table, self.done = table, {}
+
+    def __call__(self, name):
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if name not in self.done:
+            col = self.table.column(name)
+            if pa.types.is_timestamp(col.type):
+                col = col.cast(pa.int64())
+            nulls = col.is_null().to_numpy(zero_copy_only=False)
+            if pa.types.is_string(col.type):
+                v = pc.dictionary_encode(col).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            elif pa.types.is_boolean(col.type):
+                v = col.fill_null(False).to_numpy(zero_copy_only=False)
+            elif pa.types.is_floating(col.type):
+                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
+            else:
+                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            self.done[name] = (v, nulls)
+        return self.done[name]
+
 def features_schema(key_columns: list[str]) -> str:
     """The DDL schema of `key_features`' output for these key columns."""
     return ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in key_columns) + ", " + FACTS_SCHEMA
@@ -44,30 +74,11 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     window at the latest offset with lag > 0 (rules.features is the reference, tests compare)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     n = table.num_rows
     if n == 0:
         return None
-
-    columns: dict[str, tuple] = {}
-
-    def raw(name):  # (values, nulls) of a column as numpy, in the table's row order; strings as codes
-        if name not in columns:
-            col = table.column(name)
-            if pa.types.is_timestamp(col.type):
-                col = col.cast(pa.int64())
-            nulls = col.is_null().to_numpy(zero_copy_only=False)
-            if pa.types.is_string(col.type):  # equal strings, equal codes
-                v = pc.dictionary_encode(col).combine_chunks().indices.fill_null(-1).to_numpy(zero_copy_only=False)
-            elif pa.types.is_boolean(col.type):
-                v = col.fill_null(False).to_numpy(zero_copy_only=False)
-            elif pa.types.is_floating(col.type):
-                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.float64)
-            else:
-                v = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-            columns[name] = (v, nulls)
-        return columns[name]
+    raw = _Columns(table)
 
     # one sort by (key, observed_at); row i below is row order[i] of the table
     order = np.lexsort((raw("observed_at")[0], *reversed([raw(k)[0] for k in key_columns])))
@@ -193,3 +204,125 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
         "before_same": pa.array(c[bi] == c[last_idx], mask=~has_brk),
     })
     return pa.table(out)
+
+
+#: a group in one offsets store, and the same as two hashes (Spark's xxhash64 and hash), as for KEYS
+GROUP_KEYS = ["cluster", "source", "group"]
+GROUP_HASH_KEYS = ["_g", "_g2"]
+_KEY_TYPES.update({"_g": "long", "_g2": "int"})
+
+#: the columns `group_facts` reads besides the group's: whether the row's group state is a
+#: rebalancing one, the generation and rejoins, and the codes (1-based positions in the job's
+#: vocabulary) of the rejoin cause and the assignor
+GROUP_INPUT = ["observed_at", "_rebalancing", "generation", "rejoins", "_cause", "_assignor"]
+
+#: a group's facts over the window, as `group_facts` yields them after the group's columns
+GROUP_FACTS_SCHEMA = "times long, rebalancing long, rebalances long, rejoins long, cause_code long, assignor_code long"
+
+
+def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS):
+    """The facts fleetkit.stuck.rules.storm reads from a group's snapshots in the window (rows
+    observed at or after `lo_us`; the table holds none after as_of), for every group of `table`:
+    distinct snapshot times, how many of them in a rebalancing state (any row of the group at that
+    time), the spread of the generation and of the rejoins (0 without any), and the cause and assignor
+    codes of the newest row that has one. Rows of one group at one time come from one DescribeGroups
+    answer and agree on these (the reference takes the first non-null of each time)."""
+    import numpy as np
+    import pyarrow as pa
+
+    raw = _Columns(table)
+    obs_all = raw("observed_at")[0]
+    rows = np.flatnonzero(obs_all >= lo_us)
+    if len(rows) == 0:
+        return None
+    obs = obs_all[rows]
+    order = np.lexsort((obs, *reversed([raw(k)[0][rows] for k in group_columns])))
+    rows, obs = rows[order], obs[order]
+    n = len(rows)
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    for k in group_columns:
+        kv = raw(k)[0][rows]
+        first[1:] |= kv[1:] != kv[:-1]
+    gid = np.cumsum(first) - 1
+    g = int(gid[-1]) + 1
+    new_time = first.copy()
+    new_time[1:] |= obs[1:] != obs[:-1]
+    times = np.bincount(gid[new_time], minlength=g)
+    rb = raw("_rebalancing")[0][rows].astype(bool)
+    t_starts = np.flatnonzero(new_time)
+    rebalancing_at = np.maximum.reduceat(rb, t_starts) if n else rb
+    rebalancing = np.bincount(gid[t_starts][rebalancing_at.astype(bool)], minlength=g)
+
+    def spread(name):
+        v, nulls = raw(name)
+        v, ok = v[rows], ~nulls[rows]
+        hi = np.full(g, np.iinfo(np.int64).min)
+        lo = np.full(g, np.iinfo(np.int64).max)
+        np.maximum.at(hi, gid[ok], v[ok])
+        np.minimum.at(lo, gid[ok], v[ok])
+        seen = np.bincount(gid[ok], minlength=g) > 0
+        return np.where(seen, hi - lo, 0)
+
+    def newest(name):  # the value of the group's newest row that has one (rows are sorted by time)
+        v, nulls = raw(name)
+        ok = ~nulls[rows]
+        at = np.full(g, -1, dtype=np.int64)
+        np.maximum.at(at, gid[ok], np.flatnonzero(ok))
+        return pa.array(v[rows][np.where(at >= 0, at, 0)], mask=at < 0)
+
+    out = {k: table.column(k).take(pa.array(rows[first])) for k in group_columns}
+    out.update({"times": pa.array(times), "rebalancing": pa.array(rebalancing),
+                "rebalances": pa.array(spread("generation")), "rejoins": pa.array(spread("rejoins")),
+                "cause_code": newest("_cause"), "assignor_code": newest("_assignor")})
+    return pa.table(out)
+
+
+_ARROW_TYPES = {"long": "int64", "int": "int32", "string": "string", "double": "float64", "boolean": "bool_"}
+
+
+def task_output_schema(key_columns: list[str], group_columns: list[str]):
+    """The Arrow schema of what the job's tasks yield: `_row` (0: a key's facts, 1: a group's), the
+    key's and the group's columns, then FACTS_SCHEMA and GROUP_FACTS_SCHEMA (null where the row
+    is of the other kind)."""
+    import pyarrow as pa
+
+    def arrow(ddl: str):
+        return pa.timestamp("us", tz="UTC") if ddl == "timestamp" else getattr(pa, _ARROW_TYPES[ddl])()
+
+    names = key_columns + [c for c in group_columns if c not in key_columns]
+    fields = [pa.field("_row", pa.int32())] + [pa.field(c, arrow(_KEY_TYPES[c])) for c in names]
+    for part in (FACTS_SCHEMA + ", " + GROUP_FACTS_SCHEMA).split(", "):
+        name, ddl = part.split(" ")
+        fields.append(pa.field(name, arrow(ddl)))
+    return pa.schema(fields)
+
+
+def task_output_ddl(key_columns: list[str], group_columns: list[str]) -> str:
+    """task_output_schema as a Spark DDL string."""
+    names = key_columns + [c for c in group_columns if c not in key_columns]
+    return ("_row int, " + ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in names) + ", " + FACTS_SCHEMA + ", "
+            + GROUP_FACTS_SCHEMA)
+
+
+def task_facts(table, lo_us: int, key_columns: list[str], group_columns: list[str]):
+    """One Spark task's rows (every row of a group, observed at or before as_of: committed rows and
+    the window's uncommitted ones) -> the facts of its keys (`key_features` over the committed rows)
+    and of its groups (`group_facts`), as one table of task_output_schema."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = task_output_schema(key_columns, group_columns)
+    parts = [(0, key_features(table.filter(pc.is_valid(table.column("committed_offset"))), lo_us, key_columns)),
+             (1, group_facts(table, lo_us, group_columns))]
+    out = []
+    for kind, part in parts:
+        if part is None:
+            continue
+        n = part.num_rows
+        out.append(pa.Table.from_arrays(
+            [pa.array(np.full(n, kind, dtype=np.int32)) if f.name == "_row"
+             else part.column(f.name).cast(f.type) if f.name in part.column_names else pa.nulls(n, f.type)
+             for f in schema], schema=schema))
+    return pa.concat_tables(out) if out else None
