@@ -527,19 +527,21 @@ class _Connection:
     def __init__(self, host: str, port: int, timeout: float):
         self.addr = f"{host}:{port}"
         self.sock = socket.create_connection((host, port), timeout=timeout)
-        self.buf = b""
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def _exact(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            chunk = self.sock.recv(max(65536, n - len(self.buf)))
-            if not chunk:
+        """The next n bytes of the connection, received into one buffer (an answer of 32 MB is
+        not grown chunk by chunk)."""
+        out = bytearray(n)
+        view, have = memoryview(out), 0
+        while have < n:
+            got = self.sock.recv_into(view[have:], n - have)
+            if not got:
                 raise ConnectionError(f"broker {self.addr} closed the connection")
-            self.buf += chunk
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
+            have += got
+        return bytes(out)
 
     def payload(self) -> bytes:
         (size,) = struct.unpack(">i", self._exact(4))

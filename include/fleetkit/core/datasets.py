@@ -230,7 +230,12 @@ class Staging:
         self.rows: dict[str, int] = {}
 
     def add(self, dataset: str, rows: list[Mapping]) -> None:
-        table = table_from_rows(dataset, list(rows))
+        self.add_table(dataset, table_from_rows(dataset, list(rows)))
+
+    def add_table(self, dataset: str, table: pa.Table) -> None:
+        """Stage a table of the dataset's schema (one Parquet file)."""
+        if table.schema != SCHEMAS[dataset]:
+            raise ValueError(f"a table for dataset {dataset} has another schema than the dataset's:\n{table.schema}")
         folder = self.root.partition_dir(dataset, self.cluster, self.day)
         self.root.fs.create_dir(folder, recursive=True)
         n = sum(1 for d, _, _ in self.staged if d == dataset)
