@@ -1,15 +1,20 @@
 """Reading __consumer_offsets back from each generation's real brokers: every offset commit and
 group-metadata record the test wrote, decoded, with exact counts; on 3.9 and 4.x the markers of a
 committed and an aborted transaction (the aborted commits dropped), on 4.x the records of a
-consumer-protocol (KIP-848) group."""
+consumer-protocol (KIP-848) group; and the same rows decoded column-wise (what a collection writes)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.collection.offsets_topic import read_records
+from fleetkit.core.datasets import table_from_rows
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 
 from tests import offsets_records_scenario
@@ -18,6 +23,7 @@ from tests import offsets_records_scenario
 #: group at the end of the join and a tombstone when the last member leaves; 3.9 the join and
 #: the Empty group after the leave; 4.3's coordinator also the new group (generation 0)
 CLASSIC_GROUP_METADATA = {"0.9.0.1": [False, True], "3.9.2": [False, False], "4.3.1": [False, False, False]}
+NOW = dt.datetime(2026, 11, 26, tzinfo=dt.timezone.utc)
 KIP848_KINDS = {"consumer_group_metadata", "consumer_group_member_metadata", "consumer_group_target_assignment_member",
                 "consumer_group_target_assignment_metadata", "consumer_group_current_member_assignment"}
 
@@ -38,12 +44,13 @@ def test_records_read_back_exactly(generation_lab):
     # the tombstone of the now empty group): read until they are there, for at most 20 s
     deadline = time.monotonic() + 20
     while True:
-        res = read_records(h.spec.name, kafka, parts, {p: before[(OFFSETS_TOPIC, p)][1] for p in parts})
+        res = read_records(h.spec.name, kafka, parts, {p: before[(OFFSETS_TOPIC, p)][1] for p in parts},
+                           observed_at=NOW)
         if classic_metadata(res) == CLASSIC_GROUP_METADATA[version] or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert res.problems == [] and res.unknown_versions == {}
-    assert res.reader == ("consumer" if version == "0.9.0.1" else "wire")
+    assert res.reader == "wire"  # Fetch v0 and message sets on 0.9, record batches after
     mine = [r for r in res.rows if r["group"] in expect["groups"]]
     for g, e in expect["groups"].items():
         commits = [r for r in mine if r["group"] == g and r["key_version"] in (0, 1)]
@@ -62,3 +69,17 @@ def test_records_read_back_exactly(generation_lab):
     else:
         assert not KIP848_KINDS & set(res.kinds)
     assert all(res.positions[p] >= before[(OFFSETS_TOPIC, p)][1] for p in parts)
+
+    # the same records decoded column-wise (what a collection writes to the dataset): the same rows
+    tables = []
+    fast = read_records(h.spec.name, kafka, parts, {p: before[(OFFSETS_TOPIC, p)][1] for p in parts},
+                        observed_at=NOW, ends=res.positions, table_sink=tables.append)
+    slow = table_from_rows("offsets_topic_records", res.rows)
+    got = pa.concat_tables(tables)
+    key = [("partition", "ascending"), ("offset", "ascending")]
+    slow, got = (t.take(pc.sort_indices(t, key)) for t in (slow, got))
+    assert got.num_rows == slow.num_rows > 0
+    for name in slow.schema.names:
+        assert got.column(name).to_pylist() == slow.column(name).to_pylist(), name
+    assert (fast.kinds, fast.markers, fast.aborted_records, fast.positions) == (
+        res.kinds, res.markers, res.aborted_records, res.positions)

@@ -12,6 +12,7 @@ import datetime as dt
 import gzip
 import json
 import struct
+import zlib
 from pathlib import Path
 
 import pyarrow as pa
@@ -159,7 +160,7 @@ def test_records_outside_the_asked_range_and_a_batch_cut_off():
     assert offsets_columnar.decode(data[:-5], "c", 0, NOW, 4, 15, SCHEMA).next_offset == 20
 
 
-def test_an_old_message_set_and_bytes_that_are_not_utf8_leave_the_whole_answer_to_the_per_record_path():
+def test_bytes_that_are_not_utf8_leave_the_whole_answer_to_the_per_record_path():
     commit = (encode_offset_key("g", "t", 0), value(1, 5, ""))
     key = encode_offset_key("g", "t", 0)
     bad = (key[:4] + b"\xff" + key[5:], value(1, 6, ""))  # the group's one byte is not UTF-8
@@ -167,13 +168,34 @@ def test_an_old_message_set_and_bytes_that_are_not_utf8_leave_the_whole_answer_t
     assert offsets_columnar.decode(data, "c", 0, NOW, 0, 10, SCHEMA) is None
     res, _ = same({0: [data]}, {0: 0}, {0: 10})
     assert res.problems  # the per-record path names the record
-    k, v = commit
-    msg = struct.pack(">bb", 1, 0) + struct.pack(">q", 0) + struct.pack(">i", len(k)) + k + struct.pack(">i", len(v)) + v
-    import zlib
 
-    msg = struct.pack(">I", zlib.crc32(msg)) + msg
-    legacy = struct.pack(">qi", 40, len(msg)) + msg
-    assert offsets_columnar.decode(legacy + batch(41, [commit]), "c", 0, NOW, 0, 100, SCHEMA) is None
+
+def message(offset: int, key: bytes | None, val: bytes | None, magic: int = 0, codec: int = 0) -> bytes:
+    """One log entry of Kafka 0.8-0.10's format (LegacyRecord)."""
+    def b(x):
+        return struct.pack(">i", -1) if x is None else struct.pack(">i", len(x)) + x
+    body = struct.pack(">bb", magic, codec) + (struct.pack(">q", 1_700_000_000_000) if magic == 1 else b"") + b(key) + b(val)
+    body = struct.pack(">I", zlib.crc32(body)) + body
+    return struct.pack(">qi", offset, len(body)) + body
+
+
+def test_kafka_09_message_sets_and_a_small_last_message():
+    """0.9 answers Fetch v0 with message sets (magic 0); a tombstone is shorter than a record
+    batch's header and must still be read when it ends the answer."""
+    commits = [(encode_offset_key(g, "tópic", i), value(1, 100 + i, "")) for i, g in enumerate(HOSTILE)]
+    data = b"".join(message(i, k, v) for i, (k, v) in enumerate(commits))
+    data += message(len(commits), encode_offset_key("g", "t", 9), None)  # a tombstone
+    inner = message(20, *commits[0]) + message(21, *commits[1])
+    data += message(21, None, gzip.compress(inner), codec=1)  # a compressed wrapper (absolute inner offsets)
+    data += message(22, *commits[2], magic=1) + message(23, encode_group_key("g"), None)
+    data += message(24, encode_offset_key("g", "t", 1), None)
+    assert len(message(24, encode_offset_key("g", "t", 1), None)) < 61
+    res, table = same({5: [data, data[:-7]]}, {5: 0}, {5: 25})
+    assert table.column("offset").to_pylist() == [*range(len(commits) + 1), 20, 21, 22, 23, 24]
+    assert res.positions == {5: 25} and res.problems == []
+    d = offsets_columnar.decode(data, "c", 5, NOW, 0, 25, SCHEMA)
+    assert d.messages == len(commits) + 4 and d.next_offset == 25
+    assert [o for o, _, _ in d.slow_records] == [23]  # the group metadata tombstone
 
 
 def test_a_malformed_batch_is_the_per_record_paths_error():

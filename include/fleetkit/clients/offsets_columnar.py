@@ -34,8 +34,9 @@ class Decoded:
     table: pa.Table | None                  # the taken records' rows (offsets_topic_records columns)
     slow_batches: bytes = b""               # whole batches for the per-record path, in order
     slow_records: list = field(default_factory=list)  # (offset, key, value) of plain batches, for the per-record path
-    next_offset: int = -1                   # the offset after the last whole batch (-1: none)
+    next_offset: int | None = -1            # the offset after the last whole entry (None: the per-record path's)
     batches: int = 0                        # plain batches taken here
+    messages: int = 0                       # plain messages (magic 0/1) taken here
 
 
 def _be(buf: np.ndarray, at: np.ndarray, width: int, signed: bool = True) -> np.ndarray:
@@ -128,19 +129,20 @@ def _records(data: bytes, starts: list[int], ends: list[int], counts: list[int])
 
 
 def _walk(data: bytes) -> list[int] | None:
-    """Positions of the whole batches in `data`, as wire_logs.parse_batches walks them (a header's
-    worth of bytes, then the announced length); None when this module leaves the answer to it (an
-    old message set, a length shorter than a header)."""
+    """Positions of the whole log entries in `data` (record batches, or Kafka 0.8-0.10 messages),
+    as wire_logs.parse_batches walks them; None when this module leaves the answer to it (an
+    entry shorter than its header)."""
     starts = []
     pos, n = 0, len(data)
     unpack = _BASE_LEN.unpack_from
-    while pos + HEAD <= n:
+    while pos + 17 <= n:
         length = unpack(data, pos)[1]
-        if length < HEAD - 12 or data[pos + 16] != 2:
-            return None
+        v2 = data[pos + 16] == 2
         end = pos + 12 + length
-        if end > n:
+        if end > n or (v2 and pos + HEAD > n):
             break
+        if length < (HEAD - 12 if v2 else 14):
+            return None
         starts.append(pos)
         pos = end
     return starts
@@ -149,10 +151,10 @@ def _walk(data: bytes) -> list[int] | None:
 def decode(data: bytes, cluster: str, partition: int, observed_at, lo: int, end: int,
            schema: pa.Schema) -> Decoded | None:
     """One partition's Fetch answer (record bytes): the offset-commit records of its plain batches
-    at offsets [lo, end) as a table of `schema` (the offsets_topic_records schema), the rest for the
-    per-record path. Records outside [lo, end) are dropped here, as the per-record path drops them.
-    None: the whole answer is for the per-record path (no whole batch, an old message set, bytes
-    this module does not walk, a string that is not UTF-8)."""
+    and messages at offsets [lo, end) as a table of `schema` (the offsets_topic_records schema),
+    the rest for the per-record path. Records outside [lo, end) are dropped here, as the
+    per-record path drops them. None: the whole answer is for the per-record path (no whole
+    entry, bytes this module does not walk, a string that is not UTF-8)."""
     starts_list = _walk(data)
     if not starts_list:
         return None
@@ -173,20 +175,32 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
     starts = np.array(starts_list, dtype=np.int64)
     base = _be(buf, starts, 8)
     length = _be(buf, starts + 8, 4)
-    attrs = _be(buf, starts + 21, 2)
-    last_delta = _be(buf, starts + 23, 4)
-    count = _be(buf, starts + 57, 4)
-    batch_end = starts + 12 + length
-    next_offset = int(base[-1] + last_delta[-1] + 1)
-    plain = ((attrs & 0x07) == 0) & ((attrs & 0x30) == 0) & (count >= 0)
+    entry_end = starts + 12 + length
+    magic = buf[starts + 16].astype(np.int64)
+    v2 = magic == 2
+    legacy = ~v2
+    attrs = np.where(v2, _be(buf, clamp(starts + 21), 2), 0)
+    last_delta = np.where(v2, _be(buf, clamp(starts + 23), 4), 0)
+    count = np.where(v2, _be(buf, clamp(starts + 57), 4), 0)
+    plain = v2 & ((attrs & 0x07) == 0) & ((attrs & 0x30) == 0) & (count >= 0)
+    # an uncompressed message of magic 0 (Kafka 0.9) or 1: crc, magic, attributes, [timestamp],
+    # key bytes, value bytes (int32 lengths)
+    plain_msg = legacy & ((magic == 0) | (magic == 1)) & ((buf[starts + 17] & 0x07) == 0)
+    # the next offset, as parse_batches gives it, unless the last entry is a compressed message
+    # (its inner offsets decide: parse_batches' answer on the slow bytes is taken then)
+    if v2[-1]:
+        next_offset = int(base[-1] + last_delta[-1] + 1)
+    else:
+        next_offset = int(base[-1] + 1) if plain_msg[-1] else None
 
     # records of plain batches: where each starts (after its length) and how long it is
     pb = np.flatnonzero(plain)
-    rs, rl, rb, bad = _records(data, starts[pb].tolist(), batch_end[pb].tolist(), count[pb].tolist())
-    ok_batch = np.ones(len(pb), dtype=bool)
-    ok_batch[bad] = False
+    rs, rl, rb, bad = _records(data, starts[pb].tolist(), entry_end[pb].tolist(), count[pb].tolist())
+    ok = np.zeros(len(starts), dtype=bool)
+    ok[pb] = True
+    ok[pb[bad]] = False
 
-    # the record fields
+    # their fields
     rend = rs + rl
     p = rs + 1  # attributes
     _ts, sz, ok1 = _varints(buf, p)
@@ -198,15 +212,31 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
     p = ks + np.maximum(klen, 0)
     vlen, sz, ok4 = _varints(buf, clamp(p))
     vs = p + sz
-    vend = vs + np.maximum(vlen, 0)
-    fine = ok1 & ok2 & ok3 & ok4 & (vend <= rend)
-    bad_batches = np.unique(rb[~fine])
-    ok_batch[bad_batches] = False
-    keep = ok_batch[rb]
-    rb, rs, delta, klen, ks, vlen, vs = rb[keep], rs[keep], delta[keep], klen[keep], ks[keep], vlen[keep], vs[keep]
-    offset = base[pb[rb]] + delta
-    inside = (offset >= lo) & (offset < end)
-    rb, delta, klen, ks, vlen, vs, offset = (a[inside] for a in (rb, delta, klen, ks, vlen, vs, offset))
+    fine = ok1 & ok2 & ok3 & ok4 & (vs + np.maximum(vlen, 0) <= rend)
+    entry = pb[rb]
+    ok[np.unique(entry[~fine])] = False
+    offset = base[entry] + delta
+
+    # the messages' fields
+    pm = np.flatnonzero(plain_msg)
+    kp = starts[pm] + 18 + np.where(magic[pm] == 1, 8, 0)
+    mklen = _be(buf, clamp(kp), 4)
+    mks = kp + 4
+    vp = mks + np.maximum(mklen, 0)
+    mvlen = _be(buf, clamp(vp), 4)
+    mvs = vp + 4
+    fits = (vp + 4 <= entry_end[pm]) & (mvs + np.maximum(mvlen, 0) <= entry_end[pm])
+    ok[pm] = fits
+
+    # both, in log order, then what is taken: records of readable entries within [lo, end)
+    entry = np.concatenate([entry, pm])
+    order_in = np.concatenate([np.arange(len(rs)), np.zeros(len(pm), dtype=np.int64)])
+    offset, klen, ks, vlen, vs = (np.concatenate(x) for x in (
+        (offset, base[pm]), (klen, mklen), (ks, mks), (vlen, mvlen), (vs, mvs)))
+    order = np.lexsort((order_in, entry))
+    entry, offset, klen, ks, vlen, vs = (a[order] for a in (entry, offset, klen, ks, vlen, vs))
+    keep = ok[entry] & (offset >= lo) & (offset < end)
+    offset, klen, ks, vlen, vs = (a[keep] for a in (offset, klen, ks, vlen, vs))
 
     # offset-commit keys v0/v1: version, group, topic, partition (offsets_codec._fast)
     ksafe = np.where(klen >= 8, ks, 0)
@@ -251,12 +281,10 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
 
     slow = [(int(offset[i]), data[ks[i]:ks[i] + klen[i]] if klen[i] >= 0 else None,
              data[vs[i]:vs[i] + vlen[i]] if vlen[i] >= 0 else None) for i in np.flatnonzero(~take)]
-    taken = np.zeros(len(starts), dtype=bool)
-    taken[pb[ok_batch]] = True
-    slow_bytes = b"".join(data[s:e] for s, e, t in zip(starts.tolist(), batch_end.tolist(), taken) if not t)
+    slow_bytes = b"".join(data[s:e] for s, e, t in zip(starts.tolist(), entry_end.tolist(), ok) if not t)
     sel = np.flatnonzero(take)
     if sel.size == 0:
-        return Decoded(None, slow_bytes, slow, next_offset, int(ok_batch.sum()))
+        return Decoded(None, slow_bytes, slow, next_offset, int((ok & v2).sum()), int((ok & legacy).sum()))
     offset, ks, klen, gl, tpos, tl, ppos = (a[sel] for a in (offset, ks, klen, gl, tpos, tl, ppos))
     vs, vlen, vv, committed, tomb = (a[sel] for a in (vs, vlen, vv, committed, tomb))
     old, old_null, ml, v3, v3_null, ml3, v4, v4_null, cn = (
@@ -294,4 +322,5 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
         "size_bytes": pa.array((klen + np.maximum(vlen, 0)).astype(np.int32)),
     }
     arrays = [cols[f.name].cast(f.type) if f.name in cols else pa.nulls(m, f.type) for f in schema]
-    return Decoded(pa.Table.from_arrays(arrays, schema=schema), slow_bytes, slow, next_offset, int(ok_batch.sum()))
+    return Decoded(pa.Table.from_arrays(arrays, schema=schema), slow_bytes, slow, next_offset, int((ok & v2).sum()),
+                   int((ok & legacy).sum()))

@@ -272,11 +272,14 @@ def consumer_group_describe_body(version: int, groups: list[str]) -> bytes:
 
 
 def metadata_body(version: int, topics: list[str]) -> bytes:
-    """Metadata request body (v7-v8): the topics, never auto-created; v8 asks for no authorized
-    operations."""
+    """Metadata request body (v7-v8; v0 for brokers that answer no ApiVersions): the topics,
+    never auto-created (v4+; v0 creates a missing topic when the broker auto-creates topics); v8
+    asks for no authorized operations."""
     for t in topics:
         _utf8(t, "topic name")
-    body = _array_len(len(topics), False) + b"".join(_string(t) for t in topics) + b"\x00"
+    body = _array_len(len(topics), False) + b"".join(_string(t) for t in topics)
+    if version >= 4:
+        body += b"\x00"
     if version >= 8:
         body += b"\x00\x00"
     return body
@@ -491,28 +494,34 @@ def decode_consumer_group_describe(version: int, payload: bytes) -> tuple[int, l
 
 def decode_metadata(version: int, payload: bytes) -> tuple[int, dict[int, str], dict[str, int], list[PartitionLeader]]:
     """(correlation id, {broker id: host:port}, {topic: error code} of topics answered with an
-    error, partitions) of a Metadata v7-v8 response."""
+    error, partitions) of a Metadata v7-v8 response, or of v0 (leader epochs -1)."""
     cid, r = response_reader(payload, False)
-    r.int32()  # throttle time
+    if version >= 3:
+        r.int32()  # throttle time
     brokers = {}
     for _ in range(r.array_len()):
         node, host, port = r.int32(), r.string(), r.int32()
-        r.string()  # rack
+        if version >= 1:
+            r.string()  # rack
         brokers[node] = f"{host}:{port}"
-    r.string()  # cluster id
-    r.int32()  # controller id
+    if version >= 2:
+        r.string()  # cluster id
+    if version >= 1:
+        r.int32()  # controller id
     errors: dict[str, int] = {}
     parts = []
     for _ in range(r.array_len()):
         terr, topic = r.int16(), r.string() or ""
-        r.int8()  # is internal
+        if version >= 1:
+            r.int8()  # is internal
         if terr:
             errors[topic] = terr
         for _ in range(r.array_len()):
-            perr, p, leader, epoch = r.int16(), r.int32(), r.int32(), r.int32()
+            perr, p, leader = r.int16(), r.int32(), r.int32()
+            epoch = r.int32() if version >= 7 else -1
             replicas = tuple(r.int32() for _ in range(r.array_len()))
             isr = tuple(r.int32() for _ in range(r.array_len()))
-            for _ in range(r.array_len()):
+            for _ in range(r.array_len() if version >= 5 else 0):
                 r.int32()  # offline replicas
             parts.append(PartitionLeader(topic, p, perr, leader, epoch, replicas, isr))
         if version >= 8:

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 FETCH, DESCRIBE_LOG_DIRS, DESCRIBE_QUORUM = 1, 35, 55
 #: versions implemented here (inclusive), and the first flexible version, per API key
 IMPLEMENTED = {FETCH: (4, 11), DESCRIBE_LOG_DIRS: (1, 4), DESCRIBE_QUORUM: (0, 1), wire.METADATA: (7, 8)}
+#: what is asked of a broker that answers no ApiVersions (Kafka 0.9: Fetch v0, message sets of
+#: magic 0; Metadata v0)
+WITHOUT_API_VERSIONS = {FETCH: 0, wire.METADATA: 0}
 FLEXIBLE_FROM = {FETCH: 12, DESCRIBE_LOG_DIRS: 2, DESCRIBE_QUORUM: 0, wire.METADATA: 9}
 NAMES = {FETCH: "Fetch", DESCRIBE_LOG_DIRS: "DescribeLogDirs", DESCRIBE_QUORUM: "DescribeQuorum",
          wire.METADATA: "Metadata"}
@@ -60,6 +63,8 @@ def request(api_key: int, version: int, correlation_id: int, body: bytes) -> byt
 
 def version_for(broker: _Broker, api_key: int) -> int:
     lo, hi = IMPLEMENTED[api_key]
+    if broker.versions is None and api_key in WITHOUT_API_VERSIONS:
+        return WITHOUT_API_VERSIONS[api_key]
     if broker.versions is None or api_key not in broker.versions:
         raise WireError(f"broker {broker.host}:{broker.port} does not offer {NAMES[api_key]} "
                         "(a broker before 0.10 answers no ApiVersions)")
@@ -83,6 +88,7 @@ def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
 # -- record batches ---------------------------------------------------------------------------
 _BATCH_HEAD = log_format.BATCH_HEAD
 HEAD = _BATCH_HEAD.size
+_BASE_LEN = struct.Struct(">qi")
 
 
 @dataclass
@@ -103,13 +109,15 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
     producer id, "commit" / "abort"). Returns the offset after the last whole batch (-1 when none
     is whole: a batch cut off at the end of an answer is read again by the next fetch)."""
     pos, n, next_offset = 0, len(data), -1
-    while pos + HEAD <= n:
-        (base, length, _epoch, magic, _crc, attrs, last_delta, _t0, _t1, pid, _pe, _seq,
-         count) = _BATCH_HEAD.unpack_from(data, pos)
+    while pos + 17 <= n:  # an entry's offset, length, and the magic byte at 16 in both families
+        base, length = _BASE_LEN.unpack_from(data, pos)
+        magic = data[pos + 16]
         end = pos + 12 + length
-        if end > n:
+        if end > n or (magic == 2 and pos + HEAD > n):
             break
-        if magic != 2:  # a message set of Kafka 0.8-0.10's formats (an old topic's, never converted)
+        if length < (HEAD - 12 if magic == 2 else 14):
+            raise log_format.FormatError(f"log entry at offset {base}: length {length} is shorter than its header")
+        if magic != 2:  # a message set of Kafka 0.8-0.10's formats (0.9's, or an old topic's, never converted)
             stats.legacy_message_sets += 1
             last = base
             for r in log_format.legacy_records(data[pos:end]):
@@ -117,6 +125,8 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
                 last = r.offset
             pos, next_offset = end, last + 1
             continue
+        (base, length, _epoch, magic, _crc, attrs, last_delta, _t0, _t1, pid, _pe, _seq,
+         count) = _BATCH_HEAD.unpack_from(data, pos)
         stats.batches += 1
         codec = attrs & 0x07
         body = data[pos + HEAD:end]
@@ -150,7 +160,11 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
 # -- Fetch ------------------------------------------------------------------------------------
 def fetch_body(version: int, topic: str, positions: dict[int, int], max_bytes: int, partition_max_bytes: int,
                max_wait_ms: int = 100) -> bytes:
-    body = struct.pack(">iiii", -1, max_wait_ms, 1, max_bytes) + b"\x00"  # replica -1, read_uncommitted
+    body = struct.pack(">iii", -1, max_wait_ms, 1)  # replica -1, min bytes 1
+    if version >= 3:
+        body += struct.pack(">i", max_bytes)
+    if version >= 4:
+        body += b"\x00"  # read_uncommitted
     if version >= 7:
         body += struct.pack(">ii", 0, -1)  # no fetch session
     body += _array_len(1, False) + _string(topic) + _array_len(len(positions), False)
@@ -181,7 +195,8 @@ class FetchedPartition:
 
 def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
     _, r = response_reader(payload, False)
-    r.int32()  # throttle
+    if version >= 1:
+        r.int32()  # throttle
     if version >= 7:
         err = r.int16()
         r.int32()  # session id
@@ -192,9 +207,9 @@ def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
         r.string()  # topic
         for _ in range(r.array_len()):
             p, err, hw = r.int32(), r.int16(), r._unpack(">q", 8)
-            lso = r._unpack(">q", 8)
+            lso = r._unpack(">q", 8) if version >= 4 else -1
             lstart = r._unpack(">q", 8) if version >= 5 else -1
-            for _ in range(r.array_len()):  # aborted transactions (read_committed only)
+            for _ in range(r.array_len() if version >= 4 else 0):  # aborted transactions (read_committed only)
                 r._unpack(">q", 8)
                 r._unpack(">q", 8)
             if version >= 11:
@@ -205,9 +220,10 @@ def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
     return out
 
 
-def leaders(bootstrap: str, topic: str, timeout: float = 10.0) -> tuple[dict[int, int], dict[int, str]]:
+def leaders(bootstrap: str, topic: str, timeout: float = 10.0,
+            api_versions: bool = True) -> tuple[dict[int, int], dict[int, str]]:
     """({partition: leader id}, {broker id: host:port}) of `topic` from the first bootstrap server
-    that answers a Metadata request (v7-v8)."""
+    that answers a Metadata request (v7-v8; v0 without ApiVersions)."""
     def body(v):
         return wire.metadata_body(v, [topic])
 
@@ -216,17 +232,20 @@ def leaders(bootstrap: str, topic: str, timeout: float = 10.0) -> tuple[dict[int
         return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
 
     return wire.ask_first(bootstrap, "a metadata request", lambda broker: _ask(broker, wire.METADATA, body, decode),
-                          timeout, error=WireError)
+                          timeout, api_versions, error=WireError)
 
 
 def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on_batch, timeout: float = 10.0,
-              max_bytes: int = 32 * 1024 * 1024, partition_max_bytes: int = 8 * 1024 * 1024) -> dict[int, str]:
+              max_bytes: int = 32 * 1024 * 1024, partition_max_bytes: int = 8 * 1024 * 1024,
+              api_versions: bool = True) -> dict[int, str]:
     """Read each partition of `ranges` ({partition: (from offset, to offset)}) from its leader,
     calling on_batch(partition, record bytes) for every answer with data, in offset order per
     partition; on_batch returns the offset to fetch next (-1: no whole batch yet). Stops a
     partition at its `to` offset or its last stable offset, whichever is lower. Returns
-    {partition: problem} for partitions that could not be read to the end."""
-    lead, addrs = leaders(bootstrap, topic, timeout)
+    {partition: problem} for partitions that could not be read to the end. `api_versions`
+    False: the brokers answer no ApiVersions (0.9): Fetch v0, which has no limit for the whole
+    answer, so each request asks at most max_bytes / partition_max_bytes partitions."""
+    lead, addrs = leaders(bootstrap, topic, timeout, api_versions)
     by_broker: dict[int, dict[int, tuple[int, int]]] = {}
     problems: dict[int, str] = {}
     for p, rng in ranges.items():
@@ -237,14 +256,21 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
         by_broker.setdefault(b, {})[p] = rng
     for b, parts in by_broker.items():
         host, _, port = addrs[b].rpartition(":")
-        broker = _Broker(host, int(port), timeout)
+        broker = _Broker(host, int(port), timeout, api_versions)
         try:
             v = version_for(broker, FETCH)
             pos = {p: a for p, (a, z) in parts.items() if a < z}
             end = {p: z for p, (_, z) in parts.items()}
-            stale = 0
+            per_request = len(pos) if v >= 3 else max(1, max_bytes // partition_max_bytes)
+            stale = turn = 0
             while pos:
-                broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, pos, max_bytes, partition_max_bytes)))
+                asked = sorted(pos)
+                if len(asked) > per_request:  # in turns, so that every partition moves
+                    turn %= len(asked)
+                    asked = (asked[turn:] + asked[:turn])[:per_request]
+                    turn += per_request
+                ask = {p: pos[p] for p in asked}
+                broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, ask, max_bytes, partition_max_bytes)))
                 answer = decode_fetch(v, broker.conn.payload())
                 moved = False
                 for fp in answer:

@@ -6,12 +6,15 @@ minutes), starting over when the log start moved past the saved position. Each r
 high watermark it saw when it began. Undecodable records are counted and reported with their
 partition and offset; decoding goes on.
 
-Brokers that answer ApiVersions (0.10+) are read on the wire (fleetkit.clients.wire_logs: Fetch,
-record batches v2), so the reader sees what confluent-kafka hides: control batches (transaction
-markers) are skipped and counted, records of a transaction are kept only once its COMMIT marker
-is read (an aborted transactional offset commit never took effect), and a transaction still
-open at the end stops that partition's position at its first record (the next run reads it
-again). 0.9 brokers are read with a confluent-kafka consumer (no transactions there). Records
+Partitions are read on the wire (fleetkit.clients.wire_logs: Fetch v4-v11 and record batches v2
+from brokers that answer ApiVersions, Fetch v0 and message sets from 0.9), so the reader sees what
+confluent-kafka hides: control batches (transaction markers) are skipped and counted, records of
+a transaction are kept only once its COMMIT marker is read (an aborted transactional offset
+commit never took effect), and a transaction still open at the end stops that partition's
+position at its first record (the next run reads it again). The common records are decoded
+column-wise (fleetkit.clients.offsets_columnar) when the rows go to the dataset. A confluent-kafka
+consumer reads instead when the connection is not PLAINTEXT or a run reads at most N records
+(the commit index). Records
 of the consumer group protocol (KIP-848) and other newer types are counted per kind; a key
 version this decoder does not know is counted per version, never an error.
 """
@@ -201,7 +204,7 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
         if at < end:
             pos[p], ends[p] = at, end
     taker = _Taker(cluster, observed_at, res, sink, progress_every, on_record, table_sink)
-    if wire.supported(kafka.config) and kafka.asks_api_versions and max_records is None:
+    if wire.supported(kafka.config) and max_records is None:
         res.reader = "wire"
         _read_wire(kafka, pos, ends, taker)
     else:
@@ -254,7 +257,9 @@ class BatchFeeder:
             return self.ends[p]
         if fast is not None:
             self.stats.batches += fast.batches
-            nxt = fast.next_offset
+            self.stats.legacy_message_sets += fast.messages
+            if fast.next_offset is not None:
+                nxt = fast.next_offset
             for off, k, v in fast.slow_records:
                 taker.take(p, off, k, v)
             if fast.table is not None:
@@ -311,7 +316,7 @@ def _read_wire(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], t
 
     feeder = BatchFeeder(taker, pos, ends)
     problems = wire_logs.fetch_log(kafka.bootstrap, OFFSETS_TOPIC, {p: (pos[p], ends[p]) for p in pos}, feeder.feed,
-                                   timeout=kafka.timeout)
+                                   timeout=kafka.timeout, api_versions=kafka.asks_api_versions)
     for p, problem in problems.items():
         taker.res.problems.append(problem + "; stopped there, the next run resumes")
     feeder.finish(pos, problems)
