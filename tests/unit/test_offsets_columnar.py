@@ -226,3 +226,33 @@ def test_varints_of_every_width():
     got, sizes, ok = offsets_columnar._varints(buf, np.array(at))
     assert got.tolist() == values and ok.all()
     assert sizes.tolist() == [len(_zz(v)) for v in values]
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NAMES = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+RECORD = st.tuples(st.sampled_from(["commit", "commit", "commit", "tombstone", "group", "unknown"]),
+                   NAMES, NAMES, st.integers(0, 2**31 - 1), st.sampled_from([0, 1, 2, 3, 4]),
+                   st.one_of(st.none(), NAMES), st.booleans(), st.integers(-(2**63), 2**63 - 1))
+
+
+def built(kind, group, topic, part, vv, meta, tid, off):
+    if kind == "group":
+        return encode_group_key(group), None
+    if kind == "unknown":
+        return struct.pack(">h", 99) + group.encode(), None
+    key = encode_offset_key(group, topic, part, version=part % 2)
+    return key, (None if kind == "tombstone" else value(vv, off, meta, topic_id=tid))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(RECORD, min_size=1, max_size=40), st.integers(1, 7), st.booleans(), st.integers(0, 45),
+       st.integers(0, 50))
+def test_any_records_give_the_same_rows_both_ways(records, per_batch, legacy, lo, span):
+    recs = [built(*r) for r in records]
+    if legacy:
+        data = b"".join(message(i, k, v) for i, (k, v) in enumerate(recs))
+    else:
+        data = b"".join(batch(i, recs[i:i + per_batch]) for i in range(0, len(recs), per_batch))
+    same({0: [data]}, {0: lo}, {0: lo + span})

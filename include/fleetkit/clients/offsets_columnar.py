@@ -1,16 +1,17 @@
-"""__consumer_offsets record batches decoded column-wise: numpy over a Fetch answer's bytes, for
-the common case, straight into the offsets_topic_records dataset's columns.
+"""__consumer_offsets records decoded column-wise: numpy over a Fetch answer's bytes, for the
+common case, straight into the offsets_topic_records dataset's columns.
 
 The per-record path (fleetkit.clients.wire_logs.parse_batches, then offsets_codec.decode and a
 dict per row) costs about 10 us a record in Python. This module reads the same bytes as arrays:
-the batch headers found by one walk over the batches, the records of every plain batch walked in
-lockstep (record i of all batches at once), each varint field decoded for all records together,
-then the offset-commit keys (v0/v1) and values (v0-v4), strings gathered into Arrow string arrays.
+one walk over the log entries (record batches, or Kafka 0.8-0.10 messages) and over the records of
+the plain batches finds where each record starts; then each field is read for all records at once
+(varints, int32 lengths), then the offset-commit keys (v0/v1) and values (v0-v4), strings gathered
+into Arrow string arrays.
 
 It takes only what offsets_codec's fast path takes (the same checks: offsets_codec._fast); every
-other record, and every batch that is not a plain one (compressed, transactional, control, an old
-message set, or anything malformed), is handed back for the per-record path, which also names
-the errors. tests/unit/test_offsets_columnar.py compares both paths on the same bytes."""
+other record, and every entry that is not a plain one (a compressed, transactional or control
+batch, a compressed message, anything malformed), is handed back for the per-record path, which
+also names the errors. tests/unit/test_offsets_columnar.py compares both paths on the same bytes."""
 
 from __future__ import annotations
 
