@@ -365,3 +365,30 @@ def test_consumer_group_describe_is_never_sent_to_a_broker_without_api_versions(
     # 0.9 answers no ApiVersions: version 0 of what it knows, never an API it predates
     assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {wire.DESCRIBE_GROUPS: (0, 5)}) is None
     assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {69: (0, 1)}) == 1
+
+
+# -- Kafka 0.9 (no ApiVersions): Metadata v0 and Fetch v0 ----------------------------------------
+def test_metadata_v0_request_and_response():
+    assert wire.metadata_body(0, ["t"]) == H("00000001" "0001") + b"t"  # no auto-creation flag before v4
+    resp = (H("00000005"
+              "00000001" "00000000" "0009") + b"127.0.0.1" + H("00004a44")           # broker 0, no rack
+            + H("00000001")
+            + H("0000" "0001") + b"t" + H("00000001"                                  # topic t (no internal flag)
+                "0000" "00000003" "00000000"                                         # p3 leader 0 (no epoch)
+                "00000001" "00000000" "00000001" "00000000"))                        # replicas [0], isr [0]
+    cid, brokers, errors, parts = wire.decode_metadata(0, resp)
+    assert cid == 5 and brokers == {0: "127.0.0.1:19012"} and errors == {}
+    assert parts == [wire.PartitionLeader("t", 3, 0, 0, -1, (0,), (0,))]
+
+
+def test_fetch_v0_request_and_response():
+    from fleetkit.clients import wire_logs
+
+    body = wire_logs.fetch_body(0, "t", {2: 40}, 32 << 20, 8 << 20, max_wait_ms=100)
+    assert body == (H("ffffffff" "00000064" "00000001")                     # replica, max wait, min bytes
+                    + H("00000001" "0001") + b"t" + H("00000001" "00000002" "0000000000000028" "00800000"))
+    records = b"\x00" * 30
+    resp = (H("00000007" "00000001" "0001") + b"t"
+            + H("00000001" "00000002" "0000" "0000000000000064" "0000001e") + records)   # no throttle, no LSO
+    (fp,) = wire_logs.decode_fetch(0, resp)
+    assert (fp.partition, fp.error, fp.high_watermark, fp.last_stable_offset, fp.records) == (2, None, 100, -1, records)
