@@ -8,7 +8,8 @@ and three times that), then times `spark-submit --master local[2] spark_jobs/stu
 end to end (Spark start included), samples the peak RSS of the whole process tree and prints where
 the time went (from the job's event log). Targets: 10M rows <= 60 s, and linear: the 10M/1M and
 30M/10M time ratios are printed beside the row ratios. With --baseline the same job of an older
-checkout runs on the same 10M rows and both findings are compared (statuses, reasons, lags).
+checkout runs on the same 10M rows and both findings are compared (statuses, reasons, lags), and
+the groups and chart series line for line.
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ def timed_job(snapshots: Path, out: Path, driver_memory: str, repo: Path = REPO)
     return {"wall_s": wall, "peak_gb": peak_gb, "start_s": b.get("spark_start", 0.0), "summary": json.loads(stdout.strip().splitlines()[-1])}
 
 
+def lines_of(path: Path) -> list[str]:
+    """A JSON Lines output's objects with sorted keys, sorted (the job writes lines in no particular
+    order, and an older job wrote a group's status counts in any order)."""
+    files = [path] if path.is_file() else sorted(path.glob("*.json*"))
+    return sorted(json.dumps(json.loads(line), sort_keys=True) for f in files for line in f.read_text().splitlines())
+
+
 def findings_of(out: Path) -> list[tuple]:
     """The findings' verdict columns, sorted: what must not change between two versions of the job."""
     keys = ("cluster", "source", "group", "topic", "partition", "status", "reason", "confidence", "since",
@@ -106,8 +114,11 @@ def main() -> int:
             if label == "10M" and args.baseline:
                 base = timed_job(data, work / "out-baseline", args.driver_memory, args.baseline)
                 same = findings_of(work / "out-10M") == findings_of(work / "out-baseline")
+                alike = {name: lines_of(work / "out-10M" / name) == lines_of(work / "out-baseline" / name)
+                         for name in ("groups.jsonl", "series.jsonl")}
                 print(f"baseline {args.baseline}: 10M wall {base['wall_s']:.1f}s, peak {base['peak_gb']:.2f} GB; "
-                      f"findings {'identical' if same else 'DIFFERENT'}", flush=True)
+                      f"findings {'identical' if same else 'DIFFERENT'}; "
+                      + ", ".join(f"{n} {'identical' if ok else 'DIFFERENT'}" for n, ok in alike.items()), flush=True)
             shutil.rmtree(data, ignore_errors=True)
         verdict = []
         if "10M" in results:

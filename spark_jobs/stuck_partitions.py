@@ -83,13 +83,13 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     lo = as_of - window
     lo_us = (lo - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
     ts = F.col("observed_at")
-    hashes = {"_k": F.xxhash64(*KEYS), "_k2": F.hash(*KEYS), "_g": F.xxhash64(*GK), "_g2": F.hash(*GK)}
+    hashes = {"_k": F.xxhash64(*KEYS), "_g": F.xxhash64(*GK)}
     keys = snapshots.select(*KEYS).distinct().select(*KEYS, *[e.alias(c) for c, e in hashes.items()]).cache()
-    # the tasks get two hashes of the key and of the group instead of their strings (far less to
-    # shuffle and hand to Python) unless two keys or two groups of this input share both: then the strings
-    n_keys = keys.count()
-    unique = (keys.select(*HASH_KEYS).distinct().count() == n_keys and
-              keys.select(*GROUP_HASH_KEYS).distinct().count() == keys.select(*GK).distinct().count())
+    # the tasks get a 64-bit hash of the key and of the group instead of their strings (far less to
+    # shuffle and hand to Python) unless two keys or two groups of this input share one: then the strings
+    n = keys.agg(F.count(F.lit(1)).alias("keys"), F.countDistinct("_k").alias("k"),
+                 F.countDistinct(*GK).alias("groups"), F.countDistinct("_g").alias("g")).first()
+    unique = n["k"] == n["keys"] and n["g"] == n["groups"]
     by, gby = (HASH_KEYS, GROUP_HASH_KEYS) if unique else (KEYS, GROUP_KEYS)
     vocab = _vocabulary(words)
 
@@ -236,7 +236,7 @@ def group_findings(findings: DataFrame, facts: DataFrame) -> DataFrame:
     status_rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
     by_status = findings.groupBy(*GK, "status").agg(F.count(F.lit(1)).alias("n"))
     counts = by_status.groupBy(*GK).agg(
-        F.map_from_entries(F.collect_list(F.struct("status", "n"))).alias("counts"))
+        F.map_from_entries(F.array_sort(F.collect_list(F.struct("status", "n")))).alias("counts"))  # by status
     ranked = (findings.withColumn("rank", status_rank).filter(F.col("rank") > 0)
               .groupBy(*GK).agg(F.min("rank").alias("rank")))
     lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))

@@ -50,7 +50,7 @@ def table(rows: list[dict]) -> pa.Table:
     schema = SCHEMAS["offsets_snapshots"]
     cols = {}
     for name in [*KEYS, *HASH_KEYS, *FACT_INPUT]:
-        typ = {"_k": pa.int64(), "_k2": pa.int32()}.get(name) or (
+        typ = {"_k": pa.int64()}.get(name) or (
             schema.field(name).type if name in schema.names else pa.string())
         cols[name] = pa.array([r.get(name) for r in rows], typ)
     return pa.table(cols)
@@ -104,18 +104,18 @@ def test_no_rows_is_nothing():
     assert key_features(table([]), lo_us()) is None
 
 
-def test_keyed_by_two_hashes_the_facts_are_the_same():
-    """The job hands the tasks (xxhash64, hash) of the key instead of its strings when they are unique."""
+def test_keyed_by_a_hash_the_facts_are_the_same():
+    """The job hands the tasks the xxhash64 of the key instead of its strings when no two keys share it."""
     rng = random.Random(99)
     keys = [{"cluster": "a", "source": "kafka", "group": f"g{i}", "topic": "t", "partition": p}
             for i in range(5) for p in range(4)]
     rows = []
     for n, k in enumerate(keys):
-        rows += [{**r, "_k": 10_000 * (n % 3) + 7, "_k2": n} for r in history(rng, k)]
+        rows += [{**r, "_k": 10_000 * n + 7} for r in history(rng, k)]
     rng.shuffle(rows)
-    hashes = {tuple(r[k] for k in KEYS): (r["_k"], r["_k2"]) for r in rows}
+    hashes = {tuple(r[k] for k in KEYS): r["_k"] for r in rows}
     by_strings = {tuple(r[k] for k in KEYS): r for r in key_features(table(rows), lo_us()).to_pylist()}
-    by_hashes = {(r["_k"], r["_k2"]): r for r in key_features(table(rows), lo_us(), HASH_KEYS).to_pylist()}
+    by_hashes = {r["_k"]: r for r in key_features(table(rows), lo_us(), HASH_KEYS).to_pylist()}
     assert len(by_hashes) == len(by_strings) == len(hashes)
     facts = [c for c in by_strings[next(iter(by_strings))] if c not in KEYS]
     for key, r in by_strings.items():

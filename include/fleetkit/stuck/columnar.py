@@ -9,12 +9,11 @@ from __future__ import annotations
 #: name stay apart (`source` null in older files is read as kafka)
 KEYS = ["cluster", "source", "group", "topic", "partition"]
 
-#: a key as two hashes of KEYS (Spark's xxhash64 and hash): what the job hands the tasks instead
-#: of the four strings when no two keys of the input share both (the job checks, else it hands
-#: the strings)
-HASH_KEYS = ["_k", "_k2"]
+#: a key as a 64-bit hash of KEYS (Spark's xxhash64): what the job hands the tasks instead of the
+#: four strings when no two keys of the input share it (the job checks, else it hands the strings)
+HASH_KEYS = ["_k"]
 _KEY_TYPES = {"cluster": "string", "source": "string", "group": "string", "topic": "string", "partition": "int",
-              "_k": "long", "_k2": "int"}
+              "_k": "long"}
 
 #: the columns `key_features` reads besides the key's
 FACT_INPUT = ["observed_at", "committed_offset", "log_start_offset", "log_end_offset", "assigned",
@@ -206,10 +205,10 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     return pa.table(out)
 
 
-#: a group in one offsets store, and the same as two hashes (Spark's xxhash64 and hash), as for KEYS
+#: a group in one offsets store, and the same as a 64-bit hash (Spark's xxhash64), as for KEYS
 GROUP_KEYS = ["cluster", "source", "group"]
-GROUP_HASH_KEYS = ["_g", "_g2"]
-_KEY_TYPES.update({"_g": "long", "_g2": "int"})
+GROUP_HASH_KEYS = ["_g"]
+_KEY_TYPES.update({"_g": "long"})
 
 #: the columns `group_facts` reads besides the group's: whether the row's group state is a
 #: rebalancing one, the generation and rejoins, and the codes (1-based positions in the job's
