@@ -44,7 +44,7 @@ def case(lab, airflow_server, unique):
     api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0", "target": "offset 7",
             "dry_run": False}
-    return {"api": api, "topic": topic, "group": group, "conf": conf, "lab": lab,
+    return {"api": api, "topic": topic, "group": group, "conf": conf, "lab": lab, "airflow": airflow_server,
             "root": DataRoot(os.environ["FLEET_DATA_ROOT"])}
 
 
@@ -65,13 +65,22 @@ def pending_approval(case, run_id):
 
 
 def settle(case, run_id):
-    """Wait until the approval task is parked in awaiting_input, then a few seconds more: Airflow
-    3.3.2's scheduler marks the task failed if the answer resumes it before the scheduler has
-    processed the executor event of the parking run (an answer within about a second of the
-    request). A person never answers that fast; a script must wait like this."""
+    """Wait until the approval task is parked in awaiting_input and the scheduler has processed the
+    executor event of the parking run (its log says so): Airflow 3.3.2's scheduler marks the task
+    failed if an answer resumes it before that (the event then finds the task queued again). A
+    person never answers that fast; a script must wait like this. Under load the event can come
+    more than 6 s after the task parked."""
     wait_for(lambda: case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve")
              ["state"] == "awaiting_input", 60, "the approval task to park")
-    time.sleep(6)
+    log = Path(case["airflow"].airflow_home()) / "logs" / "scheduler.out"
+    event = f"task_id='approve', run_id='{run_id}', try_number=1"
+
+    def processed():
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return any("Received executor event" in line and event in line for line in text.splitlines())
+
+    wait_for(processed, 90, f"the scheduler to process the parking run's executor event (in {log})")
+    time.sleep(1)
 
 
 def finished(case, run_id):
