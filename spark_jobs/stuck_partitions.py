@@ -57,7 +57,7 @@ def _tasks(lo_us: int, key_columns: list[str], group_columns: list[str]):
     return run
 
 
-GK = ["cluster", "source", "group"]
+GK = GROUP_KEYS
 
 
 def _vocabulary(words: list[str]):

@@ -32,6 +32,7 @@ COMPRESSION = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "abort", 1: "commit"}
 BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")  # base offset .. record count: 61 bytes
 LOG_OVERHEAD = 12                              # offset int64 + size int32
+ENTRY_HEAD = struct.Struct(">qi")              # those two, at the start of an entry of either family
 _XERIAL = b"\x82SNAPPY\x00"
 _LZ4_MAGIC = 0x184D2204
 _LZ4_MAX_BLOCK = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}

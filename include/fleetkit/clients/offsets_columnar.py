@@ -15,16 +15,15 @@ also names the errors. tests/unit/test_offsets_columnar.py compares both paths o
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
-from fleetkit.clients.log_format import BATCH_HEAD, FormatError, _varint
+from fleetkit.clients.log_format import BATCH_HEAD, ENTRY_HEAD, FormatError, _varint
 
 HEAD = BATCH_HEAD.size  # 61: base offset .. record count
-_BASE_LEN = struct.Struct(">qi")
+_BASE_LEN = ENTRY_HEAD
 _PAD = 64  # zeros after the answer: a field read past the end of a record stays in the array
 
 

@@ -88,7 +88,7 @@ def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
 # -- record batches ---------------------------------------------------------------------------
 _BATCH_HEAD = log_format.BATCH_HEAD
 HEAD = _BATCH_HEAD.size
-_BASE_LEN = struct.Struct(">qi")
+_BASE_LEN = log_format.ENTRY_HEAD
 
 
 @dataclass

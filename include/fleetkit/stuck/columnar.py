@@ -210,12 +210,9 @@ GROUP_KEYS = ["cluster", "source", "group"]
 GROUP_HASH_KEYS = ["_g"]
 _KEY_TYPES.update({"_g": "long"})
 
-#: the columns `group_facts` reads besides the group's: whether the row's group state is a
-#: rebalancing one, the generation and rejoins, and the codes (1-based positions in the job's
-#: vocabulary) of the rejoin cause and the assignor
-GROUP_INPUT = ["observed_at", "_rebalancing", "generation", "rejoins", "_cause", "_assignor"]
-
-#: a group's facts over the window, as `group_facts` yields them after the group's columns
+#: `group_facts` reads, besides the group's columns: observed_at, _rebalancing (the row's group
+#: state is a rebalancing one), generation, rejoins, and _cause / _assignor (the codes, 1-based
+#: positions in the job's vocabulary, of the rejoin cause and the assignor); it yields, after them:
 GROUP_FACTS_SCHEMA = "times long, rebalancing long, rebalances long, rejoins long, cause_code long, assignor_code long"
 
 
