@@ -173,7 +173,7 @@ def test_an_approved_reset_runs_on_the_celery_workers(cluster_airflow, lab, uniq
     wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 180, "the DAG parsed by the dag-processor")
     api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
     fail_leftover_runs(api, dag_id)
-    case = {"api": api, "conf": {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0",
+    case = {"api": api, "airflow": services, "conf": {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0",
                                  "target": "offset 7", "dry_run": False}}
 
     run_id = trigger(case)  # as admin
