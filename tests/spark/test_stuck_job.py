@@ -223,3 +223,39 @@ def test_no_rows_gives_empty_results_not_an_error(spark, tmp_path):
     assert main(["--snapshots", str(tmp_path / "in"), "--out", str(tmp_path / "o"), "--master", "local[2]"]) == 0
     assert (tmp_path / "o" / "findings.jsonl").read_text() == ""
     assert (tmp_path / "o" / "groups.jsonl").read_text() == ""
+
+
+def test_what_a_task_is_handed_reads_back_as_the_rows(live):
+    """The job hands its tasks a row's cluster, source and group as one string and its small values
+    packed into two longs; the task's unpacking gives back exactly the values, for hostile names
+    (colons, dashes, digits, quotes, emoji, empty strings, nulls) and any generation or rejoins."""
+    import stuck_partitions as job
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from fleetkit.stuck.columnar import GROUP_ID, expand_group_ids, unpack_small_values
+
+    names = ["c1", "", "3:abc", "-", "a\"b' $(id)", "grüße 🚀", "1:x-2:yy", None]
+    words = ["poll_interval", "range", "session"]
+    rows = []
+    for i in range(64):
+        rows.append((names[i % 8], names[(i // 8) % 8] if i % 5 else "kafka", names[(i * 3) % 8],
+                     [None, True, False][i % 3], ["Stable", "PreparingRebalance", None, "CompletingRebalance"][i % 4],
+                     [None, -1, 0, 2**31 - 1, -2**31, 7][i % 6], [None, 0, 5, 2**31 - 1, -3][i % 5],
+                     [None, *words][i % 4], [None, *words][(i // 4) % 4]))
+    schema = T.StructType([T.StructField(n, t) for n, t in [
+        ("cluster", T.StringType()), ("source", T.StringType()), ("group", T.StringType()),
+        ("assigned", T.BooleanType()), ("group_state", T.StringType()), ("generation", T.IntegerType()),
+        ("rejoins", T.IntegerType()), ("rejoin_cause", T.StringType()), ("assignor", T.StringType())]])
+    df = live.createDataFrame(rows, schema).withColumn("i", F.monotonically_increasing_id())
+    handed = df.select("i", job.group_id().alias(GROUP_ID), *job.packed_small_values(job._vocabulary(words)))
+    got = unpack_small_values(expand_group_ids(pa.Table.from_pylist([r.asDict() for r in handed.collect()])))
+    got = sorted(got.to_pylist(), key=lambda r: r["i"])
+    code = {w: n + 1 for n, w in enumerate(words)}
+    for r, want in zip(got, rows):
+        cluster, source, group, assigned, state, generation, rejoins, cause, assignor = want
+        assert (r["cluster"], r["source"], r["group"]) == (cluster, source, group)
+        assert (r["assigned"], r["_rebalancing"], r["generation"], r["rejoins"]) == (
+            assigned, state in ("PreparingRebalance", "CompletingRebalance"), generation, rejoins), want
+        assert (r["_cause"], r["_assignor"]) == (code.get(cause), code.get(assignor)), want
+    assert len(got) == len(rows)

@@ -14,7 +14,8 @@ import pytest
 from fleetkit.core.datasets import SCHEMAS
 from fleetkit.stuck import rules
 from fleetkit.stuck.columnar import (
-    FACT_INPUT, GROUP_KEYS, HASH_KEYS, KEYS, group_facts, key_features, task_facts, task_output_schema,
+    FACT_INPUT, GROUP_KEYS, KEYS, TP_KEYS, _Columns, group_facts, group_id, key_features, log_end_points,
+    parse_group_id, task_facts, task_output_schema, unpack_points,
 )
 
 
@@ -49,9 +50,8 @@ def history(rng: random.Random, key: dict) -> list[dict]:
 def table(rows: list[dict]) -> pa.Table:
     schema = SCHEMAS["offsets_snapshots"]
     cols = {}
-    for name in [*KEYS, *HASH_KEYS, *FACT_INPUT]:
-        typ = {"_k": pa.int64()}.get(name) or (
-            schema.field(name).type if name in schema.names else pa.string())
+    for name in [*KEYS, *FACT_INPUT]:
+        typ = schema.field(name).type if name in schema.names else pa.string()
         cols[name] = pa.array([r.get(name) for r in rows], typ)
     return pa.table(cols)
 
@@ -104,23 +104,26 @@ def test_no_rows_is_nothing():
     assert key_features(table([]), lo_us()) is None
 
 
-def test_keyed_by_a_hash_the_facts_are_the_same():
-    """The job hands the tasks the xxhash64 of the key instead of its strings when no two keys share it."""
-    rng = random.Random(99)
-    keys = [{"cluster": "a", "source": "kafka", "group": f"g{i}", "topic": "t", "partition": p}
-            for i in range(5) for p in range(4)]
-    rows = []
-    for n, k in enumerate(keys):
-        rows += [{**r, "_k": 10_000 * n + 7} for r in history(rng, k)]
-    rng.shuffle(rows)
-    hashes = {tuple(r[k] for k in KEYS): r["_k"] for r in rows}
-    by_strings = {tuple(r[k] for k in KEYS): r for r in key_features(table(rows), lo_us()).to_pylist()}
-    by_hashes = {r["_k"]: r for r in key_features(table(rows), lo_us(), HASH_KEYS).to_pylist()}
-    assert len(by_hashes) == len(by_strings) == len(hashes)
-    facts = [c for c in by_strings[next(iter(by_strings))] if c not in KEYS]
-    for key, r in by_strings.items():
-        h = by_hashes[hashes[key]]
-        assert [r[c] for c in facts] == [h[c] for c in facts]
+def test_row_codes_are_equal_exactly_for_equal_tuples():
+    """_Columns.codes: one int64 per row for a tuple of columns (strings, ints, nulls), equal codes
+    exactly for equal tuples, also when the product of the columns' cardinalities passes 2**62 (the
+    codes are re-densified)."""
+    rng = random.Random(3)
+    rows = [(rng.choice(["a", "b", None, "ü 'x'"]), rng.choice([0, 1, 2, None]), rng.choice(["t", "u"]))
+            for _ in range(500)]
+    t = pa.table({"s": pa.array([r[0] for r in rows], pa.string()), "p": pa.array([r[1] for r in rows], pa.int32()),
+                  "u": pa.array([r[2] for r in rows], pa.string())})
+    codes = _Columns(t).codes(["s", "p", "u"]).tolist()
+    for i in range(len(rows)):
+        for j in range(i):
+            assert (codes[i] == codes[j]) == (rows[i] == rows[j]), (rows[i], rows[j])
+    firsts = list(dict.fromkeys(rows))  # dense, numbered in the order of their first row
+    assert codes == [firsts.index(r) for r in rows]
+    # 6 columns of 2,000 distinct values each: 2000**6 > 2**62
+    n = 2000
+    wide = pa.table({f"c{i}": pa.array([(k * (i + 7)) % n for k in range(n)] + [0], pa.int64()) for i in range(6)})
+    codes = _Columns(wide).codes(wide.column_names).tolist()
+    assert len(set(codes[:n])) == n and codes[n] == codes[0]
 
 
 # -- the groups' facts (rebalance storms) against rules.storm ---------------------------------------
@@ -196,26 +199,93 @@ def test_group_facts_give_the_reference_storm_verdict(seed):
     assert storms >= 1  # the histories include storms
 
 
+def hi_us() -> int:
+    return (AS_OF - EPOCH) // dt.timedelta(microseconds=1)
+
+
+def task_table(rows: list[dict]) -> pa.Table:
+    t = group_table(rows)
+    for name in ("topic", "partition", *FACT_INPUT[1:]):
+        typ = pa.int32() if name == "partition" else SCHEMAS["offsets_snapshots"].field(name).type
+        t = t.append_column(name, pa.array([r[name] for r in rows], typ))
+    return t
+
+
 def test_task_facts_carry_keys_and_groups_apart():
-    """One task's output: a row per key with committed rows (`_row` 0, its facts) and a row per group
-    with rows in the window (`_row` 1), each with the other kind's columns null."""
+    """One task's output: a row per key (`_row` 0: its facts, or null facts when it has no committed
+    row up to as_of), a row per group with rows in the window (`_row` 1) and a row per topic
+    partition with its log end points (`_row` 2), each with the other kinds' columns null. Rows after
+    as_of count for nothing but their key."""
     rng = random.Random(5)
     rows = []
     for g in ("g1", "g2"):
         for r in group_history(rng, {"cluster": "a", "source": "kafka", "group": g}):
             rows.append({**r, "committed_offset": None if r["partition"] == 0 else 7, "log_start_offset": 0,
-                         "log_end_offset": 9, "assigned": True, "commit_interval_seconds": None,
+                         "log_end_offset": 9 + r["partition"], "assigned": True, "commit_interval_seconds": None,
                          "committed_at": None, "committed_record_timestamp": None})
-    t = group_table(rows)
-    for name in ("topic", "partition", *FACT_INPUT[1:]):
-        typ = pa.int32() if name == "partition" else SCHEMAS["offsets_snapshots"].field(name).type
-        t = t.append_column(name, pa.array([r[name] for r in rows], typ))
-    out = task_facts(t, lo_us(), KEYS, GROUP_KEYS)
-    assert out.schema == task_output_schema(KEYS, GROUP_KEYS)
+    late = {"cluster": "a", "source": "kafka", "group": "g1", "topic": "late", "partition": 0,
+            "observed_at": AS_OF + dt.timedelta(seconds=30), "group_state": "PreparingRebalance", "generation": 99,
+            "rejoins": 9, "rejoin_cause": "session", "assignor": None, "committed_offset": 3, "log_start_offset": 0,
+            "log_end_offset": 12, "assigned": True, "commit_interval_seconds": None, "committed_at": None,
+            "committed_record_timestamp": None}
+    without_late = task_facts(task_table(rows), lo_us(), hi_us()).to_pylist()
+    out = task_facts(task_table(rows + [late]), lo_us(), hi_us())
+    assert out.schema == task_output_schema()
     keys = [r for r in out.to_pylist() if r["_row"] == 0]
     groups = [r for r in out.to_pylist() if r["_row"] == 1]
-    assert sorted((r["group"], r["partition"]) for r in keys) == sorted(
-        {(r["group"], r["partition"]) for r in rows if r["committed_offset"] is not None})
-    assert all(r["times"] is None for r in keys) and all(r["snapshots"] is not None for r in keys)
+    points = [r for r in out.to_pylist() if r["_row"] == 2]
+    assert sorted((r["group"], r["topic"], r["partition"]) for r in keys) == sorted(
+        {(r["group"], r["topic"], r["partition"]) for r in rows + [late]})
+    committed = {(r["group"], r["partition"]) for r in rows if r["committed_offset"] is not None}
+    for r in keys:
+        assert r["times"] is None and r["points"] is None
+        assert (r["snapshots"] is not None) == ((r["group"], r["partition"]) in committed and r["topic"] == "t"), r
     assert sorted(r["group"] for r in groups) == sorted({r["group"] for r in rows if r["observed_at"] >= AS_OF - WINDOW})
     assert all(r["snapshots"] is None and r["partition"] is None and r["times"] >= 1 for r in groups)
+    assert sorted((r["topic"], r["partition"], *p) for r in points for p in unpack_points([r["points"]])) == sorted(
+        {("t", r["partition"], r["observed_at"].timestamp(), r["log_end_offset"]) for r in rows})
+    assert all(r["group"] is None and r["source"] is None and r["snapshots"] is None for r in points)
+    # the late row changes no group's facts, no key's and no point
+    assert [r for r in out.to_pylist() if r["topic"] != "late"] == without_late
+
+
+def test_log_end_points_are_the_distinct_points_up_to_as_of():
+    """Per topic partition, every (time, log end) once, whichever groups reported it; none without a
+    log end or after as_of; the time in epoch seconds as Spark casts a timestamp to double. Packed
+    values of several tasks unpack to their union, sorted by time."""
+    rng = random.Random(11)
+    rows = []
+    for g in ("g1", "g2", "g 3 $(x)"):
+        for r in group_history(rng, {"cluster": rng.choice(["a", "b"]), "source": "kafka", "group": g}):
+            rows.append({**r, "committed_offset": 1, "log_start_offset": 0,
+                         "log_end_offset": None if rng.random() < 0.1 else rng.choice([100, 101]) + r["partition"],
+                         "assigned": None, "commit_interval_seconds": None, "committed_at": None,
+                         "committed_record_timestamp": None})
+    dup = dict(rows[0], group="other")  # another group, same partition and time
+    after = dict(rows[0], observed_at=AS_OF + dt.timedelta(microseconds=1), log_end_offset=5)
+    got = log_end_points(task_table(rows + [dup, after]), hi_us()).to_pylist()
+    tps = [tuple(p[k] for k in TP_KEYS) for p in got]
+    assert len(tps) == len(set(tps))
+    want = {}
+    for r in rows:
+        if r["log_end_offset"] is not None:
+            want.setdefault(tuple(r[k] for k in TP_KEYS), set()).add((r["observed_at"].timestamp(), r["log_end_offset"]))
+    assert {tp: unpack_points([p["points"]]) for tp, p in zip(tps, got)} == {tp: sorted(v) for tp, v in want.items()}
+    # two tasks' values of one partition: their union, each point once
+    half = len(rows) // 2
+    a, b = (log_end_points(task_table(part), hi_us()).to_pylist() for part in (rows[:half], rows[half:]))
+    tp = tps[0]
+    packed = [p["points"] for p in a + b if tuple(p[k] for k in TP_KEYS) == tp] + [b""]
+    assert unpack_points(packed) == sorted(want[tp]) and unpack_points([]) == []
+
+
+@pytest.mark.parametrize("parts", [("c", "kafka", "g"), ("", "", ""), (None, None, None), ("3:x", "-", "1:a2:bc"),
+                                   ("grüße 🚀", "zookeeper", "a\"b' $(id)\n"), ("c", None, "-")])
+def test_a_group_id_parses_back_to_its_parts(parts):
+    assert parse_group_id(group_id(*parts)) == parts
+
+
+@pytest.mark.parametrize("text", ["", "3:ab", "1:a1:b", "1:a1:b1:cX", "x:a-1:b", "-1:a"])
+def test_a_string_that_is_no_group_id_is_refused(text):
+    with pytest.raises(ValueError):
+        parse_group_id(text)

@@ -9,11 +9,84 @@ from __future__ import annotations
 #: name stay apart (`source` null in older files is read as kafka)
 KEYS = ["cluster", "source", "group", "topic", "partition"]
 
-#: a key as a 64-bit hash of KEYS (Spark's xxhash64): what the job hands the tasks instead of the
-#: four strings when no two keys of the input share it (the job checks, else it hands the strings)
-HASH_KEYS = ["_k"]
-_KEY_TYPES = {"cluster": "string", "source": "string", "group": "string", "topic": "string", "partition": "int",
-              "_k": "long"}
+_KEY_TYPES = {"cluster": "string", "source": "string", "group": "string", "topic": "string", "partition": "int"}
+
+#: a task gets a row's group (GROUP_KEYS below) as one string, fewer columns to move into Python:
+#: for each of cluster, source and group its length in characters, a colon and the value, or "-"
+#: for a null (`group_id`; the job builds it with Spark's functions). Any name survives: a length,
+#: not a separator, ends each value.
+GROUP_ID = "_group_id"
+
+
+def group_id(cluster: str | None, source: str | None, group: str | None) -> str:
+    return "".join("-" if v is None else f"{len(v)}:{v}" for v in (cluster, source, group))
+
+
+def parse_group_id(text: str) -> tuple[str | None, str | None, str | None]:
+    """group_id's parts back; ValueError for a string group_id cannot have built."""
+    out, i = [], 0
+    for _ in range(3):
+        if text.startswith("-", i):
+            out.append(None)
+            i += 1
+            continue
+        colon = text.index(":", i)
+        n = int(text[i:colon])
+        if n < 0 or colon + 1 + n > len(text):
+            raise ValueError(f"not a group id: {text!r}")
+        out.append(text[colon + 1:colon + 1 + n])
+        i = colon + 1 + n
+    if i != len(text):
+        raise ValueError(f"not a group id: {text!r}")
+    return out[0], out[1], out[2]
+
+
+def expand_group_ids(table):
+    """`table` with its GROUP_ID column replaced by the cluster, source and group columns (each
+    distinct id parsed once)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = pc.dictionary_encode(table.column(GROUP_ID)).combine_chunks()
+    parts = list(zip(*[parse_group_id(v) for v in ids.dictionary.to_pylist()])) or [(), (), ()]
+    at = table.schema.get_field_index(GROUP_ID)
+    table = table.remove_column(at)
+    for offset, (name, values) in enumerate(zip(("cluster", "source", "group"), parts)):
+        table = table.add_column(at + offset, name, pa.array(values, pa.string()).take(ids.indices))
+    return table
+
+
+#: a task gets a row's small values packed into two longs (fewer columns to move into Python), and
+#: `unpack_small_values` gives back the columns FACT_INPUT and group_facts read:
+#:   `_flags`: bits 0-1 assigned (0 null, 1 false, 2 true), bit 2 _rebalancing, bit 3 set when
+#:             generation is null, bit 4 when rejoins is, from bit 8 the _cause code and from bit
+#:             8 + CODE_BITS the _assignor code (0: null)
+#:   `_gen_rejoins`: generation in the high 32 bits, rejoins in the low 32 (two's complement)
+PACKED = ["_flags", "_gen_rejoins"]
+CODE_BITS = 20  # codes are positions in the job's vocabulary of causes and assignors: < 2**20
+
+
+def unpack_small_values(table):
+    """`table` with PACKED replaced by the columns assigned, _rebalancing, generation, rejoins,
+    _cause and _assignor."""
+    import numpy as np
+    import pyarrow as pa
+
+    flags = table.column("_flags").to_numpy()
+    both = table.column("_gen_rejoins").to_numpy()
+    assigned = flags & 3
+    codes = [(flags >> shift) & ((1 << CODE_BITS) - 1) for shift in (8, 8 + CODE_BITS)]
+    cols = {"assigned": pa.array(assigned == 2, mask=assigned == 0),
+            "_rebalancing": pa.array((flags & 4) != 0),
+            "generation": pa.array((both >> 32).astype(np.int32), mask=(flags & 8) != 0),
+            "rejoins": pa.array((both & 0xFFFFFFFF).astype(np.uint32).view(np.int32), mask=(flags & 16) != 0),
+            "_cause": pa.array(codes[0], mask=codes[0] == 0),
+            "_assignor": pa.array(codes[1], mask=codes[1] == 0)}
+    table = table.drop_columns(PACKED)
+    for name, col in cols.items():
+        table = table.append_column(name, col)
+    return table
+
 
 #: the columns `key_features` reads besides the key's
 FACT_INPUT = ["observed_at", "committed_offset", "log_start_offset", "log_end_offset", "assigned",
@@ -59,34 +132,57 @@ class _Columns:
             self.done[name] = (v, nulls)
         return self.done[name]
 
-def features_schema(key_columns: list[str]) -> str:
-    """The DDL schema of `key_features`' output for these key columns."""
-    return ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in key_columns) + ", " + FACTS_SCHEMA
+    def codes(self, names, rows=None):
+        """One int64 per row (of `rows`, default all) for the tuple of these columns' values: equal
+        tuples, equal codes (nulls are a value of their own), dense (0 to the number of distinct
+        tuples - 1) and numbered in the order of their first row."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        acc = None
+        for name in names:
+            v, nulls = self(name)
+            if rows is not None:
+                v, nulls = v[rows], nulls[rows]
+            if v.dtype != np.bool_ and not pa.types.is_string(self.table.column(name).type):
+                v = pc.dictionary_encode(pa.array(v)).indices.to_numpy().astype(np.int64)  # dense
+            c = np.where(nulls, 0, v.astype(np.int64) + 1)  # 0: null; 1..d: the values
+            if acc is None:
+                acc = c
+                continue
+            width = int(c.max()) + 1 if len(c) else 1
+            if int(acc.max()) >= (1 << 62) // width:  # re-densify before the product overflows
+                acc = pc.dictionary_encode(pa.array(acc)).indices.to_numpy().astype(np.int64)
+            acc = acc * width + c
+        return pc.dictionary_encode(pa.array(acc)).indices.to_numpy().astype(np.int64)
 
 
-def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
+def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, raw=None):
     """The facts of fleetkit.stuck.rules.features for every key of `table` (committed snapshot rows,
-    observed at or before as_of, keyed by `key_columns`; `lo_us`: the window's start in microseconds), numpy over whole
-    columns: one sort by (key, observed_at), then each fact from neighbouring rows and per-key
+    observed at or before as_of, keyed by `key_columns`; `lo_us`: the window's start in
+    microseconds; `rows`: the indices of the rows to read, default all; `raw`: the table's _Columns
+    when the caller has them), numpy over whole columns: one sort by (key, observed_at), then each fact from neighbouring rows and per-key
     reductions. Snapshot pairs are consecutive rows of a key, both in the window; a change is a row
     whose predecessor showed another offset; the trailing streak is the run of last rows in the
     window at the latest offset with lag > 0 (rules.features is the reference, tests compare)."""
     import numpy as np
     import pyarrow as pa
 
-    n = table.num_rows
+    raw = raw or _Columns(table)
+    rows = np.arange(table.num_rows) if rows is None else rows
+    n = len(rows)
     if n == 0:
         return None
-    raw = _Columns(table)
 
     # one sort by (key, observed_at); row i below is row order[i] of the table
-    order = np.lexsort((raw("observed_at")[0], *reversed([raw(k)[0] for k in key_columns])))
+    key = raw.codes(key_columns, rows)
+    o = np.lexsort((raw("observed_at")[0][rows], key))
+    order, key = rows[o], key[o]
     obs = raw("observed_at")[0][order]
     first = np.zeros(n, dtype=bool)
     first[0] = True
-    for k in key_columns:
-        kv = raw(k)[0][order]
-        first[1:] |= kv[1:] != kv[:-1]
+    first[1:] = key[1:] != key[:-1]
     starts = np.flatnonzero(first)
     gid = np.cumsum(first) - 1
     g = len(starts)
@@ -205,10 +301,8 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS):
     return pa.table(out)
 
 
-#: a group in one offsets store, and the same as a 64-bit hash (Spark's xxhash64), as for KEYS
+#: a group in one offsets store
 GROUP_KEYS = ["cluster", "source", "group"]
-GROUP_HASH_KEYS = ["_g"]
-_KEY_TYPES.update({"_g": "long"})
 
 #: `group_facts` reads, besides the group's columns: observed_at, _rebalancing (the row's group
 #: state is a rebalancing one), generation, rejoins, and _cause / _assignor (the codes, 1-based
@@ -216,9 +310,9 @@ _KEY_TYPES.update({"_g": "long"})
 GROUP_FACTS_SCHEMA = "times long, rebalancing long, rebalances long, rejoins long, cause_code long, assignor_code long"
 
 
-def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS):
+def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS, hi_us: int | None = None, raw=None):
     """The facts fleetkit.stuck.rules.storm reads from a group's snapshots in the window (rows
-    observed at or after `lo_us`; the table holds none after as_of), for every group of `table`:
+    observed at or after `lo_us` and, given `hi_us` (as_of), at or before it), for every group of `table`:
     distinct snapshot times, how many of them in a rebalancing state (any row of the group at that
     time), the spread of the generation and of the rejoins (0 without any), and the cause and assignor
     codes of the newest row that has one. Rows of one group at one time come from one DescribeGroups
@@ -226,20 +320,22 @@ def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS):
     import numpy as np
     import pyarrow as pa
 
-    raw = _Columns(table)
-    obs_all = raw("observed_at")[0]
-    rows = np.flatnonzero(obs_all >= lo_us)
+    raw = raw or _Columns(table)
+    obs_all, obs_null = raw("observed_at")
+    in_window = ~obs_null & (obs_all >= lo_us)
+    if hi_us is not None:
+        in_window &= obs_all <= hi_us
+    rows = np.flatnonzero(in_window)
     if len(rows) == 0:
         return None
     obs = obs_all[rows]
-    order = np.lexsort((obs, *reversed([raw(k)[0][rows] for k in group_columns])))
-    rows, obs = rows[order], obs[order]
+    group = raw.codes(group_columns, rows)
+    order = np.lexsort((obs, group))
+    rows, obs, group = rows[order], obs[order], group[order]
     n = len(rows)
     first = np.zeros(n, dtype=bool)
     first[0] = True
-    for k in group_columns:
-        kv = raw(k)[0][rows]
-        first[1:] |= kv[1:] != kv[:-1]
+    first[1:] = group[1:] != group[:-1]
     gid = np.cumsum(first) - 1
     g = int(gid[-1]) + 1
     new_time = first.copy()
@@ -274,44 +370,107 @@ def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS):
     return pa.table(out)
 
 
-_ARROW_TYPES = {"long": "int64", "int": "int32", "string": "string", "double": "float64", "boolean": "bool_"}
+#: a topic partition, and what a task yields of its log end history (`_row` 2): the distinct
+#: (observed_at, log end offset) points of its rows up to as_of, packed (`pack_points`)
+TP_KEYS = ["cluster", "topic", "partition"]
+POINTS_SCHEMA = "points binary"
+#: a packed point: the time in epoch seconds (as Spark casts a timestamp to double), the log end
+_POINT = [("t", "<f8"), ("e", "<i8")]
+
+_ARROW_TYPES = {"long": "int64", "int": "int32", "string": "string", "double": "float64", "boolean": "bool_",
+                "binary": "binary"}
+_PARTS = (FACTS_SCHEMA, GROUP_FACTS_SCHEMA, POINTS_SCHEMA)
 
 
-def task_output_schema(key_columns: list[str], group_columns: list[str]):
-    """The Arrow schema of what the job's tasks yield: `_row` (0: a key's facts, 1: a group's), the
-    key's and the group's columns, then FACTS_SCHEMA and GROUP_FACTS_SCHEMA (null where the row
-    is of the other kind)."""
+def task_output_schema():
+    """The Arrow schema of what the job's tasks yield: `_row` (0: a key's facts, 1: a group's, 2: a
+    topic partition's log end points), KEYS, then FACTS_SCHEMA, GROUP_FACTS_SCHEMA and POINTS_SCHEMA
+    (null where the row is of another kind, as are the key columns a kind has not)."""
     import pyarrow as pa
 
     def arrow(ddl: str):
         return pa.timestamp("us", tz="UTC") if ddl == "timestamp" else getattr(pa, _ARROW_TYPES[ddl])()
 
-    names = key_columns + [c for c in group_columns if c not in key_columns]
-    fields = [pa.field("_row", pa.int32())] + [pa.field(c, arrow(_KEY_TYPES[c])) for c in names]
-    for part in (FACTS_SCHEMA + ", " + GROUP_FACTS_SCHEMA).split(", "):
+    fields = [pa.field("_row", pa.int32())] + [pa.field(c, arrow(_KEY_TYPES[c])) for c in KEYS]
+    for part in ", ".join(_PARTS).split(", "):
         name, ddl = part.split(" ")
         fields.append(pa.field(name, arrow(ddl)))
     return pa.schema(fields)
 
 
-def task_output_ddl(key_columns: list[str], group_columns: list[str]) -> str:
+def task_output_ddl() -> str:
     """task_output_schema as a Spark DDL string."""
-    names = key_columns + [c for c in group_columns if c not in key_columns]
-    return ("_row int, " + ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in names) + ", " + FACTS_SCHEMA + ", "
-            + GROUP_FACTS_SCHEMA)
+    return "_row int, " + ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in KEYS) + ", " + ", ".join(_PARTS)
 
 
-def task_facts(table, lo_us: int, key_columns: list[str], group_columns: list[str]):
-    """One Spark task's rows (every row of a group, observed at or before as_of: committed rows and
-    the window's uncommitted ones) -> the facts of its keys (`key_features` over the committed rows)
-    and of its groups (`group_facts`), as one table of task_output_schema."""
+def log_end_points(table, hi_us: int, raw=None):
+    """Per topic partition of `table`, the distinct (observed_at, log end) points of its rows observed
+    at or before `hi_us` (as_of) with a log end offset, packed into one value (every group reading a
+    partition reports the same log: a task sends each point once): columns TP_KEYS, points."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    schema = task_output_schema(key_columns, group_columns)
-    parts = [(0, key_features(table.filter(pc.is_valid(table.column("committed_offset"))), lo_us, key_columns)),
-             (1, group_facts(table, lo_us, group_columns))]
+    raw = raw or _Columns(table)
+    obs, obs_null = raw("observed_at")
+    leo, leo_null = raw("log_end_offset")
+    rows = np.flatnonzero(~obs_null & ~leo_null & (obs <= hi_us))
+    if len(rows) == 0:
+        return None
+    # each distinct (partition, time, log end) once (its first row: the codes are numbered in the
+    # order of their first row), then sorted by partition
+    point = raw.codes([*TP_KEYS, "observed_at", "log_end_offset"], rows)
+    rows = rows[np.flatnonzero(np.diff(np.maximum.accumulate(point), prepend=-1) > 0)]
+    tp = raw.codes(TP_KEYS, rows)
+    o = np.lexsort((leo[rows], obs[rows], tp))
+    rows, tp = rows[o], tp[o]
+    points = np.empty(len(rows), dtype=_POINT)
+    points["t"], points["e"] = obs[rows] / 1e6, leo[rows]
+    starts = np.flatnonzero(np.diff(tp, prepend=-1) != 0)
+    ends = np.append(starts[1:], len(rows))
+    out = {k: table.column(k).take(pa.array(rows[starts])) for k in TP_KEYS}
+    out["points"] = pa.array([points[a:b].tobytes() for a, b in zip(starts.tolist(), ends.tolist())], pa.binary())
+    return pa.table(out)
+
+
+def unpack_points(packed) -> list[tuple[float, int]]:
+    """The (t, e) points of a topic partition's packed values (log_end_points' `points`, from any
+    number of tasks): distinct, sorted by time."""
+    import numpy as np
+
+    parts = [np.frombuffer(b, dtype=_POINT) for b in packed if b]
+    if not parts:
+        return []
+    return [(float(t), int(e)) for t, e in np.unique(np.concatenate(parts)).tolist()]
+
+
+def task_facts(table, lo_us: int, hi_us: int):
+    """One Spark task's rows (every row of a group, whenever observed) -> one table of
+    task_output_schema (`table` may hold GROUP_ID instead of cluster, source and group, and PACKED
+    instead of the small values): the facts of every key of the table (`key_features` over its committed rows
+    observed at or before `hi_us`, as_of; a key without such rows gets its key and null facts), of its
+    groups (`group_facts`) and its partitions' log end points (`log_end_points`)."""
+    import numpy as np
+    import pyarrow as pa
+
+    schema = task_output_schema()
+    if GROUP_ID in table.column_names:
+        table = expand_group_ids(table)
+    if PACKED[0] in table.column_names:
+        table = unpack_small_values(table)
+    raw = _Columns(table)
+    obs, obs_null = raw("observed_at")
+    upto = ~obs_null & (obs <= hi_us)
+    committed = upto & ~raw("committed_offset")[1]
+    facts = key_features(table, lo_us, KEYS, np.flatnonzero(committed), raw)
+    # keys with no committed row up to as_of: their key only (the job reads them as no snapshot);
+    # codes are numbered in the order of their first row, so a key's first row is where the running
+    # maximum of the codes reaches it
+    key = raw.codes(KEYS)
+    first_row = np.flatnonzero(np.diff(np.maximum.accumulate(key), prepend=-1) > 0)
+    bare = np.bincount(key[committed], minlength=len(first_row)) == 0
+    bare_keys = table.select(KEYS).take(pa.array(first_row[bare])) if bare.any() else None
+    parts = [(0, facts), (0, bare_keys), (1, group_facts(table, lo_us, GROUP_KEYS, hi_us, raw)),
+             (2, log_end_points(table, hi_us, raw))]
     out = []
     for kind, part in parts:
         if part is None:
