@@ -16,8 +16,13 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 
 
-def spark_env() -> dict:
-    return dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
+def spark_env(repo: Path = REPO) -> dict:
+    """The environment of a spark-submit of `repo`'s jobs: another checkout's jobs import its own
+    library first (this checkout's virtualenv holds this one as an editable install)."""
+    env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
+    if Path(repo).resolve() != REPO.resolve():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(repo) / "include"), env.get("PYTHONPATH")) if p)
+    return env
 
 
 def run_measured(argv: list[str], env: dict | None = None) -> tuple[float, float, str]:
@@ -54,9 +59,9 @@ _PYTHON_METRICS = ("time to start Python workers", "time to initialize Python wo
 
 
 def spark_submit_profiled(argv: list[str], master: str = "local[2]", driver_memory: str = "4g",
-                          conf: dict | None = None) -> tuple[float, float, str, dict]:
-    """spark-submit ARGV with an event log; (wall s, peak GiB, stdout, breakdown), where breakdown
-    says where the wall time went (see `breakdown`)."""
+                          conf: dict | None = None, repo: Path = REPO) -> tuple[float, float, str, dict]:
+    """spark-submit ARGV (a job of checkout `repo`) with an event log; (wall s, peak GiB, stdout,
+    breakdown), where breakdown says where the wall time went (see `breakdown`)."""
     logs = Path(tempfile.mkdtemp(prefix="spark-events-"))
     confs = {"spark.ui.enabled": "false", "spark.eventLog.enabled": "true", "spark.eventLog.dir": logs.as_uri(),
              "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false", **(conf or {})}
@@ -64,7 +69,7 @@ def spark_submit_profiled(argv: list[str], master: str = "local[2]", driver_memo
     for k, v in confs.items():
         cmd += ["--conf", f"{k}={v}"]
     t0 = time.time()
-    wall, peak, out = run_measured(cmd + argv)
+    wall, peak, out = run_measured(cmd + argv, spark_env(repo))
     files = sorted(p for p in logs.rglob("*") if p.is_file() and not p.name.startswith((".", "appstatus")))
     b = breakdown(files[-1], t0, wall) if files else {}
     if os.environ.get("FLEET_BENCH_KEEP_EVENTS"):

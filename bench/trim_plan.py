@@ -64,7 +64,7 @@ def generate(root: Path, records: int, keys: int, per_segment: int) -> None:
 
 def timed(argv: list[str], driver_memory: str, repo: Path = REPO) -> tuple[float, float, str]:
     wall, peak_gb, out, b = spark_submit_profiled([str(repo / "spark_jobs" / argv[0]), *argv[1:]],
-                                                  driver_memory=driver_memory)
+                                                  driver_memory=driver_memory, repo=repo)
     print(f"  {Path(argv[0]).stem}: {format_breakdown(b)}", flush=True)
     return wall, peak_gb, out.strip().splitlines()[-1]
 
