@@ -15,7 +15,10 @@ Runs its own one-broker lab of that version in the test port plan's "bench" slot
   and message sets on 0.9, record batches after; column-wise decoding; Parquet) into a fresh data
   root, in a child process whose peak RSS is reported;
 * Kafka: DumpLogSegments --offsets-decoder --print-data-log --files <every .log of
-  __consumer_offsets-*> > /dev/null (it reads the segment files directly: no broker round trips).
+  __consumer_offsets-*> > /dev/null (it reads the segment files directly: no broker round trips);
+* on 0.9 also Kafka's ConsoleConsumer with the offsets formatter (GroupMetadataManager's
+  OffsetsMessageFormatter, the old consumer through ZooKeeper, exclude.internal.topics=false), from
+  the broker like the toolkit, `--max-messages` the records in the log (so no idle timeout counts).
 
 Prints records/s of each and the ratio. The lab is stopped and removed afterwards (--keep keeps it).
 """
@@ -97,6 +100,25 @@ def fill(bootstrap: str, commits: int, groups: int, version: str) -> float:
     return time.monotonic() - t0
 
 
+def console_consumer_09(libs: Path, zk_hosts: str, records: int, tmp: Path) -> dict:
+    """Kafka 0.9.0.1's ConsoleConsumer printing __consumer_offsets with its offsets formatter, until
+    it has printed `records` records: seconds and the lines it printed."""
+    props = tmp / "console.properties"
+    props.write_text("exclude.internal.topics=false\n")
+    cmd = [shutil.which("java") or "java", "-Xmx512m", "-cp", f"{libs}/*", "kafka.tools.ConsoleConsumer",
+           "--zookeeper", zk_hosts, "--topic", OFFSETS_TOPIC, "--from-beginning",
+           "--formatter", "kafka.coordinator.GroupMetadataManager$OffsetsMessageFormatter",
+           "--consumer.config", str(props), "--max-messages", str(records)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False, timeout=3600)
+    seconds = time.monotonic() - t0
+    lines = proc.stdout.count(b"\n")
+    if proc.returncode != 0 or lines == 0:
+        raise SystemExit(f"ConsoleConsumer failed (exit {proc.returncode}, {lines} lines):\n"
+                         f"{proc.stderr.decode(errors='replace')[-3000:]}")
+    return {"seconds": seconds, "lines": lines, "cmd": cmd}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kafka-version", choices=VERSIONS, default="4.3.1")
@@ -152,6 +174,12 @@ def main() -> int:
         theirs = time.monotonic() - t0
         print(f"kafka-dump-log --offsets-decoder: the same {len(files)} segment file(s) in {theirs:.2f}s = "
               f"{n / theirs:,.0f} records/s", flush=True)
+        if version.startswith("0.9"):
+            console = console_consumer_09(libs, f"{spec.zk_hosts}{spec.chroot}", n, tmp)
+            print(f"ConsoleConsumer with the offsets formatter: {console['lines']:,} lines in {console['seconds']:.2f}s "
+                  f"= {n / console['seconds']:,.0f} records/s (toolkit time / ConsoleConsumer time "
+                  f"{ours / console['seconds']:.2f})", flush=True)
+            print("command: " + " ".join(console["cmd"]))
         print(f"RESULT Kafka {version}: toolkit {n / ours:,.0f} records/s end to end from the broker (peak "
               f"{peak_mb:,.0f} MB), kafka-dump-log {n / theirs:,.0f} records/s from local files: toolkit time / "
               f"dump-log time {ours / theirs:.2f}; target 400,000 records/s: {'met' if n / ours >= 400_000 else 'MISSED'}")
