@@ -80,15 +80,18 @@ def stalled(lab, airflow_server, unique):
         wait_until(none_in_progress, 120, "no fleet_maintenance run in progress", interval=2,
                    retry_on=(urllib.error.HTTPError,))
         wait_until(lambda: member.assigned, 60, "the member assigned")
+        snaps = []
         for i in range(3):
-            last = clusters.collect(lab.cluster, root)
+            snaps.append(clusters.collect(lab.cluster, root))
             if i < 2:
                 time.sleep(4)
         out = Path(root) / "reports" / "stuck" / "latest"
-        # judged as of the newest snapshot, over the ~8 s the three snapshots span
-        as_of = last.observed_at.isoformat().replace("+00:00", "Z")
+        # judged as of the newest snapshot, over a window that holds the three (about 8 s apart, more
+        # when a collection is slow)
+        as_of = snaps[-1].observed_at.isoformat().replace("+00:00", "Z")
+        window = int((snaps[-1].observed_at - snaps[0].observed_at).total_seconds()) + 2
         job = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots",
-                              f"{root}/offsets_snapshots", "--out", str(out), "--window", "10s", "--as-of", as_of,
+                              f"{root}/offsets_snapshots", "--out", str(out), "--window", f"{window}s", "--as-of", as_of,
                               "--master", "local[2]"],
                              capture_output=True, text=True, timeout=600, env={**os.environ, **settings.spark_env()})
         assert job.returncode == 0, job.stderr[-3000:]
