@@ -51,7 +51,7 @@ def expand_group_ids(table):
     parts = list(zip(*[parse_group_id(v) for v in ids.dictionary.to_pylist()])) or [(), (), ()]
     at = table.schema.get_field_index(GROUP_ID)
     table = table.remove_column(at)
-    for offset, (name, values) in enumerate(zip(("cluster", "source", "group"), parts)):
+    for offset, (name, values) in enumerate(zip(GROUP_KEYS, parts)):
         table = table.add_column(at + offset, name, pa.array(values, pa.string()).take(ids.indices))
     return table
 
@@ -158,12 +158,20 @@ class _Columns:
         return pc.dictionary_encode(pa.array(acc)).indices.to_numpy().astype(np.int64)
 
 
+def _first_rows(codes):
+    """The index of each code's first row, in code order, for codes numbered in the order of their
+    first row (`_Columns.codes`): where the running maximum of the codes reaches a new one."""
+    import numpy as np
+
+    return np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
+
+
 def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, raw=None):
     """The facts of fleetkit.stuck.rules.features for every key of `table` (committed snapshot rows,
     observed at or before as_of, keyed by `key_columns`; `lo_us`: the window's start in
     microseconds; `rows`: the indices of the rows to read, default all; `raw`: the table's _Columns
-    when the caller has them), numpy over whole columns: one sort by (key, observed_at), then each fact from neighbouring rows and per-key
-    reductions. Snapshot pairs are consecutive rows of a key, both in the window; a change is a row
+    when the caller has them), numpy over whole columns: one sort by (key, observed_at), then each
+    fact from neighbouring rows and per-key reductions. Snapshot pairs are consecutive rows of a key, both in the window; a change is a row
     whose predecessor showed another offset; the trailing streak is the run of last rows in the
     window at the latest offset with lag > 0 (rules.features is the reference, tests compare)."""
     import numpy as np
@@ -371,7 +379,7 @@ def group_facts(table, lo_us: int, group_columns: list[str] = GROUP_KEYS, hi_us:
 
 
 #: a topic partition, and what a task yields of its log end history (`_row` 2): the distinct
-#: (observed_at, log end offset) points of its rows up to as_of, packed (`pack_points`)
+#: (observed_at, log end offset) points of its rows up to as_of, packed (`log_end_points`)
 TP_KEYS = ["cluster", "topic", "partition"]
 POINTS_SCHEMA = "points binary"
 #: a packed point: the time in epoch seconds (as Spark casts a timestamp to double), the log end
@@ -416,10 +424,8 @@ def log_end_points(table, hi_us: int, raw=None):
     rows = np.flatnonzero(~obs_null & ~leo_null & (obs <= hi_us))
     if len(rows) == 0:
         return None
-    # each distinct (partition, time, log end) once (its first row: the codes are numbered in the
-    # order of their first row), then sorted by partition
-    point = raw.codes([*TP_KEYS, "observed_at", "log_end_offset"], rows)
-    rows = rows[np.flatnonzero(np.diff(np.maximum.accumulate(point), prepend=-1) > 0)]
+    # each distinct (partition, time, log end) once (its first row), then sorted by partition
+    rows = rows[_first_rows(raw.codes([*TP_KEYS, "observed_at", "log_end_offset"], rows))]
     tp = raw.codes(TP_KEYS, rows)
     o = np.lexsort((leo[rows], obs[rows], tp))
     rows, tp = rows[o], tp[o]
@@ -446,9 +452,10 @@ def unpack_points(packed) -> list[tuple[float, int]]:
 def task_facts(table, lo_us: int, hi_us: int):
     """One Spark task's rows (every row of a group, whenever observed) -> one table of
     task_output_schema (`table` may hold GROUP_ID instead of cluster, source and group, and PACKED
-    instead of the small values): the facts of every key of the table (`key_features` over its committed rows
-    observed at or before `hi_us`, as_of; a key without such rows gets its key and null facts), of its
-    groups (`group_facts`) and its partitions' log end points (`log_end_points`)."""
+    instead of the small values): the facts of every key of the table (`key_features` over its
+    committed rows observed at or before `hi_us`, as_of; a key without such rows gets its key and
+    null facts), of its groups (`group_facts`) and its partitions' log end points
+    (`log_end_points`)."""
     import numpy as np
     import pyarrow as pa
 
@@ -462,11 +469,9 @@ def task_facts(table, lo_us: int, hi_us: int):
     upto = ~obs_null & (obs <= hi_us)
     committed = upto & ~raw("committed_offset")[1]
     facts = key_features(table, lo_us, KEYS, np.flatnonzero(committed), raw)
-    # keys with no committed row up to as_of: their key only (the job reads them as no snapshot);
-    # codes are numbered in the order of their first row, so a key's first row is where the running
-    # maximum of the codes reaches it
+    # keys with no committed row up to as_of: their key only (the job reads them as no snapshot)
     key = raw.codes(KEYS)
-    first_row = np.flatnonzero(np.diff(np.maximum.accumulate(key), prepend=-1) > 0)
+    first_row = _first_rows(key)
     bare = np.bincount(key[committed], minlength=len(first_row)) == 0
     bare_keys = table.select(KEYS).take(pa.array(first_row[bare])) if bare.any() else None
     parts = [(0, facts), (0, bare_keys), (1, group_facts(table, lo_us, GROUP_KEYS, hi_us, raw)),
