@@ -80,8 +80,7 @@ with DAG(
     )
     report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}")
     create = CreateMissingGroupIdsOperator(
-        task_id="create_missing", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}",
-        data_root="{{ params.data_root }}", enabled="{{ params.create_missing }}",
+        task_id="create_missing", out_dir=RUN_OUT, enabled="{{ params.create_missing }}",
         execution_timeout=dt.timedelta(minutes=30),
     )
     collect >> diff >> report >> create

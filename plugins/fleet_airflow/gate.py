@@ -1,7 +1,10 @@
-"""The approval gate: plan -> render -> approve -> execute -> verify -> audit, built once.
+"""The approval gate: the runbook engine (fleetkit.core.runbook) as Airflow tasks.
 
 A runbook DAG gets it with ``approval_gate(action)``, where ``action`` is a ``GateAction``: how to
 plan from the run's params, which preconditions to re-check, how to execute and how to verify.
+Every check (who may approve, the approval record, the lock, the journal, the audit) is the
+engine's; this module only turns it into tasks: plan, dry_run_stop, approve, approve_second, lock,
+execute, verify, cleanup, unlock.
 
 * Where things live is a deployment setting, not a trigger param: the fleet file (FLEET_FILE,
   which names the approvers) and the data root (FLEET_DATA_ROOT: plans, audit). A run whose conf
@@ -11,32 +14,28 @@ plan from the run's params, which preconditions to re-check, how to execute and 
   The plan is refused when the cluster lists no ``approvers`` in the fleet file.
 * ``approve`` is Airflow's ApprovalOperator: subject names the action and the cluster, the body is
   the plan rendered to Markdown (every cluster-supplied name escaped), with its digest. It is
-  assigned to the cluster's approvers minus the run's requesters (see ``requesters``); the timeout
-  (4 h by default) resolves to Reject. The request and, when the task resumes, the answer Airflow
-  hands it from its HITL record (the resume event built from the task's ``hitl_detail`` row) are
-  written to ``approval.json`` beside the plan: a file the REST API cannot write, unlike XCom.
-* ``execute`` reads the decision and the approver from ``approval.json`` only, refuses when there
-  is no answer (an approval task marked success by hand), when the answer is not Approve, when the
-  approver requested the run (self-approval) or is not a listed approver, when the stored plan's
-  digest differs from the approved one or a precondition no longer holds (naming what changed),
-  then acts.
-* ``execute`` journals its start and end (fleetkit.core.journal, fsync) next to the action's own
-  per-change journal; an exception leaves a ``failed`` audit record with the journal's account of
-  what was changed. ``cleanup`` is a teardown: it runs whatever happened to ``execute`` (failed,
-  killed, skipped) and first records ``interrupted`` when execute started but never finished, then
-  runs the action's own teardown (the trim starts a broker it stopped), before ``unlock``.
-* Every step lands in the audit dataset and in the task log; every refusal is a ``refused``
-  record with its actor and reason. Dry run (the default) stops after the plan is rendered. One
-  destructive runbook at a time per cluster (a lock held from just before execution until
-  verification ends).
+  assigned to the cluster's approvers minus the run's requesters; the timeout (4 h by default)
+  resolves to Reject. The request and, when the task resumes, the answer Airflow hands it from its
+  HITL record are written to the approval record beside the plan (a file the REST API cannot
+  write, unlike XCom). An Approve is audited ``approved`` only when the engine accepts it (a
+  listed approver who did not request the run, for the stored plan); otherwise ``refused``.
+* ``execute`` asks the engine (``Runbook.approved``): an answer, Approve, an eligible approver,
+  the stored plan's digest, the ``approved`` audit record and no ``refused`` / ``rejected`` one
+  (a refusal is final on every path); then the preconditions, naming what changed; then acts.
+* ``execute`` journals its start and end in the capability's journal (the engine's ``GATE_SEQ``
+  entry) next to the action's own per-change entries; an exception leaves a ``failed`` audit
+  record with the journal's account of what was changed. ``cleanup`` is a teardown: it runs
+  whatever happened to ``execute`` and first records ``interrupted`` when execute started but
+  never finished, then runs the action's own teardown, before ``unlock``.
+* Dry run (the default) stops after the plan is rendered. One destructive runbook at a time per
+  cluster (the engine's lock, held from just before execution until verification ends).
 
-Who requested a run (none of them may approve it): the user named by the conf key
-``requested_by`` (``fleetctl audit rollback`` records the OS user or ``--requested-by``; a DAG
-starting a runbook for someone sets it) and the user Airflow recorded as triggering the run
-(``dag_run.triggering_user_name``; a run started by TriggerDagRunOperator inherits its parent's).
-Both count: the conf is chosen by whoever triggers, so it can add a requester, never replace the
-triggering user. When there is neither (an asset-triggered run, a run started by a scheduled DAG),
-any listed approver may approve.
+Who requested a run (none of them may approve it): the user Airflow recorded as triggering the run
+(``dag_run.triggering_user_name``; a run started by TriggerDagRunOperator inherits its parent's;
+``fleetctl audit rollback`` triggers with the caller's own Airflow identity) and the user named by
+the conf key ``requested_by`` (a DAG starting a runbook for someone sets it). The conf can add a
+requester, never replace the triggering user. A run with no requester (an asset event, a scheduled
+DAG) needs a second approval (``approve_second``) by another listed approver.
 """
 
 from __future__ import annotations
@@ -51,15 +50,15 @@ from typing import Any, Callable
 from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from fleetkit.core import audit
 from fleetkit.core import journal as run_journal
 from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core import plans
-from fleetkit.core.datasets import DataRoot
-from fleetkit.core.errors import FleetConfigError, FleetError
+from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
 from fleetkit.core.locks import ClusterLock
 from fleetkit.core.render import render, visible_controls
+from fleetkit.core.runbook import (GATE_SEQ, SECOND, Refused, Runbook, eligible_approvers, needs_second_approver,
+                                   require_approvers, requesters)
 
 from fleet_airflow import settings
 
@@ -99,13 +98,16 @@ def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_pat
                                  open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store)))
 
 
+def runbook(params: dict, action: GateAction, context) -> Runbook:
+    """The engine's view of this run (deployment settings: fleet file, data root, lock folder)."""
+    return Runbook(capability=action.capability, action=action.name, dag_id=context["dag"].dag_id,
+                   run_id=context["run_id"], cluster=params["cluster"], data_root=data_root(),
+                   fleet_file=settings.fleet_file(), lock_dir=lock_dir())
+
+
 def execute_journal(params: dict, action: GateAction, context) -> str:
     """Where this run's execute journals its changes (derived from the run, never passed along)."""
-    return str(run_journal.journal_path(data_root(), action.name,
-                                        context["dag"].dag_id, context["run_id"], params["cluster"]))
-
-
-GATE_SEQ = "gate"  # the gate's own journal entry: execute started (intent) / ended (done, failed)
+    return str(runbook(params, action, context).journal)
 
 
 def render_plan(action: GateAction, plan: dict, digest: str,
@@ -119,14 +121,12 @@ def _human(td: dt.timedelta) -> str:
     return f"{s // 3600} h" if s % 3600 == 0 and s >= 3600 else f"{s // 60} min" if s % 60 == 0 else f"{s} s"
 
 
-def _audit(params: dict, context, action: str, event: str, **kw) -> dict:
-    return audit.record(DataRoot(data_root()), cluster=params["cluster"],
-                        dag_id=context["dag"].dag_id, run_id=context["run_id"], action=action, event=event, **kw)
+def _audit(params: dict, context, action: GateAction, event: str, **kw) -> dict:
+    return runbook(params, action, context).audit(event, **kw)
 
 
 # -- who may approve (pure) --------------------------------------------------------------------
 DEPLOYMENT_KEYS = ("fleet_file", "data_root")
-REQUESTED_BY = "requested_by"
 
 
 def deployment_keys_in(conf: dict | None) -> str | None:
@@ -140,85 +140,19 @@ def deployment_keys_in(conf: dict | None) -> str | None:
             f"{'them' if len(named) > 1 else 'it'}")
 
 
-def requesters(conf: dict | None, triggering_user: str | None) -> tuple[str, ...]:
-    """Who asked for the run (none of them may approve it): the conf's ``requested_by`` and the
-    triggering user Airflow recorded, both when both are present. Empty when no person asked."""
-    out: list[str] = []
-    named = (conf or {}).get(REQUESTED_BY)
-    if named is not None:
-        if not isinstance(named, str) or not named.strip():
-            raise FleetError(f"conf key {REQUESTED_BY!r} must be a user name, got {named!r}")
-        out.append(named.strip())
-    if triggering_user and triggering_user not in out:
-        out.append(triggering_user)
-    return tuple(out)
-
-
-def require_approvers(cluster: Cluster, fleet_file: str) -> tuple[str, ...]:
-    """The cluster's approvers; FleetConfigError naming the file, cluster and field when empty."""
-    if not cluster.approvers:
-        raise FleetConfigError(
-            f"{fleet_file}: clusters[{cluster.name}].approvers: no approvers listed; the field 'approvers' "
-            "(the Airflow users who may approve a plan on this cluster) is required for destructive runbooks")
-    return cluster.approvers
-
-
-def eligible_approvers(approvers: tuple[str, ...], requested_by: tuple[str, ...]) -> list[str]:
-    return [a for a in approvers if a not in requested_by]
-
-
-def approver_problem(approver: str | None, approvers: tuple[str, ...], requested_by: tuple[str, ...],
-                     cluster: str, fleet_file: str) -> str | None:
-    """Why `approver` may not approve this run, or None."""
-    if not approver:
-        return "the answer names no approver"
-    if approver in requested_by:
-        return (f"self-approval: {approver!r} requested this run (requested by {', '.join(map(repr, requested_by))}); "
-                "another listed approver must approve it")
-    if approver not in approvers:
-        return (f"{approver!r} is not an approver of cluster {cluster!r} "
-                f"({fleet_file}: clusters[{cluster}].approvers: {', '.join(approvers) or 'none'})")
-    return None
-
-
 def _run_requesters(context) -> tuple[str, ...]:
     dr = context["dag_run"]
     return requesters(getattr(dr, "conf", None), getattr(dr, "triggering_user_name", None))
-
-
-# -- the approval record (beside the plan; written only by the approval task) ---------------------
-def approval_path(dag_id: str, run_id: str) -> Path:
-    return plans.plan_path(plans_root(), dag_id, run_id).with_name("approval.json")
-
-
-def read_approval(dag_id: str, run_id: str) -> dict | None:
-    try:
-        return json.loads(approval_path(dag_id, run_id).read_text())
-    except FileNotFoundError:
-        return None
-    except ValueError as e:
-        raise FleetError(f"approval record {approval_path(dag_id, run_id)} is not valid JSON: {e}") from None
-
-
-def write_approval(dag_id: str, run_id: str, record: dict) -> Path:
-    path = approval_path(dag_id, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
 
 
 # -- runbook DAGs ------------------------------------------------------------------------------
 WHO_APPROVES_MD = """
 **Who approves**: a user listed in the fleet file's `approvers` of the cluster (a runbook refuses
 to plan on a cluster with none), never the one who requested the run: the user who triggered it
-and the user named by the conf key `requested_by` (`fleetctl audit rollback` records the OS user
-or `--requested-by`). A run no person triggered (started by an asset or by a scheduled DAG) may be
-approved by any listed approver. `execute` reads the answer Airflow's HITL record gave the
+(`fleetctl audit rollback` triggers as the caller's own Airflow user) and the user named by the
+conf key `requested_by`. A run no person triggered (started by an asset event or by a scheduled DAG)
+needs two different listed approvers: `approve`, then `approve_second` (which passes through
+without asking anyone when the run has a requester). `execute` reads the answer Airflow's HITL record gave the
 `approve` task, never XCom: an `approve` task marked success by hand executes nothing (audited
 `refused`). The fleet file and the data root are deployment settings (`FLEET_FILE`,
 `FLEET_DATA_ROOT`), not trigger params.
@@ -255,17 +189,22 @@ class PlanApprovalOperator(ApprovalOperator):
     """ApprovalOperator showing a stored plan: subject and body are built from the plan file at run
     time, the request is assigned to the cluster's approvers who did not request the run. The
     request (digest shown, requesters, assignees) and the answer Airflow resumes this task with
-    (its HITL record) are written to the run's approval record, which ``execute`` reads."""
+    (its HITL record) are written to the run's approval record, which ``execute`` reads.
 
-    def __init__(self, *, action: GateAction, **kwargs):
+    ``second=True``: the second approval of a run no person requested (an asset event, a scheduled
+    DAG): assigned to the approvers other than the first one; a run with a requester passes through
+    it without asking anyone."""
+
+    def __init__(self, *, action: GateAction, second: bool = False, **kwargs):
         kwargs.setdefault("subject", f"Approve {action.name}")
         kwargs.setdefault("defaults", "Reject")
         kwargs.setdefault("response_timeout", DEFAULT_RESPONSE_TIMEOUT)
         super().__init__(**kwargs)
         self.action = action
+        self.second = second
 
     def _refuse(self, context, msg: str, actor: str | None = None, digest: str | None = None):
-        _audit(context["params"], context, self.action.name, "refused", actor=actor, digest=digest, message=msg)
+        _audit(context["params"], context, self.action, "refused", actor=actor, digest=digest, message=msg)
         raise AirflowFailException(f"REFUSED, no approval requested: {msg}")
 
     def execute(self, context):
@@ -274,36 +213,66 @@ class PlanApprovalOperator(ApprovalOperator):
         if params.get("approval_timeout"):
             self.response_timeout = dt.timedelta(seconds=int(params["approval_timeout"]))
         fleet_file = settings.fleet_file()
+        rb = runbook(params, self.action, context)
+        record = None
         try:
             cluster = _cluster(params)
             asked_by = _run_requesters(context)
             approvers = require_approvers(cluster, fleet_file)
             plan, digest = plans.load(plans_root(), dag_id, run_id)
+            if self.second:
+                record = rb.approval()
         except FleetError as e:
             self._refuse(context, str(e))
-        eligible = eligible_approvers(approvers, asked_by)
-        if not eligible:
-            self._refuse(context, f"every approver of cluster {cluster.name!r} requested this run "
-                                  f"({', '.join(asked_by)}): nobody else may approve it; add another user to "
-                                  f"{fleet_file}: clusters[{cluster.name}].approvers", ", ".join(asked_by), digest)
+        if self.second and not (record or {}).get("answer"):
+            # the first approval task succeeded without an answer (marked success by hand): nothing to
+            # ask a second approver about; execute refuses it from the record, with what XCom claimed
+            self.log.warning("the approval record %s holds no first answer: execute will refuse this run",
+                             rb.approval_file())
+            return None
+        if self.second:
+            asked_by = tuple(dict.fromkeys(asked_by + tuple(record.get("requested_by") or ())))
+            if not needs_second_approver(record, asked_by):
+                record[SECOND] = {"needed": False}
+                rb.write_approval(record)
+                self.log.info("requested by %s: one approval is enough", ", ".join(asked_by))
+                return None
+            first = record["answer"]["approver"]
+            eligible = [a for a in eligible_approvers(approvers, asked_by) if a != first]
+            if not eligible:
+                self._refuse(context, f"no person requested this run, so it needs a second approver, and cluster "
+                                      f"{cluster.name!r} lists no approver other than {first!r}; add another user to "
+                                      f"{fleet_file}: clusters[{cluster.name}].approvers", first, digest)
+        else:
+            eligible = eligible_approvers(approvers, asked_by)
+            if not eligible:
+                self._refuse(context, f"every approver of cluster {cluster.name!r} requested this run "
+                                      f"({', '.join(asked_by)}): nobody else may approve it; add another user to "
+                                      f"{fleet_file}: clusters[{cluster.name}].approvers", ", ".join(asked_by), digest)
         # the title names groups and topics: one line, bidi and zero-width characters shown escaped
-        self.subject = visible_controls(f"{self.action.name} on cluster {cluster.name}: {plan['title']}")[:250]
+        title = f"{self.action.name} on cluster {cluster.name}: {plan['title']}"
+        self.subject = visible_controls(("second approval (no person requested this run): " if self.second else "")
+                                        + title)[:250]
         self.body = render_plan(self.action, plan, digest, self.response_timeout or DEFAULT_RESPONSE_TIMEOUT)
         self.assigned_users = [{"id": a, "name": a} for a in eligible]
-        # a new request: an answer recorded by an earlier try no longer counts
-        write_approval(dag_id, run_id, {
-            "dag_id": dag_id, "run_id": run_id, "ti_id": str(ti.id), "try_number": ti.try_number,
-            "digest": digest, "requested_by": list(asked_by), "assigned": eligible,
-            "requested_at": dt.datetime.now(dt.timezone.utc).isoformat(), "answer": None})
-        context["ti"].xcom_push(key="plan_digest", value=digest)  # shown to people; execute never reads it
-        self.log.info("waiting for approval of plan %s (may approve: %s; requested by: %s; timeout %s)", digest,
-                      ", ".join(eligible), ", ".join(asked_by) or "nobody (no person triggered this run)",
+        request = {"ti_id": str(ti.id), "try_number": ti.try_number, "assigned": eligible,
+                   "requested_at": dt.datetime.now(dt.timezone.utc).isoformat(), "answer": None}
+        if self.second:
+            record[SECOND] = {"needed": True, **request}
+            rb.write_approval(record)
+        else:
+            # a new request: an answer recorded by an earlier try no longer counts
+            rb.write_approval({"dag_id": dag_id, "run_id": run_id, "digest": digest, "requested_by": list(asked_by),
+                               **request})
+            context["ti"].xcom_push(key="plan_digest", value=digest)  # shown to people; execute never reads it
+        self.log.info("waiting for %sapproval of plan %s (may approve: %s; requested by: %s; timeout %s)",
+                      "the second " if self.second else "", digest, ", ".join(eligible),
+                      ", ".join(asked_by) or "nobody (no person triggered this run: two approvers needed)",
                       self.response_timeout)
         return super().execute(context)
 
     def execute_complete(self, context, event):
         params, ti = context["params"], context["ti"]
-        dag_id, run_id = context["dag"].dag_id, context["run_id"]
         event = event if isinstance(event, dict) else {}
         chosen = list(event.get("chosen_options") or [])
         user = event.get("responded_by_user") or {}
@@ -312,21 +281,35 @@ class PlanApprovalOperator(ApprovalOperator):
         approver = user.get("name") or user.get("id")
         timedout = bool(event.get("timedout")) or ("error" in event and event.get("error_type") == "timeout")
         actor = approver or ("timeout" if timedout else None)
-        record = read_approval(dag_id, run_id)
-        if record is None or record.get("ti_id") != str(ti.id):
+        rb = runbook(params, self.action, context)
+        try:
+            record = rb.approval()
+        except FleetError:
+            record = None
+        request = ((record or {}).get(SECOND) if self.second else record) or {}
+        if record is None or request.get("ti_id") != str(ti.id):
             # the request written by this task instance is gone or belongs to another: nothing to trust
-            _audit(params, context, self.action.name, "refused", actor=actor or "unknown",
-                   message=f"the approval record {approval_path(dag_id, run_id)} does not hold this task's request")
+            rb.audit("refused", actor=actor or "unknown",
+                     message=f"the approval record {rb.approval_file()} does not hold this task's request")
             raise AirflowFailException("REFUSED: the approval record does not hold this task's request")
         responded_at = event.get("responded_at")
-        record["answer"] = {"chosen_options": chosen, "approver": approver, "responded_by_user": user or None,
-                            "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat")
-                            else responded_at, "timedout": timedout, "try_number": ti.try_number}
-        write_approval(dag_id, run_id, record)
+        request["answer"] = {"chosen_options": chosen, "approver": approver, "responded_by_user": user or None,
+                             "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat")
+                             else responded_at, "timedout": timedout, "try_number": ti.try_number}
+        rb.write_approval(record)
         choice = chosen[0] if chosen else "?"
+        if choice == self.APPROVE:
+            # "approved" is recorded only for an answer the engine accepts (a listed approver who did
+            # not request the run, for the stored plan; a second one where no person requested it):
+            # anything else is a refusal, and final
+            try:
+                rb.approved(requested_by=_run_requesters(context), actor=actor or "unknown", require_second=self.second)
+            except Refused as e:
+                raise AirflowFailException(f"REFUSED: {e}") from None
         decided = "approved" if choice == self.APPROVE else "rejected"
-        _audit(params, context, self.action.name, decided, actor=actor or "unknown", digest=record["digest"],
-               message=f"{choice} by {actor or 'unknown'}" + (" (no answer before the timeout)" if approver is None else ""))
+        rb.audit(decided, actor=actor or "unknown", digest=record["digest"],
+                 message=f"{'second approval: ' if self.second else ''}{choice} by {actor or 'unknown'}"
+                         + (" (no answer before the timeout)" if approver is None else ""))
         return super().execute_complete(context, event)
 
 
@@ -347,7 +330,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                 raise FleetError(wrong)
             require_approvers(_cluster(params), settings.fleet_file())
         except FleetError as e:
-            _audit(params, context, action.name, "refused", actor=", ".join(asked_by) or None, message=str(e))
+            _audit(params, context, action, "refused", actor=", ".join(asked_by) or None, message=str(e))
             raise AirflowFailException(f"REFUSED, nothing planned: {e}") from None
         try:
             run_params = dict(params, data_root=data_root(), _dag_id=dag_id, _run_id=run_id)
@@ -358,7 +341,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
         log.info("plan stored at %s, digest %s\n%s", path, digest, render_plan(action, plan, digest, response_timeout))
-        _audit(params, context, action.name, "planned", digest=digest, message=plan["title"],
+        _audit(params, context, action, "planned", digest=digest, message=plan["title"],
                details={"changes": plan["changes"]})
         return {"digest": digest, "title": plan["title"], "changes": len(plan["changes"])}
 
@@ -367,13 +350,15 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         params = context["params"]
         if params.get("dry_run", True):
             _, digest = plans.load(plans_root(), context["dag"].dag_id, context["run_id"])
-            _audit(params, context, action.name, "dry_run", digest=digest,
+            _audit(params, context, action, "dry_run", digest=digest,
                    message="dry run: plan rendered, nothing executed (trigger again with dry_run false to execute)")
             log.info("dry run: stopping after the plan; nothing will change")
             return False
         return True
 
     approve = PlanApprovalOperator(task_id="approve", action=action, response_timeout=response_timeout)
+    approve_second = PlanApprovalOperator(task_id="approve_second", action=action, second=True,
+                                          response_timeout=response_timeout)
 
     @task(task_id="lock")
     def lock_task(**context) -> str:
@@ -393,10 +378,10 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             return state in RUNNING_STATES, state
 
         try:
-            lock = _with_cluster(params, lambda ctx: ClusterLock.for_cluster(lock_dir(), ctx.cluster, ctx.kafka, ctx.zk))
-            lock.acquire(owner, context["dag"].dag_id, context["run_id"], holder_running=holder_running)
+            rb = runbook(params, action, context)
+            lock = _with_cluster(params, lambda ctx: rb.lock(ctx.cluster, ctx.kafka, ctx.zk, owner, holder_running))
         except FleetError as e:
-            _audit(params, context, action.name, "refused", message=str(e))
+            _audit(params, context, action, "refused", message=str(e))
             raise AirflowFailException(str(e)) from None
         ti.xcom_push(key="lock_identity", value=lock.identity)
         log.info("locked cluster %s (%s) for %s: %s", params["cluster"], lock.identity, owner, lock.path)
@@ -406,45 +391,23 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     def execute_task(**context) -> dict:
         params = context["params"]
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        rb = runbook(params, action, context)
         try:
-            record, unreadable = read_approval(dag_id, run_id) or {}, None
-        except FleetError as e:
-            record, unreadable = {}, str(e)
-        answer = record.get("answer") or {}
-        approved_digest = record.get("digest")
-        actor = answer.get("approver") or "unknown"
+            answered = bool((rb.approval() or {}).get("answer"))
+        except FleetError:
+            answered = True  # unreadable: the engine refuses it and says why
+        # no answer (an approval task marked success by hand): what its XCom claimed, for the record
+        evidence = {} if answered else {"approval_record": str(rb.approval_file()), "xcom_claimed": json.loads(
+            json.dumps(context["ti"].xcom_pull(task_ids="approve"), default=str))}
+        try:
+            plan, digest_now, actor = rb.approved(requested_by=_run_requesters(context), check_audit=True,
+                                                  details=evidence)
+        except Refused as e:
+            raise AirflowFailException(f"REFUSED, nothing executed: {e}") from None
 
         def refuse(msg: str, details: dict | None = None):
-            _audit(params, context, action.name, "refused", actor=actor, digest=approved_digest, message=msg,
-                   details=details)
+            rb.audit("refused", actor=actor, digest=digest_now, message=msg, details=details)
             raise AirflowFailException(f"REFUSED, nothing executed: {msg}")
-
-        if unreadable:
-            refuse(unreadable)
-        if not answer:
-            claimed = json.loads(json.dumps(context["ti"].xcom_pull(task_ids="approve"), default=str))
-            refuse("the approval task recorded no answer from Airflow's HITL record of this run (an approval "
-                   "task marked success by hand, or its answer never reached it): nothing was approved",
-                   {"approval_record": str(approval_path(dag_id, run_id)), "xcom_claimed": claimed})
-        chosen = answer.get("chosen_options") or []
-        if chosen != [ApprovalOperator.APPROVE]:
-            refuse(f"the approval task did not answer Approve (answer: {chosen or 'none'})")
-        fleet_file = settings.fleet_file()
-        try:
-            asked_by = tuple(dict.fromkeys(_run_requesters(context) + tuple(record.get("requested_by") or ())))
-            cluster = _cluster(params)
-            approvers = require_approvers(cluster, fleet_file)
-            plan, digest_now = plans.load(plans_root(), dag_id, run_id)
-        except FleetError as e:
-            refuse(str(e))
-        problem = approver_problem(answer.get("approver"), approvers, asked_by, cluster.name, fleet_file)
-        if problem:
-            refuse(problem, {"approver": answer.get("approver"), "requested_by": list(asked_by),
-                             "approvers": list(approvers)})
-        if digest_now != approved_digest:
-            refuse(f"the stored plan changed after approval: approved {approved_digest}, stored plan is now "
-                   f"{digest_now}. Re-run the runbook to plan and approve again.",
-                   {"approved_digest": approved_digest, "stored_digest": digest_now})
 
         journal_file = execute_journal(params, action, context)
 
@@ -462,7 +425,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                 with run_journal.Journal(journal_file) as j:
                     j.outcome(GATE_SEQ, "failed", error=f"{type(e).__name__}: {e}")
                 account = run_journal.summary(journal_file)
-                _audit(params, context, action.name, "failed", actor=actor, digest=digest_now,
+                _audit(params, context, action, "failed", actor=actor, digest=digest_now,
                        message=f"execute failed after {len(account['done'])} change(s) made, "
                                f"{len(account['unknown'])} of unknown outcome: {type(e).__name__}: {e}",
                        details={"journal": account, "rollback": plan["rollback"]})
@@ -475,7 +438,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             result = _with_cluster(params, run, journal_path=journal_file)
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
-        _audit(params, context, action.name, "executed", actor=actor, digest=digest_now,
+        _audit(params, context, action, "executed", actor=actor, digest=digest_now,
                message=f"executed, approved by {actor}", details={"result": result, "rollback": plan["rollback"]})
         return result
 
@@ -486,10 +449,10 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         result = context["ti"].xcom_pull(task_ids="execute") or {}
         problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan, result))
         if problems:
-            _audit(params, context, action.name, "verify_failed", digest=digest, message="; ".join(problems),
+            _audit(params, context, action, "verify_failed", digest=digest, message="; ".join(problems),
                    details={"problems": problems, "rollback": plan["rollback"]})
             raise AirflowFailException("verification failed: " + "; ".join(problems))
-        _audit(params, context, action.name, "verified", digest=digest, message="verified: the cluster reads back the plan")
+        _audit(params, context, action, "verified", digest=digest, message="verified: the cluster reads back the plan")
         return "verified"
 
     @task(task_id="cleanup")
@@ -504,13 +467,13 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         plan, digest = plans.load(plans_root(), context["dag"].dag_id, context["run_id"])
         if gate_entry["status"] == "intent":
             account = run_journal.summary(journal_file)
-            _audit(params, context, action.name, "interrupted", actor=gate_entry.get("actor"), digest=digest,
+            _audit(params, context, action, "interrupted", actor=gate_entry.get("actor"), digest=digest,
                    message=f"execute started and never finished (killed or lost): {len(account['done'])} change(s) "
                            f"made, {len(account['unknown'])} of unknown outcome; see the journal {journal_file}",
                    details={"journal": account, "rollback": plan["rollback"]})
         done = _with_cluster(params, lambda ctx: action.teardown(ctx, plan), journal_path=journal_file)
         if done:
-            _audit(params, context, action.name, "teardown", digest=digest, message="; ".join(done),
+            _audit(params, context, action, "teardown", digest=digest, message="; ".join(done),
                    details={"done": done})
         return done
 
@@ -534,6 +497,6 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     verified = verify_task()
     cleanup = cleanup_task()
     unlock = unlock_task()
-    planned >> stop >> approve >> lock >> executed >> verified >> cleanup.as_teardown(setups=lock)
+    planned >> stop >> approve >> approve_second >> lock >> executed >> verified >> cleanup.as_teardown(setups=lock)
     cleanup >> unlock.as_teardown(setups=lock)
     return planned, unlock

@@ -154,6 +154,9 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     fleet_file.write_text(yaml.safe_dump(fleet))
     out, data = tmp_path / "out", tmp_path / "data"
     out.mkdir()
+    # the deployment's settings (never the operator's or the run's)
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     path = f"{root}/10.8.0.1-c1"
     (out / "findings.jsonl").write_text(json.dumps(
         {"cluster": "labtest", "path": path, "class": "MISSING", "reason": "r", "group": "g", "groups": ["g"],
@@ -169,8 +172,7 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
 
     with DAG(f"test_create_missing_lock_{uuid.uuid4().hex[:6]}", schedule=None, catchup=False,
              start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
-        CreateMissingGroupIdsOperator(task_id="create_missing", out_dir=str(out), fleet_file=str(fleet_file),
-                                      data_root=str(data))
+        CreateMissingGroupIdsOperator(task_id="create_missing", out_dir=str(out))
     # dag.test() serialises only DAGs of a bundle: this one is written to the metadata database here
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
 
@@ -182,7 +184,13 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     assert held.holder()["run_id"] == "manual__gone"  # never stolen
     assert not any(r["action"] == "create_missing_group_ids" for r in audit.records(DataRoot(data), "labtest"))
 
-    assert cli.main(["lock", "clear", "labtest", "--lock-dir", str(locks)]) == 0
+    # no api-server here: whether the holder runs cannot be asked, so the operator says --force
+    monkeypatch.setenv("FLEET_AIRFLOW_URL", "http://127.0.0.1:9")
+    assert cli.main(["lock", "clear", "labtest", "--lock-dir", str(locks)]) == 2
+    assert held.holder()["run_id"] == "manual__gone"
+    assert cli.main(["lock", "clear", "labtest", "--lock-dir", str(locks), "--force"]) == 0
+    (cleared,) = [r for r in audit.records(DataRoot(data), "labtest") if r["event"] == "lock_cleared"]
+    assert cleared["run_id"] == "manual__gone"
     dr = dag.test()
     assert mapped_task_states(dr) == {("create_missing", -1): "success"}
     (rec,) = [r for r in audit.records(DataRoot(data), "labtest") if r["action"] == "create_missing_group_ids"]

@@ -90,7 +90,7 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     # each step in the gate's execute journal, between the gate's own start and end
     from fleetkit.core.journal import journal_path, read_journal
 
-    entries = read_journal(journal_path(live_group["data"], "coordinator_recovery", DAG_ID, dr.run_id,
+    entries = read_journal(journal_path(live_group["data"], "ownership", DAG_ID, dr.run_id,
                                         "labtest"))
     assert [(e.get("step"), e["status"]) for e in entries.values()] == [
         ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
@@ -162,7 +162,7 @@ def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, liv
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
-    from fleet_airflow.gate import requesters
+    from fleetkit.core.runbook import requesters
 
     with create_session() as session:
         trim = session.scalars(select(DagRun).where(DagRun.dag_id == "runbook_offsets_trim",

@@ -412,7 +412,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
         after = leadership.state(admin, OFFSETS, p)
         assert after.leader == target and after.leader_epoch > before.leader_epoch
         assert leadership.assignment(admin, OFFSETS)[p] == [target] + original[:-1]
-        entries = read_journal(journal_path(tmp_path / "data", "coordinator_recovery", dag_id, dr.run_id, "lab43test"))
+        entries = read_journal(journal_path(tmp_path / "data", "ownership", dag_id, dr.run_id, "lab43test"))
         assert [(e.get("step"), e["status"]) for e in entries.values()] == [
             ("execute", "done"), ("reorder_replicas", "done"), ("preferred_election", "done")]
         recs = audit.records(DataRoot(tmp_path / "data"), "lab43test", dr.run_id)

@@ -35,6 +35,7 @@ class Action:
     """A destructive action. Each callable takes a ClusterContext (plan also the run's params)."""
 
     name: str
+    capability: str  # the package it belongs to (stuck, trim, ownership, group_ids): its journal folder
     plan: Callable[[ClusterContext, dict], dict]
     check: Callable[[ClusterContext, dict], list[str]]  # the preconditions that no longer hold
     execute: Callable[[ClusterContext, dict], dict]

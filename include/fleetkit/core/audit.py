@@ -43,7 +43,8 @@ from fleetkit.core.render import visible_controls as v
 log = logging.getLogger(__name__)
 
 EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "failed", "interrupted",
-          "teardown", "verified", "verify_failed", "rollback_requested", "resumed", "restored")
+          "teardown", "verified", "verify_failed", "rollback_requested", "resumed", "restored",
+          "lock_cleared")
 
 GENESIS = "0" * 64  # prev_hash of a chain's first record
 HASHED_FIELDS = ("cluster", "observed_at", "record_id", "dag_id", "run_id", "action", "event", "actor",

@@ -150,7 +150,7 @@ class ClusterLock:
     def _held_message(self, h: dict, asked: bool, running: bool | None, state: str | None) -> str:
         held_by = (f"DAG {h.get('dag_id')!r} run {h.get('run_id')!r} since {h.get('since')} (cluster "
                    f"{h.get('cluster', self.cluster)!r}, {self.identity}; lock file {self.path})")
-        clear = f"fleetctl lock clear {shlex.quote(str(h.get('cluster') or self.cluster))}"
+        clear = f"fleetctl lock clear {shlex.quote(str(h.get('cluster') or self.cluster))} --force"
         if running is False:
             return (f"cluster {self.cluster!r} is locked by a destructive runbook whose holder run "
                     f"{h.get('run_id')!r} of DAG {h.get('dag_id')!r} is no longer running (state {state or 'unknown'}): "

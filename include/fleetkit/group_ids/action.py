@@ -40,6 +40,7 @@ def details_table(plan: dict) -> dict:
 
 GROUP_ID_RECONCILE = Action(
     name="reconcile_group_ids",
+    capability="group_ids",
     plan=_plan,
     check=_check,
     execute=_execute,

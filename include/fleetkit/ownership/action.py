@@ -53,6 +53,7 @@ def _recovery_execute(ctx: ClusterContext, plan: dict) -> dict:
 
 COORDINATOR_RECOVERY = Action(
     name="coordinator_recovery",
+    capability="ownership",
     plan=_recovery_plan,
     check=_recovery_check,
     execute=_recovery_execute,

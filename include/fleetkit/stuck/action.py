@@ -28,6 +28,7 @@ def _reset_table(p: dict) -> dict:
 
 RESET_OFFSETS = Action(
     name=plan.ACTION,
+    capability="stuck",
     plan=_reset_plan,
     check=lambda ctx, p: (zk_reset.check_preconditions(ctx, p) if _zk(p)
                           else execute.check_preconditions(ctx.kafka, p)),
@@ -50,6 +51,7 @@ def _stuck_plan(ctx: ClusterContext, params: dict) -> dict:
 
 STUCK_SKIP = Action(
     name="skip_poison_records",
+    capability="stuck",
     plan=_stuck_plan,
     check=RESET_OFFSETS.check,
     execute=RESET_OFFSETS.execute,

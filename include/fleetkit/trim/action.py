@@ -49,6 +49,7 @@ def details_table(plan: dict) -> dict:
 
 TRIM_OFFSETS = Action(
     name="trim_offsets_segments",
+    capability="trim",
     plan=_plan,
     check=_check,
     execute=_execute,

@@ -72,20 +72,22 @@ class GroupIdReportOperator(BaseOperator):
 class CreateMissingGroupIdsOperator(BaseOperator):
     """The unattended repair: create the MISSING mappings of clusters whose fleet file allows it
     (group_id_mappings.create_missing_unattended), through the runbook's own executor
-    (fleetkit.group_ids.execute.execute_ops). Members are re-read right before; every create
-    fails if the node appeared meanwhile (skipped, reported); a journal records every write and the
-    audit the before/after of every path created. Never overwrites or deletes anything."""
+    (fleetkit.group_ids.execute.execute_ops) under the runbook engine (fleetkit.core.runbook: the
+    cluster's lock, the group_ids journal, the audit chain), like every writer. Members are re-read
+    right before; every create fails if the node appeared meanwhile (skipped, reported); the
+    journal records every write and the audit the before/after of every path created. Never
+    overwrites or deletes anything. The fleet file (which decides `create_missing_unattended`) and
+    the data root (where the audit goes) are the deployment's, never a run's."""
 
-    template_fields: Sequence[str] = ("out_dir", "fleet_file", "data_root", "enabled")
+    template_fields: Sequence[str] = ("out_dir", "enabled")
 
-    def __init__(self, *, out_dir: str, fleet_file: str, data_root: str, enabled: Any = True, **kwargs):
+    def __init__(self, *, out_dir: str, enabled: Any = True, **kwargs):
         super().__init__(**kwargs)
-        self.out_dir, self.fleet_file, self.data_root, self.enabled = out_dir, fleet_file, data_root, enabled
+        self.out_dir, self.enabled = out_dir, enabled
 
     def execute(self, context) -> dict:
-        from fleetkit.core import audit
-        from fleetkit.core.datasets import DataRoot
-        from fleetkit.core.locks import RUNNING_STATES, ClusterLock, ClusterLocked
+        from fleetkit.core.locks import RUNNING_STATES, ClusterLocked
+        from fleetkit.core.runbook import Runbook
         from fleetkit.group_ids.execute import ApplyInterrupted, execute_ops
         from fleetkit.group_ids.report import load_findings
         from fleetkit.group_ids.rules import ops_for
@@ -96,7 +98,7 @@ class CreateMissingGroupIdsOperator(BaseOperator):
             self.log.info("create_missing is off for this run: nothing written")
             return {}
         findings, _ = load_findings(self.out_dir)
-        fleet = load_fleet(self.fleet_file)
+        fleet = load_fleet(settings.fleet_file())
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         owner, ti = f"{dag_id}/{run_id}", context["ti"]
         out, failed, stuck_locks = {}, [], []
@@ -117,14 +119,16 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                 self.log.info("cluster %s: %d MISSING mapping(s) left for the runbook (create_missing_unattended "
                               "is false)", cluster.name, len(ops))
                 continue
+            rb = Runbook(capability="group_ids", action=CREATE_ACTION, dag_id=dag_id, run_id=run_id,
+                         cluster=cluster.name)
             try:
                 with clusters.connected(cluster) as (kafka, zk):
                     # the cluster's lock, like every writer: never while a runbook changes the cluster
-                    lock = ClusterLock.for_cluster(settings.lock_dir(), cluster, kafka, zk)
-                    lock.acquire(owner, dag_id, run_id, holder_running=holder_running)
+                    lock = rb.lock(cluster, kafka, zk, owner, holder_running)
                     try:
-                        res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=self.data_root,
-                                          dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler")
+                        res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=rb.data_root,
+                                          dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler",
+                                          journal=rb.journal)
                     finally:
                         lock.release(owner)
             except ClusterLocked as e:
@@ -148,11 +152,10 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                 self.log.warning("cluster %s: skipped %s %r: %s", cluster.name, s["op"], s["path"], v(s["reason"]))
             for c in res.changed:
                 self.log.info("cluster %s: created %r = %r", cluster.name, c["path"], c["after"])
-            audit.record(DataRoot(self.data_root), cluster=cluster.name, dag_id=dag_id, run_id=run_id,
-                         action=CREATE_ACTION, event="executed", actor="scheduler",
-                         message=f"created {len(res.changed)} missing mapping(s), skipped {len(res.skipped)}, "
-                                 f"refused {len(res.errors)}",
-                         details={"result": res.to_dict()})
+            rb.audit("executed", actor="scheduler",
+                     message=f"created {len(res.changed)} missing mapping(s), skipped {len(res.skipped)}, "
+                             f"refused {len(res.errors)}",
+                     details={"result": res.to_dict()})
             out[cluster.name] = res.summary()
         if failed:
             raise AirflowException(f"creating missing mappings failed on cluster(s) {', '.join(failed)} "

@@ -1,0 +1,144 @@
+"""The runbook engine (fleetkit.core.runbook): one implementation of who may approve, the approval
+record's eligibility, the lock, the journal and the audit, used by every path that changes a
+cluster (the gate, the unattended group-id creator, fleetctl)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fleetkit.core import plans
+from fleetkit.core.runbook import (APPROVE, SECOND, Refused, Runbook, answer_problem, needs_second_approver,
+                                   run_state_problem)
+
+REPO = Path(__file__).resolve().parents[2]
+DIGEST = "sha256:" + "a" * 64
+
+
+def record(requested_by=(), first="alice", second=None, digest=DIGEST, second_choice=APPROVE):
+    rec = {"digest": digest, "requested_by": list(requested_by),
+           "answer": {"chosen_options": [APPROVE], "approver": first}}
+    if second is not None:
+        rec[SECOND] = {"needed": True, "answer": {"chosen_options": [second_choice], "approver": second}}
+    return rec
+
+
+APPROVERS = ("alice", "bob", "carol")
+
+
+@pytest.mark.parametrize("rec, problem", [
+    # a person asked: one approval by another listed approver is enough
+    (record(requested_by=("carol",)), None),
+    # nobody asked (an asset event, a scheduled DAG): a second, different, listed approver
+    (record(), "needs a second approver"),
+    (record(second="bob"), None),
+    (record(second="alice"), "'alice' answered both approvals"),
+    (record(second="mallory"), "second approver: 'mallory' is not an approver"),
+    (record(second="bob", second_choice="Reject"), "the second approval task did not answer Approve"),
+])
+def test_a_run_no_person_requested_needs_two_approvers(rec, problem):
+    got = answer_problem(rec, APPROVERS, (), "c1", "f.yaml", DIGEST)
+    assert (got is None) if problem is None else (problem in got[0]), got
+    # the first approval alone is judged without the second (the approval task's own check)
+    assert answer_problem(rec, APPROVERS, (), "c1", "f.yaml", DIGEST, require_second=False) is None
+
+
+def test_who_counts_as_requester():
+    assert needs_second_approver(record(), ()) is True
+    assert needs_second_approver(record(), ("dag_test",)) is False
+    assert needs_second_approver(record(requested_by=("admin",)), ()) is False
+
+
+@pytest.fixture
+def deployment(tmp_path, monkeypatch):
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump({"clusters": [{"name": "c1", "kafka_conn_id": "k",
+                                                        "approvers": list(APPROVERS)}]}))
+    for k, v in (("FLEET_FILE", fleet_file), ("FLEET_DATA_ROOT", tmp_path / "data"),
+                 ("FLEET_LOCK_DIR", tmp_path / "locks")):
+        monkeypatch.setenv(k, str(v))
+    monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
+    rb = Runbook(capability="stuck", action="reset_offsets", dag_id="runbook_reset_offsets", run_id="r1",
+                 cluster="c1")
+    _, digest = plans.store(rb.plans_root, rb.dag_id, rb.run_id, {"cluster": "c1", "title": "t", "changes": [],
+                                                                   "action": "reset_offsets", "preconditions": [], "rollback": {}})
+    return rb, digest
+
+
+def test_the_engine_refuses_a_single_approval_of_a_run_no_person_requested(deployment):
+    rb, digest = deployment
+    rb.write_approval(record(digest=digest))
+    rb.audit("approved", actor="alice", digest=digest)
+    with pytest.raises(Refused, match="needs a second approver"):
+        rb.approved(check_audit=True, final=False)
+    rb.write_approval(record(digest=digest, second="bob"))
+    with pytest.raises(Refused, match="no 'approved' record of run 'r1' by 'bob'"):  # the audit must agree
+        rb.approved(check_audit=True, final=False)
+    rb.audit("approved", actor="bob", digest=digest)
+    assert rb.approved(check_audit=True)[1:] == (digest, "alice")
+    with pytest.raises(Refused, match="'alice' answered both approvals"):  # final: the run ends here
+        rb.write_approval(record(digest=digest, second="alice"))
+        rb.approved(check_audit=True)
+    rb.write_approval(record(digest=digest, second="bob"))
+    with pytest.raises(Refused, match="a refusal is final"):
+        rb.approved(check_audit=True)
+
+
+def test_a_refusal_is_final_and_a_commands_own_refusal_is_not(deployment):
+    rb, digest = deployment
+    rb.write_approval(record(digest=digest, requested_by=("carol",)))
+    rb.audit("approved", actor="alice", digest=digest)
+    with pytest.raises(Refused, match="never started"):
+        raise rb.refuse("resume: its execute step never started", actor="dave", final=False)
+    assert rb.approved(check_audit=True)[1:] == (digest, "alice")
+    rb.audit("rejected", actor="bob", digest=digest)
+    with pytest.raises(Refused, match="was rejected"):
+        rb.approved(check_audit=True)
+
+
+def test_one_journal_folder_per_capability(tmp_path):
+    """The gate's journal of the group-id runbook and the unattended creator's share one folder."""
+    from fleetkit.group_ids.action import GROUP_ID_RECONCILE
+    from fleetkit.group_ids.execute import journal_path
+    from fleetkit.ownership.action import COORDINATOR_RECOVERY
+    from fleetkit.stuck.action import RESET_OFFSETS, STUCK_SKIP
+    from fleetkit.trim.action import TRIM_OFFSETS
+
+    gate = Runbook(capability=GROUP_ID_RECONCILE.capability, action=GROUP_ID_RECONCILE.name, dag_id="d",
+                   run_id="r", cluster="c1", data_root=str(tmp_path))
+    unattended = Runbook(capability="group_ids", action="create_missing_group_ids", dag_id="d", run_id="r",
+                         cluster="c1", data_root=str(tmp_path))
+    assert gate.journal == unattended.journal == journal_path(str(tmp_path), "d", "r", "c1")
+    assert gate.journal.relative_to(tmp_path).parts[:2] == ("journals", "group_ids")
+    assert {a.capability for a in (RESET_OFFSETS, STUCK_SKIP, TRIM_OFFSETS, COORDINATOR_RECOVERY,
+                                   GROUP_ID_RECONCILE)} == {"stuck", "trim", "ownership", "group_ids"}
+
+
+def test_a_run_that_runs_is_never_acted_on():
+    assert "still running" in run_state_problem("running", "x", force=True)
+    assert "still queued" in run_state_problem("queued", "x", force=True)
+    assert "--force" in run_state_problem(None, "x", force=False)
+    assert run_state_problem(None, "x", force=True) is None
+    assert run_state_problem("failed", "x", force=False) is None
+
+
+def test_one_implementation_of_the_engine():
+    """Approval eligibility, the approval record, the lock, the journal and the audit chain are
+    defined once, in the library's core; the gate, the operators and fleetctl only call them."""
+    defs = {"approver_problem": r"def approver_problem\(", "eligible_approvers": r"def eligible_approvers\(",
+            "requesters": r"def requesters\(", "read_approval": r"def read_approval\(",
+            "write_approval": r"def write_approval\(", "ClusterLock": r"class ClusterLock\b",
+            "Journal": r"class Journal\b", "audit record": r"def record\(root: DataRoot",
+            "an approval's digest check": r"changed after approval"}
+    where: dict[str, list[str]] = {k: [] for k in defs}
+    for folder in ("include", "plugins", "fleetctl", "dags", "spark_jobs"):
+        for path in (REPO / folder).rglob("*.py"):
+            text = path.read_text()
+            for name, pattern in defs.items():
+                if re.search(pattern, text):
+                    where[name].append(str(path.relative_to(REPO)))
+    assert all(len(v) == 1 for v in where.values()), where
+    assert all(v[0].startswith("include/fleetkit/core/") for v in where.values()), where
