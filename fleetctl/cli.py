@@ -358,11 +358,13 @@ ROLLBACK_EVENTS = ("executed", "failed", "interrupted")
 
 
 def cmd_audit_rollback(args) -> int:
+    """Start the rollback runbook of an executed run, as the caller's own Airflow user: Airflow
+    records them as the one who triggered it, so the gate never lets them approve it."""
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
 
     from fleet_airflow import settings
-    from fleetlab import airflow_services as services
+    from fleetctl import airflow_api
 
     rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id)
     rollback = (rec["details"] or {}).get("rollback") or {}
@@ -373,17 +375,18 @@ def cmd_audit_rollback(args) -> int:
               "finish)", file=sys.stderr)
         return 2
     # the runbook reads the fleet file and the data root from its deployment, never from the conf;
-    # who asked is recorded so that they cannot approve the rollback themselves
-    conf = {k: v for k, v in conf.items() if k not in ("fleet_file", "data_root")}
-    conf = dict(conf, dry_run=not args.execute, requested_by=args.requested_by or _os_user())
+    # who asks is the Airflow user that triggers it (never a name written into the conf)
+    conf = {k: v for k, v in conf.items() if k not in ("fleet_file", "data_root", "requested_by")}
+    conf = dict(conf, dry_run=not args.execute)
     print(f"rollback of {rec['action']} run {rec['run_id']} on cluster {rec['cluster']}:")
     print(f"  {rollback['dag_id']} conf {json.dumps(conf, sort_keys=True)}")
     if args.print_only:
         return 0
     _airflow_context()
-    run = services.api("POST", f"/api/v2/dags/{rollback['dag_id']}/dagRuns", {"logical_date": None, "conf": conf})
-    print(f"triggered {rollback['dag_id']} run {run['dag_run_id']} "
-          f"({'approval required' if args.execute else 'dry run: plan only'})")
+    me = airflow_api.login()
+    run = me.api("POST", f"/api/v2/dags/{rollback['dag_id']}/dagRuns", {"logical_date": None, "conf": conf})
+    print(f"triggered {rollback['dag_id']} run {run['dag_run_id']} as {me.user} "
+          f"({'approval required, by another approver' if args.execute else 'dry run: plan only'})")
     return 0
 
 
@@ -414,20 +417,25 @@ def cmd_audit_verify(args) -> int:
 
 # -- trim ------------------------------------------------------------------------------------
 def _trim_command(args, what: str) -> int:
-    """resume / restore of one run of runbook_offsets_trim: dry run unless --execute."""
+    """resume / restore of one run of runbook_offsets_trim: dry run unless --execute. The runbook
+    engine checks the approval, the audit and the journal; Airflow is asked (as the caller) whether
+    the run still runs; the cluster's lock is held while acting."""
     _airflow_context()
-    import getpass
-
-    from fleetkit.core.fleet import load_fleet
-    from fleetkit.core.locks import ClusterLock
+    from fleetkit.core.locks import RUNNING_STATES
     from fleetkit.core.render import visible_controls
+    from fleetkit.core.runbook import Refused, run_state_problem
     from fleetkit.trim import resume as trim_resume
 
-    from fleet_airflow import clusters, settings
+    from fleet_airflow import clusters
+    from fleetctl.airflow_api import run_state_or_none
 
-    data_root = args.data_root or settings.data_root()
-    run = trim_resume.approved_run(data_root, args.run, args.dag)
-    actor = args.actor or getpass.getuser()
+    actor = _actor()
+    rb = trim_resume.runbook(args.run, args.dag)
+    try:
+        run = trim_resume.approved_run(rb, what, actor)
+    except Refused as e:
+        print(f"error: REFUSED, nothing done: {e}", file=sys.stderr)
+        return 2
     print(f"{what} of {run.dag_id} run {visible_controls(run.run_id)} on cluster {visible_controls(run.cluster)}")
     for line in trim_resume.describe(run):
         print(visible_controls(line))
@@ -435,11 +443,22 @@ def _trim_command(args, what: str) -> int:
         trim_resume.record(run, "dry_run", actor, f"fleetctl trim {what} (dry run): nothing changed")
         print(f"dry run: nothing changed (add --execute to {what})")
         return 0
-    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(run.cluster)
+    state, why_unknown = run_state_or_none(run.dag_id, run.run_id)
+    problem = run_state_problem(state, f"{what} of run {run.run_id!r}", args.force)
+    if problem:
+        rb.refuse(problem, actor=actor, digest=run.digest, final=False, details={"run_state": state})
+        print(f"error: REFUSED, nothing done: {problem}" + (f" ({why_unknown})" if state is None else ""),
+              file=sys.stderr)
+        return 2
+
+    def holder_running(dag_id: str, run_id: str):
+        st, _ = run_state_or_none(dag_id, run_id, prompt=False)
+        return (None if st is None else st in RUNNING_STATES), st
+
+    cluster = rb.fleet_cluster()
     owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
     with clusters.connected(cluster) as (kafka, zk):
-        lock = ClusterLock.for_cluster(settings.lock_dir(), cluster, kafka, zk)  # the cluster's identity
-        lock.acquire(owner, run.dag_id, run.run_id)
+        lock = rb.lock(cluster, kafka, zk, owner, holder_running)  # the cluster's identity
         try:
             ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)
             try:
@@ -546,10 +565,8 @@ def _lock_dir(args) -> str:
     from fleet_airflow.settings import load_airflow_env  # no Airflow import: the env file only
     from fleetkit.core import settings as core_settings
 
-    if args.lock_dir:
-        return args.lock_dir
-    load_airflow_env()  # the Airflow home the workers use, hence their lock folder
-    return core_settings.lock_dir()
+    load_airflow_env()  # the Airflow home the workers use, hence their lock folder and data root
+    return args.lock_dir or core_settings.lock_dir()
 
 
 def cmd_lock_status(args) -> int:
@@ -570,11 +587,21 @@ def cmd_lock_status(args) -> int:
     return 3
 
 
+def _actor() -> str:
+    """Who acts, for the audit: the caller's Airflow user when configured, else the OS login."""
+    return os.environ.get("FLEET_AIRFLOW_USER") or _os_user()
+
+
 def cmd_lock_clear(args) -> int:
     """Clear the lock of a cluster (by the name or identity its holder recorded), after checking the
-    cluster: the lock file is moved to <lock folder>/cleared/."""
+    cluster: never while the holder run is queued or running (asked of Airflow as the caller); with
+    --force when it no longer runs or Airflow cannot be asked. The lock file is moved to
+    <lock folder>/cleared/ and the clearing is audited on the holder run."""
     from fleetkit.core.locks import find_locks
     from fleetkit.core.render import visible_controls
+    from fleetkit.core.runbook import Runbook, run_state_problem
+
+    from fleetctl.airflow_api import run_state_or_none
 
     lock_dir = _lock_dir(args)
     locks = find_locks(lock_dir, args.cluster)
@@ -582,14 +609,33 @@ def cmd_lock_clear(args) -> int:
         print(f"error: no lock held for cluster {visible_controls(args.cluster)!r} in {lock_dir} "
               "(fleetctl lock status lists the held locks)", file=sys.stderr)
         return 2
+    refused = 0
     for lock in locks:
-        h = lock.clear()
-        if h is None:
+        h = lock.holder() or {}
+        dag_id, run_id = str(h.get("dag_id") or ""), str(h.get("run_id") or "")
+        what = (f"the lock of cluster {visible_controls(str(h.get('cluster')))!r} held by DAG "
+                f"{visible_controls(dag_id)!r} run {visible_controls(run_id)!r}")
+        state, why_unknown = run_state_or_none(dag_id, run_id) if dag_id and run_id else ("no such run", "")
+        problem = run_state_problem(state, what, args.force)
+        if problem is None and not args.force:
+            problem = (f"{what}: its run is {state}; it may have left the cluster half-changed (see its audit records "
+                       "and journal). After checking the cluster, clear it with --force")
+        if problem:
+            print(f"error: {problem}" + (f" ({visible_controls(why_unknown)})" if state is None else ""), file=sys.stderr)
+            refused += 1
             continue
-        print(f"cleared the lock of cluster {visible_controls(str(h.get('cluster')))!r} ({h.get('identity')}) held by "
-              f"DAG {visible_controls(str(h.get('dag_id')))!r} run {visible_controls(str(h.get('run_id')))!r} since "
-              f"{h.get('since')}; kept in {lock.lock_dir / 'cleared'}")
-    return 0
+        cleared = lock.clear()
+        if cleared is None:
+            continue
+        Runbook(capability="lock", action="cluster_lock", dag_id=dag_id or "-", run_id=run_id or "-",
+                cluster=str(h.get("cluster") or args.cluster), lock_dir=lock_dir).audit(
+            "lock_cleared", actor=_actor(),
+            message=f"fleetctl lock clear --force: the lock of {h.get('identity')} held since {h.get('since')} cleared "
+                    f"(holder run state: {state or 'unknown: ' + why_unknown})",
+            details={"holder": h, "holder_state": state, "lock_file": str(lock.path)})
+        print(f"cleared {what} since {h.get('since')} ({h.get('identity')}); kept in {lock.lock_dir / 'cleared'}; "
+              "audited")
+    return 2 if refused else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -699,14 +745,14 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("--details", action="store_true", help="print each record's details (before/after)")
     al.add_argument("--data-root")
     al.set_defaults(func=cmd_audit_list)
-    ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record")
+    ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record, as "
+                                            "your own Airflow user (FLEET_AIRFLOW_USER + FLEET_AIRFLOW_PASSWORD or "
+                                            "AIRFLOW_API_TOKEN), who then may not approve it")
     ar.add_argument("record_id")
     ar.add_argument("--execute", action="store_true", help="not a dry run: the rollback itself waits for approval")
     ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
     ar.add_argument("--data-root", help="where to find the audit record (the rollback run audits into the "
                                         "deployment's data root)")
-    ar.add_argument("--requested-by", help="who asks for the rollback (default: the OS user); they may not "
-                                           "approve it")
     ar.set_defaults(func=cmd_audit_rollback)
     av = au_sub.add_parser("verify", help="check every cluster's audit hash chain: modified, removed, inserted or "
                                           "re-ordered records and a truncated tail (exit 1 when one is found)")
@@ -726,9 +772,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("run", metavar="RUN", help="the DAG run id of the trim")
         sp.add_argument("--dag", default="runbook_offsets_trim", help="the trim DAG (default runbook_offsets_trim)")
         sp.add_argument("--execute", action="store_true", help="act (default: show what would be done)")
-        sp.add_argument("--data-root", help="data root of the run (default: $FLEET_DATA_ROOT or ./data)")
-        sp.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
-        sp.add_argument("--actor", help="who acts, for the audit (default: the login name)")
+        sp.add_argument("--force", action="store_true", help="act although Airflow cannot be asked whether the run "
+                                                             "still runs (you checked it yourself); never while it runs")
         sp.set_defaults(func=fn)
 
     g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
@@ -744,8 +789,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
     ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
     ls_.set_defaults(func=cmd_lock_status)
-    lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster (its holder run is gone)")
+    lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster: refused while its holder "
+                                         "run is queued or running (asked of Airflow as you: FLEET_AIRFLOW_USER); "
+                                         "needs --force; audited")
     lc.add_argument("cluster", help="the cluster name (or identity) the lock's holder recorded")
+    lc.add_argument("--force", action="store_true", help="clear it (the holder run no longer runs, or Airflow cannot "
+                                                         "be asked and you checked the run yourself)")
     lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
     lc.set_defaults(func=cmd_lock_clear)
 

@@ -154,6 +154,8 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
         "FLEET_VENV_BIN": venv_bin,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_spec().url(),
+        # where fleetctl reaches the REST API as its caller (audit rollback, lock clear, trim resume)
+        "FLEET_AIRFLOW_URL": f"http://{API_HOST}:{API_PORT}",
     }
     for lab in labs:
         values.update(lab.connection_env())

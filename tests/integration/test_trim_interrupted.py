@@ -31,7 +31,7 @@ import yaml
 
 from fleetkit.core import audit, plans
 from fleetkit.core.datasets import DataRoot
-from fleetkit.core.journal import journal_path, read_journal
+from fleetkit.core.journal import read_journal
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetkit.clients.broker_files import LocalBrokerFiles
@@ -142,7 +142,9 @@ def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monke
 
     # the approved plan (as the gate stores it): every rolled segment but the newest; two re-commits
     fleet_file = tmp_path / "fleet.yaml"
-    fleet_file.write_text(yaml.safe_dump(SPEC.fleet_document()))
+    doc = SPEC.fleet_document()
+    doc["clusters"][0]["approvers"] = ["admin", "approver"]
+    fleet_file.write_text(yaml.safe_dump(doc))
     data = tmp_path / "data"
     quarantine = [{"base_offset": s.base_offset, "size_bytes": s.size_bytes} for s in rolled[:-1]]
     tp = {"cluster": SPEC.name, "partitions": [{
@@ -160,16 +162,30 @@ def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monke
     plan.update(dag_id=DAG, run_id=RUN)
     plans_root = str(data / "plans")
     _, digest = plans.store(plans_root, DAG, RUN, plan)
-    journal_file = journal_path(data, "trim_offsets_segments", DAG, RUN, SPEC.name)
-    env = dict(os.environ, FLEET_LOCK_DIR=str(tmp_path / "locks"), FLEET_DATA_ROOT=str(data))
-    cli = ["--data-root", str(data), "--fleet", str(fleet_file), "--actor", "tester"]
+    # the deployment's settings; no api-server here, so acting needs --force (the run was checked)
+    env = dict(os.environ, FLEET_LOCK_DIR=str(tmp_path / "locks"), FLEET_DATA_ROOT=str(data),
+               FLEET_FILE=str(fleet_file), FLEET_AIRFLOW_USER="tester", FLEET_AIRFLOW_URL="http://127.0.0.1:9")
+    for k in ("FLEET_LOCK_DIR", "FLEET_DATA_ROOT", "FLEET_FILE"):
+        monkeypatch.setenv(k, env[k])
+    monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
+    from fleetkit.trim import resume as trim_resume
+
+    rb = trim_resume.runbook(RUN, DAG)
+    journal_file = rb.journal
+    assert journal_file.parts[-4] == "trim"
+    cli = ["--force"]
 
     # not approved yet: resume refuses and changes nothing
     out = fleetctl(env, "resume", RUN, "--execute", *cli)
     assert out.returncode == 2 and "was never approved" in out.stderr
     assert partition_files(folder) == before_files
-    audit.record(DataRoot(str(data)), cluster=SPEC.name, dag_id=DAG, run_id=RUN, action="trim_offsets_segments",
-                 event="approved", actor="tester", digest=digest, message="Approve by tester")
+    # approved as the gate records it: the approval record (admin asked, approver approved), the audit
+    rb.write_approval({"dag_id": DAG, "run_id": RUN, "ti_id": "t", "digest": digest, "requested_by": ["admin"],
+                       "answer": {"chosen_options": ["Approve"], "approver": "approver"}})
+    rb.audit("approved", actor="approver", digest=digest, message="Approve by approver")
+    # approved, but execute never started: nothing to resume
+    out = fleetctl(env, "resume", RUN, "--execute", *cli)
+    assert out.returncode == 2 and "its execute step never started" in out.stderr
 
     # execute in a child process, killed (SIGKILL) after its third file move
     script = tmp_path / "child.py"
@@ -213,7 +229,7 @@ def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monke
     commit(bootstrap, standalone, {("early-topic", 0): 2})
 
     files_now = partition_files(folder)
-    out = fleetctl(env, "resume", RUN, *cli)  # dry run
+    out = fleetctl(env, "resume", RUN)  # dry run
     assert out.returncode == 0 and "dry run: nothing changed" in out.stdout and " pending " in out.stdout
     assert partition_files(folder) == files_now and read_journal(journal_file).get(5) is None
 

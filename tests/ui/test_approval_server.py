@@ -132,10 +132,12 @@ def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
     assert "recorded no answer from Airflow's HITL record" in recs[1]["message"]
 
 
-def test_a_cli_rollback_is_requested_by_the_os_user_and_approved_by_another(case, capsys, monkeypatch):
-    import getpass
-
+def test_a_cli_rollback_is_triggered_as_the_caller_who_then_cannot_approve_it(case, capsys, monkeypatch):
+    """`fleetctl audit rollback` triggers the rollback with the caller's own Airflow identity (here
+    "approver", who approved the run it rolls back), so Airflow records them as the triggering
+    user: the gate asks only the other approver, and Airflow refuses the caller's own answer."""
     from fleetctl.cli import main
+    from fleetlab.airflow_services import passwords
 
     run_id = trigger(case)
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
@@ -146,21 +148,52 @@ def test_a_cli_rollback_is_requested_by_the_os_user_and_approved_by_another(case
     executed = next(r for r in audit.records(case["root"], "labtest", run_id) if r["event"] == "executed")
 
     monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "approver")
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["approver"])
     capsys.readouterr()
     assert main(["audit", "rollback", executed["record_id"], "--execute"]) == 0
     out = capsys.readouterr().out
-    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" (", 1)[0]
+    assert passwords()["approver"] not in out
+    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" as ", 1)[0]
     run = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(rollback_id)}")
-    assert run["conf"]["requested_by"] == getpass.getuser() and "data_root" not in run["conf"]
-    assert run["triggering_user_name"] == "admin"  # the CLI's API user: a requester too
+    assert "requested_by" not in run["conf"] and "data_root" not in run["conf"]
+    assert run["triggering_user_name"] == "approver"  # the caller, not a shared account
     detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
-    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]
+    assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
     settle(case, rollback_id)
-    answer(case, rollback_id, "Approve", user="approver")
+    with pytest.raises(urllib.error.HTTPError) as own:  # the caller may not approve their own rollback
+        answer(case, rollback_id, "Approve", user="approver")
+    assert own.value.code == 403
+    answer(case, rollback_id, "Approve", user="admin")
     assert wait_for(lambda: finished(case, rollback_id), 180, "the rollback to finish") == "success"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", rollback_id)]
-    assert events[1:3] == [("approved", "approver"), ("executed", "approver")]
+    assert events[1:3] == [("approved", "admin"), ("executed", "admin")]
+
+
+def test_a_lock_held_by_a_running_run_is_never_cleared(case, capsys, monkeypatch, tmp_path):
+    """`fleetctl lock clear --force` asks Airflow (as the caller) whether the holder run still runs:
+    a run waiting for its approval is running, so its lock stays, and nothing is audited."""
+    from fleetctl.cli import main
+    from fleetkit.core.locks import ClusterLock, held_locks
+    from fleetlab.airflow_services import passwords
+
+    run_id = trigger(case)
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    locks = tmp_path / "locks"
+    ClusterLock(locks, "fleet-name:labtest", "labtest").acquire(f"{DAG_ID}/{run_id}", DAG_ID, run_id)
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "admin")
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["admin"])
+    capsys.readouterr()
+    assert main(["lock", "clear", "labtest", "--lock-dir", str(locks), "--force"]) == 2
+    assert "its Airflow run is still running" in capsys.readouterr().err
+    assert len(held_locks(locks)) == 1
+    assert not [r for r in audit.records(case["root"], "labtest", run_id) if r["event"] == "lock_cleared"]
+    settle(case, run_id)  # leave nothing waiting: reject it, the run ends
+    answer(case, run_id, "Reject", user="approver")
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
+    assert main(["lock", "clear", "labtest", "--lock-dir", str(locks), "--force"]) == 0
+    assert held_locks(locks) == []
 
 
 def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):

@@ -140,7 +140,22 @@ def test_fleetctl_lock_status_and_clear(tmp_path, capsys, monkeypatch):
     assert line.split("\t")[:3] == ["prod 'a'", "dag=d", "run=r1"] and "identity=zookeeper:zk1:2181/kafka" in line
     assert cli.main(["lock", "clear", "nope"]) == 2
     assert "no lock held for cluster 'nope'" in capsys.readouterr().err
-    assert cli.main(["lock", "clear", "prod 'a'"]) == 0
+    # no api-server answers here: whether run r1 still runs cannot be told, so nothing is cleared
+    # without --force, and the clearing is audited on the holder run
+    monkeypatch.setenv("FLEET_AIRFLOW_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "alice")
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", "pw-not-shown")
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    assert cli.main(["lock", "clear", "prod 'a'"]) == 2
+    err = capsys.readouterr().err
+    assert "could not be told" in err and "--force" in err and "pw-not-shown" not in err
+    assert len(held_locks(tmp_path)) == 1
+    assert cli.main(["lock", "clear", "prod 'a'", "--force"]) == 0
     assert "cleared the lock of cluster \"prod 'a'\"" in capsys.readouterr().out
     assert held_locks(tmp_path) == []
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    (rec,) = audit.records(DataRoot(str(tmp_path / "data")), "prod 'a'")
+    assert (rec["event"], rec["actor"], rec["dag_id"], rec["run_id"]) == ("lock_cleared", "alice", "d", "r1")
     assert cli.needs_airflow(cli.build_parser().parse_args(["lock", "clear", "x"])) is False

@@ -415,38 +415,125 @@ def test_the_lab_broker_config_command_changes_the_lab_settings(tmp_path):
     assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2
 
 
-def test_resume_and_restore_act_only_on_an_approved_plan(tmp_path, monkeypatch):
-    """fleetctl trim resume|restore read the run's stored plan and require an `approved` audit
-    event of the runbook for that run with the stored plan's digest."""
-    from fleetkit.core import audit, plans
-    from fleetkit.core.datasets import DataRoot
-    from fleetkit.core.errors import FleetError
+def _trim_run(tmp_path, monkeypatch, approvers=("alice", "bob")):
+    """A stored trim plan of cluster c1 in a deployment of its own (fleet file, data root, locks)."""
+    from fleetkit.core import plans
     from fleetkit.trim import resume
 
+    fleet_file = tmp_path / "fleet.yaml"
+    fleet_file.write_text(yaml.safe_dump({"clusters": [{"name": "c1", "kafka_conn_id": "c1_kafka",
+                                                        "approvers": list(approvers)}]}))
+    data = tmp_path / "data"
+    for k, v in (("FLEET_FILE", fleet_file), ("FLEET_DATA_ROOT", data), ("FLEET_LOCK_DIR", tmp_path / "locks")):
+        monkeypatch.setenv(k, str(v))
     monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
-    data = str(tmp_path / "data")
     run = "manual__2026-01-01T00:00:00+00:00"
     plan = two_partition_plan(tmp_path, run)
     plan["dag_id"] = resume.DAG_ID
     _, digest = plans.store(f"{data}/plans", resume.DAG_ID, run, plan)
-    with pytest.raises(FleetError, match="was never approved"):
-        resume.approved_run(data, run)
+    return run, digest
 
-    def approve(d: str, dag_id: str = resume.DAG_ID, run_id: str = run):
-        audit.record(DataRoot(data), cluster="c1", dag_id=dag_id, run_id=run_id, action="trim_offsets_segments",
-                     event="approved", actor="alice", digest=d)
 
-    approve(digest, run_id="manual__other")
-    approve(digest, dag_id="another_dag")
-    approve("sha256:" + "0" * 64)
-    with pytest.raises(FleetError, match="the plan changed after approval"):
-        resume.approved_run(data, run)
-    approve(digest)
-    got = resume.approved_run(data, run)
-    assert got.digest == digest and got.approval["actor"] == "alice" and got.cluster == "c1"
-    assert got.journal.name == "c1.jsonl" and safe_component("manual__2026-01-01T00:00:00+00:00") in str(got.journal)
+def _approve(rb, digest, approver="bob", requested_by=("carol",), chosen="Approve", audit_it=True):
+    rb.write_approval({"dag_id": rb.dag_id, "run_id": rb.run_id, "ti_id": "ti", "digest": digest,
+                       "requested_by": list(requested_by), "answer": {"chosen_options": [chosen], "approver": approver}})
+    if audit_it:
+        rb.audit("approved", actor=approver, digest=digest, message=f"{chosen} by {approver}")
+
+
+@pytest.mark.parametrize("case, message", [
+    ("never approved", "was never approved"),
+    ("self-approval", "self-approval: 'carol' requested this run"),
+    ("not an approver", "'mallory' is not an approver of cluster 'c1'"),
+    ("rejected", "did not answer Approve"),
+    ("plan edited", "the stored plan changed after approval"),
+    ("audit disagrees", "holds no 'approved' record"),
+    ("refused later", "a refusal is final"),
+    ("execute never started", "its execute step never started"),
+])
+def test_resume_acts_only_on_an_approved_never_refused_interrupted_run(tmp_path, monkeypatch, case, message):
+    """The engine's eligibility, as `fleetctl trim resume` meets it: the approval record (an
+    Approve by a listed approver who did not request the run, for the stored plan), the audit
+    (that `approved` record, and no refusal after it: a refusal is final) and the journal (execute
+    started and was interrupted). Before the engine, resume needed only an `approved` audit event
+    with the digest: every case below but the first was carried out."""
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.journal import Journal
+    from fleetkit.core.runbook import GATE_SEQ, Refused
+    from fleetkit.trim import resume
+
+    run, digest = _trim_run(tmp_path, monkeypatch, approvers=("alice", "bob", "carol"))
+    rb = resume.runbook(run)
+    if case == "self-approval":
+        _approve(rb, digest, approver="carol")
+    elif case == "not an approver":
+        _approve(rb, digest, approver="mallory")
+    elif case == "rejected":
+        _approve(rb, digest, chosen="Reject")
+    elif case == "plan edited":
+        _approve(rb, "sha256:" + "0" * 64)
+    elif case == "audit disagrees":
+        _approve(rb, digest, audit_it=False)
+    elif case != "never approved":
+        _approve(rb, digest)
+    if case == "refused later":  # e.g. the gate's execute refused it (a precondition no longer held)
+        rb.audit("refused", actor="bob", digest=digest, message="preconditions no longer hold: ...")
+    if case != "execute never started":
+        with Journal(rb.journal) as j:
+            j.intent(GATE_SEQ, step="execute", actor="bob", digest=digest)
+    with pytest.raises(Refused, match=message):
+        resume.approved_run(rb, "resume", actor="dave")
+    # the command's own refusal is audited, and does not end the run (a resume asked too early)
+    last = rb.history()[-1]
+    assert last["event"] == "refused" and last["actor"] == "dave" and last["details"]["final"] is False
     with pytest.raises(FleetError, match="no stored plan"):
-        resume.approved_run(data, "manual__never")
+        resume.runbook("manual__never")
+
+
+def test_resume_and_restore_of_an_approved_run_by_its_state(tmp_path, monkeypatch):
+    from fleetkit.core.journal import Journal
+    from fleetkit.core.runbook import GATE_SEQ, Refused
+    from fleetkit.trim import resume
+
+    run, digest = _trim_run(tmp_path, monkeypatch)
+    rb = resume.runbook(run)
+    _approve(rb, digest)
+    # a refusal of the command itself (asked before execute started) does not end the run
+    with pytest.raises(Refused, match="never started"):
+        resume.approved_run(rb, "resume", actor="dave")
+    with Journal(rb.journal) as j:
+        j.intent(GATE_SEQ, step="execute", actor="bob", digest=digest)
+    got = resume.approved_run(rb, "resume", actor="dave")
+    assert (got.digest, got.approver, got.cluster) == (digest, "bob", "c1")
+    assert got.journal == rb.journal and got.journal.parts[-4] == "trim"  # one journal folder per capability
+    assert safe_component(run) in str(got.journal)
+    with Journal(rb.journal) as j:
+        j.outcome(GATE_SEQ, "done")
+    with pytest.raises(Refused, match="its execute step finished"):
+        resume.approved_run(rb, "resume", actor="dave")
+    assert resume.approved_run(rb, "restore", actor="dave").digest == digest
+
+
+def test_fleetctl_trim_resume_refuses_a_run_the_gate_refused(tmp_path, monkeypatch, capsys):
+    """Issue: `fleetctl trim resume --execute` carried out a trim the gate refused (the approved
+    event was written before the approver checks)."""
+    from fleetctl import cli
+    from fleetkit.core.journal import Journal
+    from fleetkit.core.runbook import GATE_SEQ
+    from fleetkit.trim import resume
+
+    run, digest = _trim_run(tmp_path, monkeypatch)
+    rb = resume.runbook(run)
+    _approve(rb, digest)
+    with Journal(rb.journal) as j:
+        j.intent(GATE_SEQ, step="execute", actor="bob", digest=digest)
+    rb.audit("refused", actor="bob", digest=digest, message="self-approval: 'bob' requested this run")
+    monkeypatch.setenv("FLEET_AIRFLOW_URL", "http://127.0.0.1:9")
+    assert cli.main(["trim", "resume", run, "--execute", "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "REFUSED, nothing done" in err and "a refusal is final" in err
+    for p in (3, 4):  # nothing moved
+        assert (tmp_path / "d" / f"__consumer_offsets-{p}" / f"{0:020d}.log").exists()
 
 
 def test_kraft_quorum_keeps_a_majority_while_each_node_is_stopped():

@@ -1,9 +1,13 @@
 """Finishing or undoing a trim outside Airflow (`fleetctl trim resume|restore RUN`): the run's
-stored plan, the proof it was approved, and its execution journal.
+stored plan, the proof it was approved, and its execution journal, all checked by the runbook
+engine (fleetkit.core.runbook), as the gate checks them.
 
-Both act only on a plan that was approved: the audit dataset must hold an `approved` event of
-the runbook for that run whose digest is the stored plan's digest now (an edited plan has
-another digest). Both are dry runs unless told to execute.
+Both act only on a plan that was approved and never refused: the run's approval record answers
+Approve by a listed approver who did not request the run, for the stored plan's digest (an edited
+plan has another digest); the cluster's audit chain verifies and holds that `approved` record and
+no `refused` / `rejected` one. Resume acts only on a run whose execute started and was
+interrupted (killed, or failed); restore on a run whose execute started. Both are dry runs unless
+told to execute; the caller also checks that the Airflow run no longer runs.
 """
 
 from __future__ import annotations
@@ -11,14 +15,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetkit.core import audit, journal, plans, settings
+from fleetkit.core import journal, plans, settings
 from fleetkit.core.action import ClusterContext  # noqa: F401 (for the CLI)
-from fleetkit.core.datasets import DataRoot
 from fleetkit.core.errors import FleetError
+from fleetkit.core.runbook import Runbook
 from fleetkit.trim import execute, verify
 from fleetkit.trim.plan import ACTION
 
 DAG_ID = "runbook_offsets_trim"
+CAPABILITY = "trim"
+
+#: what the gate's journal entry must say of execute for each command
+ACTS_ON = {"resume": ("intent", "failed"), "restore": ("intent", "failed", "done")}
+_SAID = {None: "never started", "intent": "started and never finished (killed or lost)", "done": "finished",
+         "failed": "failed"}
 
 
 @dataclass
@@ -27,36 +37,40 @@ class ApprovedRun:
     run_id: str
     plan: dict
     digest: str
-    approval: dict  # the `approved` audit record
+    approver: str
     journal: Path
-    data_root: str
+    runbook: Runbook
 
     @property
     def cluster(self) -> str:
         return self.plan["cluster"]
 
 
-def approved_run(data_root: str, run_id: str, dag_id: str = DAG_ID) -> ApprovedRun:
-    """The run's stored plan, refused (FleetError naming the run) unless the audit shows it approved."""
-    plan, digest = plans.load(settings.plans_root(data_root), dag_id, run_id)
+def runbook(run_id: str, dag_id: str = DAG_ID, data_root: str | None = None) -> Runbook:
+    """The engine's view of a trim run (the deployment's settings; the cluster from the stored plan)."""
+    data_root = data_root or settings.data_root()
+    plan, _ = plans.load(settings.plans_root(data_root), dag_id, run_id)
     if plan.get("action") != ACTION:
         raise FleetError(f"run {run_id!r} of {dag_id}: the stored plan is a {plan.get('action')!r} plan, not {ACTION}")
-    rows = [r for r in audit.records(DataRoot(data_root), plan["cluster"], run_id)
-            if r["dag_id"] == dag_id and r["action"] == ACTION and r["event"] == "approved"]
-    if not rows:
-        raise FleetError(f"run {run_id!r} of {dag_id} on cluster {plan['cluster']!r} was never approved (no "
-                         f"'approved' audit event under {data_root}): only an approved trim is resumed or restored")
-    matching = [r for r in rows if r["digest"] == digest]
-    if not matching:
-        raise FleetError(f"run {run_id!r}: the stored plan's digest is {digest} but the approval was for "
-                         f"{rows[-1]['digest']}: the plan changed after approval; nothing done")
-    return ApprovedRun(dag_id, run_id, plan, digest, matching[-1],
-                       journal.journal_path(data_root, ACTION, dag_id, run_id, plan["cluster"]), data_root)
+    return Runbook(capability=CAPABILITY, action=ACTION, dag_id=dag_id, run_id=run_id, cluster=plan["cluster"],
+                   data_root=data_root)
+
+
+def approved_run(rb: Runbook, what: str, actor: str) -> ApprovedRun:
+    """The run, when the engine finds it approved and never refused and its execute is in a state
+    `what` ("resume" or "restore") acts on; else Refused (audited, not final for the run)."""
+    plan, digest, approver = rb.approved(actor=actor, verify_chain=True, final=False)
+    state = rb.execute_state()
+    if state not in ACTS_ON[what]:
+        raise rb.refuse(f"fleetctl trim {what} of run {rb.run_id!r}: its execute step {_SAID.get(state, state)}; "
+                        f"{what} acts only on a run whose execute " +
+                        ("started and was interrupted (killed or failed)" if what == "resume" else "started"),
+                        actor=actor, digest=digest, final=False, details={"execute_state": state})
+    return ApprovedRun(rb.dag_id, rb.run_id, plan, digest, approver, rb.journal, rb)
 
 
 def record(run: ApprovedRun, event: str, actor: str, message: str, details: dict | None = None) -> dict:
-    return audit.record(DataRoot(run.data_root), cluster=run.cluster, dag_id=run.dag_id, run_id=run.run_id,
-                        action=ACTION, event=event, actor=actor, digest=run.digest, message=message, details=details)
+    return run.runbook.audit(event, actor=actor, digest=run.digest, message=message, details=details)
 
 
 def describe(run: ApprovedRun) -> list[str]:
@@ -66,7 +80,7 @@ def describe(run: ApprovedRun) -> list[str]:
     gate = entries.get("gate") or {}
     said = {None: "never started", "intent": "started and never finished (killed or lost)", "done": "finished",
             "failed": f"failed: {gate.get('error')}"}
-    lines = [f"plan {run.digest}, approved by {run.approval['actor']}; journal {run.journal}",
+    lines = [f"plan {run.digest}, approved by {run.approver}; journal {run.journal}",
              f"the runbook's execute step: {said.get(gate.get('status'), gate.get('status'))}"]
     for state in ("done", "copied", "pending", "restored", "inconsistent"):
         for m in p["moves"].get(state, []):
