@@ -226,7 +226,7 @@ def fleet_app() -> FastAPI:
                 detail = r.text[:500]
             log.warning("fleet page: starting %s refused (%s): %s", dag_id, r.status_code, detail)
             return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields,
-                         values={k: ("true" if v is True else "" if v is False else v) for k, v in conf.items()},
+                         values={k: ("true" if v is True else "" if v is False else str(v)) for k, v in conf.items()},
                          csrf=_csrf(token), result=None,
                          error=f"Airflow refused the run ({r.status_code}): {json.dumps(detail)[:500]}")
         run = r.json()
