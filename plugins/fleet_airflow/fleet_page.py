@@ -6,6 +6,12 @@ manager's permission check. **Permission needed: read access to the DAG `fleet_m
 (the DAG whose runs write what the page shows). Starting a runbook from the page additionally
 needs the permission to trigger that runbook DAG: the page posts the run to Airflow's REST API
 with the user's own token, so Airflow checks it and records the user as the one who triggered.
+The POST needs the same read permission as the page, and the form's anti-forgery value.
+
+Where the run is posted: the configured API base URL, Airflow's `[api] base_url` (the URL the UI
+and REST API are served at), else the api-server's own listening address (`[api] host` and
+`port`, a wildcard host as loopback). Never anything from the request (its Host header or URL):
+a user who could choose the host would have the api-server send their token there.
 
 Pages (server-rendered, paged on the server, every name from a cluster escaped):
   /fleet/                 clusters (Kafka version, groups by verdict, newest collection, failures),
@@ -55,6 +61,31 @@ def _fleet():
 def _csrf(token: str | None) -> str:
     """The form's anti-forgery value: bound to the user's session token, never the token itself."""
     return hmac.new((token or "").encode(), b"kafka-fleet-runbook-form", hashlib.sha256).hexdigest()
+
+
+def _csrf_ok(sent: str | None, token: str | None) -> bool:
+    """The posted anti-forgery value matches the session's. Compared as bytes: compare_digest
+    refuses a str with characters outside ASCII (a TypeError, a 500), which a forged post may send."""
+    if not sent:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), _csrf(token).encode())
+
+
+def api_base_url() -> str:
+    """Where the page posts runs: `[api] base_url` (without a trailing /), else
+    http://<[api] host>:<[api] port> with a wildcard or empty host as loopback. Never from a request."""
+    from airflow.configuration import conf
+
+    base = (conf.get("api", "base_url", fallback="") or "").strip().rstrip("/")
+    if base:
+        return base
+    host = (conf.get("api", "host", fallback="") or "").strip().strip("[]")
+    port = conf.getint("api", "port", fallback=8080)
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 def _page(template: str, **context) -> HTMLResponse:
@@ -158,8 +189,9 @@ def fleet_app() -> FastAPI:
                      csrf=_csrf(token_of(request)), result=None, error=None)
 
     @app.post("/runbook", response_class=HTMLResponse)
-    async def runbook_start(request: Request, user=Depends(reader)):
-        """Start the runbook as the user: Airflow's REST API with the user's own token."""
+    async def runbook_start(request: Request, user=Depends(may_read)):
+        """Start the runbook as the user: Airflow's REST API (at api_base_url(), never at the
+        request's host) with the user's own token, so Airflow checks the trigger permission."""
         import httpx
 
         from fleetkit.fleetview import RUNBOOK_FIELDS, coerce_conf
@@ -167,7 +199,7 @@ def fleet_app() -> FastAPI:
         form = {k: str(v) for k, v in (await request.form()).items()}
         token = token_of(request)
         dag_id = form.pop("dag_id", "")
-        if not hmac.compare_digest(form.pop("csrf", ""), _csrf(token)):
+        if not _csrf_ok(form.pop("csrf", None), token):
             raise HTTPException(status.HTTP_403_FORBIDDEN, "the form is stale or not from this page: open it again")
         fields = RUNBOOK_FIELDS.get(dag_id)
         if fields is None:
@@ -177,10 +209,16 @@ def fleet_app() -> FastAPI:
         except ValueError as e:
             return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=form, csrf=_csrf(token),
                          result=None, error=str(e))
-        api = f"{request.url.scheme}://{request.url.netloc}/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns"
-        async with httpx.AsyncClient(timeout=30) as client:
-            r = await client.post(api, json={"logical_date": None, "conf": conf},
-                                  headers={"Authorization": f"Bearer {token}"})
+        api = f"{api_base_url()}/api/v2/dags/{urllib.parse.quote(dag_id, safe='')}/dagRuns"
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                r = await client.post(api, json={"logical_date": None, "conf": conf},
+                                      headers={"Authorization": f"Bearer {token}"})
+        except httpx.HTTPError as e:
+            log.warning("fleet page: starting %s: Airflow's REST API at %s did not answer: %s", dag_id, api, e)
+            return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=form, csrf=_csrf(token),
+                         result=None, error=f"Airflow's REST API did not answer ({type(e).__name__}); "
+                                            "check [api] base_url")
         if r.status_code >= 300:
             try:
                 detail = r.json().get("detail")
@@ -188,7 +226,7 @@ def fleet_app() -> FastAPI:
                 detail = r.text[:500]
             log.warning("fleet page: starting %s refused (%s): %s", dag_id, r.status_code, detail)
             return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields,
-                         values={k: ("true" if v is True else "" if v is False else v) for k, v in conf.items()},
+                         values={k: ("true" if v is True else "" if v is False else str(v)) for k, v in conf.items()},
                          csrf=_csrf(token), result=None,
                          error=f"Airflow refused the run ({r.status_code}): {json.dumps(detail)[:500]}")
         run = r.json()
