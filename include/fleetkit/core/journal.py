@@ -155,7 +155,7 @@ def _entry(line: str) -> dict | None:
             if not (isinstance(e, dict) and {"at", "seq", "status"} <= e.keys()):
                 e = None  # a value inside the torn line, not a line of its own
             break
-    return e if isinstance(e, dict) and isinstance(e.get("seq"), int) else None
+    return e if isinstance(e, dict) and isinstance(e.get("seq"), (int, str)) else None
 
 
 def summary(path: str | os.PathLike) -> dict:
