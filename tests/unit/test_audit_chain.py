@@ -491,3 +491,35 @@ def test_cli_audit_verify_one_cluster(root, capsys):
     assert main(["audit", "verify", "--cluster", "other", "--data-root", root.path]) == 1
     out = capsys.readouterr().out
     assert f"FAIL\tcluster=other\trecord={rows[1]['record_id']}\tchain broken" in out
+
+
+def test_the_lab_env_file_gets_an_audit_key_once_and_keeps_the_retired_ones(tmp_path, monkeypatch):
+    from fleetlab import airflow_services as services
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    env_file = services.ensure_env_file(labs=[])
+
+    def values():
+        return dict(line.split("=", 1) for line in env_file.read_text().splitlines() if not line.startswith("#"))
+
+    key = values()[audit.KEY_VAR].strip("'")
+    assert audit.load_keys({audit.KEY_VAR: key}).current.key_id
+    with open(env_file, "a") as f:
+        f.write(f"{audit.PREVIOUS_KEYS_VAR}='old:{'5' * 64}'\n")
+    services.ensure_env_file(labs=[])
+    assert values()[audit.KEY_VAR].strip("'") == key
+    assert values()[audit.PREVIOUS_KEYS_VAR] == f"'old:{'5' * 64}'"
+
+
+def test_cli_audit_seal_then_verify(root, heads, capsys):
+    from fleetctl.cli import main
+
+    rows = _append(root, n=3)
+    _rechain_unkeyed(root, rows, heads, lambda r: r)
+    assert main(["audit", "verify", "--data-root", root.path]) == 1
+    assert "unsigned head" in capsys.readouterr().out
+    assert main(["audit", "seal", "--data-root", root.path]) == 0
+    assert capsys.readouterr().out == "SEALED\tcluster=lab\tkey_id=tests\n"
+    assert main(["audit", "verify", "--data-root", root.path]) == 0
+    out = capsys.readouterr().out
+    assert "OK\tcluster=lab\t3 records chained, 3 before the key" in out and "WARNING" in out
