@@ -523,3 +523,14 @@ def test_cli_audit_seal_then_verify(root, heads, capsys):
     assert main(["audit", "verify", "--data-root", root.path]) == 0
     out = capsys.readouterr().out
     assert "OK\tcluster=lab\t3 records chained, 3 before the key" in out and "WARNING" in out
+
+
+def test_seal_refuses_an_unsigned_head_in_front_of_keyed_records(root, heads):
+    rows = _append(root, n=2)
+    (head_file,) = heads.rglob("*.head.json")
+    head = json.loads(head_file.read_text())
+    head_file.write_text(json.dumps({k: v for k, v in head.items() if k not in ("mac", "key_id")}))
+    with pytest.raises(audit.FleetError, match="rewritten without the key"):
+        audit.seal(root, "lab")
+    rep, problems = _problems(root)
+    assert not rep.ok and "unsigned head" in problems[rows[-1]["record_id"]]

@@ -413,6 +413,10 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
         if not rep.ok:
             raise FleetError(f"audit of cluster {v(cluster)!r}: {len(rep.problems)} problem(s) "
                              "(see `fleetctl audit verify`): not sealed")
+        if rep.chained != rep.before_key:  # keyed records behind an unsigned head: it was rewritten
+            raise FleetError(f"audit of cluster {v(cluster)!r}: the chain holds {rep.chained - rep.before_key} keyed "
+                             "record(s) but its head is not signed: the head was rewritten without the key; "
+                             "not sealed")
         doc = {**head, "sealed": {"at": iso_z(utcnow()), "records_before_the_key": rep.before_key}}
         chain.write_head(doc, key)
     log.warning("AUDIT head of cluster %s sealed with audit key %s (%d record(s) before the key)", v(cluster),
