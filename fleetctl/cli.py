@@ -396,13 +396,15 @@ def cmd_audit_verify(args) -> int:
 
     from fleet_airflow import settings
 
+    settings.load_airflow_env()  # the deployment's audit keys (no Airflow import)
     root = DataRoot(args.data_root or settings.data_root())
     reports = audit.verify(root, args.cluster)
     if not reports:
         print(f"no audit records under {root.uri}")
         return 0
     for rep in reports:
-        before = f", {rep.before_chain} before the chain" if rep.before_chain else ""
+        before = (f", {rep.before_key} before the key" if rep.before_key else "") + \
+            (f", {rep.before_chain} before the chain" if rep.before_chain else "")
         if rep.ok:
             print(f"OK\tcluster={rep.cluster}\t{rep.chained} records chained{before}")
         for warning in rep.warnings:
@@ -413,6 +415,21 @@ def cmd_audit_verify(args) -> int:
             print(f"FAILED\tcluster={rep.cluster}\t{len(rep.problems)} problem(s); {rep.chained} records on the "
                   f"chain that ends at the head{before}")
     return 0 if all(rep.ok for rep in reports) else 1
+
+
+def cmd_audit_seal(args) -> int:
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    from fleet_airflow import settings
+
+    settings.load_airflow_env()
+    root = DataRoot(args.data_root or settings.data_root())
+    clusters = [args.cluster] if args.cluster else audit.audit_clusters(root)
+    for cluster in clusters:
+        head = audit.seal(root, cluster)
+        print(f"SEALED\tcluster={cluster}\tkey_id={head.get('key_id')}")
+    return 0
 
 
 # -- trim ------------------------------------------------------------------------------------
@@ -759,6 +776,11 @@ def build_parser() -> argparse.ArgumentParser:
     av.add_argument("--cluster", help="only this cluster's chain")
     av.add_argument("--data-root")
     av.set_defaults(func=cmd_audit_verify)
+    asl = au_sub.add_parser("seal", help="sign the head of chains written before the audit key was configured "
+                                         "(once, after the upgrade; refused when a chain has a problem)")
+    asl.add_argument("--cluster", help="only this cluster's chain")
+    asl.add_argument("--data-root")
+    asl.set_defaults(func=cmd_audit_seal)
 
     tr = sub.add_parser("trim", help="an interrupted __consumer_offsets trim: finish it or put its files back")
     tr_sub = tr.add_subparsers(dest="trim_command", required=True)

@@ -150,6 +150,8 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         "AIRFLOW__API__SECRET_KEY": existing.get("AIRFLOW__API__SECRET_KEY") or secrets.token_urlsafe(32),
         "AIRFLOW__CORE__FERNET_KEY": existing.get("AIRFLOW__CORE__FERNET_KEY")
         or urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+        # the audit chain's HMAC key (the Airflow Variable fleet_audit_key), kept once made
+        "AIRFLOW_VAR_FLEET_AUDIT_KEY": existing.get("AIRFLOW_VAR_FLEET_AUDIT_KEY") or secrets.token_hex(32),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
         "FLEET_VENV_BIN": venv_bin,
@@ -157,6 +159,8 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         # where fleetctl reaches the REST API as its caller (audit rollback, lock clear, trim resume)
         "FLEET_AIRFLOW_URL": f"http://{API_HOST}:{API_PORT}",
     }
+    if existing.get("AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"):  # keys retired by a rotation stay
+        values["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"] = existing["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"]
     for lab in labs:
         values.update(lab.connection_env())
     # local Spark by default; point the spark_default connection at a cluster to scale out

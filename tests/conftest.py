@@ -27,6 +27,8 @@ os.environ["AIRFLOW_HOME"] = str(TEST_AIRFLOW_HOME)
 os.environ["AIRFLOW_CONFIG"] = str(REPO / "airflow.cfg")
 os.environ.setdefault("AIRFLOW__CORE__FERNET_KEY", "3pP9cXqGzv0E2p3d7bq2m8XZr8s2uQ3k4y0JrJ5H1xk=")
 os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not-for-production")
+# the audit key (HMAC of the audit chain): a fixed test key, `id:secret`
+os.environ.setdefault("AIRFLOW_VAR_FLEET_AUDIT_KEY", "tests:test-only-audit-key-not-for-production-0123456789")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 # paused (as in production): no scheduled run competes with the tests for the machine or writes
 # into the data root under a test; a test that needs a DAG's runs unpauses it and triggers them

@@ -168,14 +168,189 @@ def test_lost_head_is_reported(root, heads):
     assert not rep.ok and "no head file" in " ".join(problems.values())
 
 
-def test_lost_head_is_rebuilt_by_the_next_append_and_reported_as_a_warning(root, heads):
+def test_lost_head_is_rebuilt_by_the_next_append_and_stays_a_failure(root, heads):
     rows = _append(root, n=2)
     for p in heads.rglob("*.head.json"):
         p.unlink()
     nxt = audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
-    assert nxt["prev_hash"] == rows[-1]["hash"]
-    rep, _ = _problems(root)
-    assert rep.ok and rep.chained == 3 and "rebuilt" in rep.warnings[0]
+    assert nxt["prev_hash"] == rows[-1]["hash"]  # nothing lost: the chain goes on from the newest record
+    rep, problems = _problems(root)
+    assert not rep.ok and rep.chained == 3
+    assert "re-anchored" in problems[rows[-1]["record_id"]]
+    audit.record(root, cluster="lab", dag_id="d", run_id="r10", action="a", event="verified")
+    rep, problems = _problems(root)
+    assert not rep.ok and "re-anchored" in problems[rows[-1]["record_id"]]  # for good
+
+
+def test_head_and_newest_record_deleted_then_a_routine_append_fails_verify(root, heads):
+    """The cut of the filing: delete the head file and the newest record, let the next routine
+    append rebuild the head: verify must fail (it only warned)."""
+    rows = _append(root, n=4)
+    for p in heads.rglob("*.head.json"):
+        p.unlink()
+    os.remove(_file_of(root, rows[-1]["record_id"]))
+    audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "re-anchored" in problems[rows[-2]["record_id"]]
+
+
+def test_head_rewritten_without_the_key_is_reported_and_not_laundered_by_the_next_append(root, heads):
+    rows = _append(root, n=4)
+    (head_file,) = heads.rglob("*.head.json")
+    os.remove(_file_of(root, rows[-1]["record_id"]))
+    head = json.loads(head_file.read_text())
+    # the head moved back to the record before, signature kept (the forger has no key)
+    head.update(hash=rows[-2]["hash"], record_id=rows[-2]["record_id"])
+    head_file.write_text(json.dumps(head))
+    rep, problems = _problems(root)
+    assert not rep.ok and "forged head" in problems[rows[-2]["record_id"]]
+    audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    rep, problems = _problems(root)
+    assert not rep.ok and "re-anchored" in problems[rows[-2]["record_id"]]
+
+
+def _rechain_unkeyed(root, rows, heads, change):
+    """What someone without the key can do: change a record, then recompute the chain's plain
+    SHA-256 hashes (and the head) so every link and the head agree again."""
+    prev = audit.GENESIS
+    forged = []
+    for r in rows:
+        r = {**change(dict(r)), "key_id": None, "prev_hash": prev}
+        r["hash"] = audit.record_hash(r)
+        forged.append(r)
+        prev = r["hash"]
+    for old, new in zip(rows, forged):
+        _rewrite(_file_of(root, old["record_id"]), lambda r, new=new: new)
+    (head_file,) = heads.rglob("*.head.json")
+    head = {"cluster": "lab", "data_root": audit.root_id(root), "hash": forged[-1]["hash"],
+            "record_id": forged[-1]["record_id"], "observed_at": forged[-1]["observed_at"].isoformat()}
+    head_file.write_text(json.dumps(head))
+    return forged
+
+
+def test_chain_rewritten_with_recomputed_unkeyed_hashes_is_reported(root, heads):
+    rows = _append(root, n=4)
+    forged = _rechain_unkeyed(root, rows, heads,
+                              lambda r: {**r, "actor": "mallory"} if r["run_id"] == "r2" else r)
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "unsigned head" in " ".join(problems.values())
+    # the next routine append does not make it pass: it re-anchors on the unsigned head
+    _append(root, n=1, start=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
+    rep, problems = _problems(root)
+    assert not rep.ok and "re-anchored" in problems[forged[-1]["record_id"]]
+
+
+def test_records_rewritten_from_one_point_with_unkeyed_hashes_are_reported(root, heads):
+    rows = _append(root, n=4)
+    prev = rows[1]["hash"]
+    forged = []
+    for r in rows[2:]:
+        r = {**r, "actor": "mallory", "key_id": None, "prev_hash": prev}
+        r["hash"] = audit.record_hash(r)
+        forged.append(r)
+        prev = r["hash"]
+    for old, new in zip(rows[2:], forged):
+        _rewrite(_file_of(root, old["record_id"]), lambda r, new=new: new)
+    (head_file,) = heads.rglob("*.head.json")
+    head = json.loads(head_file.read_text())
+    head.update(hash=forged[-1]["hash"])
+    head_file.write_text(json.dumps(head))
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "unsigned" in problems[rows[2]["record_id"]] and "unsigned" in problems[rows[3]["record_id"]]
+    assert "forged head" in " ".join(problems.values())
+
+
+KEY_A = "a:" + "1" * 64
+KEY_B = "b:" + "2" * 64
+
+
+def test_rotated_keys_verify_with_the_previous_keys_listed(root, monkeypatch):
+    monkeypatch.setenv(audit.KEY_VAR, KEY_A)
+    monkeypatch.delenv(audit.PREVIOUS_KEYS_VAR, raising=False)
+    old = _append(root, n=2)
+    monkeypatch.setenv(audit.KEY_VAR, KEY_B)
+    monkeypatch.setenv(audit.PREVIOUS_KEYS_VAR, KEY_A)
+    new = _append(root, n=2, start=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
+    assert {r["key_id"] for r in old} == {"a"} and {r["key_id"] for r in new} == {"b"}
+    assert new[0]["prev_hash"] == old[-1]["hash"]
+    rep, problems = _problems(root)
+    assert rep.ok and rep.chained == 4, problems
+
+    monkeypatch.delenv(audit.PREVIOUS_KEYS_VAR)
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "'a'" in problems[old[-1]["record_id"]] and "unknown key" in problems[old[-1]["record_id"]]
+    monkeypatch.setenv(audit.KEY_VAR, KEY_A)  # the old key alone does not know the new records either
+    rep, problems = _problems(root)
+    assert not rep.ok and "'b'" in " ".join(problems.values())
+
+
+def test_key_without_an_id_is_named_by_its_hash():
+    import hashlib
+
+    secret = "3" * 64
+    key = audit.parse_key(secret)
+    assert key.key_id == hashlib.sha256(secret.encode()).hexdigest()[:8]
+    assert secret not in repr(key) and secret not in str(audit.load_keys({audit.KEY_VAR: secret}))
+
+
+def test_no_key_refuses_to_write_and_names_the_variable(root, monkeypatch, caplog):
+    monkeypatch.delenv(audit.KEY_VAR, raising=False)
+    with pytest.raises(audit.FleetError) as e:
+        audit.record(root, cluster="lab", dag_id="d", run_id="r", action="a", event="planned")
+    assert "AIRFLOW_VAR_FLEET_AUDIT_KEY" in str(e.value)
+    assert audit.records(root, "lab") == []
+
+
+@pytest.mark.parametrize("value", ["tiny-secret", "x y:" + "4" * 64, "id:tooshort"])
+def test_bad_key_is_refused_without_showing_it(root, monkeypatch, value):
+    monkeypatch.setenv(audit.KEY_VAR, value)
+    with pytest.raises(audit.FleetError) as e:
+        audit.record(root, cluster="lab", dag_id="d", run_id="r", action="a", event="planned")
+    assert "AIRFLOW_VAR_FLEET_AUDIT_KEY" in str(e.value)
+    assert value.rpartition(":")[2] not in str(e.value)
+
+
+def test_the_key_is_in_no_record_head_or_log(root, heads, caplog):
+    import logging
+
+    secret = audit.load_keys().current._secret.decode()
+    with caplog.at_level(logging.DEBUG):
+        rows = _append(root, n=2)
+        for p in heads.rglob("*.head.json"):
+            p.unlink()
+        _append(root, n=1, start=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
+    assert secret not in caplog.text
+    assert all(secret not in json.dumps(r, default=str) for r in audit.records(root, "lab"))
+    assert all(secret not in p.read_text() for p in heads.rglob("*.json"))
+    assert rows
+
+
+def test_a_chain_from_before_the_key_is_sealed_once_and_goes_on_keyed(root, heads):
+    """Records chained with the plain SHA-256 of earlier versions: counted `before the key`; the
+    unsigned head fails verify until `seal`, and the keyed chain continues from them."""
+    rows = _append(root, n=3)
+    legacy = _rechain_unkeyed(root, rows, heads, lambda r: r)  # what an earlier version wrote
+    rep, problems = _problems(root)
+    assert not rep.ok and "unsigned head" in " ".join(problems.values())
+    audit.seal(root, "lab")
+    rep, problems = _problems(root)
+    assert rep.ok and rep.before_key == 3 and "sealed" in rep.warnings[0], problems
+    nxt = audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
+    assert nxt["prev_hash"] == legacy[-1]["hash"] and nxt["key_id"] == "tests"
+    rep, problems = _problems(root)
+    assert rep.ok and rep.chained == 4 and rep.before_key == 3, problems
+
+
+def test_seal_refuses_a_chain_with_a_problem(root, heads):
+    rows = _append(root, n=3)
+    _rechain_unkeyed(root, rows, heads, lambda r: r)
+    os.remove(_file_of(root, rows[1]["record_id"]))
+    with pytest.raises(audit.FleetError, match="not sealed"):
+        audit.seal(root, "lab")
 
 
 def test_records_before_the_chain_are_counted_not_errors(root):
@@ -208,8 +383,9 @@ def test_writer_killed_between_record_and_head_is_not_tampering(root, heads):
            "prev_hash": rows[1]["hash"]}
     nxt["hash"] = audit.record_hash(nxt)
     write_collection(root, "lab", nxt["observed_at"], {"audit": [nxt]})
-    head_file.write_text(json.dumps({**head, "pending": {"hash": nxt["hash"], "record_id": nxt["record_id"],
-                                                         "observed_at": nxt["observed_at"].isoformat()}}))
+    head_file.write_text(json.dumps(audit.sign_head(
+        {**head, "pending": {"hash": nxt["hash"], "record_id": nxt["record_id"],
+                             "observed_at": nxt["observed_at"].isoformat()}}, audit.load_keys().current)))
     rep, _ = _problems(root)
     assert rep.ok and rep.chained == 3
     after = audit.record(root, cluster="lab", dag_id="d", run_id="r9", action="a", event="verified")
@@ -315,3 +491,46 @@ def test_cli_audit_verify_one_cluster(root, capsys):
     assert main(["audit", "verify", "--cluster", "other", "--data-root", root.path]) == 1
     out = capsys.readouterr().out
     assert f"FAIL\tcluster=other\trecord={rows[1]['record_id']}\tchain broken" in out
+
+
+def test_the_lab_env_file_gets_an_audit_key_once_and_keeps_the_retired_ones(tmp_path, monkeypatch):
+    from fleetlab import airflow_services as services
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    env_file = services.ensure_env_file(labs=[])
+
+    def values():
+        return dict(line.split("=", 1) for line in env_file.read_text().splitlines() if not line.startswith("#"))
+
+    key = values()[audit.KEY_VAR].strip("'")
+    assert audit.load_keys({audit.KEY_VAR: key}).current.key_id
+    with open(env_file, "a") as f:
+        f.write(f"{audit.PREVIOUS_KEYS_VAR}='old:{'5' * 64}'\n")
+    services.ensure_env_file(labs=[])
+    assert values()[audit.KEY_VAR].strip("'") == key
+    assert values()[audit.PREVIOUS_KEYS_VAR] == f"'old:{'5' * 64}'"
+
+
+def test_cli_audit_seal_then_verify(root, heads, capsys):
+    from fleetctl.cli import main
+
+    rows = _append(root, n=3)
+    _rechain_unkeyed(root, rows, heads, lambda r: r)
+    assert main(["audit", "verify", "--data-root", root.path]) == 1
+    assert "unsigned head" in capsys.readouterr().out
+    assert main(["audit", "seal", "--data-root", root.path]) == 0
+    assert capsys.readouterr().out == "SEALED\tcluster=lab\tkey_id=tests\n"
+    assert main(["audit", "verify", "--data-root", root.path]) == 0
+    out = capsys.readouterr().out
+    assert "OK\tcluster=lab\t3 records chained, 3 before the key" in out and "WARNING" in out
+
+
+def test_seal_refuses_an_unsigned_head_in_front_of_keyed_records(root, heads):
+    rows = _append(root, n=2)
+    (head_file,) = heads.rglob("*.head.json")
+    head = json.loads(head_file.read_text())
+    head_file.write_text(json.dumps({k: v for k, v in head.items() if k not in ("mac", "key_id")}))
+    with pytest.raises(audit.FleetError, match="rewritten without the key"):
+        audit.seal(root, "lab")
+    rep, problems = _problems(root)
+    assert not rep.ok and "unsigned head" in problems[rows[-1]["record_id"]]

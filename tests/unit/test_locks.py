@@ -159,3 +159,26 @@ def test_fleetctl_lock_status_and_clear(tmp_path, capsys, monkeypatch):
     (rec,) = audit.records(DataRoot(str(tmp_path / "data")), "prod 'a'")
     assert (rec["event"], rec["actor"], rec["dag_id"], rec["run_id"]) == ("lock_cleared", "alice", "d", "r1")
     assert cli.needs_airflow(cli.build_parser().parse_args(["lock", "clear", "x"])) is False
+
+
+def test_taking_releasing_and_clearing_a_lock_fsyncs_the_lock_folder(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    lock = ClusterLock(tmp_path, "fleet-name:lab", "lab")
+    lock.acquire("run-1", "d", "r1")
+    assert str(tmp_path) in synced
+    synced.clear()
+    assert lock.release("run-1")
+    assert str(tmp_path) in synced
+    lock.acquire("run-2", "d", "r2")
+    synced.clear()
+    lock.clear()
+    assert str(tmp_path) in synced and str(tmp_path / "cleared") in synced

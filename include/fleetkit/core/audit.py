@@ -6,15 +6,26 @@ a record: the same account, written by the gate's teardown), teardown, verified,
 rollback_requested, resumed (an interrupted run finished from its journal), restored (its changes
 put back from the journal). `details` is JSON (before/after values, refusal reasons, the rollback conf).
 
-Append-only and tamper-evident: each cluster's records form one hash chain. A record carries
-`prev_hash` (the `hash` of the cluster's record before it; GENESIS for the first) and `hash`
-(SHA-256 over the canonical JSON of the record's fields, prev_hash included). The newest hash of
-each chain (its head) is kept outside the data root, in the heads folder (FLEET_AUDIT_HEADS_DIR,
-default <FLEET_LOCK_DIR>/audit-heads), one file per (data root, cluster), so a truncated tail is
-caught too. `verify` reports modified, removed, inserted and re-ordered records and a tail that
-no longer ends at the head. Records written before the chain existed (no hash) are counted as
-"before the chain". What this does not catch: someone who rewrites the whole chain after a point
-and the head file as well (the hash is not keyed).
+Append-only and tamper-evident: each cluster's records form one keyed hash chain. A record carries
+`prev_hash` (the `hash` of the cluster's record before it; GENESIS for the first), `key_id` (which
+audit key signed it) and `hash` (HMAC-SHA256, with that key, over the canonical JSON of the
+record's fields, prev_hash and key_id included). The newest hash of each chain (its head) is kept
+outside the data root, in the heads folder (FLEET_AUDIT_HEADS_DIR, default
+<FLEET_LOCK_DIR>/audit-heads), one file per (data root, cluster), itself signed with the key, so a
+truncated tail is caught too. `verify` reports modified, removed, inserted and re-ordered records,
+a tail that no longer ends at the head, a head whose signature does not verify, and a head that
+was lost and rebuilt from the audit (`reanchored`): that one stays a failure for good, it is the
+trace of a deleted head file.
+
+The audit key (see "The audit key" in the README) lives in the deployment's secrets, never beside
+the data: the environment variable AIRFLOW_VAR_FLEET_AUDIT_KEY (the Airflow Variable
+`fleet_audit_key`), `[KEY_ID:]SECRET`; keys retired by a rotation stay readable through
+AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS (comma-separated entries of the same form). Writing a record
+without a key fails. Records written before the chain existed (no hash) are counted as "before
+the chain", records chained with the unkeyed SHA-256 of earlier versions as "before the key"; a
+chain of those only gets a signed head through `seal` (`fleetctl audit seal`), an operator's step
+after the upgrade. What this does not catch: someone who holds the key and rewrites the chain and
+its head.
 
 Appends to one cluster's chain are serialized by an exclusive fcntl.flock on a lock file in the
 heads folder, held for the few milliseconds of the append. The heads folder must therefore be on
@@ -28,15 +39,18 @@ import datetime as dt
 import errno
 import fcntl
 import hashlib
+import hmac
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow, write_collection
+from fleetkit.core.durable import fsync_dir
 from fleetkit.core.errors import FleetError
 from fleetkit.core.render import visible_controls as v
 
@@ -52,22 +66,138 @@ HASHED_FIELDS = ("cluster", "observed_at", "record_id", "dag_id", "run_id", "act
 LOCK_TIMEOUT_S = 60.0
 
 
+# -- the audit key ----------------------------------------------------------------------------------
+KEY_VAR = "AIRFLOW_VAR_FLEET_AUDIT_KEY"                      # the Airflow Variable fleet_audit_key
+PREVIOUS_KEYS_VAR = "AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"  # the Airflow Variable fleet_audit_keys_previous
+MIN_SECRET_CHARS = 32
+_KEY_ID = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+
+
+class AuditKey:
+    """One HMAC key and its id. The secret is never shown (repr, str, messages)."""
+
+    __slots__ = ("key_id", "_secret")
+
+    def __init__(self, key_id: str, secret: bytes):
+        self.key_id = key_id
+        self._secret = secret
+
+    def mac(self, data: bytes) -> str:
+        return hmac.new(self._secret, data, hashlib.sha256).hexdigest()
+
+    def same_secret(self, other: "AuditKey") -> bool:
+        return hmac.compare_digest(self._secret, other._secret)
+
+    def __repr__(self) -> str:
+        return f"AuditKey(key_id={self.key_id!r})"
+
+    __str__ = __repr__
+
+
+@dataclass(frozen=True)
+class AuditKeys:
+    """The key new records are signed with (None: not configured) and every key verify accepts."""
+    current: AuditKey | None
+    by_id: dict[str, AuditKey]
+
+    def require_current(self) -> AuditKey:
+        if self.current is None:
+            raise FleetError(f"no audit key: set the environment variable {KEY_VAR} (the Airflow Variable "
+                             "fleet_audit_key) in the environment of every Airflow worker and of fleetctl; "
+                             "the audit refuses to write unsigned records (README: \"The audit key\")")
+        return self.current
+
+
+def parse_key(entry: str, where: str = KEY_VAR) -> AuditKey:
+    """`[KEY_ID:]SECRET` -> AuditKey. Without KEY_ID the id is the first 8 hex digits of the
+    SHA-256 of SECRET. Errors name `where`, never the secret."""
+    entry = entry.strip()
+    key_id, sep, secret = entry.partition(":")
+    if not sep:
+        key_id, secret = hashlib.sha256(entry.encode("utf-8")).hexdigest()[:8], entry
+    elif not _KEY_ID.fullmatch(key_id):
+        raise FleetError(f"{where}: the key id before ':' must be 1 to 32 letters, digits, '_', '.' or '-'")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise FleetError(f"{where}: the audit key{' ' + repr(key_id) if sep else ''} is shorter than "
+                         f"{MIN_SECRET_CHARS} characters; make one with "
+                         "python -c 'import secrets; print(secrets.token_hex(32))'")
+    return AuditKey(key_id, secret.encode("utf-8"))
+
+
+def load_keys(environ: dict | None = None) -> AuditKeys:
+    """The audit keys from the environment: KEY_VAR (current) and PREVIOUS_KEYS_VAR (retired keys,
+    comma-separated). Two different secrets under one key id are an error."""
+    env = os.environ if environ is None else environ
+    current = parse_key(env[KEY_VAR], KEY_VAR) if (env.get(KEY_VAR) or "").strip() else None
+    by_id: dict[str, AuditKey] = {}
+    entries = [e for e in (env.get(PREVIOUS_KEYS_VAR) or "").split(",") if e.strip()]
+    keys = [parse_key(e, f"{PREVIOUS_KEYS_VAR} (entry {i + 1})") for i, e in enumerate(entries)]
+    for k in ([current] if current else []) + keys:
+        known = by_id.get(k.key_id)
+        if known is not None and not known.same_secret(k):
+            raise FleetError(f"audit key id {k.key_id!r} is given twice with different secrets "
+                             f"({KEY_VAR}, {PREVIOUS_KEYS_VAR}): give each key its own id")
+        by_id.setdefault(k.key_id, k)
+    return AuditKeys(current, by_id)
+
+
+class UnknownKey(FleetError):
+    """A record or head signed with a key that is not configured."""
+
+    def __init__(self, key_id: str):
+        super().__init__(f"signed with audit key id {key_id!r}, which is not configured "
+                         f"(neither {KEY_VAR} nor {PREVIOUS_KEYS_VAR} holds it)")
+        self.key_id = key_id
+
+
 # -- the chain's hash ------------------------------------------------------------------------------
 def _utc(ts: dt.datetime) -> dt.datetime:
     return ts.replace(tzinfo=dt.timezone.utc) if ts.tzinfo is None else ts.astimezone(dt.timezone.utc)
 
 
 def canonical(row: dict) -> bytes:
-    """The bytes a record's hash covers: its fields (prev_hash included) as sorted, compact JSON,
-    observed_at as ISO-8601 UTC with microseconds."""
+    """The bytes a record's hash covers: its fields (prev_hash included, and key_id for a keyed
+    record) as sorted, compact JSON, observed_at as ISO-8601 UTC with microseconds."""
     doc = {k: row.get(k) for k in HASHED_FIELDS}
     doc["observed_at"] = _utc(row["observed_at"]).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    doc["chain"] = 1
+    if row.get("key_id"):
+        doc["key_id"] = row["key_id"]
+        doc["chain"] = 2
+    else:
+        doc["chain"] = 1
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def record_hash(row: dict) -> str:
+def record_hash(row: dict, keys: AuditKeys | None = None) -> str:
+    """A record's hash: HMAC-SHA256 with the key its key_id names (UnknownKey when that key is not
+    configured), or the unkeyed SHA-256 of a record written before the key (no key_id)."""
+    if row.get("key_id"):
+        key = (keys or load_keys()).by_id.get(row["key_id"])
+        if key is None:
+            raise UnknownKey(row["key_id"])
+        return key.mac(canonical(row))
     return hashlib.sha256(canonical(row)).hexdigest()
+
+
+def _head_bytes(doc: dict) -> bytes:
+    body = {k: v for k, v in doc.items() if k != "mac"}
+    return b"fleet-audit-head:" + json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                             ensure_ascii=False).encode("utf-8")
+
+
+def sign_head(doc: dict, key: AuditKey) -> dict:
+    doc = {**{k: v for k, v in doc.items() if k != "mac"}, "key_id": key.key_id}
+    return {**doc, "mac": key.mac(_head_bytes(doc))}
+
+
+def head_signature(head: dict, keys: AuditKeys) -> str:
+    """'ok', 'unsigned' (a head of an earlier version), 'bad' (does not verify) or 'unknown-key'."""
+    if "mac" not in head and "key_id" not in head:
+        return "unsigned"
+    key = keys.by_id.get(head.get("key_id") or "")
+    if key is None:
+        return "unknown-key"
+    return "ok" if hmac.compare_digest(str(head.get("mac") or ""), key.mac(_head_bytes(head))) else "bad"
 
 
 # -- where the heads live ----------------------------------------------------------------------------
@@ -158,14 +288,22 @@ class Chain:
             raise FleetError(f"audit head file {self.head_path} is not valid JSON ({e}); "
                              "check the audit with `fleetctl audit verify`") from None
 
-    def write_head(self, doc: dict) -> None:
-        self.head_path.parent.mkdir(parents=True, exist_ok=True)
+    def write_head(self, doc: dict, key: AuditKey | None = None) -> None:
+        """Replace the head file atomically; signed with `key` when given (without: written as is,
+        e.g. a previous head put back)."""
+        if key is not None:
+            doc = sign_head(doc, key)
+        folder = self.head_path.parent
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            fsync_dir(folder.parent)
         tmp = self.head_path.with_name(f".tmp-{uuid.uuid4().hex}-{self.head_path.name}")
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(doc, f, sort_keys=True, indent=1)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.head_path)
+        fsync_dir(folder)  # a head lost in a crash would read as a deleted one (re-anchored)
 
     def head_doc(self, row: dict, **extra) -> dict:
         return {"cluster": self.cluster, "data_root": root_id(self.root), "hash": row["hash"],
@@ -174,52 +312,72 @@ class Chain:
     def rows(self, since: dt.date | None = None) -> list[dict]:
         return read_dataset(self.root, "audit", self.cluster, since=since).to_pylist()
 
-    def tip(self, head: dict | None) -> tuple[str, dict]:
+    def tip(self, head: dict | None, keys: AuditKeys | None = None) -> tuple[str, dict]:
         """The hash the next record chains to, and the head fields to carry over. A head left
-        `pending` by a writer that died mid-append is resolved by looking for its record; a head
-        that is missing while the dataset holds a chain is rebuilt from the dataset (and says so)."""
-        carry = {k: head[k] for k in ("reanchored",) if head and k in head}
-        if head and head.get("pending"):
-            p = head["pending"]
-            day = dt.date.fromisoformat(p["observed_at"][:10])
-            if any(r["hash"] == p["hash"] for r in self.rows(since=day)):
-                return p["hash"], carry
-            return head["hash"], carry
-        if head:
+        `pending` by a writer that died mid-append is resolved by looking for its record. A head
+        that is missing while the dataset holds a chain, or whose signature does not verify
+        (`keys` given), is rebuilt from the dataset and marked `reanchored`, which verify reports
+        as a failure from then on."""
+        reason = None
+        if head is not None and keys is not None:
+            sig = head_signature(head, keys)
+            if sig == "unknown-key":
+                raise UnknownKey(str(head.get("key_id")))
+            if sig != "ok":
+                reason = ("the head file was not signed with the audit key" if sig == "unsigned"
+                          else "the head file's signature did not verify")
+        carry = {k: head[k] for k in (("reanchored", "sealed") if reason is None else ("reanchored",))
+                 if head and k in head}
+        if head and reason is None:
+            if head.get("pending"):
+                p = head["pending"]
+                day = dt.date.fromisoformat(p["observed_at"][:10])
+                if any(r["hash"] == p["hash"] for r in self.rows(since=day)):
+                    return p["hash"], carry
             return head["hash"], carry
         chained = [r for r in self.rows() if r.get("hash")]
-        if not chained:
-            return GENESIS, carry
-        referenced = {r["prev_hash"] for r in chained}
-        tips = [r for r in chained if r["hash"] not in referenced] or chained
-        newest = max(tips, key=lambda r: r["observed_at"])
-        log.error("AUDIT head file %s of cluster %r is missing although the audit holds %d chained record(s): "
-                  "continuing the chain from record %s (%s); `fleetctl audit verify` reports this",
-                  self.head_path, self.cluster, len(chained), newest["record_id"], iso_z(newest["observed_at"]))
-        carry["reanchored"] = [{"at": iso_z(utcnow()), "record_id": newest["record_id"], "hash": newest["hash"]}]
-        return newest["hash"], carry
+        if not chained and reason is None:
+            return GENESIS, carry  # a new chain
+        reason = reason or "the head file was missing"
+        if chained:
+            referenced = {r["prev_hash"] for r in chained}
+            tips = [r for r in chained if r["hash"] not in referenced] or chained
+            newest = max(tips, key=lambda r: r["observed_at"])
+            anchor = {"record_id": newest["record_id"], "hash": newest["hash"]}
+        else:
+            anchor = {"record_id": None, "hash": GENESIS}
+        log.error("AUDIT head file %s of cluster %r: %s; the audit holds %d chained record(s): continuing the chain "
+                  "from record %s; `fleetctl audit verify` reports this as a failure from now on",
+                  self.head_path, v(self.cluster), reason, len(chained), anchor["record_id"] or "(none)")
+        carry["reanchored"] = [*(carry.get("reanchored") or []), {"at": iso_z(utcnow()), **anchor, "reason": reason}]
+        return anchor["hash"], carry
 
 
 # -- writing -----------------------------------------------------------------------------------------
 def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: str, event: str,
            actor: str | None = None, digest: str | None = None, message: str = "",
-           details: dict | None = None, now: dt.datetime | None = None) -> dict:
-    """Append one record to the cluster's chain (under the chain's lock; reads only the head file)."""
+           details: dict | None = None, now: dt.datetime | None = None, keys: AuditKeys | None = None) -> dict:
+    """Append one record to the cluster's chain (under the chain's lock; reads only the head file),
+    signed with the current audit key (`keys`, default: load_keys(); none configured: FleetError)."""
     if event not in EVENTS:
         raise ValueError(f"unknown audit event {event!r} (known: {', '.join(EVENTS)})")
+    keys = keys or load_keys()
+    key = keys.require_current()
     now = _utc(now or utcnow())
     row = {"cluster": cluster, "observed_at": now, "record_id": uuid.uuid4().hex, "dag_id": dag_id,
            "run_id": run_id, "action": action, "event": event, "actor": actor, "digest": digest,
-           "message": message, "details": json.dumps(details or {}, sort_keys=True, default=str)}
+           "message": message, "details": json.dumps(details or {}, sort_keys=True, default=str),
+           "key_id": key.key_id}
     with Chain(root, cluster) as chain:
         head = chain.read_head()
-        row["prev_hash"], carry = chain.tip(head)
-        row["hash"] = record_hash(row)
+        row["prev_hash"], carry = chain.tip(head, keys)
+        row["hash"] = key.mac(canonical(row))
+        trusted = head is not None and head_signature(head, keys) == "ok"
+        base = head if trusted else {"cluster": cluster, "data_root": root_id(root), "hash": row["prev_hash"]}
         # the head names the record about to land, so a writer killed between the two writes
         # leaves a head the next append (and verify) can resolve
-        chain.write_head({**(head or {"cluster": cluster, "data_root": root_id(root), "hash": GENESIS}), **carry,
-                          "pending": {"hash": row["hash"], "record_id": row["record_id"],
-                                      "observed_at": iso_z(row["observed_at"])}})
+        chain.write_head({**base, **carry, "pending": {"hash": row["hash"], "record_id": row["record_id"],
+                                                       "observed_at": iso_z(row["observed_at"])}}, key)
         try:
             write_collection(root, cluster, now, {"audit": [row]})
         except BaseException:
@@ -228,11 +386,43 @@ def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: st
             else:
                 chain.write_head(head)
             raise
-        chain.write_head(chain.head_doc(row, **carry))
+        chain.write_head(chain.head_doc(row, **carry), key)
     # one line, whatever a name in the message holds (newlines, bidi, zero-width: shown escaped)
     log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, v(cluster), v(run_id),
              v(actor or "-"), v(digest or "-"), v(message))
     return row
+
+
+def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
+    """Sign the head of a chain written before the audit key existed (unsigned head, records with
+    the unkeyed hash), once the chain verifies: the one-time step after configuring the key. A
+    head that is already signed is returned as is; a head whose signature does not verify, or a
+    chain with any other problem, is refused (FleetError)."""
+    keys = keys or load_keys()
+    key = keys.require_current()
+    with Chain(root, cluster) as chain:
+        head = chain.read_head()
+        if head is None:
+            raise FleetError(f"audit of cluster {v(cluster)!r}: no head file {chain.head_path} to seal")
+        sig = head_signature(head, keys)
+        if sig == "ok":
+            return head
+        if sig != "unsigned":
+            raise FleetError(f"audit of cluster {v(cluster)!r}: the head file {chain.head_path} carries a signature "
+                             "that does not verify with the configured keys: not sealed (see `fleetctl audit verify`)")
+        rep = _verify_chain(root, cluster, keys, unsigned_head_ok=True)
+        if not rep.ok:
+            raise FleetError(f"audit of cluster {v(cluster)!r}: {len(rep.problems)} problem(s) "
+                             "(see `fleetctl audit verify`): not sealed")
+        if rep.chained != rep.before_key:  # keyed records behind an unsigned head: it was rewritten
+            raise FleetError(f"audit of cluster {v(cluster)!r}: the chain holds {rep.chained - rep.before_key} keyed "
+                             "record(s) but its head is not signed: the head was rewritten without the key; "
+                             "not sealed")
+        doc = {**head, "sealed": {"at": iso_z(utcnow()), "records_before_the_key": rep.before_key}}
+        chain.write_head(doc, key)
+    log.warning("AUDIT head of cluster %s sealed with audit key %s (%d record(s) before the key)", v(cluster),
+                key.key_id, rep.before_key)
+    return sign_head(doc, key)
 
 
 # -- reading -----------------------------------------------------------------------------------------
@@ -264,6 +454,7 @@ class ChainReport:
     cluster: str
     chained: int = 0            # records on the chain (from the head back to the first record)
     before_chain: int = 0       # records written before the chain existed (no hash)
+    before_key: int = 0         # records on the chain with the unkeyed SHA-256 of earlier versions
     problems: list[tuple[str, str]] = field(default_factory=list)  # (record id, what is wrong)
     warnings: list[str] = field(default_factory=list)
 
@@ -297,8 +488,14 @@ def audit_clusters(root: DataRoot) -> list[str]:
     return sorted(names)
 
 
-def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
-    """Check one cluster's chain: every record's hash, every link, the tail against the head."""
+def verify_chain(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> ChainReport:
+    """Check one cluster's chain: every record's hash (HMAC with the key its key_id names: the
+    current key or one of the previous keys), every link, the tail against the head, the head's
+    signature and whether the head was ever rebuilt (re-anchored)."""
+    return _verify_chain(root, cluster, keys or load_keys())
+
+
+def _verify_chain(root: DataRoot, cluster: str, keys: AuditKeys, unsigned_head_ok: bool = False) -> ChainReport:
     chain = Chain(root, cluster)
     rep = ChainReport(cluster)
     rows = chain.rows()
@@ -307,8 +504,14 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
     rep.before_chain = len(legacy)
 
     by_hash: dict[str, dict] = {}
+    unknown: dict[str, list[dict]] = {}  # key id -> its records, when verify does not have that key
     for r in sorted(chained, key=lambda r: r["observed_at"]):
-        if record_hash(r) != r["hash"]:
+        try:
+            ok = hmac.compare_digest(record_hash(r, keys), r["hash"])
+        except UnknownKey:
+            unknown.setdefault(r["key_id"], []).append(r)
+            ok = True  # cannot be checked: reported once per key id below
+        if not ok:
             rep.problems.append((r["record_id"], f"modified: the record ({_label(r)}) no longer matches its hash"))
         if r["hash"] in by_hash:
             rep.problems.append((r["record_id"], f"duplicated: the same record ({_label(r)}) is stored twice"))
@@ -320,6 +523,10 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
             if r["observed_at"] > start:
                 rep.problems.append((r["record_id"], f"inserted: a record without hash ({_label(r)}) dated after "
                                                      "the chain began"))
+    for key_id, signed in unknown.items():
+        rep.problems.append((signed[-1]["record_id"], f"unknown key: {len(signed)} record(s) signed with audit key id "
+                             f"{key_id!r}, which verify does not have (add it to {PREVIOUS_KEYS_VAR} if it was "
+                             "rotated out): they cannot be checked"))
 
     head = chain.read_head()
     tip: dict | None = None
@@ -329,9 +536,27 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
             rep.problems.append((newest["record_id"], f"no head file {chain.head_path}: the end of the chain cannot "
                                                       "be checked (was the heads folder lost or moved?)"))
     else:
+        sig = head_signature(head, keys)
+        if sig == "bad":
+            rep.problems.append((head.get("record_id") or "?", f"forged head: the signature of the head file "
+                                 f"{chain.head_path} does not verify: it was rewritten without the audit key"))
+        elif sig == "unknown-key":
+            rep.problems.append((head.get("record_id") or "?", f"unknown key: the head file {chain.head_path} is "
+                                 f"signed with audit key id {head.get('key_id')!r}, which verify does not have "
+                                 f"(add it to {PREVIOUS_KEYS_VAR} if it was rotated out)"))
+        elif sig == "unsigned" and chained and not unsigned_head_ok:
+            rep.problems.append((head.get("record_id") or "?", f"unsigned head: the head file {chain.head_path} is not "
+                                 "signed with the audit key: a chain written before the key existed needs "
+                                 "`fleetctl audit seal` once; otherwise it was rewritten without the key"))
         for note in head.get("reanchored") or []:
-            rep.warnings.append(f"the head was lost and rebuilt from the audit itself at {note.get('at')} "
-                                f"(after record {note.get('record_id')}): a tail removed before then is not detectable")
+            rep.problems.append((note.get("record_id") or "?", f"re-anchored: the head was rebuilt from the audit "
+                                 f"itself at {note.get('at')} ({note.get('reason') or 'the head file was missing'}), "
+                                 f"continuing after record {note.get('record_id')}: records removed before then "
+                                 "cannot be detected; someone deleted or replaced the head file (this stays "
+                                 "reported)"))
+        if head.get("sealed"):
+            rep.warnings.append(f"sealed at {head['sealed'].get('at')}: the records before the audit key are "
+                                "protected by the unkeyed hash only")
         tip_hash = head.get("hash")
         pending = head.get("pending") or {}
         p = by_hash.get(pending.get("hash"))
@@ -353,10 +578,12 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
 
     # walk back from the tip; everything the walk does not reach is not on the chain
     visited: set[str] = set()
+    walk: list[dict] = []  # the chain's records, newest first
     bottom = None
     cur = tip
     while cur is not None and cur["hash"] not in visited:
         visited.add(cur["hash"])
+        walk.append(cur)
         if cur["prev_hash"] == GENESIS:
             break
         nxt = by_hash.get(cur["prev_hash"])
@@ -364,6 +591,17 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
             bottom = cur
         cur = nxt
     rep.chained = len(visited)
+    # the unkeyed records on the chain must all come before the first keyed one
+    keyed_at = [i for i, r in enumerate(walk) if r.get("key_id")]
+    oldest_keyed = keyed_at[-1] if keyed_at else -1
+    for i, r in enumerate(walk):
+        if r.get("key_id"):
+            continue
+        if i < oldest_keyed:
+            rep.problems.append((r["record_id"], f"unsigned: the record ({_label(r)}) carries the unkeyed hash of "
+                                 "earlier versions although records before it are keyed: rewritten without the key"))
+        else:
+            rep.before_key += 1
 
     rest = {h: r for h, r in by_hash.items() if h not in visited}
     # the records off the chain, as segments (each followed from its newest record back)
@@ -390,7 +628,8 @@ def verify_chain(root: DataRoot, cluster: str) -> ChainReport:
     return rep
 
 
-def verify(root: DataRoot, cluster: str | None = None) -> list[ChainReport]:
+def verify(root: DataRoot, cluster: str | None = None, keys: AuditKeys | None = None) -> list[ChainReport]:
     """Every cluster's chain (or one cluster's)."""
+    keys = keys or load_keys()
     clusters = [cluster] if cluster is not None else audit_clusters(root)
-    return [verify_chain(root, c) for c in clusters]
+    return [verify_chain(root, c, keys) for c in clusters]

@@ -95,6 +95,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("message", pa.string()), ("details", pa.string()),
         # the cluster's hash chain (core/audit.py); null in records written before the chain existed
         ("prev_hash", pa.string()), ("hash", pa.string()),
+        # the audit key that signed `hash` (HMAC); null in records chained before the key
+        ("key_id", pa.string()),
     ]),
     "leader_changes": pa.schema([  # seen by the leader-change watch as they happened
         ("cluster", pa.string()), ("partition", pa.int32()), ("observed_at", TS),

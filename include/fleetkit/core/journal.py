@@ -5,17 +5,67 @@ Append-only JSON Lines, one file per (capability, DAG, run, cluster) under
 change is made, and its outcome after, so a step that fails or is killed halfway leaves an exact
 account of what it changed: the gate puts it into the `failed` / `interrupted` audit record, and
 resume / rollback read it. Entries carry a `seq` (the change's number in the plan) and a `status`.
+
+A writer killed mid-line leaves a torn last line. Opening the journal again recovers it before
+anything is appended: the partial line is cut off (its bytes kept beside the journal in
+`<name>.torn-<UTC time>`, and logged), so the next line starts on a line of its own instead of
+being glued onto the torn one. A journal file created by `Journal` has its folder fsynced, so the
+file itself survives a crash, not only its contents.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Iterable
 
+from fleetkit.core.durable import fsync_dir
+
+log = logging.getLogger(__name__)
+
 DONE_STATUSES = frozenset({"done"})
+_TAIL_CHUNK = 64 * 1024
+
+
+def recover_torn_tail(path: str | os.PathLike) -> Path | None:
+    """If the file does not end with a newline, cut its partial last line off (the bytes after the
+    last newline), keeping them in `<name>.torn-<UTC time>` beside it. Returns that file, or None
+    when the tail was whole."""
+    path = Path(path)
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return None
+        cut, end = 0, size
+        while end > 0:  # the last newline, read backwards a chunk at a time
+            start = max(0, end - _TAIL_CHUNK)
+            f.seek(start)
+            at = f.read(end - start).rfind(b"\n")
+            if at >= 0:
+                cut = start + at + 1
+                break
+            end = start
+        f.seek(cut)
+        torn = f.read()
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        sidecar = path.with_name(f"{path.name}.torn-{stamp}")
+        with open(sidecar, "xb") as side:
+            side.write(torn)
+            side.flush()
+            os.fsync(side.fileno())
+        f.truncate(cut)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_dir(path.parent)
+    log.warning("journal %s ended with a torn line (%d bytes, a writer killed mid-write): cut off before appending, "
+                "kept in %s", path, len(torn), sidecar.name)
+    return sidecar
 
 
 class Journal:
@@ -26,7 +76,17 @@ class Journal:
         self._f = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", encoding="utf-8")
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            try:
+                fd = os.open(self.path, flags | os.O_EXCL, 0o644)
+                created = True
+            except FileExistsError:
+                recover_torn_tail(self.path)
+                fd = os.open(self.path, flags, 0o644)
+                created = False
+            self._f = os.fdopen(fd, "a", encoding="utf-8")
+            if created:
+                fsync_dir(self.path.parent)
 
     def write(self, entries: Iterable[dict], sync: bool = True) -> None:
         if not self._f:
@@ -60,7 +120,9 @@ class Journal:
 
 def read_journal(path: str | os.PathLike) -> dict[int, dict]:
     """seq -> each change's lines merged, the later ones winning (so an outcome keeps its intent's
-    fields; status `intent`: made or about to be, outcome unknown). A torn last line (the writer was killed mid-write) is ignored: its change had no outcome yet."""
+    fields; status `intent`: made or about to be, outcome unknown). A torn last line (the writer was
+    killed mid-write) is ignored: its change had no outcome yet. A line that is not JSON is skipped;
+    when an earlier version glued a whole line onto a torn one, that whole line is read."""
     out: dict[int, dict] = {}
     try:
         f = open(path, encoding="utf-8")
@@ -70,12 +132,30 @@ def read_journal(path: str | os.PathLike) -> dict[int, dict]:
         for line in f:
             if not line.strip():
                 continue
-            try:
-                e = json.loads(line)
-            except ValueError:
+            e = _entry(line)
+            if e is None:
                 continue
             out[e["seq"]] = {**out.get(e["seq"], {}), **e}
     return out
+
+
+def _entry(line: str) -> dict | None:
+    """One journal line's entry; for a torn line with a whole one glued after it, the whole one."""
+    try:
+        e = json.loads(line)
+    except ValueError:
+        e = None
+        at = line.find('{"', 1)
+        while at > 0:
+            try:
+                e = json.loads(line[at:])
+            except ValueError:
+                at = line.find('{"', at + 1)
+                continue
+            if not (isinstance(e, dict) and {"at", "seq", "status"} <= e.keys()):
+                e = None  # a value inside the torn line, not a line of its own
+            break
+    return e if isinstance(e, dict) and isinstance(e.get("seq"), (int, str)) else None
 
 
 def summary(path: str | os.PathLike) -> dict:

@@ -24,6 +24,7 @@ import socket
 from pathlib import Path
 from typing import Callable
 
+from fleetkit.core.durable import fsync_dir
 from fleetkit.core.errors import FleetError
 from fleetkit.core.plans import safe_component
 
@@ -146,6 +147,7 @@ class ClusterLock:
             json.dump(doc, f)
             f.flush()
             os.fsync(f.fileno())
+        fsync_dir(self.lock_dir)  # the lock file's name too, not only its content
 
     def _held_message(self, h: dict, asked: bool, running: bool | None, state: str | None) -> str:
         held_by = (f"DAG {h.get('dag_id')!r} run {h.get('run_id')!r} since {h.get('since')} (cluster "
@@ -165,6 +167,7 @@ class ClusterLock:
         if h is None or h.get("owner") != owner:
             return False
         self.path.unlink(missing_ok=True)
+        fsync_dir(self.lock_dir)
         return True
 
     def clear(self) -> dict | None:
@@ -180,6 +183,8 @@ class ClusterLock:
             os.replace(self.path, cleared / f"{self.path.stem}.{stamp}.lock")
         except FileNotFoundError:
             return None
+        fsync_dir(cleared)
+        fsync_dir(self.lock_dir)
         return h
 
 
