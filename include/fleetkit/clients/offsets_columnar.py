@@ -17,7 +17,6 @@ the per-record path, which counts the corrupt entry and takes nothing from it or
 
 from __future__ import annotations
 
-import struct
 import zlib
 from dataclasses import dataclass, field
 
@@ -133,18 +132,13 @@ def _records(data: bytes, starts: list[int], ends: list[int], counts: list[int])
             np.array(bad, dtype=np.int64))
 
 
-_CRC = struct.Struct(">I")
-
-
 def _walk(data: bytes) -> list[int] | None:
     """Positions of the whole log entries in `data` (record batches, or Kafka 0.8-0.10 messages),
-    as wire_logs.parse_batches walks them, each entry's CRC checked; None when this module leaves
-    the answer to it (an entry shorter than its header, a CRC that does not match)."""
+    as wire_logs.parse_batches walks them; None when this module leaves the answer to it (an
+    entry shorter than its header)."""
     starts = []
     pos, n = 0, len(data)
     unpack = _BASE_LEN.unpack_from
-    crc = _CRC.unpack_from
-    view = memoryview(data)
     while pos + 17 <= n:
         length = unpack(data, pos)[1]
         v2 = data[pos + 16] == 2
@@ -153,14 +147,27 @@ def _walk(data: bytes) -> list[int] | None:
             break
         if length < (HEAD - 12 if v2 else 14):
             return None
-        if v2:
-            if crc(data, pos + 17)[0] != crc32c(view[pos + CRC_FROM:end]):
-                return None
-        elif crc(data, pos + 12)[0] != zlib.crc32(view[pos + 16:end]):
-            return None
         starts.append(pos)
         pos = end
     return starts
+
+
+def _crcs_match(data: bytes, starts: list[int]) -> bool:
+    """Whether every entry's stored CRC is the one of its bytes (CRC32C of a batch from its
+    attributes, CRC32 of a message from its magic byte)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    at = np.array(starts, dtype=np.int64)
+    ends = (at + 12 + _be(buf, at + 8, 4)).tolist()
+    v2 = buf[at + 16] == 2
+    stored = np.where(v2, _be(buf, at + 17, 4, signed=False), _be(buf, at + 12, 4, signed=False))
+    if v2.all():
+        actual = [crc32c(data[s + CRC_FROM:e]) for s, e in zip(starts, ends)]
+    elif not v2.any():
+        actual = [zlib.crc32(data[s + 16:e]) for s, e in zip(starts, ends)]
+    else:
+        actual = [crc32c(data[s + CRC_FROM:e]) if m else zlib.crc32(data[s + 16:e])
+                  for s, e, m in zip(starts, ends, v2.tolist())]
+    return bool((stored == np.array(actual, dtype=np.int64)).all())
 
 
 def decode(data: bytes, cluster: str, partition: int, observed_at, lo: int, end: int,
@@ -171,7 +178,7 @@ def decode(data: bytes, cluster: str, partition: int, observed_at, lo: int, end:
     per-record path drops them. None: the whole answer is for the per-record path (no whole
     entry, bytes this module does not walk, a string that is not UTF-8)."""
     starts_list = _walk(data)
-    if not starts_list:
+    if not starts_list or not _crcs_match(data, starts_list):
         return None
     try:
         return _decode(data, starts_list, cluster, partition, observed_at, lo, end, schema)
