@@ -12,7 +12,9 @@ ApiVersions negotiation, readers):
   transactional, bit 5 control), last offset delta, timestamps, producer id / epoch, base
   sequence, record count, then records of varint fields (length, attributes, timestamp delta,
   offset delta, key, value, headers). A control record's key is (version int16, type int16:
-  0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format).
+  0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format),
+  each entry only after its CRC (CRC32C; CRC32 for magic 0/1) and bounds are checked: a corrupt
+  entry is counted in BatchStats.corrupt_batches and nothing of it or after it is taken.
 * DescribeLogDirs v1-v4 (API key 35; 4.x dropped v0): per log dir and partition, the size in
   bytes and the offset lag of a future replica.
 * DescribeQuorum v0-v1 (API key 55; flexible): the KRaft metadata quorum's leader, voters and
