@@ -309,6 +309,9 @@ def dump_line(offset: int, key, value, where: str, extra: dict | None = None) ->
         return json.dumps(out, ensure_ascii=False, default=_json_default)
     tombstone = d.pop("tombstone", value is None)
     out["key"] = {k: d.pop(k) for k in KEY_FIELDS if k in d}
+    if out["key"].get("kind") == "unknown":  # a record type this decoder does not know: not decoded
+        out["unknown"] = True
+        out["value_hex"] = None if value is None else bytes(value).hex()
     out["value"] = None if tombstone else d
     return json.dumps(out, ensure_ascii=False, default=_json_default)
 
@@ -347,9 +350,23 @@ def cmd_offsets_dump(args) -> int:
 
         if not os.path.isfile(args.segment):
             raise FleetError(f"--segment {args.segment!r}: no such file")
+        report = log_format.SegmentReport()
+        shown = 0
+
+        def show_corrupt():  # each corrupt entry where the reading reached it, on stdout and stderr
+            nonlocal shown
+            for c in report.corrupt[shown:]:
+                write(json.dumps({"offset": c.offset, "position": c.position, "corrupt": c.reason},
+                                 ensure_ascii=False) + "\n")
+                print(f"corrupt: {args.segment} at byte {c.position} (offset {c.offset}): {c.reason}; its records "
+                      "are not decoded", file=sys.stderr)
+            shown = len(report.corrupt)
+
         with open(args.segment, "rb", buffering=1 << 20) as f:
             try:
-                for r in log_format.read_segment(f, args.segment):
+                for r in log_format.read_segment(f, args.segment, report):
+                    if len(report.corrupt) > shown:
+                        show_corrupt()
                     if r.offset < args.from_offset:
                         continue
                     extra = {"timestamp": r.timestamp, "magic": r.magic,
@@ -366,8 +383,16 @@ def cmd_offsets_dump(args) -> int:
             except log_format.FormatError as e:
                 out.flush()
                 raise FleetError(f"--segment {args.segment!r}: {e}") from None
+            show_corrupt()
         out.flush()
         progress.done(args.segment)
+        if report.truncated_tail:
+            print(f"{args.segment}: the last {report.truncated_tail} byte(s) are not a whole entry (a segment "
+                  "being written, or a cut copy): not read", file=sys.stderr)
+        if report.corrupt:
+            print(f"{args.segment}: {len(report.corrupt)} corrupt entr{'y' if len(report.corrupt) == 1 else 'ies'} "
+                  "(CRC or bounds), not decoded", file=sys.stderr)
+            return FLAGGED
         return 0
     if args.partition is None:
         raise FleetError("--cluster needs --partition N (a partition of __consumer_offsets)")
@@ -393,7 +418,7 @@ def cmd_offsets_dump(args) -> int:
     progress.done(f"{OFFSETS_TOPIC}-{args.partition} of {cluster.name} (reader {res.reader})")
     for p in res.problems:
         print(f"problem: {p}", file=sys.stderr)
-    return 0
+    return FLAGGED if res.corrupt_batches else 0
 
 
 def add_offsets_parsers(o_sub) -> None:
@@ -407,10 +432,15 @@ def add_offsets_parsers(o_sub) -> None:
                     "records (transaction markers) of a segment file as {\"control\": ...}. Each line: offset, "
                     "timestamp, magic, compression, key (key_version, kind, group, topic, partition ...), value "
                     "(null for a tombstone); a record that does not decode carries \"error\" (naming it) and its "
-                    "key in hex. Progress and a summary go to stderr."),
+                    "key in hex; a record type this decoder does not know has key kind \"unknown\" and "
+                    "\"unknown\": true. Every batch's CRC (CRC32C; CRC32 for message formats v0/v1) and "
+                    "lengths are checked first: a corrupt entry is not decoded, it is a line {\"offset\", "
+                    "\"position\", \"corrupt\": reason} and a line on stderr, and the file is read on. "
+                    "Progress and a summary go to stderr."),
         epilog="examples:\n  fleetctl offsets dump --segment /var/kafka/data/__consumer_offsets-17/00000000000000000000.log"
                "\n  fleetctl offsets dump --cluster lab --partition 17 --from 1200000 | jq 'select(.group == \"billing\")'"
-               "\n\nexit codes: 0 done, 2 bad input (a file that is not a segment), 4 the cluster could not be reached")
+               "\n\nexit codes: 0 done, 3 corrupt entries found (CRC or lengths; named, not decoded, the rest "
+               "dumped), 2 bad input (a file that is not a segment), 4 the cluster could not be reached")
     od.add_argument("--segment", metavar="FILE", help="a segment file (.log) of __consumer_offsets")
     od.add_argument("--cluster", help="or: read from the cluster (fleet file name) ...")
     od.add_argument("--partition", type=int, help="... this partition of __consumer_offsets")

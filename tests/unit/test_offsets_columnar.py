@@ -24,7 +24,7 @@ from fleetkit.clients.offsets_codec import encode_group_key, encode_offset_key, 
 from fleetkit.collection.offsets_topic import BatchFeeder, RecordsResult, _Taker
 from fleetkit.core.datasets import SCHEMAS, table_from_rows
 
-from tests.unit.test_offsets_vectors import _zz, batch
+from tests.unit.test_offsets_vectors import _zz, batch, with_crc
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -143,7 +143,7 @@ def test_what_is_not_a_plain_offset_commit_goes_the_per_record_way():
     data = (batch(0, [commit, big_meta, other_tags, group_tomb, unknown, short_value, commit])
             + batch(10, [commit, commit], pid=4) + batch(12, [(struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 0))],
                                                          pid=4, control=True)
-            + bytes(head) + body + batch(30, [commit]))
+            + with_crc(bytes(head) + body) + batch(30, [commit]))
     res, table = same({0: [data]}, {0: 0}, {0: 100})
     assert res.markers == {"commit": 1} and res.unknown_versions == {99: 1}
     assert table.column("offset").to_pylist() == [0, 1, 2, 3, 6, 10, 11, 20, 21, 30]
@@ -199,18 +199,24 @@ def test_kafka_09_message_sets_and_a_small_last_message():
 
 
 def test_a_malformed_batch_is_the_per_record_paths_error():
+    """A batch whose CRC matches but whose records do not fit (a writer's bug) is corrupt, as one
+    whose CRC does not match: both paths take the batches before it, nothing of it or after it,
+    and name it."""
     commit = (encode_offset_key("g", "t", 0), value(1, 5, ""))
     good = batch(0, [commit, commit])
+    after = batch(4, [commit])
     broken = bytearray(batch(2, [commit, commit]))
     struct.pack_into(">i", broken, 57, 5)  # five records announced, two there
-    res, table = same({0: [good + bytes(broken)]}, {0: 0}, {0: 10})
-    assert res.problems and "unreadable record batch" in res.problems[0]
-    # the per-record path drops the whole answer then; so does the column-wise one
-    assert table.num_rows == 0
     garbled = bytearray(batch(2, [commit, commit]))
     garbled[61] = 0x7E  # the first record's length (zigzag 63) runs into the next one
-    res, _ = same({0: [good + bytes(garbled)]}, {0: 0}, {0: 10})
-    assert res.problems
+    for bad, why in ((with_crc(broken), "batch at offset 2: record 2 of 5"), (bytes(broken), "CRC32C mismatch"),
+                     (with_crc(garbled), "batch at offset 2: record 0 of 2"), (bytes(garbled), "CRC32C mismatch")):
+        res, table = same({0: [good + bad + after]}, {0: 0}, {0: 10})
+        assert len(res.problems) == 1 and "corrupt record batch at offset 2" in res.problems[0], res.problems
+        assert why in res.problems[0]
+        assert [(p, o) for p, o, _ in res.corrupt_batches] == [(0, 2)]
+        assert table.column("offset").to_pylist() == [0, 1]
+        assert res.positions == {0: 2}  # the next run starts at the corrupt batch again
 
 
 def test_varints_of_every_width():

@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
 from fleetkit.clients import wire_logs
 from fleetkit.clients.offsets_codec import decode, encode_offset_key, encode_offset_value_v1
@@ -122,8 +123,16 @@ def batch(base: int, records: list[tuple[bytes | None, bytes | None]], pid: int 
         r += _zz(0)
         body += _zz(len(r)) + r
     attrs = (0x10 if pid >= 0 else 0) | (0x20 if control else 0)
-    head = struct.pack(">ibIhiqqqhii", 0, 2, 0, attrs, len(records) - 1, 0, 0, pid, 0, 0, len(records))
-    return struct.pack(">qi", base, len(head) + len(body)) + head + body
+    rest = struct.pack(">hiqqqhii", attrs, len(records) - 1, 0, 0, pid, 0, 0, len(records)) + body
+    head = struct.pack(">ibI", 0, 2, crc32c(rest))  # CRC32C from the attributes to the end
+    return struct.pack(">qi", base, len(head) + len(rest)) + head + rest
+
+
+def with_crc(entry) -> bytes:
+    """A batch built or patched here, with its CRC32C computed again."""
+    entry = bytearray(entry)
+    struct.pack_into(">I", entry, 17, crc32c(bytes(entry[21:])))
+    return bytes(entry)
 
 
 def feed(batches: bytes, start: int = 0, end: int = 100) -> RecordsResult:

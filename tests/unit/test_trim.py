@@ -578,3 +578,30 @@ def test_runbook_names_the_fix_each_generation_applies():
     assert "server.properties" not in live
     assert "In server.properties: log.cleaner.dedupe.buffer.size=268435456" in restart
     assert "kafka-configs.sh" not in restart
+
+
+@pytest.mark.parametrize("version, apply, live", [("2.8.2", "live", True), ("2.8.2", None, True),
+                                                  ("0.9.0.1", "restart", False), ("0.9.0.1", None, False)])
+def test_the_broker_runbook_of_a_gate_plan_applies_the_fix_as_the_version_allows(version, apply, live):
+    """The gate plan keeps the fix's `apply` (taken from the cluster's version when the trim plan
+    has none): from Kafka 1.1 the shell runbook shows the dynamic config command, not server.properties."""
+    fleet = parse_fleet(f"""
+version: 1
+clusters:
+  - {{name: c1, kafka_conn_id: k, kafka_version: "{version}", cleaner: {{dedupe_buffer_size: 2097152}}}}
+""", path="f.yaml")
+    fix = {"log.cleaner.dedupe.buffer.size": 8388608, **({"apply": apply} if apply else {})}
+    tp = {"cluster": "c1", "partitions": [{"partition": 3, "recommit": [], "active_groups": [],
+                                           "group_metadata_lost": [], "groups": [],
+                                           "replicas": [{"broker": 0, "log_dir": "/d0", "kept": [], "bytes_freed": 10,
+                                                         "quarantine": [{"base_offset": 0, "size_bytes": 10}],
+                                                         "verdict": "OVER_CAPACITY", "reason": "r", "fix": fix}]}]}
+    plan = trim_plan.gate_plan(fleet.cluster("c1"), tp, leaders={3: 0}, isr={3: [0]}, quarantine_root="/q")
+    assert plan["details"]["cleaner_fix"]["0"]["apply"] == ("live" if live else "restart")
+    shell = trim_plan.runbooks(plan, "manual__2026-01-01T00:00:00+00:00")[0]
+    if live:
+        assert "kafka-configs.sh" in shell and "--add-config log.cleaner.dedupe.buffer.size=8388608" in shell
+        assert "server.properties" not in shell
+    else:
+        assert "In server.properties: log.cleaner.dedupe.buffer.size=8388608" in shell
+        assert "kafka-configs.sh" not in shell

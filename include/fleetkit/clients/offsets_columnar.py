@@ -11,16 +11,20 @@ into Arrow string arrays.
 It takes only what offsets_codec's fast path takes (the same checks: offsets_codec._fast); every
 other record, and every entry that is not a plain one (a compressed, transactional or control
 batch, a compressed message, anything malformed), is handed back for the per-record path, which
-also names the errors. tests/unit/test_offsets_columnar.py compares both paths on the same bytes."""
+also names the errors. Every entry's CRC is checked first (CRC32C of a batch, CRC32 of a message,
+as log_format checks them): an answer holding an entry whose CRC does not match is left whole to
+the per-record path, which counts the corrupt entry and takes nothing from it or after it. tests/unit/test_offsets_columnar.py compares both paths on the same bytes."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+from crc32c import crc32c
 
-from fleetkit.clients.log_format import BATCH_HEAD, ENTRY_HEAD, FormatError, _varint
+from fleetkit.clients.log_format import BATCH_HEAD, CRC_FROM, ENTRY_HEAD, MIN_RECORD, FormatError, _varint
 
 HEAD = BATCH_HEAD.size  # 61: base offset .. record count
 _BASE_LEN = ENTRY_HEAD
@@ -105,15 +109,15 @@ def _records(data: bytes, starts: list[int], ends: list[int], counts: list[int])
             b = data[pos]
             if b < 0x80:  # one byte, then two: the common lengths, without a call
                 ln, pos = (b >> 1) ^ -(b & 1), pos + 1
-            elif data[pos + 1] < 0x80:
+            elif pos + 1 < end and data[pos + 1] < 0x80:
                 v = (b & 0x7F) | (data[pos + 1] << 7)
                 ln, pos = (v >> 1) ^ -(v & 1), pos + 2
             else:
                 try:
-                    ln, pos = _varint(data, pos)
-                except (FormatError, IndexError):
+                    ln, pos = _varint(data, pos, end, 5)
+                except FormatError:
                     break
-            if ln < 0 or pos + ln > end:
+            if ln < MIN_RECORD - 1 or pos + ln > end:
                 break
             rs.append(pos)
             rl.append(ln)
@@ -148,6 +152,24 @@ def _walk(data: bytes) -> list[int] | None:
     return starts
 
 
+def _crcs_match(data: bytes, starts: list[int]) -> bool:
+    """Whether every entry's stored CRC is the one of its bytes (CRC32C of a batch from its
+    attributes, CRC32 of a message from its magic byte)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    at = np.array(starts, dtype=np.int64)
+    ends = (at + 12 + _be(buf, at + 8, 4)).tolist()
+    v2 = buf[at + 16] == 2
+    stored = np.where(v2, _be(buf, at + 17, 4, signed=False), _be(buf, at + 12, 4, signed=False))
+    if v2.all():
+        actual = [crc32c(data[s + CRC_FROM:e]) for s, e in zip(starts, ends)]
+    elif not v2.any():
+        actual = [zlib.crc32(data[s + 16:e]) for s, e in zip(starts, ends)]
+    else:
+        actual = [crc32c(data[s + CRC_FROM:e]) if m else zlib.crc32(data[s + 16:e])
+                  for s, e, m in zip(starts, ends, v2.tolist())]
+    return bool((stored == np.array(actual, dtype=np.int64)).all())
+
+
 def decode(data: bytes, cluster: str, partition: int, observed_at, lo: int, end: int,
            schema: pa.Schema) -> Decoded | None:
     """One partition's Fetch answer (record bytes): the offset-commit records of its plain batches
@@ -156,7 +178,7 @@ def decode(data: bytes, cluster: str, partition: int, observed_at, lo: int, end:
     per-record path drops them. None: the whole answer is for the per-record path (no whole
     entry, bytes this module does not walk, a string that is not UTF-8)."""
     starts_list = _walk(data)
-    if not starts_list:
+    if not starts_list or not _crcs_match(data, starts_list):
         return None
     try:
         return _decode(data, starts_list, cluster, partition, observed_at, lo, end, schema)
@@ -207,12 +229,18 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
     p = p + sz
     delta, sz, ok2 = _varints(buf, p)
     p = p + sz
+    ok2 &= sz <= 5
     klen, sz, ok3 = _varints(buf, p)
+    ok3 &= (sz <= 5) & (klen >= -1)
     ks = p + sz
     p = ks + np.maximum(klen, 0)
     vlen, sz, ok4 = _varints(buf, clamp(p))
+    ok4 &= (sz <= 5) & (vlen >= -1)
     vs = p + sz
-    fine = ok1 & ok2 & ok3 & ok4 & (vs + np.maximum(vlen, 0) <= rend)
+    # no headers (a header count of 0) and nothing after them: records with headers, and anything
+    # else, go the per-record way (which reads headers, and names what is malformed)
+    hdr = vs + np.maximum(vlen, 0)
+    fine = ok1 & ok2 & ok3 & ok4 & (hdr + 1 == rend) & (buf[clamp(hdr)] == 0)
     entry = pb[rb]
     ok[np.unique(entry[~fine])] = False
     offset = base[entry] + delta
@@ -225,7 +253,8 @@ def _decode(data: bytes, starts_list: list[int], cluster: str, partition: int, o
     vp = mks + np.maximum(mklen, 0)
     mvlen = _be(buf, clamp(vp), 4)
     mvs = vp + 4
-    fits = (vp + 4 <= entry_end[pm]) & (mvs + np.maximum(mvlen, 0) <= entry_end[pm])
+    fits = ((vp + 4 <= entry_end[pm]) & (mklen >= -1) & (mvlen >= -1)
+            & (mvs + np.maximum(mvlen, 0) == entry_end[pm]))
     ok[pm] = fits
 
     # both, in log order, then what is taken: records of readable entries within [lo, end)

@@ -12,7 +12,9 @@ ApiVersions negotiation, readers):
   transactional, bit 5 control), last offset delta, timestamps, producer id / epoch, base
   sequence, record count, then records of varint fields (length, attributes, timestamp delta,
   offset delta, key, value, headers). A control record's key is (version int16, type int16:
-  0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format).
+  0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format),
+  each entry only after its CRC (CRC32C; CRC32 for magic 0/1) and bounds are checked: a corrupt
+  entry is counted in BatchStats.corrupt_batches and nothing of it or after it is taken.
 * DescribeLogDirs v1-v4 (API key 35; 4.x dropped v0): per log dir and partition, the size in
   bytes and the offset lag of a future replica.
 * DescribeQuorum v0-v1 (API key 55; flexible): the KRaft metadata quorum's leader, voters and
@@ -101,13 +103,19 @@ class BatchStats:
     transactional_records: int = 0
     legacy_message_sets: int = 0
     unsupported: list[str] = field(default_factory=list)       # batches that could not be read
+    corrupt_batches: list[log_format.Corrupt] = field(default_factory=list)  # not decoded (CRC, bounds)
 
 
 def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: list | None = None) -> int:
     """Parse a Fetch answer's record bytes. Data records go to `data_out` as (offset, key, value,
     producer id or -1 when not transactional); control records to `control_out` as (offset,
     producer id, "commit" / "abort"). Returns the offset after the last whole batch (-1 when none
-    is whole: a batch cut off at the end of an answer is read again by the next fetch)."""
+    is whole: a batch cut off at the end of an answer is read again by the next fetch).
+
+    Each entry's CRC and bounds are checked before any of its records is taken (log_format). A
+    corrupt entry is appended to `stats.corrupt_batches` (position in `data`, the offset its
+    header names, why) and parsing stops there: its records and those after it are not taken,
+    and the offset returned is the one after the last good entry before it."""
     pos, n, next_offset = 0, len(data), -1
     while pos + 17 <= n:  # an entry's offset, length, and the magic byte at 16 in both families
         base, length = _BASE_LEN.unpack_from(data, pos)
@@ -117,25 +125,39 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
             break
         if length < (HEAD - 12 if magic == 2 else 14):
             raise log_format.FormatError(f"log entry at offset {base}: length {length} is shorter than its header")
-        if magic != 2:  # a message set of Kafka 0.8-0.10's formats (0.9's, or an old topic's, never converted)
+        entry = data[pos:end]
+        try:
+            if magic != 2:  # a message set of Kafka 0.8-0.10's formats (0.9's, or an old topic's, never converted)
+                got = log_format.legacy_records(entry)
+            else:
+                (base, length, _epoch, magic, _crc, attrs, last_delta, _t0, _t1, pid, _pe, _seq,
+                 count) = _BATCH_HEAD.unpack_from(data, pos)
+                problem = log_format.batch_problem(entry)
+                if problem is not None:
+                    raise log_format.FormatError(f"batch at offset {base}: {problem}")
+                codec = attrs & 0x07
+                if count < 0 or (codec == 0 and count * log_format.MIN_RECORD > length + 12 - HEAD):
+                    raise log_format.FormatError(f"batch at offset {base}: record count {count} is impossible "
+                                                 f"for its {length + 12 - HEAD} bytes of records")
+                body = entry[HEAD:]
+                if codec:
+                    body = log_format.decompress(codec, body)
+                recs: list = []
+                parse_records(body, base, count, recs)
+        except log_format.FormatError as e:
+            stats.corrupt_batches.append(log_format.Corrupt(pos, base, str(e)))
+            return next_offset
+        if magic != 2:
             stats.legacy_message_sets += 1
             last = base
-            for r in log_format.legacy_records(data[pos:end]):
+            for r in got:
                 data_out.append((r.offset, r.key, r.value, -1))
                 last = r.offset
             pos, next_offset = end, last + 1
             continue
-        (base, length, _epoch, magic, _crc, attrs, last_delta, _t0, _t1, pid, _pe, _seq,
-         count) = _BATCH_HEAD.unpack_from(data, pos)
         stats.batches += 1
-        codec = attrs & 0x07
-        body = data[pos + HEAD:end]
-        if codec:
-            body = log_format.decompress(codec, body)
         if attrs & 0x20:
             stats.control_batches += 1
-            recs: list = []
-            parse_records(body, base, count, recs)
             for off, key, _value in recs:
                 kind = "unknown"
                 if key is not None and len(key) >= 4:
@@ -144,15 +166,10 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
                 if control_out is not None:
                     control_out.append((off, pid, kind))
         elif attrs & 0x10:
-            recs = []
-            parse_records(body, base, count, recs)
             stats.transactional_records += len(recs)
             data_out.extend((o, k, v, pid) for o, k, v in recs)
         else:
-            start = len(data_out)
-            parse_records(body, base, count, data_out)
-            for i in range(start, len(data_out)):
-                data_out[i] = data_out[i] + (-1,)
+            data_out.extend((o, k, v, -1) for o, k, v in recs)
         pos, next_offset = end, base + last_delta + 1
     return next_offset
 

@@ -21,6 +21,7 @@ version this decoder does not know is counted per version, never an error.
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import logging
 import statistics
@@ -62,12 +63,16 @@ class RecordsResult:
     aborted_records: int = 0         # records of aborted transactions (not taken)
     open_transactions: int = 0       # transactions without a marker yet (left for the next run)
     reader: str = ""                 # "wire" or "consumer"
+    #: record batches that failed their CRC or bounds checks: (partition, offset, reason); their
+    #: records are not decoded and the partition is read no further this run
+    corrupt_batches: list[tuple[int, int, str]] = field(default_factory=list)
 
     def summary(self) -> str:
         unknown = ", ".join(f"key version {v}: {n}" for v, n in sorted(self.unknown_versions.items()))
         return (f"records per kind {dict(sorted(self.kinds.items()))}; control batches {self.control_batches} "
                 f"(markers {self.markers}); aborted-transaction records {self.aborted_records}; open transactions "
-                f"{self.open_transactions}" + (f"; UNKNOWN record types ({unknown})" if unknown else ""))
+                f"{self.open_transactions}" + (f"; UNKNOWN record types ({unknown})" if unknown else "")
+                + (f"; CORRUPT record batches {len(self.corrupt_batches)} (not decoded)" if self.corrupt_batches else ""))
 
 
 def record_row(cluster: str, partition: int, offset: int, observed_at: dt.datetime, key: bytes,
@@ -249,12 +254,21 @@ class BatchFeeder:
 
             fast = offsets_columnar.decode(data, taker.cluster, p, taker.observed_at, lo, end,
                                            SCHEMAS["offsets_topic_records"])
+        corrupt_before = len(self.stats.corrupt_batches)
+        stats_before = copy.deepcopy(self.stats) if fast is not None else None
         try:
             nxt = self.wire_logs.parse_batches(fast.slow_batches if fast else data, self.stats, recs, ctl)
+            if fast is not None and len(self.stats.corrupt_batches) > corrupt_before:
+                # an entry left to this path is corrupt (the column-wise decoder already refuses an
+                # answer with a CRC mismatch): read the whole answer this way, so that nothing after
+                # the corrupt entry is taken
+                self.stats, fast, recs, ctl = stats_before, None, [], []
+                nxt = self.wire_logs.parse_batches(data, self.stats, recs, ctl)
         except (ValueError, IndexError, struct.error, zlib.error) as e:
             res.problems.append(f"{OFFSETS_TOPIC}-{p} at offset {self.taken_to[p]}: unreadable record batch ({e}); "
                                 "the rest of this partition is not read")
             return self.ends[p]
+        corrupt = self.stats.corrupt_batches[corrupt_before:]
         if fast is not None:
             self.stats.batches += fast.batches
             self.stats.legacy_message_sets += fast.messages
@@ -280,6 +294,14 @@ class BatchFeeder:
             self._marker(p, txn, c, lo, end)
         if nxt > self.taken_to[p]:
             self.taken_to[p] = nxt
+        if corrupt:
+            # the records before it were taken; the corrupt batch is not decoded and the partition
+            # is read no further: the next run starts at it again (and reports it again)
+            c = corrupt[0]
+            res.corrupt_batches.append((p, c.offset, c.reason))
+            res.problems.append(f"{OFFSETS_TOPIC}-{p}: corrupt record batch at offset {c.offset} ({c.reason}); "
+                                "its records are not decoded and the rest of this partition is not read")
+            return self.ends[p]
         return nxt
 
     def _marker(self, p: int, txn: dict, marker: tuple, lo: int, end: int) -> None:

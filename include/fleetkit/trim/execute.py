@@ -460,6 +460,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in ("Empty", "Dead"))
             journal.write([{"seq": "before", "status": "read", "offsets": offsets_json(before), "inactive": inactive}])
         for b, fix in sorted(d["cleaner_fix"].items()):
+            fix = {k: v for k, v in fix.items() if k != "apply"}  # the settings only (apply: for the runbook)
             seq = f"cleaner fix broker {b}"
             if (entries.get(seq) or {}).get("status") != "done":
                 if fix_mode(ctx.cluster.version_tuple) == "live":  # Kafka 1.1+: no restart needed

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.trim.cleaner import fix_mode
 from fleetkit.trim.execute import FILE_ORDER, file_suffixes, kraft, offsets_topic_state, quarantine_folder
 
 ACTION = "trim_offsets_segments"
@@ -32,8 +33,11 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
                             "segments": r["quarantine"]})
             if r.get("fix") and "log.cleaner.dedupe.buffer.size" in r["fix"]:
                 cur = fixes.get(r["broker"], {}).get("log.cleaner.dedupe.buffer.size", 0)
+                # "apply" (live: a dynamic broker config from Kafka 1.1; restart: server.properties)
+                # is what the broker's runbook tells the operator to do
                 fixes[r["broker"]] = {"log.cleaner.dedupe.buffer.size":
-                                      max(cur, int(r["fix"]["log.cleaner.dedupe.buffer.size"]))}
+                                      max(cur, int(r["fix"]["log.cleaner.dedupe.buffer.size"])),
+                                      "apply": r["fix"].get("apply") or fix_mode(cluster.version_tuple)}
         for c in p["recommit"]:
             changes.append({"target": f"group {c['group']} {c['topic']}-{c['partition']}",
                             "before": f"offset {c['offset']} only in a removed segment",
