@@ -199,7 +199,8 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
             res.problems.append(f"{OFFSETS_TOPIC}-{p}: log offsets not readable ({err}); skipped")
             continue
         end = min(end, stops.get(p, end))
-        at = positions.get(p, start)
+        at = positions.get(p)
+        at = start if at is None else at  # no saved position (e.g. the topic had no log end yet)
         if at < start:
             res.restarted.append(p)
             log.warning("%s-%d: log start %d moved past the saved position %d: reading again from the start",
