@@ -109,10 +109,13 @@ class SaslStandIn:
         with conn:
             f = conn.makefile("rb")
             while True:
-                head = f.read(4)
-                if len(head) < 4:
+                try:
+                    head = f.read(4)
+                    req = f.read(int.from_bytes(head, "big")) if len(head) == 4 else b""
+                except OSError:  # the client closed with our answer unread
                     return
-                req = f.read(int.from_bytes(head, "big"))
+                if not req:
+                    return
                 key, cid = int.from_bytes(req[0:2], "big"), req[4:8]
                 if key == 18:
                     if self.huge:
