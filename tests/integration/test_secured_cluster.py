@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from fleetkit.clients import wire
+from fleetkit.clients import wire, wire_logs
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.clients.wire_security import Security
 from fleetkit.collection.offsets_topic import read_records
@@ -28,6 +28,7 @@ from fleetlab import tls
 from fleetlab.lab import Lab, LabSpec
 
 from tests.conftest import TEST_PORTS
+from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(REPO / ".lab-secure"), name="securelab", **TEST_PORTS.cluster("securelab"), brokers=1,
@@ -44,9 +45,19 @@ def secure_lab():
     lab.up()
     try:
         lab.create_topic(TOPIC, partitions=3)
+        admin = lab.admin()
+
+        def led() -> bool:  # a commit right after CreateTopics may meet UNKNOWN_TOPIC_OR_PART
+            md = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
+            return md is not None and md.error is None and len(md.partitions) == 3 and all(
+                q.leader >= 0 for q in md.partitions.values())
+
+        wait_until(led, 60, f"{TOPIC} led")
+        time.sleep(1)
         c = Consumer(SPEC.client_config({"group.id": GROUP, "enable.auto.commit": False}))
         try:  # a simple commit by the admin user (the lab's producer / committer)
-            c.commit(offsets=[TopicPartition(TOPIC, p, 10 + p) for p in range(3)], asynchronous=False)
+            wait_until(lambda: c.commit(offsets=[TopicPartition(TOPIC, p, 10 + p) for p in range(3)],
+                                        asynchronous=False), 30, f"a commit to {TOPIC}", retry_on=(KafkaException,))
         finally:
             c.close()
         yield lab
@@ -98,6 +109,15 @@ def test_offsets_topic_reader_reads_the_commits_on_the_wire(secure_lab):
     got = {(r["topic"], r["topic_partition"]): r["committed_offset"] for r in res.rows
            if r["group"] == GROUP and r["topic"] == TOPIC}
     assert got == {(TOPIC, q): 10 + q for q in range(3)}
+
+
+def test_log_dirs_and_quorum_on_sasl_ssl(secure_lab):
+    kafka = fleet_kafka()
+    found, problems = wire_logs.log_dir_sizes(kafka.bootstrap, {OFFSETS_TOPIC: [0, 1]}, 10,
+                                              security=kafka.wire_security)
+    assert not problems and sorted(r.partition for r in found if r.topic == OFFSETS_TOPIC) == [0, 1]
+    q = wire_logs.describe_quorum(kafka.bootstrap, 10, security=kafka.wire_security)
+    assert q.leader_id == 0 and [v[0] for v in q.voters] == [0]
 
 
 def test_wrong_password_fails_fast_naming_the_user(secure_lab):

@@ -171,3 +171,15 @@ def test_login_needs_sasl_authenticate():
                                            "sasl.username": "fleet", "sasl.password": SECRET}))
     with pytest.raises(AuthenticationFailed, match="authentication failed for fleet on h:1: broker h:1 does not"):
         wire_security.login(B(), s)
+
+
+def test_a_cluster_authorization_refusal_keeps_its_error_name():
+    from fleetkit.clients import wire_logs
+
+    # DescribeLogDirs v3 (flexible): correlation id, no tagged fields, throttle, error code 31
+    payload = struct.pack(">ibih", 0, 0, 0, 31)
+    with pytest.raises(wire_logs.Refused) as e:
+        wire_logs.decode_describe_log_dirs(3, payload, 1)
+    assert e.value.error == "CLUSTER_AUTHORIZATION_FAILED"
+    err = wire_logs.not_authorized("Describe", "the cluster", None, e.value.error)
+    assert str(err) == "not authorized: Describe on the cluster for User:ANONYMOUS (CLUSTER_AUTHORIZATION_FAILED)"

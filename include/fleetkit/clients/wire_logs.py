@@ -52,6 +52,14 @@ class WireError(ConnectionError):
     """A broker that cannot be asked (no common version) or answered unreadably."""
 
 
+class Refused(WireError):
+    """A broker answered a request with an error code (`error`: its name)."""
+
+    def __init__(self, message: str, error: str):
+        super().__init__(message)
+        self.error = error
+
+
 def not_authorized(operation: str, resource: str, security, error: str) -> NotAuthorized:
     """The one-line error of a refused operation, naming the principal the connection logs in as."""
     principal = security.principal if security is not None else "User:ANONYMOUS"
@@ -346,7 +354,7 @@ def decode_describe_log_dirs(version: int, payload: bytes, broker: int) -> list[
     if version >= 3:
         err = r.int16()
         if err:
-            raise WireError(f"broker {broker}: DescribeLogDirs answered {error_name(err)}")
+            raise Refused(f"broker {broker}: DescribeLogDirs answered {error_name(err)}", error_name(err))
     out = []
     for _ in range(r.array_len(flexible)):
         derr, path = r.int16(), r.string(flexible) or ""
@@ -388,6 +396,10 @@ def log_dir_sizes(bootstrap: str, topics: dict[str, list[int]] | None, timeout: 
         try:
             out += _ask(broker, DESCRIBE_LOG_DIRS, lambda v: describe_log_dirs_body(v, topics),
                         lambda v, payload: decode_describe_log_dirs(v, payload, b))
+        except Refused as e:
+            if e.error == "CLUSTER_AUTHORIZATION_FAILED":
+                raise not_authorized("Describe", "the cluster", security, e.error) from None
+            problems[b] = f"broker {b} ({addr}): {e}"
         except (OSError, WireError) as e:
             problems[b] = f"broker {b} ({addr}): {e}"
         finally:
@@ -417,7 +429,7 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
     if version >= 2:
         r.string(True)
     if err:
-        raise WireError(f"DescribeQuorum answered {error_name(err)}")
+        raise Refused(f"DescribeQuorum answered {error_name(err)}", error_name(err))
     quorum = None
     for _ in range(r.array_len(True)):
         r.string(True)
@@ -454,6 +466,12 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
 def describe_quorum(bootstrap: str, timeout: float = 10.0, security=None) -> Quorum:
     """The KRaft metadata quorum as a broker reports it (brokers forward the request to the
     active controller)."""
-    return wire.ask_first(bootstrap, "DescribeQuorum",
-                          lambda broker: _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum),
-                          timeout, error=WireError, security=security)
+    def ask(broker: _Broker) -> Quorum:
+        try:
+            return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
+        except Refused as e:  # (not retried on the next bootstrap server)
+            if e.error == "CLUSTER_AUTHORIZATION_FAILED":
+                raise not_authorized("Describe", "the cluster", security, e.error) from None
+            raise
+
+    return wire.ask_first(bootstrap, "DescribeQuorum", ask, timeout, error=WireError, security=security)
