@@ -132,6 +132,11 @@ def test_wrong_password_fails_fast_naming_the_user(secure_lab):
     assert str(e.value).startswith("authentication failed for fleet on securelab: ")
     assert wrong not in str(e.value) and wrong not in repr(e.value)
     assert SPEC.passwords()["fleet"] not in str(e.value)
+    # the confluent-kafka side too: the first admin request logs in on the wire first
+    t0 = time.monotonic()
+    with pytest.raises(AuthenticationFailed, match="^authentication failed for fleet on securelab: "):
+        fleet_kafka(**{"sasl.password": wrong}).log_offsets([(TOPIC, 0)])
+    assert time.monotonic() - t0 < 5
 
 
 def test_unauthenticated_clients_are_refused(secure_lab):

@@ -234,8 +234,28 @@ class KafkaCluster:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
+            self.verify_login()
             self._admin = AdminClient(self.config)
         return self._admin
+
+    def verify_login(self) -> None:
+        """Secured connections (TLS or SASL the wire client speaks): log in once on the wire before
+        the first admin request, so a wrong password or an untrusted certificate raises
+        AuthenticationFailed / TlsHandshakeFailed within seconds (librdkafka retries a refused login
+        until the request times out, without saying why). Brokers that do not answer are left to
+        the request itself. Plaintext connections: nothing to do."""
+        from fleetkit.clients import wire
+
+        if not wire.supported(self.config):
+            return
+        security = self.wire_security
+        if not (security.tls or security.sasl):
+            return
+        try:
+            wire.ask_first(self.bootstrap, "a login", lambda broker: None, timeout=min(self.timeout, 10.0),
+                           security=security)
+        except ConnectionError:
+            pass
 
     def _unreachable(self, what: str, exc: BaseException) -> ClusterUnreachable:
         return ClusterUnreachable(
