@@ -9,7 +9,10 @@ each fail fast with one clear line."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -184,3 +187,41 @@ def test_an_untrusted_ca_is_a_clear_tls_error(secure_lab, tmp_path):
     print(e.value)
     assert time.monotonic() - t0 < 5
     assert f"127.0.0.1:{SPEC.broker_port(0)}" in str(e.value) and "certificate verify failed" in str(e.value)
+
+
+def fleetctl_lag(tmp_path, password: str | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """`fleetctl lag GROUP` as an operator runs it: the fleet file and the AIRFLOW_CONN_* JSON of the
+    secured lab in the environment (the read-only fleet user)."""
+    from tests.conftest import write_fleet_file
+
+    fleet = write_fleet_file(SPEC, tmp_path / "fleet.yaml")
+    env = dict(os.environ, **SPEC.connection_env())
+    if password is not None:
+        var = f"AIRFLOW_CONN_{SPEC.kafka_conn_id.upper()}"
+        doc = json.loads(env[var])
+        doc["extra"]["sasl.password"] = password
+        env[var] = json.dumps(doc)
+    t0 = time.monotonic()
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "lag", GROUP, "--cluster", SPEC.name,
+                          "--fleet", str(fleet), "--data-root", str(tmp_path / "data"), "--json"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    print(f"fleetctl lag -> {out.returncode} in {time.monotonic() - t0:.1f}s\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out, time.monotonic() - t0
+
+
+def test_fleetctl_reads_the_secured_cluster(secure_lab, tmp_path):
+    out, _ = fleetctl_lag(tmp_path)
+    assert SPEC.passwords()["fleet"] not in out.stdout + out.stderr
+    assert out.returncode not in (2, 4), out.stderr[-2000:]  # 2: an error, 4: the cluster unreachable
+    json.loads(out.stdout)
+    # the commits read now (offsets 10, 11, 12 above an empty log: the verdict says OUT_OF_RANGE)
+    assert all(f'"current_offset": {10 + p}' in out.stdout for p in range(3)) and '"group_state": "Empty"' in out.stdout
+
+
+def test_fleetctl_with_a_wrong_password_says_so_in_one_line(secure_lab, tmp_path):
+    wrong = "wrong-password-for-fleetctl"
+    out, seconds = fleetctl_lag(tmp_path, wrong)
+    assert out.returncode == 2 and seconds < 15
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [errors[0]] and errors[0].startswith("error: authentication failed for fleet on securelab: ")
+    assert "Traceback" not in out.stderr and wrong not in out.stderr + out.stdout
