@@ -6,7 +6,7 @@
   Kafka's storage tool, the consumer group protocol (KIP-848) enabled next to the classic one.
 
 A KRaft (4.x) lab can be secured (LabSpec.security = "sasl_ssl", off by default): see
-SECURED_LAB below for its listeners, users and ACLs.
+the notes above SECURED_USERS and SECURED_ACLS below for its listeners, users and ACLs.
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -126,7 +126,7 @@ class LabSpec:
     controller_base_port: int = 0
     #: KRaft cluster id (generated when the storage is first formatted, kept in lab.json)
     cluster_id: str = ""
-    #: "" (default: open PLAINTEXT listeners) or "sasl_ssl" (KRaft only: SECURED_LAB above)
+    #: "" (default: open PLAINTEXT listeners) or "sasl_ssl" (KRaft only: see SECURED_USERS)
     security: str = ""
 
     @property
