@@ -5,6 +5,9 @@
 - `lab43`: Kafka 4.3.1 in KRaft mode: combined broker+controller nodes, storage formatted with
   Kafka's storage tool, the consumer group protocol (KIP-848) enabled next to the classic one.
 
+A KRaft (4.x) lab can be secured (LabSpec.security = "sasl_ssl", off by default): see
+the notes above SECURED_USERS and SECURED_ACLS below for its listeners, users and ACLs.
+
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
 rejects; the Maven jars come without scripts). Everything binds 127.0.0.1, keeps a PID file under
@@ -39,6 +42,49 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: the generation of the single-cluster labs tests and benchmarks start for themselves
 KAFKA_VERSION = "0.9.0.1"
+
+
+#: The secured mode of a KRaft lab (LabSpec.security = "sasl_ssl"), as production clusters run:
+#:
+#: - clients connect to SASL_SSL on the broker ports (SCRAM-SHA-512; TLS with a lab CA and a broker
+#:   certificate for 127.0.0.1 / localhost, generated at the first start under <lab>/tls, never
+#:   committed; the broker reads them as PEM). Unauthenticated clients have no listener to use.
+#: - brokers talk to each other on INTERNAL (PLAINTEXT, broker_base + 25 + node id) and to the
+#:   controllers on CONTROLLER (PLAINTEXT), loopback only. Those connections authenticate as
+#:   User:ANONYMOUS, which is therefore a super user: acceptable in a lab on 127.0.0.1, never in
+#:   production (there: SSL or SASL on the inter-broker and controller listeners too).
+#: - StandardAuthorizer with allow.everyone.if.no.acl.found=false: nothing without an ACL.
+#: - SCRAM users, created when the storage is formatted (kafka-storage format --add-scram), with
+#:   random passwords generated at the first start and kept in <lab>/secrets.json (mode 0600,
+#:   never printed): `admin` (super user: the lab's own admin, producers and committers),
+#:   `fleet` (the toolkit's read-only principal: the lab's connection_env() logs in as it) and
+#:   `fleet-runbook` (the destructive runbooks' principal).
+#: - ACLs created after start by `admin` (AdminClient.create_acls), all ALLOW from any host:
+SECURED_USERS = ("admin", "fleet", "fleet-runbook")
+SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
+    # (resource type, literal resource name, operation)
+    "fleet": [
+        ("cluster", "kafka-cluster", "DESCRIBE"),        # DescribeLogDirs, DescribeQuorum, ListGroups
+        ("cluster", "kafka-cluster", "DESCRIBE_CONFIGS"),  # cleaner settings
+        ("group", "*", "DESCRIBE"),                      # FindCoordinator, DescribeGroups, OffsetFetch
+        ("topic", "*", "DESCRIBE"),                      # Metadata, ListOffsets, OffsetFetch
+        ("topic", "*", "DESCRIBE_CONFIGS"),
+        ("topic", OFFSETS_TOPIC, "READ"),                # the __consumer_offsets reader (Fetch)
+    ],
+    "fleet-runbook": [
+        ("cluster", "kafka-cluster", "DESCRIBE"),
+        ("cluster", "kafka-cluster", "DESCRIBE_CONFIGS"),
+        ("cluster", "kafka-cluster", "ALTER"),           # partition reassignments (leadership moves)
+        ("cluster", "kafka-cluster", "ALTER_CONFIGS"),   # broker settings (cleaner buffer)
+        ("group", "*", "DESCRIBE"),
+        ("group", "*", "READ"),                          # OffsetCommit (offset resets)
+        ("group", "*", "DELETE"),                        # DeleteGroups, OffsetDelete
+        ("topic", "*", "DESCRIBE"),
+        ("topic", "*", "DESCRIBE_CONFIGS"),
+        ("topic", "*", "READ"),                          # OffsetCommit needs Read on the topic
+    ],
+}
+SECURED_MECHANISM = "SCRAM-SHA-512"
 
 
 def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
@@ -80,6 +126,8 @@ class LabSpec:
     controller_base_port: int = 0
     #: KRaft cluster id (generated when the storage is first formatted, kept in lab.json)
     cluster_id: str = ""
+    #: "" (default: open PLAINTEXT listeners) or "sasl_ssl" (KRaft only: see SECURED_USERS)
+    security: str = ""
 
     @property
     def path(self) -> Path:
@@ -104,6 +152,39 @@ class LabSpec:
 
     def broker_port(self, broker_id: int) -> int:
         return self.broker_base_port + broker_id
+
+    @property
+    def secured(self) -> bool:
+        if self.security and (self.security != "sasl_ssl" or not self.kraft):
+            raise LabError(f"{self.name}: security {self.security!r} is not supported (only 'sasl_ssl' on KRaft labs)")
+        return bool(self.security)
+
+    def internal_port(self, node_id: int) -> int:
+        """Secured labs: the PLAINTEXT inter-broker listener of a node."""
+        return self.broker_base_port + 25 + node_id
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.path / "tls"
+
+    @property
+    def secrets_file(self) -> Path:
+        return self.path / "secrets.json"
+
+    def passwords(self) -> dict[str, str]:
+        """{user: password} of a secured lab (generated at its first start)."""
+        try:
+            return json.loads(self.secrets_file.read_text())
+        except (OSError, ValueError) as e:
+            raise LabError(f"{self.name}: no readable {self.secrets_file} (start the lab first): {e}") from None
+
+    def security_config(self, user: str = "fleet", password: str | None = None) -> dict:
+        """librdkafka security settings to log in to a secured lab as `user` ({} for an open lab)."""
+        if not self.secured:
+            return {}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": SECURED_MECHANISM, "sasl.username": user,
+                "sasl.password": password if password is not None else self.passwords()[user],
+                "ssl.ca.location": str(self.tls_dir / "ca.pem")}
 
     def controller_port(self, node_id: int) -> int:
         return (self.controller_base_port or self.broker_base_port + 50) + node_id
@@ -138,12 +219,14 @@ class LabSpec:
         """librdkafka settings for this cluster (0.9's protocol fallbacks only where they belong)."""
         from fleetkit.clients.kafka import client_config
 
-        return client_config({"bootstrap.servers": self.bootstrap, **(extra or {})}, self.kafka_version)
+        return client_config({"bootstrap.servers": self.bootstrap, **self.security_config("admin"), **(extra or {})},
+                             self.kafka_version)
 
     def connection_env(self) -> dict[str, str]:
-        """AIRFLOW_CONN_* variables defining this cluster's Kafka (and ZooKeeper) connections."""
+        """AIRFLOW_CONN_* variables defining this cluster's Kafka (and ZooKeeper) connections (a
+        secured lab: logged in as the read-only `fleet` user)."""
         env = {f"AIRFLOW_CONN_{self.kafka_conn_id.upper()}": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": self.bootstrap}})}
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": self.bootstrap, **self.security_config("fleet")}})}
         if not self.kraft:
             env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(
                 {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port})
@@ -256,6 +339,8 @@ class LabSpec:
                     "group.consumer.min.heartbeat.interval.ms": "500",
                     "group.consumer.heartbeat.interval.ms": "1000",
                 })
+                if self.secured:
+                    props.update(self._secured_props(broker_id))
             else:
                 props.update({
                     "broker.id": str(broker_id),
@@ -267,6 +352,28 @@ class LabSpec:
                 })
         props.update({k: str(v) for k, v in self.broker_overrides.items()})
         return props
+
+    def _secured_props(self, node_id: int) -> dict[str, str]:
+        port, internal = self.broker_port(node_id), self.internal_port(node_id)
+        pem = self.tls_dir / "broker.pem"
+        return {
+            "listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal},"
+                         f"CONTROLLER://127.0.0.1:{self.controller_port(node_id)}",
+            "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
+            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "INTERNAL",
+            "sasl.enabled.mechanisms": SECURED_MECHANISM,
+            # SCRAM credentials live in the cluster metadata: the login module needs no options
+            f"listener.name.sasl_ssl.{SECURED_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pem),
+            "ssl.client.auth": "none",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            # the inter-broker and controller listeners are PLAINTEXT on loopback: ANONYMOUS (lab only)
+            "super.users": "User:admin;User:ANONYMOUS",
+        }
 
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -330,9 +437,44 @@ class Lab:
             (s.broker_dir(i) / "logs").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in s.broker_props(i).items())
             (s.broker_dir(i) / "server.properties").write_text(props)
+        if s.secured:
+            self._write_secrets()
         (s.path / "log4j.properties").write_text(LOG4J)
         (s.path / "log4j2.properties").write_text(LOG4J2)
         s.save()
+
+    def _write_secrets(self) -> None:
+        """Secured labs: the users' passwords (0600) and the lab CA / broker certificate, once."""
+        import secrets as _secrets
+
+        from fleetlab import tls
+
+        s = self.spec
+        if not s.secrets_file.exists():
+            doc = json.dumps({u: _secrets.token_urlsafe(24) for u in SECURED_USERS})
+            fd = os.open(s.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(doc)
+        if not (s.tls_dir / "broker.pem").exists():
+            ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
+            tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
+
+    def create_acls(self) -> None:
+        """Secured labs: SECURED_ACLS, created by `admin` (creating an existing ACL is a no-op)."""
+        from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
+                                           ResourceType)
+
+        # librdkafka calls Kafka's CLUSTER resource type (4) BROKER
+        types = {"cluster": ResourceType.BROKER, "group": ResourceType.GROUP, "topic": ResourceType.TOPIC}
+        bindings = [AclBinding(types[rtype], name, ResourcePatternType.LITERAL, f"User:{user}",
+                               "*", getattr(AclOperation, op), AclPermissionType.ALLOW)
+                    for user, acls in SECURED_ACLS.items() for rtype, name, op in acls]
+        admin = self.admin()
+        for binding, fut in admin.create_acls(bindings, request_timeout=30).items():
+            try:
+                fut.result(timeout=60)
+            except Exception as e:  # noqa: BLE001 - named in the LabError
+                raise LabError(f"{self.spec.name}: creating ACL {binding} failed: {e}") from None
 
     # -- processes -------------------------------------------------------------------------
     def _java(self) -> str:
@@ -366,6 +508,9 @@ class Lab:
         argv = [self._java(), "-Xmx256m", *self._logging_flags(bdir / "logs"), "-cp", f"{home}/libs/*",
                 "kafka.tools.StorageTool", "format", "--cluster-id", self.spec.cluster_id,
                 "--config", str(bdir / "server.properties"), "--ignore-formatted"]
+        if self.spec.secured:  # (the passwords are on this short-lived command line: lab only)
+            for user, password in self.spec.passwords().items():
+                argv += ["--add-scram", f"{SECURED_MECHANISM}=[name={user},password={password}]"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise LabError(f"formatting the storage of {self.spec.name} node {broker_id} failed "
@@ -378,6 +523,8 @@ class Lab:
         self._check_port_free(self.spec.broker_port(broker_id), f"broker {broker_id}")
         if self.spec.kraft:
             self._check_port_free(self.spec.controller_port(broker_id), f"controller {broker_id}")
+            if self.spec.secured:
+                self._check_port_free(self.spec.internal_port(broker_id), f"inter-broker listener {broker_id}")
             self._format_storage(home, broker_id)
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m", "-XX:+UseG1GC",
@@ -429,8 +576,8 @@ class Lab:
 
         from fleetkit.clients.kafka import client_config
 
-        return AdminClient(client_config({"bootstrap.servers": bootstrap or self.spec.bootstrap, **extra},
-                                         self.spec.kafka_version))
+        return AdminClient(client_config({"bootstrap.servers": bootstrap or self.spec.bootstrap,
+                                          **self.spec.security_config("admin"), **extra}, self.spec.kafka_version))
 
     def _broker_answers(self, broker_id: int) -> bool:
         # one client per broker for the lab's lifetime: librdkafka handles created and destroyed
@@ -542,12 +689,15 @@ class Lab:
         once enough brokers are up; ask for a coordinator, then wait for every leader and full ISR."""
         from fleetkit.clients import wire
 
+        from fleetkit.clients.wire_security import Security
+
         rf = min(3, self.spec.brokers)
         admin = self.admin()
+        security = Security.from_config(self.spec.security_config("admin")) if self.spec.secured else None
 
         def all_led() -> bool:
             try:  # a coordinator lookup on the wire: no librdkafka handle with requests left behind
-                wire.probe(self.spec.bootstrap, ["fleetlab-warmup"], timeout=5)
+                wire.probe(self.spec.bootstrap, ["fleetlab-warmup"], timeout=5, security=security)
             except Exception:  # noqa: BLE001 - "coordinator not available" until the topic exists
                 pass
             md = admin.list_topics(OFFSETS_TOPIC, timeout=5).topics.get(OFFSETS_TOPIC)
@@ -617,6 +767,8 @@ class Lab:
                 self.start_broker(i, timeout, attempts=self.BIND_RETRIES - 1)
         if self.spec.modern:
             self._ensure_offsets_topic_admin()
+            if self.spec.secured:
+                self.create_acls()
         else:
             self._ensure_offsets_topic()
 

@@ -38,8 +38,10 @@ CLUSTERS: dict[str, tuple[str, str, int]] = {
 }
 
 
-#: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode): name -> slot
-SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8}
+#: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode unless said): name -> slot
+SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8,
+                                  # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
+                                  "securelab": 9}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET

@@ -217,6 +217,16 @@ class KafkaCluster:
         return str(self.config.get("bootstrap.servers"))
 
     @property
+    def wire_security(self):
+        """The TLS / SASL settings of the toolkit's own protocol client (wire_security.Security), from
+        the same librdkafka config; FleetConfigError naming a missing or wrong key."""
+        if getattr(self, "_wire_security", None) is None:
+            from fleetkit.clients import wire_security
+
+            self._wire_security = wire_security.Security.from_config(self.config, self.name)
+        return self._wire_security
+
+    @property
     def asks_api_versions(self) -> bool:
         """False when the config says the brokers cannot answer ApiVersions (Kafka before 0.10)."""
         return str(self.config.get("api.version.request", True)).lower() not in ("false", "0")
@@ -224,8 +234,28 @@ class KafkaCluster:
     @property
     def admin(self) -> AdminClient:
         if self._admin is None:
+            self.verify_login()
             self._admin = AdminClient(self.config)
         return self._admin
+
+    def verify_login(self) -> None:
+        """Secured connections (TLS or SASL the wire client speaks): log in once on the wire before
+        the first admin request, so a wrong password or an untrusted certificate raises
+        AuthenticationFailed / TlsHandshakeFailed within seconds (librdkafka retries a refused login
+        until the request times out, without saying why). Brokers that do not answer are left to
+        the request itself. Plaintext connections: nothing to do."""
+        from fleetkit.clients import wire
+
+        if not wire.supported(self.config):
+            return
+        security = self.wire_security
+        if not (security.tls or security.sasl):
+            return
+        try:
+            wire.ask_first(self.bootstrap, "a login", lambda broker: None, timeout=min(self.timeout, 10.0),
+                           security=security)
+        except ConnectionError:
+            pass
 
     def _unreachable(self, what: str, exc: BaseException) -> ClusterUnreachable:
         return ClusterUnreachable(
@@ -235,20 +265,21 @@ class KafkaCluster:
     # -- coordinators ---------------------------------------------------------------------
     def coordinators(self, groups: Iterable[str]) -> dict[str, "kafka_wire.Answer"] | None:
         """Who the cluster names as each group's coordinator and what that broker answers
-        (kafka_wire). None when the listener is not PLAINTEXT (use describe_groups instead)."""
+        (kafka_wire). None when the wire client cannot log in to the listener (a SASL mechanism
+        other than PLAIN / SCRAM: use describe_groups instead)."""
         from fleetkit.clients import wire as kafka_wire
 
         if not kafka_wire.supported(self.config):
             return None
         try:
             return kafka_wire.probe(self.bootstrap, groups, timeout=self.timeout,
-                                    api_versions=self.asks_api_versions)
+                                    api_versions=self.asks_api_versions, security=self.wire_security)
         except ConnectionError as e:
             raise self._unreachable("the coordinator lookup", e) from None
 
     def describe_with_coordinators(self, groups: Iterable[str]) -> tuple[dict[str, GroupDescription],
                                                                          dict[str, "kafka_wire.Answer"] | None]:
-        """(descriptions, coordinator answers) in one pass: on PLAINTEXT listeners the wire probe's
+        """(descriptions, coordinator answers) in one pass: where the wire client logs in, the wire probe's
         lookup and DescribeGroups give both; elsewhere the admin client describes and the answers
         are None."""
         answers = self.coordinators(groups)
@@ -281,14 +312,15 @@ class KafkaCluster:
     # -- metadata -------------------------------------------------------------------------
     def leader_epochs(self, topics: Iterable[str]) -> "tuple[list[kafka_wire.PartitionLeader], dict[str, str]] | None":
         """Partitions of `topics` with leader, leader epoch and ISR, and {topic: error} (Metadata v7+
-        on the wire; topics are never auto-created). None when the listener is not PLAINTEXT or the
+        on the wire; topics are never auto-created). None when the wire client cannot log in (GSSAPI, OAUTHBEARER) or the
         brokers predate leader epochs in metadata (Kafka 1.0)."""
         from fleetkit.clients import wire as kafka_wire
 
         if not kafka_wire.supported(self.config) or not self.asks_api_versions:
             return None
         try:
-            return kafka_wire.partition_leaders(self.bootstrap, topics, timeout=self.timeout)
+            return kafka_wire.partition_leaders(self.bootstrap, topics, timeout=self.timeout,
+                                                security=self.wire_security)
         except ConnectionError as e:
             raise self._unreachable("a metadata request", e) from None
 

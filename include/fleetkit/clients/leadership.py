@@ -57,7 +57,7 @@ class MetadataState:
 
 class AdminLeadership:
     """Leadership of a cluster without ZooKeeper, through the Admin API (see the module).
-    `kafka` is a fleetkit.clients.kafka.KafkaCluster (PLAINTEXT listener, Kafka 2.4 or later)."""
+    `kafka` is a fleetkit.clients.kafka.KafkaCluster (a listener the wire client logs in to, Kafka 2.4 or later)."""
 
     def __init__(self, kafka):
         self.kafka = kafka
@@ -66,8 +66,8 @@ class AdminLeadership:
     def _partitions(self, topic: str):
         got = self.kafka.leader_epochs([topic])
         if got is None:
-            raise FleetError(f"cluster {self.name!r} gives no leader epochs in metadata (listener not PLAINTEXT, or "
-                             "brokers before Kafka 1.0): leadership cannot be moved through the Admin API here")
+            raise FleetError(f"cluster {self.name!r} gives no leader epochs in metadata (SASL mechanism not spoken "
+                             "by the wire client, or brokers before Kafka 1.0): leadership cannot be moved through the Admin API here")
         parts, errors = got
         if topic in errors and not parts:
             raise FleetError(f"topic {topic!r} of cluster {self.name!r}: metadata answered {errors[topic]}")
@@ -85,7 +85,8 @@ class AdminLeadership:
     def busy(self) -> list[str]:
         from fleetkit.clients import wire_leadership
 
-        moving = wire_leadership.reassignments(self.kafka.bootstrap, self.kafka.timeout)
+        moving = wire_leadership.reassignments(self.kafka.bootstrap, self.kafka.timeout,
+                                                   security=self.kafka.wire_security)
         return [f"partition reassignment of {t}-{p} in progress" for t, p in sorted(moving)]
 
     def broker_ids(self) -> list[int]:
@@ -95,7 +96,8 @@ class AdminLeadership:
         from fleetkit.clients import wire_leadership
 
         try:
-            wire_leadership.alter_replicas(self.kafka.bootstrap, topic, partition, replicas, min(timeout, 30.0))
+            wire_leadership.alter_replicas(self.kafka.bootstrap, topic, partition, replicas, min(timeout, 30.0),
+                                              security=self.kafka.wire_security)
         except wire_leadership.ReassignmentError as e:
             if "REASSIGNMENT_IN_PROGRESS" in str(e):
                 raise AdminBusy(f"cluster {self.name!r}: {e}") from None

@@ -23,8 +23,11 @@ ownership check needs. So this module speaks, over plain TCP:
   ZooKeeper (KRaft).
 
 Requests are pipelined on one connection per broker (a broker answers in request order), so a
-thousand groups cost a few round trips. Only PLAINTEXT listeners are supported; for TLS or SASL
-clusters `supported()` is False and callers use the admin client's describe instead.
+thousand groups cost a few round trips. Connections speak the listener's security protocol
+(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL with PLAIN or SCRAM: fleetkit.clients.wire_security,
+from the connection's librdkafka settings); for other SASL mechanisms (GSSAPI, OAUTHBEARER)
+`supported()` is False and callers use the admin client's describe instead. Every length read from
+the wire is bounded (a response is at most MAX_RESPONSE bytes).
 
 Schemas: Kafka's clients/src/main/resources/common/message/{RequestHeader, ResponseHeader,
 ApiVersions*, FindCoordinator*, DescribeGroups*, Metadata*, ConsumerProtocolAssignment}.json.
@@ -49,13 +52,16 @@ ERRORS = {
     15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 24: "INVALID_GROUP_ID",
     25: "UNKNOWN_MEMBER_ID", 30: "GROUP_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
     3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 29: "TOPIC_AUTHORIZATION_FAILED",
-    42: "INVALID_REQUEST", 69: "GROUP_ID_NOT_FOUND",
+    42: "INVALID_REQUEST", 69: "GROUP_ID_NOT_FOUND", 31: "CLUSTER_AUTHORIZATION_FAILED",
+    33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE", 58: "SASL_AUTHENTICATION_FAILED",
 }
 UNREACHABLE = "COORDINATOR_UNREACHABLE"  # the named coordinator did not answer at all
 UNSUPPORTED = "UNSUPPORTED_VERSION"      # the broker accepts none of the versions spoken here
 MAX_STRING = 32767
 #: how long a broker may take to answer ApiVersions before it is taken for one that cannot (0.9)
 API_VERSIONS_TIMEOUT = 3.0
+#: the largest response accepted (Fetch answers ask at most 32 MiB)
+MAX_RESPONSE = 128 * 1024 * 1024
 
 API_VERSIONS, FIND_COORDINATOR, DESCRIBE_GROUPS, METADATA = 18, 10, 15, 3
 CONSUMER_GROUP_DESCRIBE = 69  # KIP-848 consumer groups (Kafka 4): DescribeGroups knows classic groups only
@@ -65,7 +71,8 @@ API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", D
 #: leader epochs (what ZooKeeper's partition state gives on ZooKeeper-mode clusters).
 IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8), CONSUMER_GROUP_DESCRIBE: (0, 1)}
 #: first flexible version, per API key
-FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9, CONSUMER_GROUP_DESCRIBE: 0}
+FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9, CONSUMER_GROUP_DESCRIBE: 0,
+                 17: 1 << 15, 36: 2}  # SaslHandshake is never flexible; SaslAuthenticate from v2 (wire_security)
 #: FindCoordinator v4 carries many keys in one request
 BATCHED_FIND_FROM = 4
 KEY_TYPE_GROUP = 0
@@ -76,8 +83,10 @@ def error_name(code: int) -> str | None:
 
 
 def supported(config: dict) -> bool:
-    """The wire probe speaks PLAINTEXT only."""
-    return str(config.get("security.protocol", "plaintext")).lower() == "plaintext"
+    """True when the wire client can speak the config's security protocol and SASL mechanism."""
+    from fleetkit.clients import wire_security
+
+    return wire_security.supported(config)
 
 
 def parse_servers(bootstrap: str) -> list[tuple[str, int]]:
@@ -533,9 +542,13 @@ def decode_metadata(version: int, payload: bytes) -> tuple[int, dict[int, str], 
 
 # -- connections ------------------------------------------------------------------------------
 class _Connection:
-    def __init__(self, host: str, port: int, timeout: float):
+    def __init__(self, host: str, port: int, timeout: float, security=None):
         self.addr = f"{host}:{port}"
         self.sock = socket.create_connection((host, port), timeout=timeout)
+        if security is not None and security.tls:
+            from fleetkit.clients import wire_security
+
+            self.sock = wire_security.wrap(self.sock, host, port, security)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -554,6 +567,9 @@ class _Connection:
 
     def payload(self) -> bytes:
         (size,) = struct.unpack(">i", self._exact(4))
+        if size < 0 or size > MAX_RESPONSE:
+            raise ConnectionError(f"broker {self.addr} announced a response of {size} bytes (at most {MAX_RESPONSE} "
+                                  f"accepted): not a Kafka answer, or a listener of another security protocol")
         return self._exact(size)
 
     def close(self) -> None:
@@ -567,12 +583,20 @@ class _Broker:
     """A connection to one broker and the request versions it accepts (None: it cannot answer
     ApiVersions, so version 0 of everything)."""
 
-    def __init__(self, host: str, port: int, timeout: float, api_versions: bool = True):
-        self.host, self.port, self.timeout = host, port, timeout
-        self.conn = _Connection(host, port, timeout)
+    def __init__(self, host: str, port: int, timeout: float, api_versions: bool = True, security=None):
+        self.host, self.port, self.timeout, self.security = host, port, timeout, security
+        self.conn = _Connection(host, port, timeout, security)
         self.versions: dict[int, tuple[int, int]] | None = None
-        if api_versions:
-            self._negotiate()
+        try:
+            if api_versions or (security is not None and security.sasl):
+                self._negotiate()
+            if security is not None and security.sasl:
+                from fleetkit.clients import wire_security
+
+                wire_security.login(self, security)
+        except BaseException:
+            self.conn.close()
+            raise
 
     def _negotiate(self) -> None:
         try:
@@ -585,7 +609,7 @@ class _Broker:
             log.info("broker %s:%s did not answer ApiVersions (%s): speaking version 0 to it", self.host, self.port,
                      e or type(e).__name__)
             self.conn.close()
-            self.conn = _Connection(self.host, self.port, self.timeout)
+            self.conn = _Connection(self.host, self.port, self.timeout, self.security)
             return
         try:
             err, versions = decode_api_versions(payload)
@@ -609,11 +633,11 @@ class _Broker:
         self.conn.close()
 
 
-def broker_versions(address: str, timeout: float = 10.0) -> dict[int, tuple[int, int]] | None:
+def broker_versions(address: str, timeout: float = 10.0, security=None) -> dict[int, tuple[int, int]] | None:
     """What one broker (host:port) answers to ApiVersions v0: {api key: (min, max)}, or None when
     it cannot answer (0.9). For diagnostics and checks; `probe` asks by itself."""
     ((host, port),) = parse_servers(address)
-    broker = _Broker(host, port, timeout)
+    broker = _Broker(host, port, timeout, security=security)
     try:
         return broker.versions
     finally:
@@ -621,7 +645,7 @@ def broker_versions(address: str, timeout: float = 10.0) -> dict[int, tuple[int,
 
 
 def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10.0,
-                      api_versions: bool = True) -> tuple[list[PartitionLeader], dict[str, str]] | None:
+                      api_versions: bool = True, security=None) -> tuple[list[PartitionLeader], dict[str, str]] | None:
     """(partitions with leader, leader epoch, replicas and ISR, {topic: error name}) of `topics`
     from the first bootstrap server that answers; topics are never auto-created. None when that
     broker speaks no Metadata version with leader epochs (before Kafka 1.0)."""
@@ -635,18 +659,19 @@ def partition_leaders(bootstrap: str, topics: Iterable[str], timeout: float = 10
         _, _, errors, parts = decode_metadata(version, broker.conn.payload())
         return parts, {t: error_name(e) or "" for t, e in errors.items()}
 
-    return ask_first(bootstrap, "a metadata request", ask, timeout, api_versions)
+    return ask_first(bootstrap, "a metadata request", ask, timeout, api_versions, security=security)
 
 
 def ask_first(bootstrap: str, what: str, ask, timeout: float = 10.0, api_versions: bool = True,
-              error: type[Exception] = ConnectionError):
+              error: type[Exception] = ConnectionError, security=None):
     """ask(broker) on the first bootstrap server that connects and answers (a connection or
     decoding failure moves on to the next server); raises `error` naming `what` when none does.
+    A refused login or TLS handshake (wire_security) is raised at once, never retried.
     The broker connection is closed afterwards."""
     last: Exception | None = None
     for host, port in parse_servers(bootstrap):
         try:
-            broker = _Broker(host, port, timeout, api_versions)
+            broker = _Broker(host, port, timeout, api_versions, security)
         except OSError as e:
             last = e
             continue
@@ -744,7 +769,8 @@ def _describe_consumer_groups(broker: _Broker, groups: list[str], answers: dict[
         a.described = d.members
 
 
-def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True) -> dict[str, Answer]:
+def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_versions: bool = True,
+          security=None) -> dict[str, Answer]:
     """Per group: the coordinator the cluster names and what that broker answers when asked.
 
     api_versions=False: the cluster is known to predate 0.10 (no ApiVersions): version 0 at once.
@@ -763,7 +789,7 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_vers
                 a.lookup_error = a.coordinator_id = a.coordinator = None
             raise
 
-    ask_first(bootstrap, "the coordinator lookup", lookup, timeout, api_versions)
+    ask_first(bootstrap, "the coordinator lookup", lookup, timeout, api_versions, security=security)
     by_broker: dict[str, list[str]] = {}
     for g, a in answers.items():
         if a.coordinator:
@@ -771,7 +797,7 @@ def probe(bootstrap: str, groups: Iterable[str], timeout: float = 10.0, api_vers
     for addr, gs in by_broker.items():
         host, _, port = addr.rpartition(":")
         try:
-            broker = _Broker(host, int(port), timeout, api_versions)
+            broker = _Broker(host, int(port), timeout, api_versions, security)
         except OSError:
             for g in gs:
                 answers[g].describe_error = UNREACHABLE

@@ -92,7 +92,7 @@ def decode_list(payload: bytes) -> tuple[str | None, dict[tuple[str, int], dict]
     return (f"{wire.error_name(err)}: {msg}" if err else None), out
 
 
-def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float) -> bytes:
+def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float, security=None) -> bytes:
     """Send one request to the first bootstrap server that offers version 0 of it."""
     def ask(broker: wire._Broker) -> bytes:
         offered = (broker.versions or {}).get(api_key)
@@ -102,24 +102,26 @@ def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float) -> bytes:
         broker.conn.send(_request(api_key, 1, body))
         return broker.conn.payload()
 
-    return wire.ask_first(bootstrap, NAMES[api_key], ask, timeout, error=ReassignmentError)
+    return wire.ask_first(bootstrap, NAMES[api_key], ask, timeout, error=ReassignmentError, security=security)
 
 
-def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[int], timeout: float = 30.0) -> None:
+def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[int], timeout: float = 30.0,
+                   security=None) -> None:
     """Ask the controller to set `replicas` (in this order) for topic-partition; raises
     ReassignmentError with the broker's error when refused. Returns once accepted: the caller
     waits for the metadata to show the new order."""
     wire._utf8(topic, "topic name")
     err, parts = decode_alter(_ask(bootstrap, ALTER_REASSIGNMENTS,
-                                   alter_body(int(timeout * 1000), topic, {partition: list(replicas)}), timeout))
+                                   alter_body(int(timeout * 1000), topic, {partition: list(replicas)}), timeout,
+                                   security))
     problem = err or parts.get((topic, partition), "NO_ANSWER for the partition")
     if problem:
         raise ReassignmentError(f"reassigning {topic}-{partition} to replicas {list(replicas)} was refused: {problem}")
 
 
-def reassignments(bootstrap: str, timeout: float = 30.0) -> dict[tuple[str, int], dict]:
+def reassignments(bootstrap: str, timeout: float = 30.0, security=None) -> dict[tuple[str, int], dict]:
     """The partition reassignments in progress: {(topic, partition): {"replicas", "adding", "removing"}}."""
-    err, out = decode_list(_ask(bootstrap, LIST_REASSIGNMENTS, list_body(int(timeout * 1000)), timeout))
+    err, out = decode_list(_ask(bootstrap, LIST_REASSIGNMENTS, list_body(int(timeout * 1000)), timeout, security))
     if err:
         raise ReassignmentError(f"listing partition reassignments failed: {err}")
     return out

@@ -3,7 +3,7 @@
 
 confluent-kafka hides what a reader of __consumer_offsets must see: it drops control batches
 (transaction markers) without a trace, and it has no DescribeLogDirs or DescribeQuorum. This
-module speaks them over plain TCP with the primitives of `fleetkit.clients.wire` (connection,
+module speaks them (over the listener's security protocol: fleetkit.clients.wire_security) with the primitives of `fleetkit.clients.wire` (connection,
 ApiVersions negotiation, readers):
 
 * Fetch v4-v11 (API key 1; Kafka 4.x accepts v4 and later, KIP-896), read_uncommitted, topics
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from fleetkit.clients import log_format, wire
 from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
+from fleetkit.core.errors import NotAuthorized
 from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, response_reader
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,20 @@ NAMES = {FETCH: "Fetch", DESCRIBE_LOG_DIRS: "DescribeLogDirs", DESCRIBE_QUORUM: 
 
 class WireError(ConnectionError):
     """A broker that cannot be asked (no common version) or answered unreadably."""
+
+
+class Refused(WireError):
+    """A broker answered a request with an error code (`error`: its name)."""
+
+    def __init__(self, message: str, error: str):
+        super().__init__(message)
+        self.error = error
+
+
+def not_authorized(operation: str, resource: str, security, error: str) -> NotAuthorized:
+    """The one-line error of a refused operation, naming the principal the connection logs in as."""
+    principal = security.principal if security is not None else "User:ANONYMOUS"
+    return NotAuthorized(operation, resource, principal, getattr(security, "cluster", None), error)
 
 
 def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
@@ -238,23 +253,25 @@ def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
 
 
 def leaders(bootstrap: str, topic: str, timeout: float = 10.0,
-            api_versions: bool = True) -> tuple[dict[int, int], dict[int, str]]:
+            api_versions: bool = True, security=None) -> tuple[dict[int, int], dict[int, str]]:
     """({partition: leader id}, {broker id: host:port}) of `topic` from the first bootstrap server
     that answers a Metadata request (v7-v8; v0 without ApiVersions)."""
     def body(v):
         return wire.metadata_body(v, [topic])
 
     def decode(v, payload):
-        _, brokers, _errors, parts = wire.decode_metadata(v, payload)
+        _, brokers, errors, parts = wire.decode_metadata(v, payload)
+        if error_name(errors.get(topic, 0)) == "TOPIC_AUTHORIZATION_FAILED":
+            raise not_authorized("Describe", f"topic {topic}", security, "TOPIC_AUTHORIZATION_FAILED")
         return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
 
     return wire.ask_first(bootstrap, "a metadata request", lambda broker: _ask(broker, wire.METADATA, body, decode),
-                          timeout, api_versions, error=WireError)
+                          timeout, api_versions, error=WireError, security=security)
 
 
 def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on_batch, timeout: float = 10.0,
               max_bytes: int = 32 * 1024 * 1024, partition_max_bytes: int = 8 * 1024 * 1024,
-              api_versions: bool = True) -> dict[int, str]:
+              api_versions: bool = True, security=None) -> dict[int, str]:
     """Read each partition of `ranges` ({partition: (from offset, to offset)}) from its leader,
     calling on_batch(partition, record bytes) for every answer with data, in offset order per
     partition; on_batch returns the offset to fetch next (-1: no whole batch yet). Stops a
@@ -262,7 +279,7 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
     {partition: problem} for partitions that could not be read to the end. `api_versions`
     False: the brokers answer no ApiVersions (0.9): Fetch v0, which has no limit for the whole
     answer, so each request asks at most max_bytes / partition_max_bytes partitions."""
-    lead, addrs = leaders(bootstrap, topic, timeout, api_versions)
+    lead, addrs = leaders(bootstrap, topic, timeout, api_versions, security)
     by_broker: dict[int, dict[int, tuple[int, int]]] = {}
     problems: dict[int, str] = {}
     for p, rng in ranges.items():
@@ -273,7 +290,7 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
         by_broker.setdefault(b, {})[p] = rng
     for b, parts in by_broker.items():
         host, _, port = addrs[b].rpartition(":")
-        broker = _Broker(host, int(port), timeout, api_versions)
+        broker = _Broker(host, int(port), timeout, api_versions, security)
         try:
             v = version_for(broker, FETCH)
             pos = {p: a for p, (a, z) in parts.items() if a < z}
@@ -293,6 +310,8 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
                 for fp in answer:
                     if fp.partition not in pos:
                         continue
+                    if fp.error == "TOPIC_AUTHORIZATION_FAILED":
+                        raise not_authorized("Read", f"topic {topic}", security, fp.error)
                     if fp.error:
                         problems[fp.partition] = f"{topic}-{fp.partition} at offset {pos[fp.partition]}: {fp.error}"
                         del pos[fp.partition]
@@ -352,7 +371,7 @@ def decode_describe_log_dirs(version: int, payload: bytes, broker: int) -> list[
     if version >= 3:
         err = r.int16()
         if err:
-            raise WireError(f"broker {broker}: DescribeLogDirs answered {error_name(err)}")
+            raise Refused(f"broker {broker}: DescribeLogDirs answered {error_name(err)}", error_name(err))
     out = []
     for _ in range(r.array_len(flexible)):
         derr, path = r.int16(), r.string(flexible) or ""
@@ -376,23 +395,28 @@ def decode_describe_log_dirs(version: int, payload: bytes, broker: int) -> list[
 
 
 def log_dir_sizes(bootstrap: str, topics: dict[str, list[int]] | None, timeout: float = 10.0,
-                  brokers: dict[int, str] | None = None) -> tuple[list[LogDirPartition], dict[int, str]]:
+                  brokers: dict[int, str] | None = None, security=None) -> tuple[list[LogDirPartition], dict[int, str]]:
     """DescribeLogDirs asked of every broker of the cluster (each answers for its own log dirs):
     (the partitions' replicas with their sizes, {broker id: problem} of brokers that did not
     answer)."""
     if brokers is None:
-        _, brokers = leaders(bootstrap, next(iter(topics)) if topics else "__consumer_offsets", timeout)
+        _, brokers = leaders(bootstrap, next(iter(topics)) if topics else "__consumer_offsets", timeout,
+                             security=security)
     out, problems = [], {}
     for b, addr in sorted(brokers.items()):
         host, _, port = addr.rpartition(":")
         try:
-            broker = _Broker(host, int(port), timeout)
+            broker = _Broker(host, int(port), timeout, security=security)
         except OSError as e:
             problems[b] = f"broker {b} ({addr}) unreachable: {e}"
             continue
         try:
             out += _ask(broker, DESCRIBE_LOG_DIRS, lambda v: describe_log_dirs_body(v, topics),
                         lambda v, payload: decode_describe_log_dirs(v, payload, b))
+        except Refused as e:
+            if e.error == "CLUSTER_AUTHORIZATION_FAILED":
+                raise not_authorized("Describe", "the cluster", security, e.error) from None
+            problems[b] = f"broker {b} ({addr}): {e}"
         except (OSError, WireError) as e:
             problems[b] = f"broker {b} ({addr}): {e}"
         finally:
@@ -422,7 +446,7 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
     if version >= 2:
         r.string(True)
     if err:
-        raise WireError(f"DescribeQuorum answered {error_name(err)}")
+        raise Refused(f"DescribeQuorum answered {error_name(err)}", error_name(err))
     quorum = None
     for _ in range(r.array_len(True)):
         r.string(True)
@@ -456,9 +480,15 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
     return quorum
 
 
-def describe_quorum(bootstrap: str, timeout: float = 10.0) -> Quorum:
+def describe_quorum(bootstrap: str, timeout: float = 10.0, security=None) -> Quorum:
     """The KRaft metadata quorum as a broker reports it (brokers forward the request to the
     active controller)."""
-    return wire.ask_first(bootstrap, "DescribeQuorum",
-                          lambda broker: _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum),
-                          timeout, error=WireError)
+    def ask(broker: _Broker) -> Quorum:
+        try:
+            return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
+        except Refused as e:  # (not retried on the next bootstrap server)
+            if e.error == "CLUSTER_AUTHORIZATION_FAILED":
+                raise not_authorized("Describe", "the cluster", security, e.error) from None
+            raise
+
+    return wire.ask_first(bootstrap, "DescribeQuorum", ask, timeout, error=WireError, security=security)

@@ -211,7 +211,7 @@ def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs
     """group_coordinators rows: the coordinator the cluster names for each group and the error the
     group's lookup or that coordinator's describe answers (kafka_wire; `answers` when already
     probed). Falls back to the admin client's describe (coordinator known only when describe
-    succeeds) for non-PLAINTEXT clusters."""
+    succeeds) where the wire client cannot log in (SASL GSSAPI / OAUTHBEARER)."""
     if answers is None and descs is None:
         # one pass: the probe's lookup and describe, KIP-848 groups described again (clients.kafka)
         descs, answers = kafka.describe_with_coordinators(groups)

@@ -13,7 +13,7 @@ a transaction are kept only once its COMMIT marker is read (an aborted transacti
 commit never took effect), and a transaction still open at the end stops that partition's
 position at its first record (the next run reads it again). The common records are decoded
 column-wise (fleetkit.clients.offsets_columnar) when the rows go to the dataset. A confluent-kafka
-consumer reads instead when the connection is not PLAINTEXT or a run reads at most N records
+consumer reads instead when the wire client cannot log in (SASL GSSAPI / OAUTHBEARER) or a run reads at most N records
 (the commit index). Records
 of the consumer group protocol (KIP-848) and other newer types are counted per kind; a key
 version this decoder does not know is counted per version, never an error.
@@ -339,7 +339,8 @@ def _read_wire(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], t
 
     feeder = BatchFeeder(taker, pos, ends)
     problems = wire_logs.fetch_log(kafka.bootstrap, OFFSETS_TOPIC, {p: (pos[p], ends[p]) for p in pos}, feeder.feed,
-                                   timeout=kafka.timeout, api_versions=kafka.asks_api_versions)
+                                   timeout=kafka.timeout, api_versions=kafka.asks_api_versions,
+                                   security=kafka.wire_security)
     for p, problem in problems.items():
         taker.res.problems.append(problem + "; stopped there, the next run resumes")
     feeder.finish(pos, problems)
@@ -468,10 +469,10 @@ def wire_inventory(cluster: Cluster, kafka: KafkaCluster, brokers: list[int], pa
     its whole size as one segment starting at the partition's log start offset."""
     from fleetkit.clients import wire_logs
 
-    _, addrs = wire_logs.leaders(kafka.bootstrap, OFFSETS_TOPIC, kafka.timeout)
+    _, addrs = wire_logs.leaders(kafka.bootstrap, OFFSETS_TOPIC, kafka.timeout, security=kafka.wire_security)
     wanted = {b: addrs[b] for b in brokers if b in addrs}
     found, problems = wire_logs.log_dir_sizes(kafka.bootstrap, {OFFSETS_TOPIC: sorted(partitions)}, kafka.timeout,
-                                              brokers=wanted)
+                                              brokers=wanted, security=kafka.wire_security)
     for b, problem in problems.items():
         log.warning("cluster %s: %s", cluster.name, problem)
     starts = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in partitions])

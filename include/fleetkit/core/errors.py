@@ -19,3 +19,22 @@ class CollectionError(FleetError):
 
 class LabError(FleetError):
     """The lab fleet could not be started, stopped or inspected."""
+
+
+class AuthenticationFailed(FleetError):
+    """A broker refused the login: "authentication failed for <user> on <cluster>: <reason>"."""
+
+
+class TlsHandshakeFailed(FleetError):
+    """The TLS handshake with a broker failed (certificate not trusted, wrong host name, ...)."""
+
+
+class NotAuthorized(FleetError):
+    """A broker refused an operation on a resource to a principal (a missing ACL), in one line."""
+
+    def __init__(self, operation: str, resource: str, principal: str, cluster: str | None = None,
+                 error: str | None = None):
+        self.operation, self.resource, self.principal, self.cluster = operation, resource, principal, cluster
+        on = f" on cluster {cluster!r}" if cluster else ""
+        why = f" ({error})" if error else ""
+        super().__init__(f"not authorized: {operation} on {resource} for {principal}{on}{why}")

@@ -141,12 +141,14 @@ class MetadataEpochPoll:
     def snapshot(self) -> Snapshot:
         """Every partition's leader, leader epoch and ISR from one Metadata answer (topic never
         auto-created). Raises ValueError when the cluster cannot give leader epochs (not
-        PLAINTEXT, or brokers before Kafka 1.0), ClusterUnreachable when no broker answers."""
+        logged in by the wire client (SASL GSSAPI / OAUTHBEARER), or brokers before Kafka 1.0),
+        ClusterUnreachable when no broker answers."""
         got = self.kafka.leader_epochs([OFFSETS_TOPIC])
         self.polls += 1
         if got is None:
             raise ValueError(f"cluster {self.kafka.name!r} (bootstrap servers {self.kafka.bootstrap}) gives no leader "
-                             "epochs in metadata (listener not PLAINTEXT, or brokers before Kafka 1.0): its "
+                             "epochs in metadata (a SASL mechanism the wire client does not speak, or brokers "
+                             "before Kafka 1.0): its "
                              f"{OFFSETS_TOPIC} leaders cannot be polled")
         parts, errors = got
         if errors.get(OFFSETS_TOPIC) and errors[OFFSETS_TOPIC] != "UNKNOWN_TOPIC_OR_PARTITION":

@@ -371,7 +371,7 @@ def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
         from fleetkit.clients import wire_logs
 
         try:
-            q = wire_logs.describe_quorum(ctx.kafka.bootstrap, ctx.kafka.timeout)
+            q = wire_logs.describe_quorum(ctx.kafka.bootstrap, ctx.kafka.timeout, security=ctx.kafka.wire_security)
         except ConnectionError as e:
             return problems + [f"the controller quorum could not be described (DescribeQuorum): {e}"]
         problems += quorum_problems(dict(q.voters), q.high_watermark, plan["details"]["order"])

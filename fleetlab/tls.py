@@ -1,0 +1,84 @@
+"""A lab certificate authority and broker certificates, generated at lab start (never committed).
+
+PEM files through Python's `cryptography` package: a CA (EC P-256, valid 30 days), and a broker
+certificate for 127.0.0.1 / localhost signed by it. Kafka reads the broker's key and chain from one
+PEM file (ssl.keystore.type=PEM: the unencrypted PKCS#8 key, then the certificates); clients trust
+the CA file (ssl.ca.location). Key files are written with mode 0600.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from pathlib import Path
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.chmod(path, 0o600)
+
+
+def make_ca(folder: Path, name: str = "fleetlab CA") -> tuple[Path, Path]:
+    """(CA certificate, CA key) PEM files in `folder`."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                         key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            .sign(key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    ca_pem, ca_key = folder / "ca.pem", folder / "ca.key"
+    ca_pem.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_private(ca_key, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()))
+    return ca_pem, ca_key
+
+
+def make_server_cert(folder: Path, ca_pem: Path, ca_key: Path, hosts: tuple[str, ...] = ("127.0.0.1", "localhost"),
+                     name: str = "broker") -> Path:
+    """<folder>/<name>.pem: the server's PKCS#8 key, its certificate (subject alternative names:
+    `hosts`) and the CA certificate, as Kafka's PEM keystore reads them."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ca_cert = x509.load_pem_x509_certificate(ca_pem.read_bytes())
+    ca_private = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+            .issuer_name(ca_cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                           critical=False)
+            .sign(ca_private, hashes.SHA256()))
+    out = folder / f"{name}.pem"
+    _write_private(out, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption())
+                   + cert.public_bytes(serialization.Encoding.PEM) + ca_pem.read_bytes())
+    return out

@@ -1,0 +1,246 @@
+"""TLS and SASL for the toolkit's own protocol client (fleetkit.clients.wire and the modules on it).
+
+The settings are the connection's librdkafka ones, so one Airflow connection serves confluent-kafka
+and the wire client alike:
+
+    security.protocol                    PLAINTEXT (default), SSL, SASL_PLAINTEXT, SASL_SSL
+    sasl.mechanism                       PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, OAUTHBEARER: the
+                                         wire client is not used, `supported` says False)
+    sasl.username / sasl.password
+    ssl.ca.location                      PEM file of the CAs to trust (default: the system's)
+    ssl.certificate.location             client certificate (mutual TLS) ...
+    ssl.key.location / ssl.key.password  ... and its key
+    ssl.endpoint.identification.algorithm  "https" (default): the broker's certificate must name the
+                                         host connected to; "none" or "": it need not
+    enable.ssl.certificate.verification  false: no certificate check at all (lab use only)
+
+TLS is Python's `ssl`; SCRAM is `scramp`. The login follows Kafka's SASL exchange (KIP-43,
+KIP-152): after ApiVersions, SaslHandshake v1 (API key 17) names the mechanism, then the
+mechanism's messages travel in SaslAuthenticate v0-v1 requests (API key 36), each answered with
+an error code, an error message and the server's bytes. Schemas: Kafka's
+clients/src/main/resources/common/message/SaslHandshake*.json and SaslAuthenticate*.json.
+
+A failed login raises AuthenticationFailed ("authentication failed for <user> on <cluster>: <the
+broker's message>") and a failed TLS handshake TlsHandshakeFailed (naming the broker and the
+reason): neither is an OSError, so the callers that move on to the next bootstrap server on a
+connection error do not retry them. The password is never part of a message, a log line or a repr.
+"""
+
+from __future__ import annotations
+
+import ssl
+import struct
+from dataclasses import dataclass, field
+
+from fleetkit.core.errors import AuthenticationFailed, FleetConfigError, TlsHandshakeFailed
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: SaslAuthenticate versions spoken here (v2 is the flexible form of v1)
+SASL_AUTHENTICATE_VERSIONS = (0, 1)
+#: SaslAuthenticate / SaslHandshake error codes that mean "the login failed"
+LOGIN_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE", 58: "SASL_AUTHENTICATION_FAILED"}
+
+
+def _flag(value, default: bool) -> bool:
+    if value is None:
+        return default
+    return str(value).strip().lower() not in ("false", "0", "no")
+
+
+@dataclass(frozen=True)
+class Security:
+    """How to open and log in a connection to a broker."""
+
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_location: str | None = None
+    certificate_location: str | None = None
+    key_location: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    check_hostname: bool = True
+    verify_certificates: bool = True
+    #: what messages call the cluster (its fleet name); the broker address when None
+    cluster: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def principal(self) -> str:
+        """The principal the brokers see (SASL user; TLS client certificates and anonymous
+        connections: as Kafka names them by default)."""
+        if self.sasl:
+            return f"User:{self.username}"
+        if self.tls and self.certificate_location:
+            return f"the client certificate of {self.certificate_location}"
+        return "User:ANONYMOUS"
+
+    @classmethod
+    def from_config(cls, config: dict, cluster: str | None = None) -> "Security":
+        """The settings of a librdkafka config dict; FleetConfigError naming the key that is
+        missing or wrong."""
+        where = f"cluster {cluster!r}" if cluster else "the Kafka connection"
+        protocol = str(config.get("security.protocol") or "PLAINTEXT").strip().upper()
+        if protocol not in PROTOCOLS:
+            raise FleetConfigError(f"{where}: security.protocol {config.get('security.protocol')!r} is not one of "
+                                   f"{', '.join(PROTOCOLS)}")
+        mechanism = username = password = None
+        if protocol.startswith("SASL_"):
+            # librdkafka's default mechanism is GSSAPI
+            mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI").strip().upper()
+            if mechanism not in MECHANISMS:
+                raise FleetConfigError(f"{where}: sasl.mechanism {mechanism!r} is not spoken by the toolkit's protocol "
+                                       f"client (it speaks {', '.join(MECHANISMS)})")
+            username = config.get("sasl.username")
+            password = config.get("sasl.password")
+            if not username:
+                raise FleetConfigError(f"{where}: security.protocol {protocol} needs sasl.username")
+            if password is None:
+                raise FleetConfigError(f"{where}: security.protocol {protocol} needs sasl.password")
+        algorithm = config.get("ssl.endpoint.identification.algorithm", "https")
+        return cls(protocol=protocol, mechanism=mechanism, username=str(username) if username else None,
+                   password=None if password is None else str(password),
+                   ca_location=config.get("ssl.ca.location") or None,
+                   certificate_location=config.get("ssl.certificate.location") or None,
+                   key_location=config.get("ssl.key.location") or None,
+                   key_password=config.get("ssl.key.password") or None,
+                   check_hostname=str(algorithm or "").strip().lower() not in ("", "none"),
+                   verify_certificates=_flag(config.get("enable.ssl.certificate.verification"), True),
+                   cluster=cluster)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        where = f"cluster {self.cluster!r}" if self.cluster else "the Kafka connection"
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca_location)
+        except (OSError, ssl.SSLError) as e:
+            raise FleetConfigError(f"{where}: ssl.ca.location {self.ca_location!r} is not readable as PEM CAs: "
+                                   f"{e}") from None
+        if self.certificate_location:
+            try:
+                ctx.load_cert_chain(self.certificate_location, self.key_location, password=self.key_password)
+            except (OSError, ssl.SSLError) as e:
+                raise FleetConfigError(f"{where}: ssl.certificate.location {self.certificate_location!r} / "
+                                       f"ssl.key.location {self.key_location!r} not usable: "
+                                       f"{getattr(e, 'strerror', None) or type(e).__name__}") from None
+        ctx.check_hostname = self.check_hostname and self.verify_certificates
+        if not self.verify_certificates:
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
+
+def supported(config: dict) -> bool:
+    """True when the wire client can speak to the cluster of this config: PLAINTEXT, SSL, or SASL
+    with a mechanism it speaks (a config error is raised later, when connecting, naming the key)."""
+    protocol = str(config.get("security.protocol") or "PLAINTEXT").strip().upper()
+    if protocol in ("PLAINTEXT", "SSL"):
+        return True
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = str(config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI").strip().upper()
+        return mechanism in MECHANISMS
+    return False
+
+
+def wrap(sock, host: str, port: int, security: Security):
+    """The TLS socket over `sock` after a completed handshake; TlsHandshakeFailed naming the broker
+    and the reason."""
+    ctx = security.ssl_context()
+    try:
+        return ctx.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as e:
+        sock.close()
+        raise TlsHandshakeFailed(f"TLS handshake with broker {host}:{port}{_on(security)} failed: certificate "
+                                 f"verify failed: {e.verify_message or e.reason}") from None
+    except ssl.SSLError as e:
+        sock.close()
+        raise TlsHandshakeFailed(f"TLS handshake with broker {host}:{port}{_on(security)} failed: "
+                                 f"{e.reason or e}") from None
+
+
+def _on(security: Security) -> str:
+    return f" of cluster {security.cluster!r}" if security.cluster else ""
+
+
+# -- SASL -------------------------------------------------------------------------------------
+def handshake_body(mechanism: str) -> bytes:
+    b = mechanism.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def decode_handshake(reader) -> tuple[int, list[str]]:
+    err = reader.int16()
+    return err, [reader.string() or "" for _ in range(reader.array_len())]
+
+
+def authenticate_body(token: bytes) -> bytes:
+    return struct.pack(">i", len(token)) + token
+
+
+def decode_authenticate(reader, version: int) -> tuple[int, str | None, bytes]:
+    err, message = reader.int16(), reader.string()
+    data = reader.bytes_() or b""
+    if version >= 1:
+        reader._unpack(">q", 8)  # session lifetime ms
+    return err, message, data
+
+
+def login(broker, security: Security) -> None:
+    """Log the broker connection in (after ApiVersions): SaslHandshake v1 then the mechanism's
+    SaslAuthenticate round trips. AuthenticationFailed on any refusal."""
+    from fleetkit.clients import wire
+
+    addr = f"{broker.host}:{broker.port}"
+    on = security.cluster or addr
+
+    def failed(reason: str) -> AuthenticationFailed:
+        return AuthenticationFailed(f"authentication failed for {security.username} on {on}: {reason}")
+
+    versions = broker.versions
+    if not versions or SASL_AUTHENTICATE not in versions or SASL_HANDSHAKE not in versions:
+        raise failed(f"broker {addr} does not speak SaslAuthenticate (Kafka 1.0 and later do)")
+    lo, hi = versions[SASL_HANDSHAKE]
+    if hi < 1:
+        raise failed(f"broker {addr} does not speak SaslHandshake v1")
+    auth_lo, auth_hi = versions[SASL_AUTHENTICATE]
+    version = min(auth_hi, SASL_AUTHENTICATE_VERSIONS[1])
+    if version < max(auth_lo, SASL_AUTHENTICATE_VERSIONS[0]):
+        raise failed(f"broker {addr} accepts SaslAuthenticate v{auth_lo}-v{auth_hi} only")
+    conn = broker.conn
+    conn.send(wire.encode_request(SASL_HANDSHAKE, 1, 1, handshake_body(security.mechanism)))
+    _, r = wire.response_reader(conn.payload(), False)
+    err, enabled = decode_handshake(r)
+    if err:
+        raise failed(f"{wire.error_name(err)} (the broker enables {', '.join(enabled) or 'no mechanism'} on this "
+                     f"listener, the connection asks for {security.mechanism})")
+    cid = [1]
+
+    def exchange(token: bytes) -> bytes:
+        cid[0] += 1
+        conn.send(wire.encode_request(SASL_AUTHENTICATE, version, cid[0], authenticate_body(token)))
+        _, rr = wire.response_reader(conn.payload(), False)
+        code, message, data = decode_authenticate(rr, version)
+        if code:
+            raise failed(message or wire.error_name(code))
+        return data
+
+    if security.mechanism == "PLAIN":
+        exchange(b"\x00" + security.username.encode() + b"\x00" + (security.password or "").encode())
+        return
+    import scramp
+
+    client = scramp.ScramClient([security.mechanism], security.username, security.password or "")
+    server_first = exchange(client.get_client_first().encode())
+    try:
+        client.set_server_first(server_first.decode("utf-8", "replace"))
+        server_final = exchange(client.get_client_final().encode())
+        client.set_server_final(server_final.decode("utf-8", "replace"))
+    except scramp.ScramException as e:
+        raise failed(f"the SCRAM exchange with broker {addr} failed ({e})") from None
