@@ -62,6 +62,8 @@ from fleetkit.core.locks import ClusterLock
 from fleetkit.core.render import render, visible_controls
 
 from fleet_airflow import settings
+# the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
+from fleet_airflow.settings import DEPLOYMENT_KEYS, deployment_keys_in  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -125,19 +127,7 @@ def _audit(params: dict, context, action: str, event: str, **kw) -> dict:
 
 
 # -- who may approve (pure) --------------------------------------------------------------------
-DEPLOYMENT_KEYS = ("fleet_file", "data_root")
 REQUESTED_BY = "requested_by"
-
-
-def deployment_keys_in(conf: dict | None) -> str | None:
-    """Why a run's conf is refused for naming deployment settings, or None."""
-    named = [k for k in DEPLOYMENT_KEYS if k in (conf or {})]
-    if not named:
-        return None
-    return (f"the run conf names {', '.join(repr(k) for k in named)}: where the fleet file (which lists "
-            "the approvers) and the data root (plans, audit) live is a deployment setting (FLEET_FILE, "
-            "FLEET_DATA_ROOT), not a trigger param; trigger again without "
-            f"{'them' if len(named) > 1 else 'it'}")
 
 
 def requesters(conf: dict | None, triggering_user: str | None) -> tuple[str, ...]:
