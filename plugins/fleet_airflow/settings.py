@@ -69,6 +69,7 @@ def deployment_default_args() -> dict:
     conf names a deployment setting (``refuse_deployment_conf``)."""
     return {"retries": 0, "pre_execute": refuse_deployment_conf}
 
+
 REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
 
 
