@@ -45,7 +45,11 @@ session is re-established and everything re-read, so a change is not missed. Man
    starts `runbook_coordinator_recovery` waiting for an approver, `dry_run` only renders its plan,
    `off` starts nothing).
 
-This DAG never changes a cluster.
+This DAG never changes a cluster. Params: `cluster`, `window`, `load_stuck`, `settle_seconds`,
+`interval_seconds`, `recovery`.
+The fleet file and the data root are deployment settings (`FLEET_FILE`, `FLEET_DATA_ROOT`), never
+params: a run whose conf names `fleet_file` or `data_root` is refused (each task fails before it reads
+or writes anything).
 """
 
 
@@ -68,7 +72,7 @@ def _watched_assets() -> list[Asset]:
 
 
 ASSETS = _watched_assets()
-RUN_OUT = "{{ params.data_root }}/reports/coordinator/{{ run_id | run_folder_name }}"
+RUN_OUT = "{{ fleet_settings.data_root }}/reports/coordinator/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="coordinator_ownership",
@@ -79,8 +83,8 @@ with DAG(
     max_active_runs=2,
     doc_md=DOC,
     tags=["fleet", "coordinator", "read-only"],
-    default_args={"retries": 0},
-    user_defined_filters=settings.TEMPLATE_FILTERS,
+    default_args=settings.deployment_default_args(),
+    user_defined_filters=settings.TEMPLATE_FILTERS, user_defined_macros=settings.DEPLOYMENT_MACROS,
     params={
         "cluster": Param("all", type="string", description="manual runs: a cluster name from the fleet file, or all"),
         "window": Param("1h", type="string", pattern=r"^\d+(\.\d+)?[smhd]$", description="leader history window"),
@@ -91,8 +95,6 @@ with DAG(
         "interval_seconds": Param(5, type="integer", minimum=1, maximum=300),
         "recovery": Param("approval", type="string", enum=["approval", "dry_run", "off"],
                           description="what to start for a LOAD_STUCK / MISMATCH partition"),
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
     },
 ) as dag:
 
@@ -111,9 +113,9 @@ with DAG(
             log.warning("leader change on cluster %s: %s", e["cluster"],
                         "; ".join(f"partition {c['partition']} leader {c['from_leader']} -> {c['to_leader']} "
                                   f"(epoch {c['from_epoch']} -> {c['to_epoch']})" for c in e["changes"]))
-        record_changes(params["data_root"], events)
-        names = clusters_to_check(params, events, load_fleet(params["fleet_file"]).names)
-        return {"clusters": names, "events": events, "health": str(newest_result(params["data_root"]) or "")}
+        record_changes(settings.data_root(), events)
+        names = clusters_to_check(params, events, load_fleet(settings.fleet_file()).names)
+        return {"clusters": names, "events": events, "health": str(newest_result(settings.data_root()) or "")}
 
     @task(map_index_template="{{ cluster }}", execution_timeout=dt.timedelta(minutes=70))
     def collect(cluster: str, params=None) -> dict:
@@ -121,9 +123,9 @@ with DAG(
 
         from fleet_airflow.clusters import collect_until_settled
 
-        c = load_fleet(params["fleet_file"]).cluster(cluster)
+        c = load_fleet(settings.fleet_file()).cluster(cluster)
         passes = collect_until_settled(
-            c, params["data_root"], settle_seconds=float(params["settle_seconds"]),
+            c, settings.data_root(), settle_seconds=float(params["settle_seconds"]),
             interval=float(params["interval_seconds"]),
             log_each=lambda s: log.info("cluster %s at %s: %d of %d groups not served %s", cluster,
                                         s["observed_at"], s["not_ok"], s["groups"], s["examples"] or ""))
@@ -139,7 +141,7 @@ with DAG(
     analyse = spark_job_operator(
         "analyse_ownership", "coordinator_ownership",
         [
-            "--data-root", "{{ params.data_root }}", "--out", RUN_OUT, "--window", "{{ params.window }}",
+            "--data-root", "{{ fleet_settings.data_root }}", "--out", RUN_OUT, "--window", "{{ params.window }}",
             "--load-stuck", "{{ params.load_stuck }}",
             "--health", "{{ ti.xcom_pull(task_ids='which_clusters')['health'] }}",
         ],
@@ -153,9 +155,9 @@ with DAG(
 
         from fleetkit.core.settings import run_folder
 
-        out = str(run_folder(f"{params['data_root']}/reports", "coordinator", run_id))
+        out = str(run_folder(f"{settings.data_root()}/reports", "coordinator", run_id))
         passes = {c["cluster"]: c["passes"] for c in collected or [] if c}
-        summary = report(out, params["data_root"], checked["events"], passes, params["load_stuck"])
+        summary = report(out, settings.data_root(), checked["events"], passes, params["load_stuck"])
         log.info("ownership report: %s", summary["report"])
         for cluster, partition, verdict in summary["partitions_flagged"]:
             log.warning("cluster %s partition %s: %s", cluster, partition, verdict)

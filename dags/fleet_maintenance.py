@@ -56,11 +56,14 @@ Every 5 minutes, for **every cluster in the fleet file**:
 shows as failed while the analyses still ran on the clusters that answered.
 
 This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
-collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention` (the brokers'
-offsets.retention.minutes), `fleet_file`, `data_root`.
+collections 15-20 s apart), `snapshot_interval`, `lag_growth_ratio`, `offsets_retention` (the brokers'
+offsets.retention.minutes), `offsets_health`.
+The fleet file and the data root are deployment settings (`FLEET_FILE`, `FLEET_DATA_ROOT`), never
+params: a run whose conf names `fleet_file` or `data_root` is refused (each task fails before it reads
+or writes anything).
 """
 
-RUN_OUT = "{{ params.data_root }}/reports/stuck/{{ run_id | run_folder_name }}"
+RUN_OUT = "{{ fleet_settings.data_root }}/reports/stuck/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="fleet_maintenance",
@@ -71,11 +74,9 @@ with DAG(
     max_active_runs=1,
     doc_md=DOC,
     tags=["fleet", "maintenance", "read-only"],
-    default_args={"retries": 0},
-    user_defined_filters=settings.TEMPLATE_FILTERS,
+    default_args=settings.deployment_default_args(),
+    user_defined_filters=settings.TEMPLATE_FILTERS, user_defined_macros=settings.DEPLOYMENT_MACROS,
     params={
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
         "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$", description="analysis window"),
         "snapshot_interval": Param("5m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$",
                                    description="time between collections (the schedule); a window should "
@@ -88,16 +89,16 @@ with DAG(
 ) as dag:
 
     @task
-    def list_clusters(params=None) -> list[str]:
+    def list_clusters() -> list[str]:
         from fleetkit.core.fleet import load_fleet
 
-        return load_fleet(params["fleet_file"]).names
+        return load_fleet(settings.fleet_file()).names
 
     clusters = list_clusters()
     collect = CollectClusterOperator.partial(
         task_id="collect",
-        fleet_file="{{ params.fleet_file }}",
-        data_root="{{ params.data_root }}",
+        fleet_file="{{ fleet_settings.fleet_file }}",
+        data_root="{{ fleet_settings.data_root }}",
         retention_days=settings.retention_days(),
         map_index_template="{{ task.cluster }}",
         execution_timeout=dt.timedelta(minutes=10),
@@ -106,12 +107,12 @@ with DAG(
     analyse = spark_job_operator(
         "analyse_stuck", "stuck_partitions",
         [
-            "--snapshots", "{{ params.data_root }}/offsets_snapshots",
+            "--snapshots", "{{ fleet_settings.data_root }}/offsets_snapshots",
             "--out", RUN_OUT,
             "--window", "{{ params.window }}",
             "--lag-growth-ratio", "{{ params.lag_growth_ratio }}",
             "--offsets-retention", "{{ params.offsets_retention }}",
-            "--data-root", "{{ params.data_root }}",
+            "--data-root", "{{ fleet_settings.data_root }}",
             "--recent-days", "2",
         ],
         trigger_rule="all_done",
@@ -121,8 +122,8 @@ with DAG(
     report = StuckReportOperator(
         task_id="report_stuck",
         out_dir=RUN_OUT,
-        fleet_file="{{ params.fleet_file }}",
-        data_root="{{ params.data_root }}",
+        fleet_file="{{ fleet_settings.fleet_file }}",
+        data_root="{{ fleet_settings.data_root }}",
         window="{{ params.window }}",
     )
 
@@ -130,8 +131,8 @@ with DAG(
 
     collect_offsets = CollectOffsetsTopicOperator.partial(
         task_id="collect_offsets",
-        fleet_file="{{ params.fleet_file }}",
-        data_root="{{ params.data_root }}",
+        fleet_file="{{ fleet_settings.fleet_file }}",
+        data_root="{{ fleet_settings.data_root }}",
         map_index_template="{{ task.cluster }}",
         execution_timeout=dt.timedelta(minutes=30),
     ).expand(cluster=clusters)
@@ -142,17 +143,18 @@ with DAG(
         when = logical_date or dag_run.run_after
         return mode == "always" or (mode == "hourly" and when.minute < 5)
 
-    OFFSETS_OUT = "{{ params.data_root }}/reports/offsets/{{ run_id | run_folder_name }}"
+    OFFSETS_OUT = "{{ fleet_settings.data_root }}/reports/offsets/{{ run_id | run_folder_name }}"
     health = spark_job_operator(
         "offsets_health", "offsets_health",
-        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}", "--out", OFFSETS_OUT],
+        ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
+         "--out", OFFSETS_OUT],
         execution_timeout=dt.timedelta(minutes=30))
     trim_plan = spark_job_operator(
         "trim_plan", "trim_plan",
-        ["--data-root", "{{ params.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
+        ["--data-root", "{{ fleet_settings.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
         execution_timeout=dt.timedelta(minutes=30))
     report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
-                                                 fleet_file="{{ params.fleet_file }}")
+                                                 fleet_file="{{ fleet_settings.fleet_file }}")
     collect_offsets >> health_due() >> health >> trim_plan >> report_offsets
 
     # the analyses run on whatever was collected; this marks the run failed when a cluster was not

@@ -36,10 +36,14 @@ Hourly, for every cluster whose fleet file entry has a `group_id_mappings` secti
    under `journals/group_ids/`, audit record with every path created.
 
 MISMATCHED overwrites and STALE deletes are destructive: `runbook_group_id_reconciliation` plans
-them and waits for an approval. Params: `create_missing` (false: report only), `fleet_file`, `data_root`.
+them and waits for an approval. Params: `create_missing` (false: report only). Which clusters may have
+mappings created unattended is the fleet file's to say, and the fleet file is not a param either.
+The fleet file and the data root are deployment settings (`FLEET_FILE`, `FLEET_DATA_ROOT`), never
+params: a run whose conf names `fleet_file` or `data_root` is refused (each task fails before it reads
+or writes anything).
 """
 
-RUN_OUT = "{{ params.data_root }}/reports/group_ids/{{ run_id | run_folder_name }}"
+RUN_OUT = "{{ fleet_settings.data_root }}/reports/group_ids/{{ run_id | run_folder_name }}"
 
 with DAG(
     dag_id="group_id_reconciliation",
@@ -50,35 +54,33 @@ with DAG(
     max_active_runs=1,
     doc_md=DOC,
     tags=["fleet", "maintenance", "kop"],
-    user_defined_filters=settings.TEMPLATE_FILTERS,
-    default_args={"retries": 0},
+    user_defined_filters=settings.TEMPLATE_FILTERS, user_defined_macros=settings.DEPLOYMENT_MACROS,
+    default_args=settings.deployment_default_args(),
     params={
-        "fleet_file": Param(settings.fleet_file(), type="string"),
-        "data_root": Param(settings.data_root(), type="string"),
         "create_missing": Param(True, type="boolean",
                                 description="create MISSING mappings where the fleet file allows it unattended"),
     },
 ) as dag:
 
     @task
-    def list_clusters(params=None) -> list[str]:
+    def list_clusters() -> list[str]:
         from fleetkit.core.fleet import load_fleet
 
-        return [c.name for c in load_fleet(params["fleet_file"]).clusters if c.group_id_mappings is not None]
+        return [c.name for c in load_fleet(settings.fleet_file()).clusters if c.group_id_mappings is not None]
 
     clusters = list_clusters()
     collect = CollectGroupIdsOperator.partial(
-        task_id="collect", fleet_file="{{ params.fleet_file }}", data_root="{{ params.data_root }}",
+        task_id="collect", fleet_file="{{ fleet_settings.fleet_file }}", data_root="{{ fleet_settings.data_root }}",
         map_index_template="{{ task.cluster }}", execution_timeout=dt.timedelta(minutes=15),
     ).expand(cluster=clusters)
     diff = spark_job_operator(
         "diff", "group_id_reconciliation",
-        ["--data-root", "{{ params.data_root }}", "--fleet", "{{ params.fleet_file }}",
+        ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", RUN_OUT, "--max-age", "30m"],
         execution_timeout=dt.timedelta(minutes=30),
         trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
     )
-    report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT, fleet_file="{{ params.fleet_file }}")
+    report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT, fleet_file="{{ fleet_settings.fleet_file }}")
     create = CreateMissingGroupIdsOperator(
         task_id="create_missing", out_dir=RUN_OUT, enabled="{{ params.create_missing }}",
         execution_timeout=dt.timedelta(minutes=30),

@@ -43,8 +43,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
-from pathlib import Path
 from typing import Any, Callable
 
 from airflow.providers.common.compat.sdk import AirflowFailException
@@ -55,12 +53,13 @@ from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core import plans
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
-from fleetkit.core.locks import ClusterLock
 from fleetkit.core.render import render, visible_controls
 from fleetkit.core.runbook import (GATE_SEQ, SECOND, Refused, Runbook, eligible_approvers, needs_second_approver,
                                    require_approvers, requesters)
 
 from fleet_airflow import settings
+# the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
+from fleet_airflow.settings import deployment_keys_in
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +122,6 @@ def _human(td: dt.timedelta) -> str:
 
 def _audit(params: dict, context, action: GateAction, event: str, **kw) -> dict:
     return runbook(params, action, context).audit(event, **kw)
-
-
-# -- who may approve (pure) --------------------------------------------------------------------
-DEPLOYMENT_KEYS = ("fleet_file", "data_root")
-
-
-def deployment_keys_in(conf: dict | None) -> str | None:
-    """Why a run's conf is refused for naming deployment settings, or None."""
-    named = [k for k in DEPLOYMENT_KEYS if k in (conf or {})]
-    if not named:
-        return None
-    return (f"the run conf names {', '.join(repr(k) for k in named)}: where the fleet file (which lists "
-            "the approvers) and the data root (plans, audit) live is a deployment setting (FLEET_FILE, "
-            "FLEET_DATA_ROOT), not a trigger param; trigger again without "
-            f"{'them' if len(named) > 1 else 'it'}")
 
 
 def _run_requesters(context) -> tuple[str, ...]:
@@ -390,7 +374,6 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     @task(task_id="execute")
     def execute_task(**context) -> dict:
         params = context["params"]
-        dag_id, run_id = context["dag"].dag_id, context["run_id"]
         rb = runbook(params, action, context)
         try:
             answered = bool((rb.approval() or {}).get("answer"))
@@ -485,7 +468,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         if not identity:
             log.info("this run holds no lock (the lock task did not take it)")
             return False
-        released = ClusterLock(lock_dir(), identity, context["params"]["cluster"]).release(owner)
+        released = runbook(context["params"], action, context).release_lock(identity, owner)
         log.info("lock of %s (%s) %s", context["params"]["cluster"], identity,
                  "released" if released else "was not held by this run")
         return released

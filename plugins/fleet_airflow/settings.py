@@ -32,8 +32,43 @@ class Deployment:
         return data_root()
 
 
-# Jinja macros of the destructive runbooks
+# Jinja macros of every DAG that reads the fleet file or the data root
 DEPLOYMENT_MACROS = {"fleet_settings": Deployment()}
+
+# what a run's conf may never name: every DAG reads them from the deployment (see Deployment)
+DEPLOYMENT_KEYS = ("fleet_file", "data_root")
+
+
+def deployment_keys_in(conf: dict | None) -> str | None:
+    """Why a run's conf is refused for naming deployment settings, or None."""
+    named = [k for k in DEPLOYMENT_KEYS if k in (conf or {})]
+    if not named:
+        return None
+    return (f"the run conf names {', '.join(repr(k) for k in named)}: where the fleet file (which lists "
+            "the approvers) and the data root (plans, audit) live is a deployment setting (FLEET_FILE, "
+            "FLEET_DATA_ROOT), not a trigger param; trigger again without "
+            f"{'them' if len(named) > 1 else 'it'}")
+
+
+def refuse_deployment_conf(context) -> None:
+    """Task pre-execute hook of the DAGs that are not runbooks (``deployment_default_args``): fail
+    the task, before it reads or writes anything, when the run's conf names ``fleet_file`` or
+    ``data_root``. Airflow accepts conf keys that are not params, so without this such a run would
+    go ahead on the deployment's settings with the caller believing otherwise. Every task of the
+    DAG checks, not only the first: tasks with trigger rule ``all_done`` run after a failed
+    upstream."""
+    wrong = deployment_keys_in(getattr(context.get("dag_run"), "conf", None))
+    if wrong:
+        from airflow.providers.common.compat.sdk import AirflowFailException
+
+        raise AirflowFailException(f"REFUSED, nothing read or written: {wrong}")
+
+
+def deployment_default_args() -> dict:
+    """default_args of the DAGs that are not runbooks: no retries, and every task refuses a run whose
+    conf names a deployment setting (``refuse_deployment_conf``)."""
+    return {"retries": 0, "pre_execute": refuse_deployment_conf}
+
 
 REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
 

@@ -23,6 +23,7 @@ import pytest
 
 from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot, read_dataset
+from fleetkit.core.settings import run_folder
 from fleetlab import spark_cluster
 from fleetlab.traffic import commit, produce, wait_topic
 from tests.helpers import committed_offsets, fleet_with_stopped_group, wait_until
@@ -127,20 +128,28 @@ def test_fleet_maintenance_on_celery_and_spark_standalone(cluster_airflow, lab, 
     services = cluster_airflow
     api = services.api
     topic, group = unique("cluster"), unique("cluster-group")
-    fleet_file = fleet_with_stopped_group(lab, tmp_path, topic, group)
-    # every Spark worker reads and writes the data root: on one machine, the same local folder
-    data = tmp_path / "data"
+    # the fleet file and the data root are the deployment's (FLEET_FILE, FLEET_DATA_ROOT: the
+    # servers were started with them; a run cannot choose either). The stopped group must be in the
+    # fleet file (0.9 forgets a group without members): the deployment's lists it during the run.
+    # Every Spark worker reads and writes the data root: on one machine, the same local folder.
+    deployment_fleet = Path(os.environ["FLEET_FILE"])
+    assert lab.fleet_file == deployment_fleet
+    data = Path(os.environ["FLEET_DATA_ROOT"])
+    before = deployment_fleet.read_text()
+    deployment_fleet.write_text(fleet_with_stopped_group(lab, tmp_path, topic, group).read_text())
 
     dag_id = "fleet_maintenance"
-    wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 180, "the DAG parsed by the dag-processor")
-    api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-    fail_leftover_runs(api, dag_id)
-    since_ms = int(time.time() * 1000) - 5000
-    run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-              {"logical_date": None, "conf": {"fleet_file": str(fleet_file), "data_root": str(data),
-                                              "offsets_health": "always", "window": "2m",
-                                              "snapshot_interval": "20s"}})
-    state = wait_for(lambda: run_state(api, dag_id, run["dag_run_id"]), 900, "fleet_maintenance to finish")
+    try:
+        wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 180, "the DAG parsed by the dag-processor")
+        api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+        fail_leftover_runs(api, dag_id)
+        since_ms = int(time.time() * 1000) - 5000
+        run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                  {"logical_date": None, "conf": {"offsets_health": "always", "window": "2m",
+                                                  "snapshot_interval": "20s"}})
+        state = wait_for(lambda: run_state(api, dag_id, run["dag_run_id"]), 900, "fleet_maintenance to finish")
+    finally:
+        deployment_fleet.write_text(before)
     tis = task_instances(api, dag_id, run["dag_run_id"])
     assert state == "success", [(t["task_id"], t["map_index"], t["state"]) for t in tis]
     assert {t["state"] for t in tis} == {"success"}, [(t["task_id"], t["state"]) for t in tis]
@@ -154,10 +163,11 @@ def test_fleet_maintenance_on_celery_and_spark_standalone(cluster_airflow, lab, 
     # the jobs computed on the executors what they compute locally (tests/dags/test_dags.py)
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
     assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
-    out = next((data / "reports" / "offsets").iterdir())
-    health = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
+    out = run_folder(data / "reports", "offsets", run["dag_run_id"])
+    health = [h for h in map(json.loads, (out / "health.jsonl").read_text().splitlines())
+              if h["cluster"] == "labtest"]
     assert len(health) == 150 and {h["verdict"] for h in health} == {"HEALTHY"}
-    stuck = next((data / "reports" / "stuck").iterdir())
+    stuck = run_folder(data / "reports", "stuck", run["dag_run_id"])
     assert (stuck / "report.html").exists(), sorted(p.name for p in stuck.iterdir())
 
 

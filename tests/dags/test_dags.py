@@ -36,13 +36,56 @@ def test_group_id_reconciliation_schedule(dagbag):
 
 
 
-def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique):
+SCHEDULED = ["fleet_maintenance", "coordinator_ownership", "group_id_reconciliation"]
+
+
+@pytest.mark.parametrize("dag_id", SCHEDULED)
+def test_the_fleet_file_and_the_data_root_are_no_params(dagbag, dag_id):
+    """Deployment settings on every DAG: the trigger form offers neither, templates read them from
+    the deployment (``{{ fleet_settings.* }}``) and no template or task reads them from params."""
+    dag = dagbag.get_dag(dag_id)
+    assert not {"fleet_file", "data_root"} & set(dag.params), sorted(dag.params)
+    assert "fleet_settings" in (dag.user_defined_macros or {})
+    for task in dag.tasks:
+        fields = " ".join(str(getattr(task, f, "")) for f in task.template_fields)
+        fields += " ".join(str(v) for v in getattr(task, "partial_kwargs", {}).values())
+        assert "params.fleet_file" not in fields and "params.data_root" not in fields, task.task_id
+    assert "`fleet_file`, `data_root`" not in dag.doc_md and "`FLEET_DATA_ROOT`" in dag.doc_md
+
+
+@pytest.mark.parametrize("dag_id", SCHEDULED)
+@pytest.mark.parametrize("key", ["fleet_file", "data_root"])
+def test_a_run_whose_conf_names_a_deployment_setting_is_refused(dagbag, dag_id, key, tmp_path, monkeypatch,
+                                                                 capfd):
+    """Airflow accepts conf keys that are not params: such a run fails in every task that starts
+    (the first one, and the analyses that run after a failed upstream), saying why, and nothing
+    is read or written, neither where the conf points nor in the deployment's data root."""
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
+    monkeypatch.setenv("FLEET_FILE", str(tmp_path / "no-fleet.yaml"))  # never read either
+    value = str(elsewhere) if key == "data_root" else str(elsewhere / "fleet.yaml")
+    dr = dagbag.get_dag(dag_id).test(run_conf={key: value})
+    states = mapped_task_states(dr)
+    assert dr.state == "failed" and "success" not in states.values(), states
+    first = "which_clusters" if dag_id == "coordinator_ownership" else "list_clusters"
+    assert states[(first, -1)] == "failed", states
+    out, err = capfd.readouterr()
+    assert f"REFUSED, nothing read or written: the run conf names '{key}'" in out + err
+    assert "FLEET_DATA_ROOT" in out + err
+    assert not elsewhere.exists()
+    # (the reports web app, a plugin loaded with Airflow, creates <data root>/reports empty)
+    assert not [p for p in data.rglob("*") if not p.is_dir()], sorted(data.rglob("*"))
+
+
+def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch):
     topic, group = unique("dagtopic"), unique("dag-group")
     fleet_file = fleet_with_stopped_group(lab, tmp_path, topic, group)
     data = tmp_path / "data"
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))  # deployment settings, not params
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
 
     dag = dagbag.get_dag("fleet_maintenance")
-    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "always"})
+    dr = dag.test(run_conf={"offsets_health": "always"})
     assert dr.state == "success", mapped_task_states(dr)
     assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
                            ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
@@ -69,9 +112,11 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))
     data = tmp_path / "data"
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
 
     dag = dagbag.get_dag("fleet_maintenance")
-    dr = dag.test(run_conf={"fleet_file": str(fleet_file), "data_root": str(data), "offsets_health": "never"})
+    dr = dag.test(run_conf={"offsets_health": "never"})
     states = mapped_task_states(dr)
     assert states[("collect", 0)] == "success"   # labtest
     assert states[("collect", 1)] == "failed"    # down

@@ -49,8 +49,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet, allow_unicode=True))
     data = tmp_path / "data"
-    conf = {"fleet_file": str(fleet_file), "data_root": str(data)}  # params of the scheduled DAG
-    # the runbook reads both from its deployment settings only
+    # every DAG reads both from its deployment settings only
     monkeypatch.setenv("FLEET_FILE", str(fleet_file))
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c) for c in (miss, mism)]
@@ -65,7 +64,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         time.sleep(2.5)  # gone-1 is now older than the 2 s grace
 
         # 1. the scheduled run: report everything, create only the MISSING mapping
-        dr = dagbag.get_dag("group_id_reconciliation").test(run_conf=conf)
+        dr = dagbag.get_dag("group_id_reconciliation").test()
         assert dr.state == "success", mapped_task_states(dr)
         assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
                                ("report", -1): "success", ("create_missing", -1): "success",
@@ -128,6 +127,62 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
             t.join(15)
         kafka.close()
         zk.delete(root, recursive=True)
+        zk.stop()
+
+
+@pytest.mark.parametrize("key", ["data_root", "fleet_file"])
+def test_the_conf_cannot_send_the_unattended_writes_elsewhere(dagbag, lab, tmp_path, unique, monkeypatch, capfd,
+                                                               key):
+    """A live consumer without a mapping, on a cluster whose mappings may be created unattended:
+    a run whose conf names a data root (an audit chain outside the deployment's) or a fleet file
+    (which decides create_missing_unattended) is refused. Nothing is written to ZooKeeper, under
+    the conf's folder or under the deployment's data root."""
+    root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
+    topic, group, client = unique("kopconf"), unique("conf-grp"), f"miss-{uuid.uuid4().hex[:6]}"
+    wait_topic(lab.bootstrap, topic)
+    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    mappings = {"root": root, "create_missing_unattended": True}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if key == "data_root":  # the deployment allows the unattended create: only the audit is redirected
+        fleet["clusters"][0]["group_id_mappings"] = mappings
+        value = str(elsewhere / "data")
+    else:  # the deployment has no mappings section; the caller's fleet file allows the create
+        mine = yaml.safe_load(lab.fleet_file.read_text())
+        mine["clusters"][0]["group_id_mappings"] = mappings
+        value = str(elsewhere / "fleet.yaml")
+        Path(value).write_text(yaml.safe_dump(mine))
+    fleet_file, data = tmp_path / "fleet.yaml", tmp_path / "data"
+    fleet_file.write_text(yaml.safe_dump(fleet))
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    consumer = ConsumerThread(lab.bootstrap, group, [topic], client_id=client)
+    consumer.start()
+    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    zk = KazooClient(hosts=f"{lab.spec.zk_hosts}{lab.spec.chroot}", timeout=10)
+    zk.start(timeout=15)
+    try:
+        deadline = time.monotonic() + 90
+        while {m.client_id for m in kafka.describe_groups([group])[group].members} != {client}:
+            assert time.monotonic() < deadline, "consumer never joined"
+            time.sleep(0.5)
+        capfd.readouterr()
+        dr = dagbag.get_dag("group_id_reconciliation").test(run_conf={key: value})
+        states = mapped_task_states(dr)
+        assert dr.state == "failed" and "success" not in states.values(), states
+        assert states[("list_clusters", -1)] == "failed" and states[("create_missing", -1)] != "success", states
+        out, err = capfd.readouterr()
+        assert f"REFUSED, nothing read or written: the run conf names '{key}'" in out + err
+        assert zk.exists(root) is None  # no mapping created, not even the root
+        assert sorted(p.name for p in elsewhere.iterdir()) == (["fleet.yaml"] if key == "fleet_file" else [])
+        assert not [p for p in data.rglob("*") if not p.is_dir()], sorted(data.rglob("*"))
+    finally:
+        consumer.stop_event.set()
+        consumer.join(15)
+        kafka.close()
+        if zk.exists(root):
+            zk.delete(root, recursive=True)
         zk.stop()
 
 
@@ -198,15 +253,16 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     assert held_locks(locks) == []  # taken and released
 
 
-def test_the_scheduled_run_reports_a_kraft_cluster_without_mappings(dagbag, tmp_path):
+def test_the_scheduled_run_reports_a_kraft_cluster_without_mappings(dagbag, tmp_path, monkeypatch):
     """A fleet holding the 4.3 KRaft cluster (no ZooKeeper, so no KoP mappings): the hourly run
     succeeds, collects nothing there (it never connects to the cluster, so it need not run) and its
     report says the cluster has no mappings section."""
     from tests.conftest import TEST_FLEET, write_fleet_file
 
     fleet_file = write_fleet_file(TEST_FLEET["lab43test"], tmp_path / "fleet.yaml")
-    dr = dagbag.get_dag("group_id_reconciliation").test(
-        run_conf={"fleet_file": str(fleet_file), "data_root": str(tmp_path / "data"), "create_missing": False})
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    dr = dagbag.get_dag("group_id_reconciliation").test(run_conf={"create_missing": False})
     assert dr.state == "success", mapped_task_states(dr)
     reports = list((tmp_path / "data" / "reports" / "group_ids").glob("*/report.md"))
     assert len(reports) == 1, reports

@@ -24,7 +24,8 @@ def dag(dagbag):
     return dagbag.get_dag("fleet_maintenance")
 
 
-def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, unique, capfd, caplog):
+def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, unique, capfd, caplog,
+                                                        monkeypatch):
     healthy_t, poison_t, stopped_t, retained_t = (unique(x) for x in ("healthy", "poison", "stopped", "retained"))
     healthy_g, poison_g, stopped_g, retained_g = (unique(x) for x in ("ok-grp", "poison-grp", "stopped-grp",
                                                                        "retained-grp"))
@@ -68,8 +69,9 @@ def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, un
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))
     data = tmp_path / "data"
-    conf = {"fleet_file": str(fleet_file), "data_root": str(data), "window": "2m", "snapshot_interval": "20s",
-            "offsets_health": "never"}
+    monkeypatch.setenv("FLEET_FILE", str(fleet_file))  # deployment settings, not params
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
+    conf = {"window": "2m", "snapshot_interval": "20s", "offsets_health": "never"}
     try:
         time.sleep(10)  # consumers join and catch up; the poison consumer hits its record
         runs = []

@@ -16,10 +16,12 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from fleetkit.core.render import visible_controls
+from fleetkit.core.settings import run_folder
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 from tests.helpers import wait_until
 
@@ -51,7 +53,7 @@ def task_log(airflow_server, run_id: str, task_id: str, try_number: int = 1) -> 
     return "\n".join(e.get("event", "") if isinstance(e, dict) else str(e) for e in content or [])
 
 
-def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, tmp_path, unique):
+def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, unique):
     from fleet_airflow import clusters
 
     api = airflow_server.api
@@ -64,7 +66,10 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, tmp_pa
     member = ConsumerThread(lab.bootstrap, group, [topic], handle=lambda msg: False, client_id="hostile-1")
     member.start()
 
-    data = tmp_path / "data"
+    # the deployment's fleet file and data root (the servers were started with them; a run cannot
+    # choose either): this test's data are told apart by its group name and its run id
+    assert str(lab.fleet_file) == os.environ["FLEET_FILE"]
+    data = Path(os.environ["FLEET_DATA_ROOT"])
     # snapshots every 5 s until the DAG's own collection is done, so the 30 s window before the
     # run's newest snapshot is covered whenever the scheduler gets to the run
     stop = threading.Event()
@@ -87,8 +92,7 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, tmp_pa
         wait_until(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 180, "the DAG parsed by the dag-processor",
                    interval=1, retry_on=(urllib.error.HTTPError,))
         stop.wait(30)  # a window's worth of snapshots before the run's own
-        conf = {"fleet_file": str(lab.fleet_file), "data_root": str(data), "window": "30s",
-                "snapshot_interval": "5s", "offsets_health": "never"}
+        conf = {"window": "30s", "snapshot_interval": "5s", "offsets_health": "never"}
         run_id = api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
         api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
         # unpausing makes the scheduler start the latest scheduled run (max_active_runs=1): this
@@ -139,7 +143,7 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, tmp_pa
         assert not line.startswith("FORGED LINE"), line
 
     # the report files keep the name as data, escaped for their medium
-    out = next(p for p in (data / "reports" / "stuck").iterdir() if p.name != "latest")
+    out = run_folder(data / "reports", "stuck", run_id)
     findings = [json.loads(x) for x in (out / "findings.jsonl").read_text().splitlines()]
     assert {f["status"] for f in findings if f["group"] == group} == {"STALLED"}
     html = (out / "report.html").read_text()

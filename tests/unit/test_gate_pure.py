@@ -167,7 +167,7 @@ def test_no_approvers_names_file_cluster_and_field(tmp_path):
 
 
 def test_the_conf_may_not_name_deployment_settings():
-    from fleet_airflow.gate import deployment_keys_in
+    from fleet_airflow.settings import deployment_keys_in
 
     assert deployment_keys_in({"cluster": "lab", "dry_run": False}) is None and deployment_keys_in(None) is None
     msg = deployment_keys_in({"fleet_file": "/tmp/mine.yaml", "data_root": "/tmp/x"})

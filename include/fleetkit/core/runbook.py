@@ -323,6 +323,10 @@ class Runbook:
         lock.acquire(owner, self.dag_id, self.run_id, holder_running=holder_running)
         return lock
 
+    def release_lock(self, identity: str, owner: str) -> bool:
+        """Release the lock of a cluster identity taken by `owner` (no need to reach the cluster)."""
+        return ClusterLock(self.lock_dir, identity, self.cluster).release(owner)
+
 
 def run_state_problem(state: str | None, what: str, force: bool) -> str | None:
     """Why a command outside Airflow may not act on a run in Airflow `state` (None: Airflow could not
