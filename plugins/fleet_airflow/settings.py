@@ -56,7 +56,10 @@ def refuse_deployment_conf(context) -> None:
     ``data_root``. Airflow accepts conf keys that are not params, so without this such a run would
     go ahead on the deployment's settings with the caller believing otherwise. Every task of the
     DAG checks, not only the first: tasks with trigger rule ``all_done`` run after a failed
-    upstream."""
+    upstream. In a runbook the gate's `plan` task refuses (and audits) such a run itself; this
+    hook stops the tasks before and around it (the trim runbook collects and analyses first)."""
+    if context.get("task") is not None and getattr(context["task"], "task_id", None) == "plan":
+        return
     wrong = deployment_keys_in(getattr(context.get("dag_run"), "conf", None))
     if wrong:
         from airflow.providers.common.compat.sdk import AirflowFailException

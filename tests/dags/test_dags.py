@@ -77,6 +77,21 @@ def test_a_run_whose_conf_names_a_deployment_setting_is_refused(dagbag, dag_id, 
     assert not [p for p in data.rglob("*") if not p.is_dir()], sorted(data.rglob("*"))
 
 
+def test_the_trim_runbook_refuses_such_a_conf_before_it_collects(dagbag, tmp_path, monkeypatch, capfd):
+    """The trim runbook collects and analyses before the gate's plan (which refuses and audits such
+    a run): those tasks refuse too, before reading or writing anything."""
+    data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
+    dr = dagbag.get_dag("runbook_offsets_trim").test(run_conf={"cluster": "labtest", "data_root": str(elsewhere)})
+    states = mapped_task_states(dr)
+    assert dr.state == "failed" and "success" not in states.values(), states
+    assert states[("collect_offsets", -1)] == "failed", states
+    out, err = capfd.readouterr()
+    assert "REFUSED, nothing read or written: the run conf names 'data_root'" in out + err
+    assert not elsewhere.exists()
+    assert not [p for p in data.rglob("*") if p.is_file() and "audit" not in p.parts], sorted(data.rglob("*"))
+
+
 def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch):
     topic, group = unique("dagtopic"), unique("dag-group")
     fleet_file = fleet_with_stopped_group(lab, tmp_path, topic, group)
