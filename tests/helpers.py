@@ -71,3 +71,30 @@ def fleet_with_stopped_group(lab, tmp_path, topic: str, group: str):
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))
     return fleet_file
+
+
+def zigzag(n: int) -> bytes:
+    """A zigzag varint (record batches' lengths and deltas), for batches built by tests."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def fsync_spy(monkeypatch) -> list[str]:
+    """The paths os.fsync is called on from now on (it still syncs)."""
+    import os
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def spy(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return synced

@@ -73,16 +73,9 @@ def test_a_whole_tail_is_left_alone(tmp_path):
 
 
 def test_creating_a_journal_fsyncs_its_folder(tmp_path, monkeypatch):
-    import os
+    from tests.helpers import fsync_spy
 
-    synced = []
-    real_fsync = os.fsync
-
-    def spy(fd):
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", spy)
+    synced = fsync_spy(monkeypatch)
     folder = tmp_path / "journals" / "run"
     with Journal(folder / "j.jsonl") as j:
         j.intent(0, path="/a")

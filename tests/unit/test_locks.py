@@ -162,16 +162,9 @@ def test_fleetctl_lock_status_and_clear(tmp_path, capsys, monkeypatch):
 
 
 def test_taking_releasing_and_clearing_a_lock_fsyncs_the_lock_folder(tmp_path, monkeypatch):
-    import os
+    from tests.helpers import fsync_spy
 
-    synced = []
-    real_fsync = os.fsync
-
-    def spy(fd):
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", spy)
+    synced = fsync_spy(monkeypatch)
     lock = ClusterLock(tmp_path, "fleet-name:lab", "lab")
     lock.acquire("run-1", "d", "r1")
     assert str(tmp_path) in synced

@@ -25,32 +25,23 @@ from fleetkit.clients.log_format import FormatError
 from fleetkit.clients.offsets_codec import DecodeError, decode, encode_offset_key, encode_offset_value_v1
 from fleetkit.collection.offsets_topic import BatchFeeder, RecordsResult, _Taker
 from fleetkit.core.datasets import SCHEMAS
+from tests.helpers import zigzag
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 KEY = encode_offset_key("g", "t", 0)
 VALUE = encode_offset_value_v1(5, "", 1, 2)
 
 
-def zz(n: int) -> bytes:
-    """A zigzag varint."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def record(key: bytes | None, value: bytes | None, delta: int = 0, klen: int | None = None,
            vlen: int | None = None, length: int | None = None) -> bytes:
     """One record of a batch; klen / vlen / length override the lengths written (the bytes stay)."""
-    r = b"\x00" + zz(0) + zz(delta)
-    r += zz(-1 if key is None else len(key) if klen is None else klen) + (key or b"")
-    r += zz(-1 if value is None else len(value) if vlen is None else vlen) + (value or b"")
-    r += zz(0)
-    return zz(len(r) if length is None else length) + r
+    r = b"\x00" + zigzag(0) + zigzag(delta)
+    r += zigzag(-1 if key is None else len(key) if klen is None else klen) + (key or b"")
+    r += zigzag(-1 if value is None else len(value) if vlen is None else vlen) + (value or b"")
+    r += zigzag(0)
+    return zigzag(len(r) if length is None else length) + r
 
 
 def batch(base: int, records: bytes, count: int, crc: int | None = None, last_delta: int | None = None,

@@ -16,6 +16,7 @@ from crc32c import crc32c
 from fleetkit.clients import wire_logs
 from fleetkit.clients.offsets_codec import decode, encode_offset_key, encode_offset_value_v1
 from fleetkit.collection.offsets_topic import BatchFeeder, RecordsResult, _Taker
+from tests.helpers import zigzag
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -103,25 +104,16 @@ def test_consumer_protocol_records_decode():
 
 
 # -- batches built here: what the lab's brokers did not write ----------------------------------
-def _zz(n: int) -> bytes:
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
 
 
 def batch(base: int, records: list[tuple[bytes | None, bytes | None]], pid: int = -1, control: bool = False) -> bytes:
     body = b""
     for i, (k, v) in enumerate(records):
-        r = b"\x00" + _zz(0) + _zz(i)
-        r += _zz(-1) if k is None else _zz(len(k)) + k
-        r += _zz(-1) if v is None else _zz(len(v)) + v
-        r += _zz(0)
-        body += _zz(len(r)) + r
+        r = b"\x00" + zigzag(0) + zigzag(i)
+        r += zigzag(-1) if k is None else zigzag(len(k)) + k
+        r += zigzag(-1) if v is None else zigzag(len(v)) + v
+        r += zigzag(0)
+        body += zigzag(len(r)) + r
     attrs = (0x10 if pid >= 0 else 0) | (0x20 if control else 0)
     rest = struct.pack(">hiqqqhii", attrs, len(records) - 1, 0, 0, pid, 0, 0, len(records)) + body
     head = struct.pack(">ibI", 0, 2, crc32c(rest))  # CRC32C from the attributes to the end
