@@ -24,7 +24,8 @@ from fleetkit.clients.offsets_codec import encode_group_key, encode_offset_key, 
 from fleetkit.collection.offsets_topic import BatchFeeder, RecordsResult, _Taker
 from fleetkit.core.datasets import SCHEMAS, table_from_rows
 
-from tests.unit.test_offsets_vectors import _zz, batch, with_crc
+from tests.helpers import zigzag
+from tests.unit.test_offsets_vectors import batch, with_crc
 
 VECTORS = Path(__file__).resolve().parents[1] / "vectors"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -223,15 +224,15 @@ def test_varints_of_every_width():
     import numpy as np
 
     values = [0, 1, -1, 63, -64, 64, -65, 8191, -8192, 8192, 2**31 - 1, -(2**31), 2**62, -(2**63)]
-    data = b"".join(_zz(v) for v in values)
+    data = b"".join(zigzag(v) for v in values)
     at, pos = [], 0
     for v in values:
         at.append(pos)
-        pos += len(_zz(v))
+        pos += len(zigzag(v))
     buf = np.frombuffer(data + bytes(16), dtype=np.uint8)
     got, sizes, ok = offsets_columnar._varints(buf, np.array(at))
     assert got.tolist() == values and ok.all()
-    assert sizes.tolist() == [len(_zz(v)) for v in values]
+    assert sizes.tolist() == [len(zigzag(v)) for v in values]
 
 
 from hypothesis import given, settings  # noqa: E402
