@@ -1,0 +1,55 @@
+"""The README's Permissions section is the contract: the `kafka-acls` commands an operator pastes
+grant exactly what the lab's secured clusters grant (fleetlab.lab.SECURED_ACLS), and the secured
+tests run with those ACLs and nothing more."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+from fleetlab.lab import SECURED_ACLS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def snake(operation: str) -> str:
+    """kafka-acls' operation names (DescribeConfigs) as AdminClient's (DESCRIBE_CONFIGS)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).upper()
+
+
+def readme_acls(text: str) -> set[tuple[str, str, str, str]]:
+    section = text.split("### Permissions", 1)[1].split("\n## ", 1)[0]
+    out: set[tuple[str, str, str, str]] = set()
+    for line in section.splitlines():
+        if not line.startswith("kafka-acls"):
+            continue
+        args = shlex.split(line)
+        principal = args[args.index("--allow-principal") + 1].removeprefix("User:")
+        ops = [snake(args[i + 1]) for i, a in enumerate(args) if a == "--operation"]
+        if "--cluster" in args:
+            resource = ("cluster", "kafka-cluster")
+        else:
+            kind = next(a for a in ("--group", "--topic") if a in args)
+            resource = (kind.removeprefix("--"), args[args.index(kind) + 1])
+        assert ops, f"no --operation in {line!r}"
+        out |= {(principal, *resource, op) for op in ops}
+    return out
+
+
+def test_readme_grants_exactly_the_lab_acls():
+    documented = readme_acls(README.read_text())
+    granted = {(user, kind, name, op) for user, acls in SECURED_ACLS.items() for kind, name, op in acls}
+    assert documented, "the README's Permissions section lists no kafka-acls command"
+    assert documented - granted == set(), "the README lists ACLs the lab does not grant"
+    assert granted - documented == set(), "the lab grants ACLs the README does not list"
+
+
+def test_the_parser_sees_a_difference():
+    """The comparison above can fail: one operation dropped from a command is noticed."""
+    text = README.read_text()
+    line = next(x for x in text.splitlines() if x.startswith("kafka-acls") and "User:fleet " in x
+                and "--operation Read --topic __consumer_offsets" in x)
+    smaller = readme_acls(text.replace(line, ""))
+    assert ("fleet", "topic", "__consumer_offsets", "READ") not in smaller
+    assert ("fleet", "topic", "__consumer_offsets", "READ") in readme_acls(text)
