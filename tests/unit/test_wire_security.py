@@ -80,9 +80,10 @@ def test_unreadable_ca_names_the_key(tmp_path):
 
 
 def test_not_authorized_is_one_line():
-    e = NotAuthorized("Read", "topic __consumer_offsets", "User:fleet", "prod", "TOPIC_AUTHORIZATION_FAILED")
-    assert str(e) == ("not authorized: Read on topic __consumer_offsets for User:fleet on cluster 'prod' "
+    e = NotAuthorized("Read", "topic", "__consumer_offsets", "User:fleet", "prod", "TOPIC_AUTHORIZATION_FAILED")
+    assert str(e) == ("not authorized: fleet may not READ topic '__consumer_offsets' on prod "
                       "(TOPIC_AUTHORIZATION_FAILED)")
+    assert (e.operation, e.resource, e.principal) == ("READ", "topic __consumer_offsets", "User:fleet")
 
 
 # -- a stand-in broker ------------------------------------------------------------------------
@@ -181,5 +182,6 @@ def test_a_cluster_authorization_refusal_keeps_its_error_name():
     with pytest.raises(wire_logs.Refused) as e:
         wire_logs.decode_describe_log_dirs(3, payload, 1)
     assert e.value.error == "CLUSTER_AUTHORIZATION_FAILED"
-    err = wire_logs.not_authorized("Describe", "the cluster", None, e.value.error)
-    assert str(err) == "not authorized: Describe on the cluster for User:ANONYMOUS (CLUSTER_AUTHORIZATION_FAILED)"
+    err = wire_logs.not_authorized(e.value.error, None, None, "DescribeLogDirs")
+    assert str(err) == ("not authorized: ANONYMOUS may not DESCRIBE cluster 'kafka-cluster' "
+                        "(CLUSTER_AUTHORIZATION_FAILED)")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from fleetkit.clients import log_format, wire
 from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
-from fleetkit.core.errors import NotAuthorized
+from fleetkit.core.errors import NotAuthorized, refused
 from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, response_reader
 
 log = logging.getLogger(__name__)
@@ -62,10 +62,11 @@ class Refused(WireError):
         self.error = error
 
 
-def not_authorized(operation: str, resource: str, security, error: str) -> NotAuthorized:
-    """The one-line error of a refused operation, naming the principal the connection logs in as."""
+def not_authorized(error: str, resource_name: str | None, security, request: str | None = None) -> NotAuthorized:
+    """The one-line error of a refused request (core.errors.AUTHORIZATION_ERRORS names the operation
+    and resource type), naming the principal the connection logs in as."""
     principal = security.principal if security is not None else "User:ANONYMOUS"
-    return NotAuthorized(operation, resource, principal, getattr(security, "cluster", None), error)
+    return refused(error, resource_name, principal, getattr(security, "cluster", None), request)
 
 
 def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
@@ -262,7 +263,7 @@ def leaders(bootstrap: str, topic: str, timeout: float = 10.0,
     def decode(v, payload):
         _, brokers, errors, parts = wire.decode_metadata(v, payload)
         if error_name(errors.get(topic, 0)) == "TOPIC_AUTHORIZATION_FAILED":
-            raise not_authorized("Describe", f"topic {topic}", security, "TOPIC_AUTHORIZATION_FAILED")
+            raise not_authorized("TOPIC_AUTHORIZATION_FAILED", topic, security, "Metadata")
         return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
 
     return wire.ask_first(bootstrap, "a metadata request", lambda broker: _ask(broker, wire.METADATA, body, decode),
@@ -311,7 +312,7 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
                     if fp.partition not in pos:
                         continue
                     if fp.error == "TOPIC_AUTHORIZATION_FAILED":
-                        raise not_authorized("Read", f"topic {topic}", security, fp.error)
+                        raise not_authorized(fp.error, topic, security, "Fetch")
                     if fp.error:
                         problems[fp.partition] = f"{topic}-{fp.partition} at offset {pos[fp.partition]}: {fp.error}"
                         del pos[fp.partition]
@@ -415,7 +416,7 @@ def log_dir_sizes(bootstrap: str, topics: dict[str, list[int]] | None, timeout: 
                         lambda v, payload: decode_describe_log_dirs(v, payload, b))
         except Refused as e:
             if e.error == "CLUSTER_AUTHORIZATION_FAILED":
-                raise not_authorized("Describe", "the cluster", security, e.error) from None
+                raise not_authorized(e.error, None, security, "DescribeLogDirs") from None
             problems[b] = f"broker {b} ({addr}): {e}"
         except (OSError, WireError) as e:
             problems[b] = f"broker {b} ({addr}): {e}"
@@ -488,7 +489,7 @@ def describe_quorum(bootstrap: str, timeout: float = 10.0, security=None) -> Quo
             return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
         except Refused as e:  # (not retried on the next bootstrap server)
             if e.error == "CLUSTER_AUTHORIZATION_FAILED":
-                raise not_authorized("Describe", "the cluster", security, e.error) from None
+                raise not_authorized(e.error, None, security, "DescribeQuorum") from None
             raise
 
     return wire.ask_first(bootstrap, "DescribeQuorum", ask, timeout, error=WireError, security=security)

@@ -30,11 +30,83 @@ class TlsHandshakeFailed(FleetError):
 
 
 class NotAuthorized(FleetError):
-    """A broker refused an operation on a resource to a principal (a missing ACL), in one line."""
+    """A broker refused an operation on a resource to a principal (a missing ACL), in one line:
+    "not authorized: fleet may not DESCRIBE group 'billing' on prod (GROUP_AUTHORIZATION_FAILED)".
 
-    def __init__(self, operation: str, resource: str, principal: str, cluster: str | None = None,
-                 error: str | None = None):
-        self.operation, self.resource, self.principal, self.cluster = operation, resource, principal, cluster
-        on = f" on cluster {cluster!r}" if cluster else ""
+    `operation` is the ACL operation (Kafka's AclOperation name: READ, DESCRIBE, ...), the resource
+    is its type (topic, group, cluster, ...) and name, `principal` the one the broker saw
+    ("User:fleet"). The resource name comes from the cluster (hostile input): it is shown through
+    core.render.visible_controls. `resource` is "<type> <name>"."""
+
+    def __init__(self, operation: str, resource_type: str, resource_name: str, principal: str,
+                 cluster: str | None = None, error: str | None = None):
+        from fleetkit.core.render import visible_controls
+
+        self.operation, self.principal, self.cluster, self.error = operation.upper(), principal, cluster, error
+        self.resource_type, self.resource_name = resource_type, resource_name
+        self.resource = f"{resource_type} {resource_name}"
+        who = principal[len("User:"):] if principal.startswith("User:") else principal
+        on = f" on {cluster}" if cluster else ""
         why = f" ({error})" if error else ""
-        super().__init__(f"not authorized: {operation} on {resource} for {principal}{on}{why}")
+        super().__init__(f"not authorized: {visible_controls(who)} may not {self.operation} {resource_type} "
+                         f"'{visible_controls(resource_name)}'{on}{why}")
+
+
+#: Kafka's name of the cluster resource in ACLs (kafka-acls --cluster)
+CLUSTER_RESOURCE = "kafka-cluster"
+
+#: The one table of authorization refusals: Kafka's error name and the request that met it ->
+#: (the ACL operation that request needs, the type of resource it is about). (error, None) is the
+#: request-independent default. Every client (confluent-kafka, the wire client, the __consumer_offsets
+#: reader) names a refusal through it (refused() below).
+AUTHORIZATION_ERRORS: dict[tuple[str, str | None], tuple[str, str]] = {
+    # Metadata, ListOffsets, OffsetFetch (per topic), DescribeLogDirs' topics
+    ("TOPIC_AUTHORIZATION_FAILED", None): ("DESCRIBE", "topic"),
+    ("TOPIC_AUTHORIZATION_FAILED", "Fetch"): ("READ", "topic"),          # the __consumer_offsets reader
+    ("TOPIC_AUTHORIZATION_FAILED", "DescribeConfigs"): ("DESCRIBE_CONFIGS", "topic"),
+    ("TOPIC_AUTHORIZATION_FAILED", "Produce"): ("WRITE", "topic"),
+    ("TOPIC_AUTHORIZATION_FAILED", "DeleteRecords"): ("DELETE", "topic"),
+    # FindCoordinator, DescribeGroups, ConsumerGroupDescribe, OffsetFetch
+    ("GROUP_AUTHORIZATION_FAILED", None): ("DESCRIBE", "group"),
+    ("GROUP_AUTHORIZATION_FAILED", "OffsetCommit"): ("READ", "group"),   # offset resets, simple commits
+    ("GROUP_AUTHORIZATION_FAILED", "AlterConsumerGroupOffsets"): ("READ", "group"),
+    ("GROUP_AUTHORIZATION_FAILED", "JoinGroup"): ("READ", "group"),
+    ("GROUP_AUTHORIZATION_FAILED", "DeleteGroups"): ("DELETE", "group"),
+    # DescribeLogDirs, DescribeQuorum, DescribeCluster, ListGroups (older brokers), DescribeAcls
+    ("CLUSTER_AUTHORIZATION_FAILED", None): ("DESCRIBE", "cluster"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "DescribeConfigs"): ("DESCRIBE_CONFIGS", "cluster"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "IncrementalAlterConfigs"): ("ALTER_CONFIGS", "cluster"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "AlterConfigs"): ("ALTER_CONFIGS", "cluster"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "AlterPartitionReassignments"): ("ALTER", "cluster"),
+    ("CLUSTER_AUTHORIZATION_FAILED", "ElectLeaders"): ("ALTER", "cluster"),
+    ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None): ("DESCRIBE", "transactional id"),
+    ("DELEGATION_TOKEN_AUTHORIZATION_FAILED", None): ("DESCRIBE", "delegation token"),
+}
+
+
+def authorization_error(error: str | None) -> bool:
+    """True for Kafka's (and librdkafka's) names of an authorization refusal (a missing ACL)."""
+    return bool(error) and any(error == e for e, _ in AUTHORIZATION_ERRORS)
+
+
+def refused(error: str, resource_name: str | None, principal: str, cluster: str | None = None,
+            request: str | None = None) -> NotAuthorized | None:
+    """The NotAuthorized for an authorization error met by `request` on a resource (its name; the
+    cluster's is implied), through AUTHORIZATION_ERRORS; None when `error` is not one."""
+    if not authorization_error(error):
+        return None
+    operation, rtype = AUTHORIZATION_ERRORS.get((error, request)) or AUTHORIZATION_ERRORS[(error, None)]
+    if rtype == "cluster":
+        resource_name = CLUSTER_RESOURCE
+    return NotAuthorized(operation, rtype, resource_name if resource_name is not None else "?", principal,
+                         cluster, error)
+
+
+def blind_summary(what: str, refusals: list[NotAuthorized], first: int = 3) -> str:
+    """One line for several refusals of the same kind: "3 group(s) not seen: 'a', 'b', 'c'; not
+    authorized: fleet may not DESCRIBE group 'a' on prod (GROUP_AUTHORIZATION_FAILED)" (names escaped)."""
+    from fleetkit.core.render import visible_controls
+
+    names = list(dict.fromkeys(r.resource_name for r in refusals))
+    shown = ", ".join(f"'{visible_controls(n)}'" for n in names[:first]) + (", ..." if len(names) > first else "")
+    return f"{len(names)} {what}(s) not seen ({shown}): {refusals[0]}"
