@@ -18,7 +18,7 @@ from typing import Iterable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from fleetkit.core.errors import ClusterUnreachable
+from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, refused
 from fleetkit.core.fleet import version_tuple
 
 if TYPE_CHECKING:
@@ -52,10 +52,45 @@ _STATE_NAMES = {
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has no commit for the partition
 
 
+#: librdkafka's log line of a refused login: the KafkaCluster's error_cb turns it into AuthenticationFailed
+_SASL_REFUSED = "SASL authentication error"
+
+
 class _LibrdkafkaLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not any(h in msg for h in _HARMLESS)
+        return not any(h in msg for h in _HARMLESS) and _SASL_REFUSED not in msg
+
+
+def login_reason(text: str) -> str:
+    """The broker's reason in librdkafka's text of an _AUTHENTICATION error, without the broker
+    address and librdkafka's timing: 'sasl_ssl://h:9/bootstrap: SASL authentication error: X (after
+    316ms in state AUTH_REQ)' -> 'X'."""
+    import re
+
+    out = re.sub(r"^\S+://\S+: ", "", str(text).strip())
+    out = re.sub(r"^SASL authentication error: ", "", out)
+    out = re.sub(r"\s*\(after \d+ms in state \w+\)$", "", out)
+    return out or str(text)
+
+
+class LoginTrap:
+    """The error_cb of every librdkafka client a KafkaCluster builds (admin client, consumers): it
+    keeps the first SASL authentication error (KafkaError._AUTHENTICATION), which librdkafka only
+    reports there and in its log while the request waits on until it times out. The waiting calls
+    check it and raise AuthenticationFailed at once. A connection's own error_cb still runs."""
+
+    def __init__(self, chained=None):
+        self.reason: str | None = None
+        self.chained = chained
+
+    def __call__(self, err) -> None:
+        try:
+            if self.reason is None and err.code() == KafkaError._AUTHENTICATION:
+                self.reason = login_reason(err.str())
+        finally:
+            if self.chained is not None:
+                self.chained(err)
 
 
 _rdlog = logging.getLogger("fleetkit.librdkafka")
@@ -208,9 +243,70 @@ class KafkaCluster:
 
     def __init__(self, name: str, config: dict, timeout: float = 15.0):
         self.name = name
-        self.config = config
+        self.trap = LoginTrap(config.get("error_cb"))
+        self.config = dict(config, error_cb=self.trap)
         self.timeout = timeout
         self._admin: AdminClient | None = None
+
+    # -- security ---------------------------------------------------------------------------
+    @property
+    def principal(self) -> str:
+        """The principal the brokers see: 'User:<sasl.username>', else Kafka's default names."""
+        user = self.config.get("sasl.username")
+        if user and str(self.config.get("security.protocol", "")).upper().startswith("SASL"):
+            return f"User:{user}"
+        if self.config.get("ssl.certificate.location"):
+            return f"the client certificate of {self.config['ssl.certificate.location']}"
+        return "User:ANONYMOUS"
+
+    def login_failed(self) -> None:
+        """AuthenticationFailed when a librdkafka client of this cluster had its login refused:
+        "authentication failed for <user> on <cluster>: <the broker's reason>" (never the password)."""
+        if self.trap.reason is not None:
+            user = self.config.get("sasl.username") or self.principal
+            raise AuthenticationFailed(f"authentication failed for {user} on {self.name}: {self.trap.reason}")
+
+    def refused(self, error: str | None, resource_name: str | None, request: str | None = None) -> NotAuthorized | None:
+        """The NotAuthorized of an authorization error (core.errors.AUTHORIZATION_ERRORS) met on this
+        cluster by this principal; None for any other error."""
+        return refused(error, resource_name, self.principal, self.name, request) if error else None
+
+    def _serve(self, client=None) -> None:
+        """Serve librdkafka's callbacks (error_cb) of the admin client (or `client`), then raise a refused login."""
+        c = client if client is not None else self._admin
+        if c is not None:
+            try:
+                c.poll(0)
+            except (RuntimeError, KafkaException):
+                pass
+        self.login_failed()
+
+    def _result(self, fut: Future, timeout: float):
+        """fut.result(timeout), but a refused login (error_cb) raises AuthenticationFailed within a
+        fraction of a second instead of waiting out the request's timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._serve()
+            try:
+                return fut.result(timeout=min(0.2, max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+            except KafkaException:
+                self._serve()
+                raise
+
+    def _list_topics(self, topic: str | None = None):
+        """AdminClient.list_topics in short slices, so that a refused login is raised at once."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._serve()
+            try:
+                return self.admin.list_topics(topic=topic, timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            except KafkaException as e:
+                if error_name(e) != "_TIMED_OUT" or time.monotonic() >= deadline:
+                    self._serve()
+                    raise
 
     @property
     def bootstrap(self) -> str:
@@ -327,13 +423,13 @@ class KafkaCluster:
     def metadata(self, topics: Iterable[str] | None = None) -> Metadata:
         try:
             if topics is None:
-                md = self.admin.list_topics(timeout=self.timeout)
+                md = self._list_topics()
                 mds = [md]
             else:
-                mds = [self.admin.list_topics(topic=t, timeout=self.timeout) for t in sorted(set(topics))]
+                mds = [self._list_topics(t) for t in sorted(set(topics))]
         except KafkaException as e:
             raise self._unreachable("a metadata request", e) from None
-        first = mds[0] if mds else self.admin.list_topics(timeout=self.timeout)
+        first = mds[0] if mds else self._list_topics()
         out = Metadata(
             brokers={b.id: f"{b.host}:{b.port}" for b in first.brokers.values()},
             controller_id=first.controller_id if first.controller_id >= 0 else None,
@@ -353,10 +449,35 @@ class KafkaCluster:
     def cluster_id(self) -> str | None:
         """The cluster id the brokers report in metadata (Kafka 0.10.1 and later); None before."""
         try:
-            md = self.admin.list_topics(timeout=self.timeout)
+            md = self._list_topics()
         except KafkaException as e:
             raise self._unreachable("a metadata request", e) from None
         return md.cluster_id or None
+
+    def cluster_operations(self) -> set[str] | None:
+        """The ACL operations this principal may perform on the cluster resource (DescribeCluster with
+        authorized operations, Kafka 2.8+), e.g. {"DESCRIBE", "DESCRIBE_CONFIGS"}; None when the
+        brokers do not say."""
+        if not self.asks_api_versions:
+            return None
+        try:
+            d = self._result(self.admin.describe_cluster(include_authorized_operations=True,
+                                                         request_timeout=self.timeout), self.timeout + 5)
+        except (KafkaException, TimeoutError, TypeError, AttributeError):
+            return None
+        # asked for and answered (DescribeCluster is Kafka 2.8+): librdkafka gives None for "none at all"
+        ops = getattr(d, "authorized_operations", None) or []
+        return {getattr(op, "name", str(op)).upper() for op in ops}
+
+    def listing_refusal(self) -> NotAuthorized | None:
+        """Without DESCRIBE on the cluster, ListGroups silently lists only the groups the principal may
+        describe: a NotAuthorized naming the missing permission (None when it has it, or the brokers
+        do not say)."""
+        ops = self.cluster_operations()
+        if ops is None or "DESCRIBE" in ops or "ALL" in ops:
+            return None
+        return NotAuthorized("DESCRIBE", "cluster", "kafka-cluster", self.principal, self.name,
+                             "ListGroups then lists only the groups it may describe")
 
     # -- groups ---------------------------------------------------------------------------
     def list_groups(self, errors: list[str] | None = None) -> list[tuple[str, str]]:
@@ -368,11 +489,15 @@ class KafkaCluster:
         """(group, state, type) of every listed group; type is 'classic' or 'consumer' where the
         brokers say (ListGroups v5, Kafka 3.8+), else None."""
         try:
-            res = self.admin.list_consumer_groups(request_timeout=self.timeout).result(timeout=self.timeout + 5)
+            res = self._result(self.admin.list_consumer_groups(request_timeout=self.timeout), self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
             raise self._unreachable("ListGroups", e) from None
         if res.errors and not res.valid:
-            raise self._unreachable("ListGroups", res.errors[0])
+            first = res.errors[0]
+            refusal = self.refused(error_name(first), None, "ListGroups")
+            if refusal is not None:
+                raise refusal
+            raise self._unreachable("ListGroups", first)
         for err in res.errors:
             log.warning("cluster %s: ListGroups partly failed: %s", self.name, err)
             if errors is not None:
@@ -391,7 +516,7 @@ class KafkaCluster:
 
     def _description(self, group: str, fut: Future) -> GroupDescription:
         try:
-            d = fut.result(timeout=self.timeout + 5)
+            d = self._result(fut, self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
             return GroupDescription(group=group, state="Unknown", coordinator_id=None, error=error_name(e))
         members = []
@@ -421,7 +546,7 @@ class KafkaCluster:
         deadline = time.monotonic() + self.timeout + 5  # one deadline for all: the requests run concurrently
         for g, fut in futures.items():
             try:
-                res = fut.result(timeout=_remaining(deadline))
+                res = self._result(fut, _remaining(deadline))
             except (KafkaException, TimeoutError) as e:
                 out[g] = error_name(e)
                 continue
@@ -450,14 +575,28 @@ class KafkaCluster:
             deadline = time.monotonic() + self.timeout + 5
             for tp, fut in futs.items():
                 try:
-                    res[(tp.topic, tp.partition)] = (fut.result(timeout=_remaining(deadline)).offset, None)
+                    res[(tp.topic, tp.partition)] = (self._result(fut, _remaining(deadline)).offset, None)
                 except (KafkaException, TimeoutError) as e:
                     res[(tp.topic, tp.partition)] = (None, error_name(e))
             results[spec_name] = res
+        refused_topics = self.refused_topics({t for (t, _), (_, err) in results["start"].items() if err})
         for key in parts:
             start, err1 = results["start"].get(key, (None, "NO_ANSWER"))
             end, err2 = results["end"].get(key, (None, "NO_ANSWER"))
-            out[key] = (start, end, err1 or err2)
+            out[key] = (start, end, refused_topics.get(key[0]) or err1 or err2)
+        return out
+
+    def refused_topics(self, topics: set[str]) -> dict[str, str]:
+        """{topic: TOPIC_AUTHORIZATION_FAILED} of the topics metadata refuses to describe (librdkafka's
+        ListOffsets says only _NOENT / unknown partition for a topic the principal may not DESCRIBE)."""
+        out: dict[str, str] = {}
+        for t in sorted(topics):
+            try:
+                tmeta = self._list_topics(t).topics.get(t)
+            except KafkaException:
+                continue
+            if tmeta is not None and tmeta.error is not None and tmeta.error.name() == "TOPIC_AUTHORIZATION_FAILED":
+                out[t] = "TOPIC_AUTHORIZATION_FAILED"
         return out
 
     RETRIABLE = ("NOT_COORDINATOR", "NOT_COORDINATOR_FOR_GROUP", "COORDINATOR_LOAD_IN_PROGRESS",
@@ -485,6 +624,10 @@ class KafkaCluster:
             res = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
                            asynchronous=False)
         except KafkaException as e:
+            self.login_failed()
+            refusal = self.refused(error_name(e), group, "OffsetCommit")
+            if refusal is not None:
+                raise refusal from None
             raise ClusterUnreachable(f"cluster {self.name!r}: committing offsets for group {group!r} failed: "
                                      f"{error_name(e)}") from None
         finally:
@@ -501,8 +644,11 @@ class KafkaCluster:
         req = CGTP(group, [TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())])
         try:
             fut = self.admin.alter_consumer_group_offsets([req], request_timeout=self.timeout)[group]
-            res = fut.result(timeout=self.timeout + 5)
+            res = self._result(fut, self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
+            refusal = self.refused(error_name(e), group, "AlterConsumerGroupOffsets")
+            if refusal is not None:
+                raise refusal from None
             raise ClusterUnreachable(f"cluster {self.name!r}: altering the offsets of group {group!r} failed: "
                                      f"{error_name(e)}") from None
         errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res.topic_partitions or [] if tp.error is not None]
@@ -516,8 +662,11 @@ class KafkaCluster:
             [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in partitions])],
             request_timeout=self.timeout)
         try:
-            res = next(iter(futs.values())).result(timeout=self.timeout + 5)
+            res = self._result(next(iter(futs.values())), self.timeout + 5)
         except (KafkaException, TimeoutError) as e:
+            refusal = self.refused(error_name(e), group, "OffsetFetch")
+            if refusal is not None:
+                raise refusal from None
             raise ClusterUnreachable(f"cluster {self.name!r}: offsets of group {group!r} not readable: "
                                      f"{error_name(e)}") from None
         return {(tp.topic, tp.partition): (tp.offset if tp.offset >= 0 else None) for tp in res.topic_partitions}
@@ -542,6 +691,7 @@ class KafkaCluster:
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 msg = c.poll(0.5)
+                self.login_failed()
                 if msg is None:
                     continue
                 if msg.error() is not None:
@@ -574,7 +724,9 @@ class KafkaCluster:
             c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
             deadline = time.monotonic() + timeout
             while waiting and time.monotonic() < deadline:
-                for msg in c.consume(num_messages=500, timeout=0.5):
+                msgs = c.consume(num_messages=500, timeout=0.5)
+                self.login_failed()
+                for msg in msgs:
                     tp = (msg.topic(), msg.partition())
                     if tp not in waiting:
                         continue

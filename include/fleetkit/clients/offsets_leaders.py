@@ -37,13 +37,14 @@ class LeaderState:
 
 
 def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: Iterable[str],
-                      problems: list[str] | None = None) -> list[LeaderState]:
+                      problems: list[str] | None = None, refusals: list | None = None) -> list[LeaderState]:
     """Leader, ISR and epochs of every partition of `topics` (ZooKeeper when given, else metadata).
 
     What could not be read is appended to `problems` when given (ZooKeeper's problems prefixed
     "zookeeper: "; from metadata, each partition without a leader), never raised: a topic being
     created has no state yet. ZooKeeper's states come in its order; metadata's sorted by
-    (topic, partition)."""
+    (topic, partition). A topic the principal may not DESCRIBE is also appended to `refusals`
+    (NotAuthorized) when given."""
     topics = list(topics)
     problems = problems if problems is not None else []
     if zk is not None:
@@ -56,6 +57,9 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
         parts, errors = epochs
         for t, err in sorted(errors.items()):
             problems.append(f"topic {t!r}: metadata answered {err}")
+            refusal = kafka.refused(err, t, "Metadata")
+            if refusal is not None and refusals is not None:
+                refusals.append(refusal)
         out = []
         for pl in sorted(parts, key=lambda x: (x.topic, x.partition)):
             if pl.leader < 0:
@@ -65,6 +69,9 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
         return out
     out = []
     md = kafka.metadata(topics)
+    if refusals is not None:
+        for t in kafka.refused_topics(set(topics) - {t for t, _ in md.partitions}):
+            refusals.append(kafka.refused("TOPIC_AUTHORIZATION_FAILED", t, "Metadata"))
     for (t, p), pm in sorted(md.partitions.items()):
         if t not in topics:
             continue
@@ -77,5 +84,10 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
 def offsets_topic_state(kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                         problems: list[str] | None = None) -> dict[int, LeaderState]:
     """{partition: LeaderState} of __consumer_offsets (ZooKeeper when given, else metadata); empty
-    when the topic does not exist yet (no group has committed)."""
-    return {s.partition: s for s in partition_leaders(kafka, zk, [OFFSETS_TOPIC], problems)}
+    when the topic does not exist yet (no group has committed). NotAuthorized when the principal may
+    not DESCRIBE the topic (it may well exist)."""
+    refusals: list = []
+    found = {s.partition: s for s in partition_leaders(kafka, zk, [OFFSETS_TOPIC], problems, refusals)}
+    if refusals and not found:
+        raise refusals[0]
+    return found

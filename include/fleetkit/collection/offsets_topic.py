@@ -36,7 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
-from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.clients.kafka import KafkaCluster, error_name
 from fleetkit.clients.offsets_codec import DecodeError, decode
 from fleetkit.collection import rebalances
 from fleetkit.core.datasets import SCHEMAS, DataRoot, Staging, table_from_rows, utcnow
@@ -195,6 +195,9 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
     ends = {}
     for p in partitions:
         start, end, err = logs[(OFFSETS_TOPIC, p)]
+        refusal = kafka.refused(err, OFFSETS_TOPIC, "ListOffsets")
+        if refusal is not None:  # the principal may not even DESCRIBE the topic: nothing is read
+            raise refusal
         if err or start is None or end is None:
             res.problems.append(f"{OFFSETS_TOPIC}-{p}: log offsets not readable ({err}); skipped")
             continue
@@ -359,6 +362,11 @@ def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int
         active = set(pos)
         while active and (max_records is None or taker.read < max_records):
             msgs = c.consume(num_messages=5000, timeout=2)
+            kafka.login_failed()
+            for m in msgs:  # a refused Fetch: READ on the topic is missing (not "no data"); the
+                # throwaway group's own errors (no DESCRIBE on it) do not matter to an assigned reader
+                if m.error() is not None and m.error().name() == "TOPIC_AUTHORIZATION_FAILED":
+                    raise kafka.refused("TOPIC_AUTHORIZATION_FAILED", OFFSETS_TOPIC, "Fetch")
             if not msgs:
                 for p in sorted(active):
                     res.problems.append(f"{OFFSETS_TOPIC}-{p}: no data at offset {pos[p]} within 2 s (end {ends[p]}); "
@@ -383,6 +391,9 @@ def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int
                 if pos[p] >= ends[p]:
                     active.discard(p)
     except KafkaException as e:
+        kafka.login_failed()
+        if error_name(e) == "TOPIC_AUTHORIZATION_FAILED":
+            raise kafka.refused("TOPIC_AUTHORIZATION_FAILED", OFFSETS_TOPIC, "Fetch") from None
         res.problems.append(f"reading {OFFSETS_TOPIC} failed: {e}")
     finally:
         c.close()
