@@ -314,6 +314,9 @@ def cmd_coordinator_who(args) -> int:
 
     from fleet_airflow import clusters, settings
 
+    from fleetctl.incident import say_blind
+    from fleetkit.core.errors import blind_summary
+
     cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
     with clusters.connected(cluster) as (kafka, zk):
         try:
@@ -321,6 +324,7 @@ def cmd_coordinator_who(args) -> int:
         except LookupError as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
+        refusals = [x for x in (kafka.refused(r["error"], r["group"], "FindCoordinator") for r in rows) if x]
     for r in rows:
         isr = ",".join(str(b) for b in r["isr"])
         answer = r["error"] or r["state"] or "?"
@@ -328,6 +332,8 @@ def cmd_coordinator_who(args) -> int:
               f"leader_epoch={r['leader_epoch'] if r['leader_epoch'] is not None else '?'}\t"
               f"coordinator={r['coordinator_id'] if r['coordinator_id'] is not None else '?'}\t"
               f"answer={answer}\tverdict={r['verdict']}")
+    if refusals:  # not judged: the principal may not describe these groups
+        return say_blind([f"cluster {cluster.name}: " + blind_summary("group", refusals)])
     return 0 if all(r["verdict"] == "OK" for r in rows) else 3
 
 
@@ -530,13 +536,20 @@ def cmd_collect(args) -> int:
 
     from fleet_airflow import clusters, settings
 
+    from fleetctl.incident import BLIND, say_blind
+    from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandshakeFailed
+
     fleet = load_fleet(args.fleet or settings.fleet_file())
     names = fleet.names if args.cluster == "all" else [args.cluster]
-    failed = 0
+    failed = blind = 0
     for name in names:
         cluster = fleet.cluster(name)
         try:
             res = clusters.collect(cluster, args.out or settings.data_root(), settings.retention_days())
+        except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
+            say_blind([str(e)])
+            blind += 1
+            continue
         except FleetError as e:
             print(f"error: {e}", file=sys.stderr)
             failed += 1
@@ -544,8 +557,11 @@ def cmd_collect(args) -> int:
         print(res.summary())
         for p in res.problems:
             print(f"  problem: {p}")
+        if res.blind:  # groups (or topics) it may not describe: their rows are missing, never "OK"
+            say_blind(["; ".join(res.blind_lines())])
+            blind += 1
     print(f"datasets under {os.path.abspath(args.out or settings.data_root())}")
-    return 1 if failed else 0
+    return 1 if failed else BLIND if blind else 0
 
 
 # -- group-id mappings -------------------------------------------------------------------------
@@ -753,7 +769,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
     cp.set_defaults(func=cmd_coordinator_partition)
     cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
-                                       "and what it answers (exit 3 when a group is not OK)")
+                                       "and what it answers (exit 3 when a group is not OK, 4 when the login or an "
+                                       "ACL kept it from being seen)")
     cw.add_argument("groups", nargs="+", metavar="GROUP")
     cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
@@ -830,7 +847,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
 
-    c = sub.add_parser("collect", help="collect a cluster's state into the datasets")
+    c = sub.add_parser("collect", help="collect a cluster's state into the datasets (exit 1 when a cluster failed, "
+                                       "4 when the login or an ACL kept groups or topics from being seen)")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
     c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
@@ -857,13 +875,17 @@ def main(argv: list[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from fleetkit.core.errors import ClusterUnreachable
+    from fleetctl.incident import BLIND, say_blind
+    from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, TlsHandshakeFailed
 
     try:
         return args.func(args)
+    except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
+        # the cluster answered but the toolkit could not see: a refused login, a missing ACL
+        return say_blind([str(e)])
     except ClusterUnreachable as e:
         print(f"error: {e}", file=sys.stderr)
-        return 4
+        return BLIND
     except FleetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

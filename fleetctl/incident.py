@@ -3,7 +3,9 @@
 They import no Airflow when the cluster's connections are AIRFLOW_CONN_<ID> variables in JSON form
 (fleetkit.core.connections), so they answer in about a second; other connections resolve through
 Airflow (fleet_airflow.clusters). Exit codes, for scripts: 0 nothing flagged, 3 something flagged,
-2 bad input (a one-line error naming it), 4 the cluster could not be reached.
+2 bad input (a one-line error naming it), 4 the cluster could not be reached or seen: unreachable, a
+refused login, or a missing ACL (one line naming the principal, the operation and the resource):
+what the toolkit could not see it does not call OK.
 """
 
 from __future__ import annotations
@@ -16,6 +18,26 @@ from contextlib import contextmanager
 from fleetkit.core.errors import FleetError
 
 FLAGGED = 3
+#: the cluster could not be reached, or not seen (a refused login, a missing ACL)
+BLIND = 4
+
+
+def red(text: str, stream=None) -> str:
+    """`text` in red where `stream` (stderr) is a terminal (and NO_COLOR is not set)."""
+    import os
+
+    stream = stream or sys.stderr
+    if os.environ.get("NO_COLOR") or not getattr(stream, "isatty", lambda: False)():
+        return text
+    return f"\033[31m{text}\033[0m"
+
+
+def say_blind(lines: list[str]) -> int:
+    """What could not be seen, one red "error: ..." line on stderr; BLIND (exit 4)."""
+    from fleetkit.core.render import visible_controls
+
+    print(red("error: " + "; ".join(visible_controls(line) for line in lines)), file=sys.stderr)
+    return BLIND
 
 
 # -- connections -------------------------------------------------------------------------------
@@ -151,6 +173,8 @@ def cmd_lag(args) -> int:
         else:
             groups = list(dict.fromkeys(args.groups))
         result = collect_cluster(cluster, kafka, None, only=groups)
+        if args.all:  # all groups: the listing is only all of them with DESCRIBE on the cluster
+            result.refuse(kafka.listing_refusal())
         rows = result.rows["offsets_snapshots"]
         for r in rows:
             r.setdefault("source", "kafka")
@@ -167,6 +191,8 @@ def cmd_lag(args) -> int:
             if args.all:
                 groups = sorted(set(groups) | {r["group"] for r in rows})
     as_of = result.observed_at or utcnow()
+    if result.blind and not rows:  # nothing seen: nothing to judge
+        return say_blind(result.blind_lines())
     history = _history(args, cluster, as_of, window, groups)
     judged, storms = incident.judge_now(rows, history, as_of, window)
     missing = [g for g in groups if not any(j["group"] == g for j in judged)]
@@ -175,7 +201,8 @@ def cmd_lag(args) -> int:
         print(json.dumps({"cluster": cluster.name, "observed_at": as_of.isoformat(), "window": args.window,
                           "partitions": [incident.lag_record(j) for j in judged],
                           "storms": {g: s._asdict() for g, s in storming},
-                          "missing_groups": missing, "problems": result.problems}, indent=1))
+                          "missing_groups": missing, "problems": result.problems,
+                          "not_seen": [str(r) for r in result.refusals]}, indent=1))
     else:
         if judged:
             print_table(incident.LAG_COLUMNS, [incident.lag_cells(j) for j in judged])
@@ -183,11 +210,15 @@ def cmd_lag(args) -> int:
             print(line)
         for p in result.problems:
             print(f"problem: {p}", file=sys.stderr)
+    unseen = set(result.unseen_groups)
     for g in missing:
         from fleetkit.core.render import visible_controls
 
-        print(f"group {visible_controls(g)!s}: no committed offsets and no members on cluster {cluster.name}",
-              file=sys.stderr)
+        if g not in unseen:
+            print(f"group {visible_controls(g)!s}: no committed offsets and no members on cluster {cluster.name}",
+                  file=sys.stderr)
+    if result.blind:
+        return say_blind(result.blind_lines())
     if missing and len(missing) == len(groups) and not args.all:
         return 2
     return FLAGGED if parts or storming else 0
@@ -210,6 +241,8 @@ def cmd_stuck(args) -> int:
     with connected(cluster, args.timeout) as (kafka, zk, stores):
         result = collect_rows(cluster, kafka, zk, root, store_clients=stores)
     as_of = result.observed_at
+    if result.blind and not result.rows["offsets_snapshots"]:  # nothing seen: nothing to judge
+        return say_blind(result.blind_lines())
     history = _history(args, cluster, as_of, window)
     judged, storms = incident.judge_now(result.rows["offsets_snapshots"], history, as_of, window)
     parts, storming = incident.flagged(judged, storms)
@@ -218,7 +251,8 @@ def cmd_stuck(args) -> int:
         print(json.dumps({"cluster": cluster.name, "observed_at": as_of.isoformat(), "window": args.window,
                           "groups": len(groups), "partitions": len(judged),
                           "flagged": [incident.lag_record(j) for j in parts],
-                          "storms": {g: s._asdict() for g, s in storming}, "problems": result.problems}, indent=1))
+                          "storms": {g: s._asdict() for g, s in storming}, "problems": result.problems,
+                          "not_seen": [str(r) for r in result.refusals]}, indent=1))
     else:
         print(f"cluster {cluster.name} (Kafka {cluster.kafka_version}) at {as_of:%Y-%m-%d %H:%M:%SZ}: "
               f"{len(groups)} group(s), {len(judged)} partition(s), window {args.window}, "
@@ -232,10 +266,12 @@ def cmd_stuck(args) -> int:
                                          j["verdict"].reason] for j in parts])
         for line in _storm_lines(storming):
             print(line)
-        if not parts and not storming:
+        if not parts and not storming and not result.blind:
             print("nothing flagged")
         for p in result.problems:
             print(f"problem: {p}", file=sys.stderr)
+    if result.blind:  # blind is never "nothing flagged"
+        return say_blind(result.blind_lines())
     return FLAGGED if parts or storming else 0
 
 
@@ -258,7 +294,7 @@ def add_parsers(sub) -> None:
         sp.add_argument("--json", action="store_true", help="one JSON document instead of the table")
 
     exits = ("exit codes: 0 nothing flagged, 3 something flagged, 2 bad input, 4 the cluster could not be "
-             "reached")
+             "reached or seen (a refused login, a missing ACL: named in one line)")
     lg = sub.add_parser(
         "lag", help="kafka-consumer-groups --describe plus time lag and verdict, read now",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -440,7 +476,8 @@ def add_offsets_parsers(o_sub) -> None:
         epilog="examples:\n  fleetctl offsets dump --segment /var/kafka/data/__consumer_offsets-17/00000000000000000000.log"
                "\n  fleetctl offsets dump --cluster lab --partition 17 --from 1200000 | jq 'select(.group == \"billing\")'"
                "\n\nexit codes: 0 done, 3 corrupt entries found (CRC or lengths; named, not decoded, the rest "
-               "dumped), 2 bad input (a file that is not a segment), 4 the cluster could not be reached")
+               "dumped), 2 bad input (a file that is not a segment), 4 the cluster could not be reached or read "
+               "(a refused login, a missing ACL)")
     od.add_argument("--segment", metavar="FILE", help="a segment file (.log) of __consumer_offsets")
     od.add_argument("--cluster", help="or: read from the cluster (fleet file name) ...")
     od.add_argument("--partition", type=int, help="... this partition of __consumer_offsets")
@@ -535,7 +572,7 @@ def add_health_parser(o_sub) -> None:
                           "them (Spark, local; about half a minute on a small cluster) and prints the replicas that "
                           "are not healthy, with the reason and the cleaner setting that fixes it."),
         epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "
-               "flagged, 2 bad input, 4 the cluster could not be reached")
+               "flagged, 2 bad input, 4 the cluster could not be reached or read (a refused login, a missing ACL)")
     oh.add_argument("--cluster", required=True, help="cluster name from the fleet file")
     oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT or ./data)")

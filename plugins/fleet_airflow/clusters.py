@@ -13,7 +13,8 @@ from typing import Iterator
 
 from fleetkit.collection.groups import CollectionResult, collect_and_write
 from fleetkit.core.datasets import DataRoot
-from fleetkit.core.errors import ClusterUnreachable, FleetConfigError
+from fleetkit.core.errors import (AuthenticationFailed, ClusterUnreachable, FleetConfigError, NotAuthorized,
+                                   TlsHandshakeFailed)
 from fleetkit.core.fleet import Cluster
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.zookeeper import ZooKeeperCluster
@@ -103,13 +104,13 @@ def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout:
             with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
                 return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days,
                                          store_clients=stores)
-        except (ClusterUnreachable, FleetConfigError):
+        except (ClusterUnreachable, FleetConfigError, AuthenticationFailed, NotAuthorized, TlsHandshakeFailed):
             raise
         except Exception as e:
             # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
             raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
                                      f"{type(e).__name__}: {e}") from e
-    except (ClusterUnreachable, FleetConfigError) as e:
+    except (ClusterUnreachable, FleetConfigError, AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
         try:  # the fleet page shows the newest failure; a data root that cannot take it changes nothing here
             record_status(root, cluster.name, failed={"at": iso_z(utcnow()), "error": str(e)[:2000]})
         except Exception as status_error:  # noqa: BLE001

@@ -23,6 +23,7 @@ from fleetkit.clients.kafka import GroupDescription, KafkaCluster, description_f
 from fleetkit.clients.offsets_leaders import partition_leaders
 from fleetkit.clients.zookeeper import ZooKeeperCluster
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
+from fleetkit.core.errors import NotAuthorized, blind_summary
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
@@ -53,11 +54,35 @@ class CollectionResult:
     problems: list[str] = field(default_factory=list)
     known_groups: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    #: what the principal was refused (missing ACLs): groups, topics, the cluster it could not see
+    refusals: list[NotAuthorized] = field(default_factory=list)
 
     def summary(self) -> str:
         counts = ", ".join(f"{k}={len(v)}" for k, v in self.rows.items())
+        blind = f", {len(self.unseen_groups)} group(s) not seen" if self.unseen_groups else ""
         return (f"cluster {self.cluster}: {len(self.groups)} groups, rows {counts}, "
-                f"{len(self.problems)} problem(s), {self.seconds:.1f}s")
+                f"{len(self.problems)} problem(s){blind}, {self.seconds:.1f}s")
+
+    @property
+    def blind(self) -> bool:
+        """Something was refused: the rows do not show all the cluster holds (never "OK")."""
+        return bool(self.refusals)
+
+    @property
+    def unseen_groups(self) -> list[str]:
+        return list(dict.fromkeys(r.resource_name for r in self.refusals if r.resource_type == "group"))
+
+    def refuse(self, refusal: NotAuthorized | None) -> None:
+        if refusal is not None and not any(str(r) == str(refusal) for r in self.refusals):
+            self.refusals.append(refusal)
+
+    def blind_lines(self, first: int = 3) -> list[str]:
+        """One line per kind of refusal: groups (count, the first names, the first refusal), then
+        each other resource."""
+        groups = [r for r in self.refusals if r.resource_type == "group"]
+        lines = [f"cluster {self.cluster}: " + blind_summary("group", groups, first)] if groups else []
+        lines += [f"cluster {self.cluster}: {r}" for r in self.refusals if r.resource_type != "group"]
+        return lines
 
 
 def member_of(desc: GroupDescription | None, tp: tuple[str, int]):
@@ -135,6 +160,17 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     observed_at = now or utcnow()
     descs, answers = kafka.describe_with_coordinators(groups)
     offsets = kafka.committed_offsets(groups)
+    refusals: list[NotAuthorized] = []
+    if only is None:
+        refusal = kafka.listing_refusal()
+        if refusal is not None:
+            refusals.append(refusal)
+    for g in groups:  # ListGroups may list groups the principal may not describe: each one is named
+        d, got = descs.get(g), offsets.get(g)
+        refusal = kafka.refused(d.error if d is not None else None, g, "DescribeGroups") or kafka.refused(
+            got if isinstance(got, str) else None, g, "OffsetFetch")
+        if refusal is not None:
+            refusals.append(refusal)
 
     # which (topic, partition) each group has: commits plus live assignments
     per_group: dict[str, set[tuple[str, int]]] = {}
@@ -158,6 +194,9 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     all_parts = sorted({tp for parts in per_group.values() for tp in parts})
     log_offsets = kafka.log_offsets(all_parts)
     for tp, (_, _, err) in log_offsets.items():
+        refusal = kafka.refused(err, tp[0], "ListOffsets")
+        if refusal is not None and not any(r.resource == refusal.resource for r in refusals):
+            refusals.append(refusal)
         if err:
             problems.append(f"partition {tp[0]}-{tp[1]}: log offsets not readable ({err}); "
                             "log_start/log_end left null")
@@ -186,21 +225,21 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     if only is not None:
         result = CollectionResult(cluster=cluster.name, observed_at=observed_at,
                                   rows={"offsets_snapshots": snapshots}, groups=groups, problems=problems,
-                                  known_groups=known_groups)
+                                  known_groups=known_groups, refusals=refusals)
         result.seconds = time.monotonic() - t0
         return result
 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)
 
     topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
-    partition_rows = partition_state_rows(cluster, kafka, zk, topics, observed_at, problems)
+    partition_rows = partition_state_rows(cluster, kafka, zk, topics, observed_at, problems, refusals)
 
     result = CollectionResult(
         cluster=cluster.name, observed_at=observed_at,
         rows={"offsets_snapshots": snapshots, "partition_state": partition_rows,
               "group_coordinators": coordinators},
         groups=groups, problems=problems,
-        known_groups=update_known_groups(known_groups, listed, with_offsets, observed_at),
+        known_groups=update_known_groups(known_groups, listed, with_offsets, observed_at), refusals=refusals,
     )
     result.seconds = time.monotonic() - t0
     return result
@@ -241,13 +280,14 @@ def coordinator_rows(cluster: str, kafka: KafkaCluster, groups: list[str], descs
 
 
 def partition_state_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
-                         topics: list[str], observed_at: dt.datetime, problems: list[str]) -> list[dict]:
+                         topics: list[str], observed_at: dt.datetime, problems: list[str],
+                         refusals: list | None = None) -> list[dict]:
     """partition_state rows of `topics` (fleetkit.clients.offsets_leaders: ZooKeeper when the
     cluster has one, else metadata); what could not be read goes to `problems`."""
     return [{"cluster": cluster.name, "topic": s.topic, "partition": s.partition, "observed_at": observed_at,
              "leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch,
              "controller_epoch": s.controller_epoch, "source": s.source}
-            for s in partition_leaders(kafka, zk, topics, problems)]
+            for s in partition_leaders(kafka, zk, topics, problems, refusals)]
 
 
 def state_path(root: DataRoot, cluster: str) -> str:
@@ -329,7 +369,8 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
     record_status(root, cluster.name, ok={"observed_at": iso_z(result.observed_at), "groups": len(result.groups),
-                                          "seconds": round(result.seconds, 1), "problems": result.problems[:50]})
+                                          "seconds": round(result.seconds, 1), "problems": result.problems[:50],
+                                          "not_seen": [str(r) for r in result.refusals[:50]]})
     for dataset in result.rows:
         for removed in prune(root, dataset, cluster.name, retention_days):
             log.info("pruned %s (older than %d days)", removed, retention_days)
@@ -347,17 +388,32 @@ def collect_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | N
     from fleetkit.collection.offsets_topic import add_commit_times, commit_index
     from fleetkit.collection.rebalances import add_generations
 
+    from fleetkit.collection.offsets_topic import CommitIndex
+
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
     committed: set[str] = set()
     problems: list[str] = []
+    refused: list[NotAuthorized] = []
+
+    def index_or_blind() -> CommitIndex:
+        # the principal may not read __consumer_offsets: the rows are collected without what it
+        # tells (commit times, rebalances, groups only it knows), and the run says so (blind)
+        try:
+            return commit_index(cluster, kafka, root)
+        except NotAuthorized as e:
+            refused.append(e)
+            return CommitIndex(set(), {}, [], {})
+
     if cluster.version_tuple < LISTS_COMMIT_ONLY_GROUPS_SINCE:
         # the groups that commit without joining, which the listing misses
-        before = commit_index(cluster, kafka, root)
+        before = index_or_blind()
         committed, problems = before.groups, before.problems
     result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now, committed=committed)
     # every generation: each partition's commit times (the stuck rules' rhythm), read after the
     # offsets so that the index covers the commits the snapshot saw
-    index = commit_index(cluster, kafka, root)
+    index = index_or_blind()
+    for r in refused:
+        result.refuse(r)
     result.problems[:0] = problems + [p for p in index.problems if p not in problems]
     timed = add_commit_times(result.rows["offsets_snapshots"], index.times)
     add_generations(result.rows["offsets_snapshots"], index.generations)
