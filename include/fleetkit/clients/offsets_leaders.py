@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable
 
+from fleetkit.core.errors import authorization_error
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 
 if TYPE_CHECKING:  # the readers are passed in: importing this module loads no client library
@@ -57,9 +58,8 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
         parts, errors = epochs
         for t, err in sorted(errors.items()):
             problems.append(f"topic {t!r}: metadata answered {err}")
-            refusal = kafka.refused(err, t, "Metadata")
-            if refusal is not None and refusals is not None:
-                refusals.append(refusal)
+            if refusals is not None and authorization_error(err):
+                refusals.append(kafka.refused(err, t, "Metadata"))
         out = []
         for pl in sorted(parts, key=lambda x: (x.topic, x.partition)):
             if pl.leader < 0:
@@ -69,8 +69,9 @@ def partition_leaders(kafka: KafkaCluster, zk: ZooKeeperCluster | None, topics: 
         return out
     out = []
     md = kafka.metadata(topics)
-    if refusals is not None:
-        for t in kafka.refused_topics(set(topics) - {t for t, _ in md.partitions}):
+    unseen = set(topics) - {t for t, _ in md.partitions}
+    if refusals is not None and unseen:
+        for t in kafka.refused_topics(unseen):
             refusals.append(kafka.refused("TOPIC_AUTHORIZATION_FAILED", t, "Metadata"))
     for (t, p), pm in sorted(md.partitions.items()):
         if t not in topics:
