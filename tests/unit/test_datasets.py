@@ -84,3 +84,19 @@ def test_publish_copy_replaces_whole_and_leaves_nothing_beside(tmp_path):
         publish_copy(tmp_path / "missing.jsonl", dest)
     assert dest.read_text() == "new 1\nnew 2\n"
     assert sorted(p.name for p in dest.parent.iterdir()) == ["out.jsonl"]
+
+
+def test_read_recent_of_no_group_is_no_rows(tmp_path):
+    """fleetctl lag --all on a cluster where no group could be seen asks for the history of no
+    group: no rows (pyarrow refuses an isin() over an empty, untyped set)."""
+    import datetime as _dt
+
+    from fleetkit.core.datasets import DataRoot, read_recent, write_collection
+
+    root = DataRoot(str(tmp_path))
+    now = _dt.datetime.now(_dt.timezone.utc)
+    write_collection(root, "c", now, {"offsets_snapshots": [
+        {"cluster": "c", "group": "g", "topic": "t", "partition": 0, "observed_at": now, "committed_offset": 1}]})
+    since = now - _dt.timedelta(hours=1)
+    assert read_recent(root, "offsets_snapshots", "c", since, []) == []
+    assert len(read_recent(root, "offsets_snapshots", "c", since, ["g"])) == 1

@@ -319,7 +319,7 @@ def read_recent(root: DataRoot, dataset: str, cluster: str, since: dt.datetime,
     """The rows of one cluster's collections at or after `since` (chosen by the time in the file
     names, so a month of history costs a directory listing), optionally only some groups' rows."""
     files = [f for f in root.files(dataset, cluster) if (file_time(f) or since) >= since]
-    if not files:
+    if not files or (groups is not None and not groups):  # no group: no rows (an empty isin set has no type)
         return []
     flt = pc.field("group").isin(groups) if groups is not None else None
     tables = [pq.read_table(f, filesystem=root.fs, schema=SCHEMAS[dataset], filters=flt) for f in files]
