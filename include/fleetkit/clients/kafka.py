@@ -619,6 +619,7 @@ class KafkaCluster:
     def _commit_once(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         from confluent_kafka import Consumer
 
+        self.verify_login()  # a synchronous commit waits out its timeout on a refused login
         c = Consumer(dict(self.config, **{"group.id": group, "enable.auto.commit": False}))
         try:
             res = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
