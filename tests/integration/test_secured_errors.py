@@ -7,7 +7,8 @@ admin (alter_user_scram_credentials, create_acls):
 
 - `nogroups`: DESCRIBE on the cluster and on every topic, READ on __consumer_offsets, nothing on
   groups (ListGroups lists the groups, DescribeGroups / OffsetFetch refuse each one);
-- `noread`: the read-only `fleet` user's ACLs without READ on __consumer_offsets.
+- `noread`: the read-only `fleet` user's ACLs without READ on __consumer_offsets;
+- `noconfigs`: the `fleet` user's ACLs without DESCRIBE_CONFIGS (the cleaner settings).
 
 A wrong password (or an unknown user) must fail in well under 10 s with "authentication failed for
 <user> on <cluster>: <the broker's reason>" on the confluent-kafka path, on the wire path and in the
@@ -56,6 +57,8 @@ USERS = {
                  ("topic", OFFSETS_TOPIC, "READ")],
     "noread": [("cluster", "kafka-cluster", "DESCRIBE"), ("cluster", "kafka-cluster", "DESCRIBE_CONFIGS"),
                ("group", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE_CONFIGS")],
+    "noconfigs": [("cluster", "kafka-cluster", "DESCRIBE"), ("group", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE"),
+                  ("topic", OFFSETS_TOPIC, "READ")],
 }
 PASSWORDS = {u: secrets.token_urlsafe(16) for u in USERS}
 
@@ -202,9 +205,10 @@ def test_wrong_password_on_the_wire_path(secure_lab):
 
 
 @pytest.mark.parametrize("command", [("stuck", "--cluster", SPEC.name), ("lag", "--all", "--cluster", SPEC.name),
-                                     ("offsets", "dump", "--cluster", SPEC.name, "--partition", "0")])
+                                     ("offsets", "dump", "--cluster", SPEC.name, "--partition", "0"),
+                                     ("offsets", "health", "--cluster", SPEC.name)])
 def test_wrong_password_in_the_cli_exits_4_in_one_line(secure_lab, tmp_path, command):
-    out, seconds = fleetctl(tmp_path, *command, password=WRONG, data=command[0] != "offsets")
+    out, seconds = fleetctl(tmp_path, *command, password=WRONG, data=command[1] != "dump")
     line = one_error_line(out)
     assert out.returncode == 4 and seconds < FAST
     assert line.startswith(f"error: authentication failed for fleet on {SPEC.name}: ")
@@ -275,6 +279,20 @@ def test_the_offsets_reader_names_read_on_the_offsets_topic(secure_lab, tmp_path
     # stuck reads the commit rhythm from __consumer_offsets: blind, naming READ on the topic
     out, _ = fleetctl(tmp_path, "stuck", "--cluster", SPEC.name, user="noread")
     assert out.returncode == 4 and f"may not READ topic '{OFFSETS_TOPIC}'" in one_error_line(out)
+
+
+def test_offsets_health_without_describe_configs_is_blind(secure_lab, tmp_path):
+    out, seconds = fleetctl(tmp_path, "offsets", "health", "--cluster", SPEC.name, user="noconfigs")
+    assert out.returncode == 4
+    assert one_error_line(out) == (f"error: not authorized: noconfigs may not DESCRIBE_CONFIGS cluster 'kafka-cluster' "
+                                   f"on {SPEC.name} (CLUSTER_AUTHORIZATION_FAILED)")
+
+
+def test_coordinator_who_with_a_wrong_password(secure_lab, tmp_path):
+    out, _ = fleetctl(tmp_path, "coordinator", "who", GROUP, "--cluster", SPEC.name, password=WRONG, data=False)
+    assert out.returncode == 4
+    assert one_error_line(out).startswith(f"error: authentication failed for fleet on {SPEC.name}: ")
+    no_secret(out.stdout + out.stderr)
 
 
 # -- everything granted ------------------------------------------------------------------------

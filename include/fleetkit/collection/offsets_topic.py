@@ -419,13 +419,17 @@ def _describe(admin, resources: list, timeout: float) -> dict[str, dict[str, str
     return out
 
 
-def cleaner_settings(admin, broker_ids: list[int], timeout: float = 15.0) -> dict:
+def cleaner_settings(admin, broker_ids: list[int], timeout: float = 15.0, kafka: KafkaCluster | None = None) -> dict:
     """{"brokers": {id: {dedupe_buffer_size, threads, load_factor, cleaner_enabled}}, "topic":
-    {segment_bytes, min_cleanable_ratio, cleanup_policy}} from DescribeConfigs."""
+    {segment_bytes, min_cleanable_ratio, cleanup_policy}} from DescribeConfigs. With `kafka`, a
+    refusal (DESCRIBE_CONFIGS on the cluster or the topic) raises its NotAuthorized."""
     try:
         got = _describe(admin, [ConfigResource(ResourceType.BROKER, str(b)) for b in broker_ids]
                         + [ConfigResource(ResourceType.TOPIC, OFFSETS_TOPIC)], timeout)
     except KafkaException as e:
+        refusal = kafka.refused(error_name(e), OFFSETS_TOPIC, "DescribeConfigs") if kafka is not None else None
+        if refusal is not None:
+            raise refusal from None
         raise ClusterUnreachable(f"DescribeConfigs of the cleaner settings failed: {e}") from None
     brokers = {}
     for b in broker_ids:
@@ -539,7 +543,7 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     root.write_json_atomic(positions_path(root, cluster.name), {str(k): v for k, v in res.positions.items()})
     if cluster.version_tuple >= DESCRIBE_CONFIGS_SINCE:
         try:
-            got = cleaner_settings(kafka.admin, [b.id for b in cluster.brokers], kafka.timeout)
+            got = cleaner_settings(kafka.admin, [b.id for b in cluster.brokers], kafka.timeout, kafka)
             root.write_json_atomic(settings_path(root, cluster.name), {
                 "observed_at": now.isoformat(), "kafka_version": cluster.kafka_version,
                 "brokers": {str(b): v for b, v in got["brokers"].items()}, "topic": got["topic"]})
