@@ -8,7 +8,8 @@ admin (alter_user_scram_credentials, create_acls):
 - `nogroups`: DESCRIBE on the cluster and on every topic, READ on __consumer_offsets, nothing on
   groups (ListGroups lists the groups, DescribeGroups / OffsetFetch refuse each one);
 - `noread`: the read-only `fleet` user's ACLs without READ on __consumer_offsets;
-- `noconfigs`: the `fleet` user's ACLs without DESCRIBE_CONFIGS (the cleaner settings).
+- `noconfigs`: the `fleet` user's ACLs without DESCRIBE_CONFIGS (the cleaner settings);
+- `noacls`: a login and no ACL at all.
 
 A wrong password (or an unknown user) must fail in well under 10 s with "authentication failed for
 <user> on <cluster>: <the broker's reason>" on the confluent-kafka path, on the wire path and in the
@@ -59,6 +60,7 @@ USERS = {
                ("group", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE_CONFIGS")],
     "noconfigs": [("cluster", "kafka-cluster", "DESCRIBE"), ("group", "*", "DESCRIBE"), ("topic", "*", "DESCRIBE"),
                   ("topic", OFFSETS_TOPIC, "READ")],
+    "noacls": [],
 }
 PASSWORDS = {u: secrets.token_urlsafe(16) for u in USERS}
 
@@ -293,6 +295,18 @@ def test_coordinator_who_with_a_wrong_password(secure_lab, tmp_path):
     assert out.returncode == 4
     assert one_error_line(out).startswith(f"error: authentication failed for fleet on {SPEC.name}: ")
     no_secret(out.stdout + out.stderr)
+
+
+def test_a_login_without_any_acl_is_blind_not_empty(secure_lab, tmp_path):
+    """ListGroups answers an empty list (no error) to a principal without Describe on the cluster,
+    and Metadata hides __consumer_offsets: neither may read as "no groups" / "no topic yet"."""
+    out, _ = fleetctl(tmp_path, "lag", "--all", "--cluster", SPEC.name, user="noacls")
+    assert out.returncode == 4
+    assert f"noacls may not DESCRIBE cluster 'kafka-cluster' on {SPEC.name}" in one_error_line(out)
+    out, _ = fleetctl(tmp_path, "coordinator", "who", GROUP, "--cluster", SPEC.name, user="noacls", data=False)
+    assert out.returncode == 4 and "no __consumer_offsets topic yet" not in out.stdout + out.stderr
+    assert one_error_line(out) == (f"error: not authorized: noacls may not DESCRIBE topic '{OFFSETS_TOPIC}' on "
+                                   f"{SPEC.name} (TOPIC_AUTHORIZATION_FAILED)")
 
 
 # -- everything granted ------------------------------------------------------------------------
