@@ -305,8 +305,13 @@ def test_a_login_without_any_acl_is_blind_not_empty(secure_lab, tmp_path):
     assert f"noacls may not DESCRIBE cluster 'kafka-cluster' on {SPEC.name}" in one_error_line(out)
     out, _ = fleetctl(tmp_path, "coordinator", "who", GROUP, "--cluster", SPEC.name, user="noacls", data=False)
     assert out.returncode == 4 and "no __consumer_offsets topic yet" not in out.stdout + out.stderr
-    assert one_error_line(out) == (f"error: not authorized: noacls may not DESCRIBE topic '{OFFSETS_TOPIC}' on "
-                                   f"{SPEC.name} (TOPIC_AUTHORIZATION_FAILED)")
+    refused_topic = (f"error: not authorized: noacls may not DESCRIBE topic '{OFFSETS_TOPIC}' on {SPEC.name} "
+                     "(TOPIC_AUTHORIZATION_FAILED)")
+    assert one_error_line(out) == refused_topic
+    # ListOffsets of a topic it may not describe (librdkafka: "_NOENT"), then no Fetch at all
+    out, _ = fleetctl(tmp_path, "offsets", "dump", "--cluster", SPEC.name, "--partition", str(partition_for(GROUP)),
+                      user="noacls", data=False)
+    assert out.returncode == 4 and one_error_line(out) == refused_topic
 
 
 # -- everything granted ------------------------------------------------------------------------

@@ -579,7 +579,9 @@ class KafkaCluster:
                 except (KafkaException, TimeoutError) as e:
                     res[(tp.topic, tp.partition)] = (None, error_name(e))
             results[spec_name] = res
-        refused_topics = self.refused_topics({t for (t, _), (_, err) in results["start"].items() if err})
+        # a topic the principal may not DESCRIBE: librdkafka says only that its partitions are unknown
+        unknown = ("_NOENT", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED")
+        refused_topics = self.refused_topics({t for (t, _), (_, err) in results["start"].items() if err in unknown})
         for key in parts:
             start, err1 = results["start"].get(key, (None, "NO_ANSWER"))
             end, err2 = results["end"].get(key, (None, "NO_ANSWER"))
@@ -588,8 +590,18 @@ class KafkaCluster:
 
     def refused_topics(self, topics: set[str]) -> dict[str, str]:
         """{topic: TOPIC_AUTHORIZATION_FAILED} of the topics metadata refuses to describe (librdkafka's
-        ListOffsets says only _NOENT / unknown partition for a topic the principal may not DESCRIBE)."""
+        ListOffsets says only _NOENT / unknown partition for a topic the principal may not DESCRIBE).
+        Asked on the wire where it can be (Metadata v7+ never auto-creates a topic); never on brokers
+        before 0.10, whose Metadata creates the topics it is asked about."""
         out: dict[str, str] = {}
+        if not topics or not self.asks_api_versions:
+            return out
+        try:
+            got = self.leader_epochs(sorted(topics))
+        except (ClusterUnreachable, ConnectionError):
+            got = None
+        if got is not None:
+            return {t: e for t, e in got[1].items() if e == "TOPIC_AUTHORIZATION_FAILED"}
         for t in sorted(topics):
             try:
                 tmeta = self._list_topics(t).topics.get(t)
