@@ -93,10 +93,10 @@ def test_without_a_runbook_connection_the_refused_write_is_named_in_one_line(dag
     assert states(dr)["execute"] == "failed", states(dr)
     assert zk_offsets(zk, setup["group"], setup["topic"]) == {0: 3, 1: 5}
     failed = [r for r in audit.records(setup["root"], TEST_LAB.name, dr.run_id) if r["event"] == "failed"]
-    line = (f"not authorized: set on znode /consumers/{setup['group']}/offsets/{setup['topic']}/0 (chroot "
-            f"{TEST_LAB.chroot}) for ZooKeeper identity anonymous (no ZooKeeper authentication) on cluster "
-            f"{TEST_LAB.name!r} (ZooKeeper NoAuth: the znode's ACL does not grant it)")
-    assert len(failed) == 1 and failed[0]["message"].endswith(f"NotAuthorized: {line}"), failed
+    line = (f"ZooKeeper refused set on znode /consumers/{setup['group']}/offsets/{setup['topic']}/0 (chroot "
+            f"{TEST_LAB.chroot}) for anonymous (no ZooKeeper authentication) on cluster {TEST_LAB.name!r} "
+            "(NoAuth: the znode's ACL does not grant it)")
+    assert len(failed) == 1 and failed[0]["message"].endswith(f"ZooKeeperNotAuthorized: {line}"), failed
 
 
 def test_execute_reaches_kafka_through_the_runbook_connection(dag, lab, setup, tmp_path, monkeypatch):

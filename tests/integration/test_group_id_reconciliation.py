@@ -240,8 +240,8 @@ def test_missing_root_and_digest_acl(lab, root):
         ops = gi.ops_for(gi.diff([], members, root, 3600), ["MISSING"])
         refused = gi_execute.apply(anon, ops, root)  # refused by the server: reported, not raised, nothing written
         assert refused.changed == [] and [e["reason"] for e in refused.errors] == [
-            f"not authorized: create on znode {root}/10.3.0.1-c1 (chroot {lab.spec.chroot}) for ZooKeeper identity "
-            "anonymous (no ZooKeeper authentication) (ZooKeeper NoAuth: the znode's ACL does not grant it)"]
+            f"ZooKeeper refused create on znode {root}/10.3.0.1-c1 (chroot {lab.spec.chroot}) for anonymous (no "
+            "ZooKeeper authentication) (NoAuth: the znode's ACL does not grant it)"]
         res = gi_execute.apply(authed, ops, root)
         assert len(res.changed) == 1
         child = f"{root}/10.3.0.1-c1"

@@ -118,9 +118,8 @@ def test_a_refused_reassignment_is_one_line_naming_operation_znode_and_identity(
         with pytest.raises(NotAuthorized) as e:
             leadership.reorder_replicas(zk, "t", 0, [2, 1], timeout=5)
     who = "digest:intruder" if auth else "anonymous (no ZooKeeper authentication)"
-    assert str(e.value) == (f"not authorized: create on znode /admin/reassign_partitions (chroot {chroot}) for "
-                            f"ZooKeeper identity {who} on cluster {spec.name!r} (ZooKeeper NoAuth: the znode's ACL "
-                            "does not grant it)")
+    assert str(e.value) == (f"ZooKeeper refused create on znode /admin/reassign_partitions (chroot {chroot}) for "
+                            f"{who} on cluster {spec.name!r} (NoAuth: the znode's ACL does not grant it)")
     assert SECRET not in str(e.value) and admin.exists(f"{chroot}/admin") is None
 
 
@@ -174,10 +173,9 @@ def test_a_refused_mapping_write_is_reported_in_one_line(spec, top):
         with pytest.raises(NotAuthorized) as e:  # a missing root it may not create: raised
             gi_execute.apply(zk.client, _missing_ops(f"{base}/root", 1), f"{base}/root")
     assert res.changed == [] and [x["reason"] for x in res.errors] == [
-        f"not authorized: create on znode {base}/10.9.0.1-c0 for ZooKeeper identity digest:intruder (ZooKeeper "
-        "NoAuth: the znode's ACL does not grant it)"]
-    assert str(e.value).startswith(f"not authorized: create on znode {base}/root for ZooKeeper identity "
-                                   "digest:intruder")
+        f"ZooKeeper refused create on znode {base}/10.9.0.1-c0 for digest:intruder (NoAuth: the znode's ACL "
+        "does not grant it)"]
+    assert str(e.value).startswith(f"ZooKeeper refused create on znode {base}/root for digest:intruder")
     assert SECRET not in str(e.value) and admin.get_children(base) == []
 
 
@@ -206,8 +204,8 @@ def test_a_refused_zookeeper_offset_reset_is_one_line_and_journaled(spec, top, t
 
     with pytest.raises(NotAuthorized) as e:
         zk_reset.execute(ctx(ZooKeeperAuth("digest", "intruder", SECRET)), plan, tmp_path / "j.jsonl")
-    line = (f"not authorized: set on znode /consumers/grp/offsets/t/0 (chroot {base}) for ZooKeeper identity "
-            f"digest:intruder on cluster {spec.name!r} (ZooKeeper NoAuth: the znode's ACL does not grant it)")
+    line = (f"ZooKeeper refused set on znode /consumers/grp/offsets/t/0 (chroot {base}) for digest:intruder on "
+            f"cluster {spec.name!r} (NoAuth: the znode's ACL does not grant it)")
     assert str(e.value) == line and admin.get(path)[0] == b"42"
     assert read_journal(tmp_path / "j.jsonl")[0]["error"] == line
     out = zk_reset.execute(ctx(ZooKeeperAuth("digest", "owner", OWNER_SECRET)), plan, tmp_path / "k.jsonl")

@@ -139,9 +139,8 @@ def test_a_refused_create_is_one_not_authorized_line_naming_operation_znode_and_
     with pytest.raises(NotAuthorized) as e:
         create_znode(c, "/admin/reassign_partitions", b"{}", makepath=True, cluster="prod")
     msg = str(e.value)
-    assert msg == ("not authorized: create on znode /admin/reassign_partitions (chroot /kafka) for ZooKeeper "
-                   "identity digest:fleet-runbook on cluster 'prod' (ZooKeeper NoAuth: the znode's ACL does not "
-                   "grant it)")
+    assert msg == ("ZooKeeper refused create on znode /admin/reassign_partitions (chroot /kafka) for "
+                   "digest:fleet-runbook on cluster 'prod' (NoAuth: the znode's ACL does not grant it)")
     assert "\n" not in msg and SECRET not in msg and isinstance(e.value, FleetError)
     assert e.value.__cause__ is None and e.value.__suppress_context__  # no kazoo traceback holding the session
 

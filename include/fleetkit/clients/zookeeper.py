@@ -7,8 +7,8 @@ Layout (Kafka's ZkData), below an optional chroot:
 
 Authentication comes from the Airflow connection (``connection_settings``: digest or SASL
 DIGEST-MD5); every znode the toolkit creates goes through ``create_znode`` / ``new_znode_acl``
-(the ACL rule is written there), and a write ZooKeeper refuses becomes one ``NotAuthorized`` line
-(``not_authorized``). Passwords never reach a repr, a log line or an error.
+(the ACL rule is written there), and a write ZooKeeper refuses becomes one line
+(``not_authorized``: a ZooKeeperNotAuthorized, which is a NotAuthorized). Passwords never reach a repr, a log line or an error.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
-from fleetkit.core.errors import ClusterUnreachable, NotAuthorized
+from fleetkit.core.errors import ClusterUnreachable, ZooKeeperNotAuthorized
 
 log = logging.getLogger(__name__)
 
@@ -317,13 +317,14 @@ def zk_identity(client) -> str:
     return ", ".join(ids) or ANONYMOUS
 
 
-def not_authorized(client, operation: str, path: str, cluster: str | None = None) -> NotAuthorized:
-    """ZooKeeper refused `operation` on `path` (NoAuth): the one-line error naming the operation,
-    the znode (and the client's chroot) and the identity used, never a password."""
+def not_authorized(client, operation: str, path: str, cluster: str | None = None) -> ZooKeeperNotAuthorized:
+    """ZooKeeper refused `operation` on `path` (NoAuth): the one-line error (a NotAuthorized)
+    naming the operation, the znode (and the client's chroot) and the identity used, never a
+    password: "ZooKeeper refused create on znode /admin/reassign_partitions (chroot /kafka) for
+    digest:fleet-runbook on cluster 'prod' (NoAuth: the znode's ACL does not grant it)"."""
     chroot = getattr(client, "chroot", "") or ""
     where = f"znode {path}" + (f" (chroot {chroot})" if chroot else "")
-    return NotAuthorized(operation, where, f"ZooKeeper identity {zk_identity(client)}", cluster=cluster,
-                         error="ZooKeeper NoAuth: the znode's ACL does not grant it")
+    return ZooKeeperNotAuthorized(operation, where, zk_identity(client), cluster=cluster)
 
 
 def _nearest_acl(client, path: str, cluster: str | None) -> list:

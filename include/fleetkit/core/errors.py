@@ -38,3 +38,16 @@ class NotAuthorized(FleetError):
         on = f" on cluster {cluster!r}" if cluster else ""
         why = f" ({error})" if error else ""
         super().__init__(f"not authorized: {operation} on {resource} for {principal}{on}{why}")
+
+
+class ZooKeeperNotAuthorized(NotAuthorized):
+    """ZooKeeper refused an operation on a znode to the connection's identity (NoAuth: the znode's
+    ACL), in one line: "ZooKeeper refused <operation> on znode <path> for <identity> on cluster
+    <name> (NoAuth: ...)". The identity is digest:<user>, sasl:<user> or anonymous, never a password."""
+
+    def __init__(self, operation: str, znode: str, identity: str, cluster: str | None = None):
+        self.operation, self.resource, self.principal, self.cluster = operation, znode, identity, cluster
+        self.error = "NoAuth"
+        on = f" on cluster {cluster!r}" if cluster else ""
+        FleetError.__init__(self, f"ZooKeeper refused {operation} on {znode} for {identity}{on} "
+                                  "(NoAuth: the znode's ACL does not grant it)")
