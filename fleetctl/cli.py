@@ -485,7 +485,7 @@ def _trim_command(args, what: str) -> int:
 
     cluster = rb.fleet_cluster()
     owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
-    with clusters.connected(cluster) as (kafka, zk):
+    with clusters.connected(cluster, changes=True) as (kafka, zk):  # it changes the cluster: the runbook principal
         lock = rb.lock(cluster, kafka, zk, owner, holder_running)  # the cluster's identity
         try:
             ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)

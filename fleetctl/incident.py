@@ -84,7 +84,7 @@ def zookeeper_client(cluster, conn_id: str, chroot: str | None, name: str):
         store = next(s for s in cluster.offset_stores if s.conn_id == conn_id)
         return clusters.offset_store_zookeeper(cluster, store)
     s = connection_settings(conn_id, conn.host, conn.port, conn.login, conn.password, conn.extra, chroot)
-    return ZooKeeperCluster(name, s["hosts"], s["chroot"], auth_data=s["auth_data"], timeout=s["timeout"])
+    return ZooKeeperCluster.from_settings(name, s)
 
 
 @contextmanager

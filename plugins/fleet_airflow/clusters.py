@@ -3,6 +3,12 @@
 The one place that turns a `fleetkit.core.fleet.Cluster` into hooks: operators and fleetctl both use
 it, so a connection id resolves the same way everywhere (AIRFLOW_CONN_<ID> variables, the
 metadata database, or any configured secrets backend).
+
+Which principal: every function takes `changes` (default False). A step that changes the cluster
+(a runbook's execute and teardown, the unattended mapping writer, fleetctl trim resume/restore)
+passes changes=True and gets the runbook connections (the fleet file's runbook_kafka_conn_id,
+zookeeper.runbook_conn_id, a store's runbook_conn_id; each defaults to the read-only one); every
+other step reads with the read-only connections (kafka_conn_id, zookeeper.conn_id, conn_id).
 """
 
 from __future__ import annotations
@@ -22,43 +28,50 @@ from fleetkit.clients.zookeeper import ZooKeeperCluster
 log = logging.getLogger(__name__)
 
 
-def _missing_connection(conn_id: str, cluster: Cluster, what: str, exc: Exception) -> FleetConfigError:
+def _missing_connection(conn_id: str, cluster: Cluster, what: str, exc: Exception,
+                        changes: bool = False) -> FleetConfigError:
+    role = "runbook " if changes else ""
     return FleetConfigError(
-        f"cluster {cluster.name!r}: {what} connection {conn_id!r} is not defined ({exc}). Define it as "
+        f"cluster {cluster.name!r}: {role}{what} connection {conn_id!r} is not defined ({exc}). Define it as "
         f"AIRFLOW_CONN_{conn_id.upper()} or in Airflow (Admin > Connections)")
 
 
-def kafka_for(cluster: Cluster, timeout: float = 15.0) -> KafkaCluster:
+def kafka_for(cluster: Cluster, timeout: float = 15.0, *, changes: bool = False) -> KafkaCluster:
+    """The cluster's KafkaCluster through its read-only connection, or its runbook one (`changes`)."""
     from airflow.exceptions import AirflowNotFoundException
 
     from fleet_airflow.hooks.kafka_cluster import KafkaClusterHook
 
-    hook = KafkaClusterHook(cluster.kafka_conn_id, cluster_name=cluster.name,
-                            kafka_version=cluster.kafka_version, timeout=timeout)
+    conn_id = cluster.kafka_conn_id_for(changes)
+    hook = KafkaClusterHook(conn_id, cluster_name=cluster.name, kafka_version=cluster.kafka_version, timeout=timeout)
     try:
         return hook.get_conn
     except AirflowNotFoundException as e:
-        raise _missing_connection(cluster.kafka_conn_id, cluster, "Kafka", e) from None
+        raise _missing_connection(conn_id, cluster, "Kafka", e, changes) from None
 
 
-def zookeeper_for(cluster: Cluster) -> ZooKeeperCluster | None:
+def zookeeper_for(cluster: Cluster, *, changes: bool = False) -> ZooKeeperCluster | None:
+    """The cluster's ZooKeeperCluster (not started) through its read-only or runbook (`changes`) connection."""
     if cluster.zookeeper is None:
         return None
     from airflow.exceptions import AirflowNotFoundException
 
     from fleet_airflow.hooks.zookeeper import ZooKeeperHook
 
-    hook = ZooKeeperHook(cluster.zookeeper.conn_id, chroot=cluster.zookeeper.chroot, cluster_name=cluster.name)
+    conn_id = cluster.zookeeper.conn_id_for(changes)
+    hook = ZooKeeperHook(conn_id, chroot=cluster.zookeeper.chroot, cluster_name=cluster.name)
     try:
         return hook.get_conn()
     except AirflowNotFoundException as e:
-        raise _missing_connection(cluster.zookeeper.conn_id, cluster, "ZooKeeper", e) from None
+        raise _missing_connection(conn_id, cluster, "ZooKeeper", e, changes) from None
 
 
 @contextmanager
-def connected(cluster: Cluster, timeout: float = 15.0) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster | None]]:
-    kafka = kafka_for(cluster, timeout=timeout)
-    zk = zookeeper_for(cluster)
+def connected(cluster: Cluster, timeout: float = 15.0, *,
+              changes: bool = False) -> Iterator[tuple[KafkaCluster, ZooKeeperCluster | None]]:
+    """(kafka, zk or None), started, closed on exit: the runbook connections when `changes`."""
+    kafka = kafka_for(cluster, timeout=timeout, changes=changes)
+    zk = zookeeper_for(cluster, changes=changes)
     try:
         if zk is not None:
             zk.start()
@@ -69,19 +82,21 @@ def connected(cluster: Cluster, timeout: float = 15.0) -> Iterator[tuple[KafkaCl
         kafka.close()
 
 
-def offset_store_zookeeper(cluster: Cluster, store) -> ZooKeeperCluster:
-    """A (not yet started) client of one offset store's ZooKeeper, chroot applied."""
+def offset_store_zookeeper(cluster: Cluster, store, *, changes: bool = False) -> ZooKeeperCluster:
+    """A (not yet started) client of one offset store's ZooKeeper, chroot applied (the store's
+    runbook connection when `changes`)."""
     from airflow.exceptions import AirflowNotFoundException
 
     from fleet_airflow.hooks.zookeeper import ZooKeeperHook
 
+    conn_id = store.conn_id_for(changes)
     # no chroot in the fleet file: the connection's own (extra.chroot), if any
-    hook = ZooKeeperHook(store.conn_id, chroot=store.chroot or None,
+    hook = ZooKeeperHook(conn_id, chroot=store.chroot or None,
                          cluster_name=f"{cluster.name} {store.kind} store")
     try:
         return hook.get_conn()
     except AirflowNotFoundException as e:
-        raise _missing_connection(store.conn_id, cluster, f"{store.kind} offset store ZooKeeper", e) from None
+        raise _missing_connection(conn_id, cluster, f"{store.kind} offset store ZooKeeper", e, changes) from None
 
 
 def offset_store_clients(cluster: Cluster):

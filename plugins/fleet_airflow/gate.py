@@ -88,13 +88,16 @@ def _cluster(params: dict) -> Cluster:
     return load_fleet(settings.fleet_file()).cluster(params["cluster"])
 
 
-def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_path=None) -> Any:
+def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_path=None, changes: bool = False) -> Any:
+    """`fn` over the cluster's connections: the runbook principal's when `changes` (execute,
+    teardown: the steps that change the cluster), the read-only one's otherwise (plan, lock, verify)."""
     from fleet_airflow import clusters
 
     cluster = _cluster(params)
-    with clusters.connected(cluster) as (kafka, zk):
+    with clusters.connected(cluster, changes=changes) as (kafka, zk):
         return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path,
-                                 open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store)))
+                                 open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store,
+                                                                                              changes=changes)))
 
 
 def runbook(params: dict, action: GateAction, context) -> Runbook:
@@ -418,7 +421,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             return out
 
         try:
-            result = _with_cluster(params, run, journal_path=journal_file)
+            result = _with_cluster(params, run, journal_path=journal_file, changes=True)
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
         _audit(params, context, action, "executed", actor=actor, digest=digest_now,
@@ -454,7 +457,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                    message=f"execute started and never finished (killed or lost): {len(account['done'])} change(s) "
                            f"made, {len(account['unknown'])} of unknown outcome; see the journal {journal_file}",
                    details={"journal": account, "rollback": plan["rollback"]})
-        done = _with_cluster(params, lambda ctx: action.teardown(ctx, plan), journal_path=journal_file)
+        done = _with_cluster(params, lambda ctx: action.teardown(ctx, plan), journal_path=journal_file, changes=True)
         if done:
             _audit(params, context, action, "teardown", digest=digest, message="; ".join(done),
                    details={"done": done})

@@ -259,3 +259,73 @@ def test_require_approvers_names_the_file_and_cluster(tmp_path):
     assert str(e.value).startswith(f"fleet file {p}: cluster kraft1: `approvers` is required for destructive "
                                    "runbooks (")
     assert fleet.cluster("kraft1") == parse_fleet(GOOD, path="other.yaml").cluster("kraft1")  # not part of equality
+
+
+# -- the runbooks' own principal -------------------------------------------------------------------
+RUNBOOK = """
+version: 1
+clusters:
+  - name: prod-eu
+    kafka_conn_id: prod_eu_kafka
+    runbook_kafka_conn_id: prod_eu_kafka_runbook
+    zookeeper: {conn_id: prod_eu_zk, runbook_conn_id: prod_eu_zk_runbook, chroot: /kafka}
+    offset_stores:
+      - {kind: zookeeper, conn_id: prod_eu_zk, chroot: /kafka}
+      - {kind: storm, conn_id: storm_zk, root: /spouts}
+      - {kind: storm, conn_id: storm_zk, root: /spouts2, runbook_conn_id: storm_zk_runbook}
+  - name: plain
+    kafka_conn_id: plain_kafka
+    zookeeper: {conn_id: plain_zk}
+    offset_stores: [{kind: zookeeper, conn_id: plain_zk}]
+"""
+
+
+def test_runbook_connections_are_chosen_for_steps_that_change_the_cluster():
+    fleet = parse_fleet(RUNBOOK, path="fleet.yaml", base_dir=Path("/"))
+    c = fleet.cluster("prod-eu")
+    assert (c.kafka_conn_id_for(), c.kafka_conn_id_for(changes=True)) == ("prod_eu_kafka", "prod_eu_kafka_runbook")
+    assert (c.zookeeper.conn_id_for(), c.zookeeper.conn_id_for(True)) == ("prod_eu_zk", "prod_eu_zk_runbook")
+    own, storm, storm2 = c.offset_stores
+    # a store on the cluster's own ZooKeeper connection follows zookeeper.runbook_conn_id
+    assert (own.conn_id_for(), own.conn_id_for(True)) == ("prod_eu_zk", "prod_eu_zk_runbook")
+    # another ZooKeeper (Storm's): its own runbook_conn_id, else its conn_id
+    assert (storm.conn_id_for(), storm.conn_id_for(True)) == ("storm_zk", "storm_zk")
+    assert (storm2.conn_id_for(), storm2.conn_id_for(True)) == ("storm_zk", "storm_zk_runbook")
+
+
+def test_without_runbook_connections_every_step_uses_the_read_only_one():
+    c = parse_fleet(RUNBOOK, path="fleet.yaml", base_dir=Path("/")).cluster("plain")
+    assert c.runbook_kafka_conn_id is None and c.zookeeper.runbook_conn_id is None
+    assert c.kafka_conn_id_for(changes=True) == c.kafka_conn_id_for() == "plain_kafka"
+    assert c.zookeeper.conn_id_for(True) == "plain_zk" and c.offset_stores[0].conn_id_for(True) == "plain_zk"
+
+
+@pytest.mark.parametrize("mutate, field, message", [
+    (lambda d: d["clusters"][0].update(runbook_kafka_conn_id="bad id!"), "clusters[prod-eu].runbook_kafka_conn_id",
+     "is not a valid connection id"),
+    (lambda d: d["clusters"][0].update(runbook_kafka_conn_id=""), "clusters[prod-eu].runbook_kafka_conn_id",
+     "non-empty string"),
+    (lambda d: d["clusters"][0].update(runbook_kafka_conn_id=["a"]), "clusters[prod-eu].runbook_kafka_conn_id",
+     "non-empty string"),
+    (lambda d: d["clusters"][0]["zookeeper"].update(runbook_conn_id="a/b"),
+     "clusters[prod-eu].zookeeper.runbook_conn_id", "is not a valid connection id"),
+    (lambda d: d["clusters"][0]["offset_stores"][1].update(runbook_conn_id="x y"),
+     "clusters[prod-eu].offset_stores[1].runbook_conn_id", "is not a valid connection id"),
+    (lambda d: d["clusters"][0].update(runbook_conn_id="x"), "clusters[0]", "unknown field(s) runbook_conn_id"),
+    (lambda d: d["clusters"][0]["zookeeper"].update(runbook_kafka_conn_id="x"), "clusters[prod-eu].zookeeper",
+     "unknown field(s) runbook_kafka_conn_id"),
+])
+def test_bad_runbook_connections_name_the_field(mutate, field, message):
+    doc = yaml.safe_load(RUNBOOK)
+    mutate(doc)
+    with pytest.raises(FleetConfigError) as e:
+        parse_fleet(yaml.safe_dump(doc), path="fleet.yaml", base_dir=Path("/"))
+    assert str(e.value).startswith(f"fleet.yaml: {field}: ") and message in str(e.value), str(e.value)
+
+
+def test_the_fleet_file_reference_documents_the_runbook_fields():
+    import fleetkit.core.fleet as fleet_module
+
+    readme = (REPO / "README.md").read_text()
+    for name in ("runbook_kafka_conn_id", "runbook_conn_id"):
+        assert name in fleet_module.__doc__ and name in readme

@@ -11,8 +11,11 @@ leadership to another in-sync replica:
    ({"version":1,"partitions":[{"topic","partition"}]}); the controller deletes it when done.
 
 Both znodes are created, never overwritten: if one already exists another admin operation is in
-progress and we refuse. Automatic leader rebalancing (auto.leader.rebalance.enable) must stay off
-or the controller moves leadership back to the old preferred replica.
+progress and we refuse. They (and a missing /admin) get the ACL of every znode the toolkit
+creates (fleetkit.clients.zookeeper.new_znode_acl: creator-all + world-read when the connection
+authenticates, the parent's ACL when it does not); a create ZooKeeper refuses is NotAuthorized.
+Automatic leader rebalancing (auto.leader.rebalance.enable) must stay off or the controller moves
+leadership back to the old preferred replica.
 
 A KRaft cluster (4.x) has no /admin znodes. There the same two steps go through the Admin API:
 AlterPartitionReassignments with the reordered replicas (on the wire, fleetkit.clients.
@@ -33,7 +36,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from dataclasses import dataclass
 
 from fleetkit.core.errors import FleetError
-from fleetkit.clients.zookeeper import ZooKeeperCluster, parse_state
+from fleetkit.clients.zookeeper import ZooKeeperCluster, create_znode, parse_state
 
 REASSIGN = "/admin/reassign_partitions"
 ELECTION = "/admin/preferred_replica_election"
@@ -159,7 +162,7 @@ def busy(zk: ZooKeeperCluster | AdminLeadership) -> list[str]:
 
 def _create_admin(zk: ZooKeeperCluster, path: str, doc: dict) -> None:
     try:
-        zk.client.create(path, json.dumps(doc).encode("utf-8"), makepath=True)
+        create_znode(zk.client, path, json.dumps(doc).encode("utf-8"), makepath=True, cluster=zk.name)
     except NodeExistsError:
         raise AdminBusy(f"{path} already exists on cluster {zk.name!r}: another admin operation is in progress; "
                         "wait for the controller to finish it") from None

@@ -4,6 +4,11 @@ Layout (Kafka's ZkData), below an optional chroot:
   /brokers/ids/<id>                               broker registration
   /brokers/topics/<topic>/partitions/<p>/state    leader, leader_epoch, controller_epoch, isr
   /controller                                     current controller
+
+Authentication comes from the Airflow connection (``connection_settings``: digest or SASL
+DIGEST-MD5); every znode the toolkit creates goes through ``create_znode`` / ``new_znode_acl``
+(the ACL rule is written there), and a write ZooKeeper refuses becomes one line
+(``not_authorized``: a ZooKeeperNotAuthorized, which is a NotAuthorized). Passwords never reach a repr, a log line or an error.
 """
 
 from __future__ import annotations
@@ -11,16 +16,69 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
-from fleetkit.core.errors import ClusterUnreachable
+from fleetkit.core.errors import ClusterUnreachable, ZooKeeperNotAuthorized
 
 log = logging.getLogger(__name__)
+
+AUTH_SCHEMES = ("digest", "sasl")
+ANONYMOUS = "anonymous (no ZooKeeper authentication)"
+
+
+@dataclass(frozen=True)
+class ZooKeeperAuth:
+    """Who the toolkit is to ZooKeeper: `scheme` digest (addauth digest user:password) or sasl
+    (SASL DIGEST-MD5, a server with a JAAS login). The password never shows in repr or str."""
+
+    scheme: str
+    username: str
+    password: str = field(default="", repr=False)
+
+    def __post_init__(self):
+        if self.scheme not in AUTH_SCHEMES:
+            raise ValueError(f"ZooKeeper auth scheme must be one of {', '.join(AUTH_SCHEMES)}, got {self.scheme!r}")
+
+    @property
+    def identity(self) -> str:
+        """The ZooKeeper id of the session (as an ACL names it, without the password): digest:<user>, sasl:<user>."""
+        return f"{self.scheme}:{self.username}"
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperAuth({self.identity}, password=***)"
+
+    __str__ = __repr__
+
+    def kazoo_args(self) -> dict:
+        """KazooClient keyword arguments: auth_data for digest, sasl_options for SASL."""
+        if self.scheme == "sasl":
+            return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": self.username,
+                                     "password": self.password}}
+        return {"auth_data": [("digest", f"{self.username}:{self.password}")]}
+
+
+class _RedactAuth(logging.Filter):
+    """kazoo logs every request it sends at DEBUG, an addauth's credential included
+    ("Sending request(xid=-4): Auth(auth_type=0, scheme='digest', auth='user:password')"): the
+    credential is replaced before any handler sees the record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(type(a).__name__ == "Auth" and hasattr(a, "_replace") for a in args):
+            record.args = tuple(a._replace(auth="***") if type(a).__name__ == "Auth" and hasattr(a, "_replace")
+                                else a for a in args)
+        return True
+
+
+#: the logger the toolkit's kazoo clients log through (kazoo's messages, credentials redacted)
+kazoo_log = logging.getLogger("fleetkit.kazoo")
+kazoo_log.addFilter(_RedactAuth())
 
 
 @dataclass(frozen=True)
@@ -55,25 +113,41 @@ def parse_state(topic: str, partition: int, data: bytes, version: int) -> Partit
 class ZooKeeperCluster:
     """A kazoo client for one cluster's ZooKeeper, chroot applied."""
 
-    def __init__(self, name: str, hosts: str, chroot: str = "", auth_data: list | None = None,
+    def __init__(self, name: str, hosts: str, chroot: str = "", auth: ZooKeeperAuth | None = None,
                  timeout: float = 10.0, client: KazooClient | None = None, persistent: bool = False):
-        """persistent: keep reconnecting forever (a long-lived watcher) instead of giving up after
-        three connection attempts (a collection, which must fail fast and say so)."""
+        """auth: who to be (digest or SASL; None: anonymous). persistent: keep reconnecting forever
+        (a long-lived watcher) instead of giving up after three connection attempts (a collection,
+        which must fail fast and say so)."""
         self.name = name
         self.hosts = hosts
         self.chroot = chroot
         self.timeout = timeout
-        self.auth_data = auth_data
+        self.auth = auth
         self._own_client = client is None
         retry = ({"max_tries": -1, "delay": 0.2, "max_delay": 5} if persistent
                  else {"max_tries": 3, "delay": 0.2})
         self.client = client or KazooClient(hosts=join_chroot(hosts, chroot), timeout=timeout,
-                                            auth_data=auth_data or None, connection_retry=retry,
-                                            command_retry={"max_tries": 3, "delay": 0.2})
+                                            connection_retry=retry, command_retry={"max_tries": 3, "delay": 0.2},
+                                            logger=kazoo_log, **(auth.kazoo_args() if auth else {}))
+
+    @classmethod
+    def from_settings(cls, name: str, settings: "ConnectionSettings", **kwargs) -> "ZooKeeperCluster":
+        """A not yet started client from ``connection_settings``' result."""
+        return cls(name, settings.hosts, settings.chroot, auth=settings.auth, timeout=settings.timeout, **kwargs)
+
+    @property
+    def identity(self) -> str:
+        """Who this client is to ZooKeeper (digest:<user>, sasl:<user> or anonymous), never a password."""
+        return zk_identity(self.client) if self.auth is None else self.auth.identity
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperCluster({self.name!r}, {self.hosts}{self.chroot}, {self.identity})"
+
+    __str__ = __repr__
 
     def persistent(self) -> "ZooKeeperCluster":
         """A new, not yet started client to the same ZooKeeper that never stops reconnecting."""
-        return ZooKeeperCluster(self.name, self.hosts, self.chroot, self.auth_data, self.timeout, persistent=True)
+        return ZooKeeperCluster(self.name, self.hosts, self.chroot, self.auth, self.timeout, persistent=True)
 
     def __enter__(self) -> "ZooKeeperCluster":
         self.start()
@@ -162,11 +236,45 @@ class ZooKeeperCluster:
         return states, problems
 
 
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """A ZooKeeper connection's settings (``connection_settings``). The password lives only inside
+    `auth` and never shows in repr; item access (``s["hosts"]``) reads the fields."""
+
+    hosts: str
+    chroot: str = ""
+    auth: ZooKeeperAuth | None = None
+    timeout: float = 10.0
+
+    def __getitem__(self, key: str) -> Any:
+        if key in ("hosts", "chroot", "auth", "timeout"):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    @property
+    def auth_data(self) -> list | None:
+        """kazoo's auth_data (digest), or None."""
+        return self.auth.kazoo_args().get("auth_data") if self.auth else None
+
+    @property
+    def sasl_options(self) -> dict | None:
+        """kazoo's sasl_options (SASL DIGEST-MD5), or None."""
+        return self.auth.kazoo_args().get("sasl_options") if self.auth else None
+
+
 def connection_settings(conn_id: str, host: str | None, port: int | None, login: str | None,
-                        password: str | None, extra: dict | None, chroot: str | None = None) -> dict:
+                        password: str | None, extra: dict | None, chroot: str | None = None) -> ConnectionSettings:
     """A ZooKeeper connection's fields -> the ZooKeeperCluster arguments: host and port, or extra
-    {"hosts": "zk1:2181,zk2:2181"}; login/password become digest auth; extra "chroot" is the default
-    chroot (`chroot`, the fleet file's, wins when given); extra "timeout" in seconds."""
+    {"hosts": "zk1:2181,zk2:2181"}; extra "chroot" is the default chroot (`chroot`, the fleet
+    file's, wins when given); extra "timeout" in seconds.
+
+    Authentication, from login/password and extra "auth":
+      * "digest" (the default when a login is given): kazoo auth_data [("digest", "login:password")]
+        (ZooKeeper's addauth digest: no server configuration needed);
+      * "sasl": kazoo sasl_options {"mechanism": "DIGEST-MD5", "username": login, "password":
+        password} (the server needs a SASL login: a JAAS Server section and its authProvider);
+      * no login: anonymous (extra "auth" must then be absent).
+    Errors name the connection and the field, never the password."""
     extra = extra or {}
     hosts = extra.get("hosts")
     if not hosts:
@@ -174,5 +282,91 @@ def connection_settings(conn_id: str, host: str | None, port: int | None, login:
             raise ValueError(f"ZooKeeper connection {conn_id!r} has neither host nor extra.hosts")
         hosts = f"{host}:{port or 2181}"
     chroot = chroot if chroot is not None else extra.get("chroot", "")
-    auth = [("digest", f"{login}:{password or ''}")] if login else None
-    return {"hosts": hosts, "chroot": chroot or "", "auth_data": auth, "timeout": float(extra.get("timeout", 10))}
+    scheme = extra.get("auth")
+    if scheme is not None and (not isinstance(scheme, str) or scheme.lower() not in AUTH_SCHEMES):
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.auth must be one of {', '.join(AUTH_SCHEMES)}, "
+                         f"got {scheme!r}")
+    auth = None
+    if login:
+        auth = ZooKeeperAuth((scheme or "digest").lower(), login, password or "")
+    elif scheme is not None:
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.auth is {scheme!r} but the connection has no "
+                         "login (the user to authenticate as)")
+    return ConnectionSettings(hosts=hosts, chroot=chroot or "", auth=auth, timeout=float(extra.get("timeout", 10)))
+
+
+# -- who we are, and the ACL of what we create ---------------------------------------------------------
+def _sasl_options(client) -> dict | None:
+    return getattr(getattr(client, "_connection", None), "sasl_options", None)
+
+
+def authenticated(client) -> bool:
+    """Whether a kazoo client's session authenticates (digest auth_data or SASL options)."""
+    return bool(getattr(client, "auth_data", None)) or bool(_sasl_options(client))
+
+
+def zk_identity(client) -> str:
+    """The ZooKeeper identity a kazoo client acts as, as an ACL names it: digest:<user>,
+    sasl:<user> (several joined with ', '), or anonymous. Never a password."""
+    ids = []
+    sasl = _sasl_options(client)
+    if sasl:
+        ids.append(f"sasl:{sasl.get('username', '?')}")
+    for scheme, credential in sorted(getattr(client, "auth_data", None) or ()):
+        ids.append(f"{scheme}:{str(credential).split(':', 1)[0]}" if scheme == "digest" else f"{scheme}:?")
+    return ", ".join(ids) or ANONYMOUS
+
+
+def not_authorized(client, operation: str, path: str, cluster: str | None = None) -> ZooKeeperNotAuthorized:
+    """ZooKeeper refused `operation` on `path` (NoAuth): the one-line error (a NotAuthorized)
+    naming the operation, the znode (and the client's chroot) and the identity used, never a
+    password: "ZooKeeper refused create on znode /admin/reassign_partitions (chroot /kafka) for
+    digest:fleet-runbook on cluster 'prod' (NoAuth: the znode's ACL does not grant it)"."""
+    chroot = getattr(client, "chroot", "") or ""
+    where = f"znode {path}" + (f" (chroot {chroot})" if chroot else "")
+    return ZooKeeperNotAuthorized(operation, where, zk_identity(client), cluster=cluster)
+
+
+def _nearest_acl(client, path: str, cluster: str | None) -> list:
+    """The ACL of the nearest existing ancestor of `path` (`path` excluded), up to /."""
+    node = path.rstrip("/").rpartition("/")[0]
+    while True:
+        try:
+            acl, _ = client.get_acls(node or "/")
+            return acl
+        except NoNodeError:
+            if not node:
+                raise
+            node = node.rpartition("/")[0]
+        except NoAuthError:
+            raise not_authorized(client, "read ACL", node or "/", cluster) from None
+
+
+def new_znode_acl(client, path: str, cluster: str | None = None) -> list:
+    """THE ACL of every znode the toolkit creates (and of any missing parent it creates on the way).
+
+    * The session authenticates (digest or SASL): Kafka's ``zookeeper.set.acl=true`` policy, i.e.
+      the creator (the authenticated identity: kazoo's CREATOR_ALL_ACL, ZooKeeper's ``auth``
+      scheme, which works with digest and SASL) has all rights and the world may READ (Kafka's
+      brokers and tools read these znodes; the controller deletes /admin znodes through its right
+      on the parent).
+    * The session is anonymous: the ACL of the nearest existing parent, i.e. what the cluster has
+      (an open parent gives an open znode, a protected parent a protected one; then ZooKeeper
+      refuses the create, and NotAuthorized says so).
+    Never kazoo's default OPEN_ACL_UNSAFE: every create passes this ACL explicitly, makepath
+    included (kazoo's ensure_path creates each missing parent with the same ACL)."""
+    if authenticated(client):
+        return list(CREATOR_ALL_ACL) + list(READ_ACL_UNSAFE)
+    return list(_nearest_acl(client, path, cluster))
+
+
+def create_znode(client, path: str, value: bytes = b"", *, makepath: bool = False, ephemeral: bool = False,
+                 acl: list | None = None, cluster: str | None = None, operation: str = "create") -> str:
+    """Create `path` (and, with makepath, its missing parents) with ``new_znode_acl`` (or `acl`,
+    one it computed earlier for the same place). NodeExistsError passes through; a create ZooKeeper
+    refuses raises NotAuthorized (one line: operation, znode, identity)."""
+    acl = acl if acl is not None else new_znode_acl(client, path, cluster)
+    try:
+        return client.create(path, value, acl=acl, makepath=makepath, **({"ephemeral": True} if ephemeral else {}))
+    except NoAuthError:
+        raise not_authorized(client, operation, path, cluster) from None

@@ -110,3 +110,20 @@ def blind_summary(what: str, refusals: list[NotAuthorized], first: int = 3) -> s
     names = list(dict.fromkeys(r.resource_name for r in refusals))
     shown = ", ".join(f"'{visible_controls(n)}'" for n in names[:first]) + (", ..." if len(names) > first else "")
     return f"{len(names)} {what}(s) not seen ({shown}): {refusals[0]}"
+
+
+class ZooKeeperNotAuthorized(NotAuthorized):
+    """ZooKeeper refused an operation on a znode to the connection's identity (NoAuth: the znode's
+    ACL), in one line: "ZooKeeper refused <operation> on znode <path> for <identity> on cluster
+    <name> (NoAuth: ...)". The identity is digest:<user>, sasl:<user> or anonymous, never a password."""
+
+    def __init__(self, operation: str, znode: str, identity: str, cluster: str | None = None):
+        self.operation, self.resource, self.principal, self.cluster = operation, znode, identity, cluster
+        self.resource_type, self.resource_name = "znode", znode
+        self.error = "NoAuth"
+        from fleetkit.core.render import visible_controls
+
+        on = f" on cluster {cluster!r}" if cluster else ""
+        FleetError.__init__(self, f"ZooKeeper refused {operation} on {visible_controls(znode)} for "
+                                  f"{visible_controls(identity)}{on} "
+                                  "(NoAuth: the znode's ACL does not grant it)")

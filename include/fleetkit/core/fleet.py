@@ -7,8 +7,10 @@ A fleet file is YAML::
       - name: lab                        # [A-Za-z0-9_.-], unique
         kafka_version: "0.9.0.1"         # quoted; decides client protocol settings (0.9 needs fallbacks)
         kafka_conn_id: lab_kafka         # Airflow connection (type kafka), holds bootstrap.servers
+        runbook_kafka_conn_id: lab_kafka_runbook  # optional: the destructive runbooks' principal
         zookeeper:                       # ZooKeeper-mode clusters only
           conn_id: lab_zookeeper         # Airflow connection (type zookeeper)
+          runbook_conn_id: lab_zookeeper_runbook  # optional: the ZooKeeper identity of znode writes
           chroot: /kafka
         offsets_topic_partitions: 50
         groups: [billing]                # always collected, even when the cluster forgot them
@@ -35,6 +37,7 @@ A fleet file is YAML::
         offset_stores:                   # optional: consumer offsets kept in ZooKeeper, not Kafka
           - kind: zookeeper              # the old high-level consumer: <root>/<group>/offsets/<topic>/<p>
             conn_id: lab_zookeeper       # Airflow connection (type zookeeper) of that ZooKeeper
+            runbook_conn_id: lab_zookeeper_runbook  # optional: the connection of offset resets
             chroot: /kafka               # optional chroot of the connection
             root: /consumers             # default /consumers (members: <root>/<group>/ids)
             groups: [legacy-billing]     # optional filter: only these groups
@@ -48,6 +51,16 @@ A fleet file is YAML::
       to: [oncall@example.com]
 
 Credentials never live here: they live in Airflow connections.
+
+Two principals (``Cluster.kafka_conn_id_for`` and friends choose): the scheduled, read-only DAGs
+and the incident CLI use `kafka_conn_id` / `zookeeper.conn_id` / a store's `conn_id`; every step
+that CHANGES a cluster (offset commits, resets and deletes, reassignments and leader elections,
+broker config changes, znode writes, the trim's broker-side steps: a runbook's execute and
+teardown, the unattended group-id mapping writer, fleetctl trim resume / restore) uses
+`runbook_kafka_conn_id` / `zookeeper.runbook_conn_id` / a store's `runbook_conn_id`, each
+defaulting to its read-only counterpart when absent (one principal for both). A store on the
+cluster's own ZooKeeper connection (same conn_id) without its own runbook_conn_id follows
+`zookeeper.runbook_conn_id`.
 
 broker_control placeholders ({broker}; also {key} and {value} in set_config) are replaced inside
 each argv element, so a value stays one argument whatever it holds; {{ and }} are literal braces.
@@ -143,6 +156,11 @@ class BrokerControlSettings:
 class ZooKeeperSettings:
     conn_id: str
     chroot: str = ""
+    runbook_conn_id: str | None = None  # None: conn_id
+
+    def conn_id_for(self, changes: bool = False) -> str:
+        """The connection of a step: the runbook's for one that writes znodes, else the read-only one."""
+        return (self.runbook_conn_id or self.conn_id) if changes else self.conn_id
 
 
 DEFAULT_GROUP_ID_ROOT = "/client_group_id"
@@ -174,6 +192,11 @@ class OffsetStoreSettings:
     chroot: str = ""
     groups: tuple[str, ...] = ()
     spouts: tuple[str, ...] = ()
+    runbook_conn_id: str | None = None  # None: conn_id
+
+    def conn_id_for(self, changes: bool = False) -> str:
+        """The connection of a step: the runbook's for an offset reset, else the read-only one."""
+        return (self.runbook_conn_id or self.conn_id) if changes else self.conn_id
 
     @property
     def source(self) -> str:
@@ -196,6 +219,12 @@ class Cluster:
     broker_control: BrokerControlSettings | None = None  # None: brokers are restarted by hand
     offset_stores: tuple[OffsetStoreSettings, ...] = ()  # consumer offsets kept in ZooKeeper
     fleet_file: str = field(default="", compare=False)  # the file it was read from, for messages
+    runbook_kafka_conn_id: str | None = None  # the destructive runbooks' principal; None: kafka_conn_id
+
+    def kafka_conn_id_for(self, changes: bool = False) -> str:
+        """The Kafka connection of a step: `runbook_kafka_conn_id` (default `kafka_conn_id`) for a
+        step that changes the cluster, `kafka_conn_id` (read-only principal) for every other."""
+        return (self.runbook_kafka_conn_id or self.kafka_conn_id) if changes else self.kafka_conn_id
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -314,8 +343,8 @@ class _Field:
 
 def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     raw = f.mapping(raw, where)
-    allowed = {"name", "kafka_version", "kafka_conn_id", "zookeeper", "offsets_topic_partitions",
-               "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control",
+    allowed = {"name", "kafka_version", "kafka_conn_id", "runbook_kafka_conn_id", "zookeeper",
+               "offsets_topic_partitions", "groups", "approvers", "cleaner", "brokers", "group_id_mappings", "broker_control",
                "offset_stores"}
     f.unknown(raw, allowed, where)
     for required in ("name", "kafka_conn_id"):
@@ -324,6 +353,10 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     name = f.string(raw["name"], f"{where}.name", CLUSTER_NAME_RE, "cluster name")
     where = f"clusters[{name}]"
     kafka_conn_id = f.string(raw["kafka_conn_id"], f"{where}.kafka_conn_id", CONN_ID_RE, "connection id")
+    runbook_kafka_conn_id = None
+    if raw.get("runbook_kafka_conn_id") is not None:
+        runbook_kafka_conn_id = f.string(raw["runbook_kafka_conn_id"], f"{where}.runbook_kafka_conn_id", CONN_ID_RE,
+                                         "connection id")
     kafka_version = raw.get("kafka_version", "2.8.0")
     if not isinstance(kafka_version, str):
         number = isinstance(kafka_version, (int, float)) and not isinstance(kafka_version, bool)
@@ -337,7 +370,7 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     zk = None
     if raw.get("zookeeper") is not None:
         zraw = f.mapping(raw["zookeeper"], f"{where}.zookeeper")
-        f.unknown(zraw, {"conn_id", "chroot"}, f"{where}.zookeeper")
+        f.unknown(zraw, {"conn_id", "runbook_conn_id", "chroot"}, f"{where}.zookeeper")
         if "conn_id" not in zraw:
             raise f.fail(f"{where}.zookeeper", "missing required field 'conn_id'")
         chroot = zraw.get("chroot") or ""
@@ -348,6 +381,8 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         zk = ZooKeeperSettings(
             conn_id=f.string(zraw["conn_id"], f"{where}.zookeeper.conn_id", CONN_ID_RE, "connection id"),
             chroot=chroot,
+            runbook_conn_id=(None if zraw.get("runbook_conn_id") is None else f.string(
+                zraw["runbook_conn_id"], f"{where}.zookeeper.runbook_conn_id", CONN_ID_RE, "connection id")),
         )
 
     parts = f.integer(raw.get("offsets_topic_partitions", DEFAULT_OFFSETS_TOPIC_PARTITIONS),
@@ -400,7 +435,7 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
     if raw.get("broker_control") is not None:
         control = _parse_broker_control(f, raw["broker_control"], f"{where}.broker_control", base_dir)
 
-    stores = _parse_offset_stores(f, raw.get("offset_stores"), f"{where}.offset_stores")
+    stores = _parse_offset_stores(f, raw.get("offset_stores"), f"{where}.offset_stores", zk)
 
     return Cluster(
         name=name,
@@ -416,6 +451,7 @@ def _parse_cluster(f: _Field, raw: Any, where: str, base_dir: Path) -> Cluster:
         broker_control=control,
         offset_stores=stores,
         fleet_file=f.path,
+        runbook_kafka_conn_id=runbook_kafka_conn_id,
     )
 
 
@@ -502,7 +538,8 @@ def _znode_path(f: _Field, value: Any, where: str, example: str) -> str:
     return path
 
 
-def _parse_offset_stores(f: _Field, raw: Any, where: str) -> tuple[OffsetStoreSettings, ...]:
+def _parse_offset_stores(f: _Field, raw: Any, where: str,
+                         zk: ZooKeeperSettings | None = None) -> tuple[OffsetStoreSettings, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -511,7 +548,7 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str) -> tuple[OffsetStoreSe
     for i, sraw in enumerate(raw):
         swhere = f"{where}[{i}]"
         sraw = f.mapping(sraw, swhere)
-        f.unknown(sraw, {"kind", "conn_id", "chroot", "root", "groups", "spouts"}, swhere)
+        f.unknown(sraw, {"kind", "conn_id", "runbook_conn_id", "chroot", "root", "groups", "spouts"}, swhere)
         for required in ("kind", "conn_id"):
             if required not in sraw:
                 raise f.fail(swhere, f"missing required field {required!r}")
@@ -519,6 +556,12 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str) -> tuple[OffsetStoreSe
         if kind not in OFFSET_STORE_KINDS:
             raise f.fail(f"{swhere}.kind", f"must be one of {', '.join(OFFSET_STORE_KINDS)}, got {kind!r}")
         conn_id = f.string(sraw["conn_id"], f"{swhere}.conn_id", CONN_ID_RE, "connection id")
+        runbook_conn_id = None
+        if sraw.get("runbook_conn_id") is not None:
+            runbook_conn_id = f.string(sraw["runbook_conn_id"], f"{swhere}.runbook_conn_id", CONN_ID_RE,
+                                       "connection id")
+        elif zk is not None and conn_id == zk.conn_id:
+            runbook_conn_id = zk.runbook_conn_id  # the cluster's own ZooKeeper: its runbook identity
         chroot = ""
         if sraw.get("chroot"):
             chroot = _znode_path(f, sraw["chroot"], f"{swhere}.chroot", "/kafka")
@@ -539,7 +582,7 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str) -> tuple[OffsetStoreSe
         if any((s.kind, s.conn_id, s.chroot, s.root) == key for s in stores):
             raise f.fail(swhere, f"the {kind} store {conn_id}{chroot}{root} appears twice")
         stores.append(OffsetStoreSettings(kind=kind, conn_id=conn_id, root=root, chroot=chroot,
-                                          groups=groups, spouts=spouts))
+                                          groups=groups, spouts=spouts, runbook_conn_id=runbook_conn_id))
     return tuple(stores)
 
 

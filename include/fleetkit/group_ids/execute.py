@@ -4,7 +4,10 @@ appeared, set/delete pass the version read and the znode's creation time is comp
 lost race skipped and reported, every operation journaled (intent before it is sent, outcome
 after) so that a session lost mid-apply leaves an exact record of what was done
 (``record_interrupted``). Writes are confined to the znodes directly below the mapping root
-(``outside_root``); a missing root is created with its parent's ACL.
+(``outside_root``). Every znode created (a mapping, a missing root) gets the toolkit's one ACL
+rule (fleetkit.clients.zookeeper.new_znode_acl: creator-all + world-read when the session
+authenticates, the parent's ACL when not); a write ZooKeeper refuses is reported in one line
+naming the operation, the znode and the ZooKeeper identity.
 
 ``execute_ops`` is that sequence, the one both writers run: the runbook's approved execute
 (``run``) and the scheduled MISSING-mapping writer (plugins/fleet_airflow/operators/group_ids.py).
@@ -24,6 +27,7 @@ from kazoo.exceptions import (
     NotEmptyError, OperationTimeoutError, SessionExpiredError,
 )
 
+from fleetkit.clients.zookeeper import create_znode, new_znode_acl, not_authorized
 from fleetkit.core import journal as core_journal
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.journal import Journal
@@ -167,7 +171,12 @@ def apply(client, ops: list[dict], root: str, journal_path: str | os.PathLike | 
                     res.skipped.append(s)
                     outcomes.append(s)
                     continue
-                except (NoAuthError, BadArgumentsError) as e:
+                except NoAuthError:
+                    s = {**o, "status": "error", "reason": str(not_authorized(client, o["op"], o["path"]))}
+                    res.errors.append(s)
+                    outcomes.append(s)
+                    continue
+                except BadArgumentsError as e:
                     s = {**o, "status": "error", "reason": f"{type(e).__name__}: refused by ZooKeeper"}
                     res.errors.append(s)
                     outcomes.append(s)
@@ -233,33 +242,31 @@ def _same_incarnation(client, ops: list[dict], timeout: float) -> tuple[list[dic
 
 
 def _root_acl(client, root: str, journal: Journal):
-    """The root's ACL (children get the same: a digest-protected root keeps them protected). A
-    missing root (and any missing folder above it) is created with the ACL of its nearest existing
-    ancestor, never an open one (each creation journaled)."""
-    try:
-        acl, _ = client.get_acls(root)
-        return acl
-    except NoNodeError:
-        pass
+    """The ACL of the mapping znodes this apply creates: the toolkit's one rule
+    (fleetkit.clients.zookeeper.new_znode_acl: creator-all + world-read when the session
+    authenticates, else the root's own ACL). A missing root (and any missing folder above it) is
+    created by the same rule (each creation journaled), never with an open ACL. NotAuthorized when
+    ZooKeeper refuses to create it."""
     missing = []
     node = root.rstrip("/")
     while node:
         try:
-            acl, _ = client.get_acls(node)
+            client.get_acls(node)
             break
         except NoNodeError:
             missing.append(node)
             node = node.rpartition("/")[0]
-    else:
-        acl, _ = client.get_acls("/")
-    for i, node in enumerate(reversed(missing)):
-        try:
-            client.create(node, b"", acl=acl)
-            journal.write([{"seq": -1 - i, "op": "create_root", "path": node, "status": "done", "acl": str(acl)}])
-        except NodeExistsError:
-            pass
-    acl, _ = client.get_acls(root)
-    return acl
+        except NoAuthError:
+            raise not_authorized(client, "read ACL", node) from None
+    if missing:
+        acl = new_znode_acl(client, root)
+        for i, node in enumerate(reversed(missing)):
+            try:
+                create_znode(client, node, b"", acl=acl)
+                journal.write([{"seq": -1 - i, "op": "create_root", "path": node, "status": "done", "acl": str(acl)}])
+            except NodeExistsError:
+                pass
+    return new_znode_acl(client, f"{root.rstrip('/')}/child")
 
 
 def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict], list[dict]]:

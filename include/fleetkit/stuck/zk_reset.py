@@ -11,7 +11,10 @@ dispatches here when the run's `source` is zookeeper or storm).
 
 Every write is `set(path, data, version=<the version the plan read>)`: a znode changed since the
 plan (a consumer committed) is refused by ZooKeeper itself, and the re-check before acting reads
-each version again and refuses first. Each write is journaled (intent before, outcome after).
+each version again and refuses first. Each write is journaled (intent before, outcome after). A
+reset only rewrites existing znodes (it creates none, so no ACL is chosen here); a write the
+znode's ACL refuses stops the run with NotAuthorized (operation, znode, ZooKeeper identity). The
+writes go through the store's runbook connection (fleetkit.core.fleet: runbook_conn_id).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import logging
 import os
 from contextlib import contextmanager
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import BadVersionError, NoAuthError, NoNodeError
+
+from fleetkit.clients.zookeeper import not_authorized
 
 from fleetkit.collection import zk_offsets
 from fleetkit.core.datasets import iso_z, utcnow
@@ -260,6 +265,10 @@ def execute(ctx, plan: dict, journal_path: str | os.PathLike | None = None) -> d
                 if stat.version != r["version"]:
                     raise BadVersionError()
                 client.set(path, encode_offset(d["source"], current, r["new"]), version=r["version"])
+            except NoAuthError:
+                refused = not_authorized(client, "set", path, ctx.cluster.name)
+                j.outcome(seq, "failed", error=str(refused))
+                raise refused from None
             except BadVersionError:
                 j.outcome(seq, "failed", error="BadVersion")
                 raise ZnodeResetFailed(

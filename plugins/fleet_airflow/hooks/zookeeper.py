@@ -1,8 +1,10 @@
 """Airflow hook for a Kafka cluster's ZooKeeper (kazoo).
 
 Connection type "zookeeper": host and port, or extra {"hosts": "zk1:2181,zk2:2181"} for an
-ensemble; login/password, when set, become digest auth ("login:password"); extra "chroot" is the
-default chroot (the fleet file's chroot wins when given); extra "timeout" in seconds.
+ensemble; login/password, when set, authenticate: digest auth ("login:password", the default) or,
+with extra {"auth": "sasl"}, SASL DIGEST-MD5 (fleetkit.clients.zookeeper.connection_settings);
+extra "chroot" is the default chroot (the fleet file's chroot wins when given); extra "timeout" in
+seconds.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import BaseHook
 
-from fleetkit.clients.zookeeper import ZooKeeperCluster, connection_settings
+from fleetkit.clients.zookeeper import ConnectionSettings, ZooKeeperCluster, connection_settings
 
 
 class ZooKeeperHook(BaseHook):
@@ -32,20 +34,19 @@ class ZooKeeperHook(BaseHook):
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
         return {
             "hidden_fields": ["schema"],
-            "relabeling": {"login": "Digest user", "password": "Digest password"},
+            "relabeling": {"login": "User (digest or SASL)", "password": "Password"},
             "placeholders": {"host": "127.0.0.1", "port": "2181",
-                             "extra": '{"hosts": "zk1:2181,zk2:2181", "chroot": "/kafka", "timeout": 10}'},
+                             "extra": '{"hosts": "zk1:2181,zk2:2181", "chroot": "/kafka", "timeout": 10, '
+                                      '"auth": "digest or sasl"}'},
         }
 
-    def connection_settings(self) -> dict[str, Any]:
+    def connection_settings(self) -> ConnectionSettings:
         conn = self.get_connection(self.zookeeper_conn_id)
         return connection_settings(self.zookeeper_conn_id, conn.host, conn.port, conn.login, conn.password,
                                    conn.extra_dejson, self.chroot)
 
     def get_conn(self) -> ZooKeeperCluster:
-        s = self.connection_settings()
-        return ZooKeeperCluster(self.cluster_name, s["hosts"], s["chroot"], auth_data=s["auth_data"],
-                                timeout=s["timeout"])
+        return ZooKeeperCluster.from_settings(self.cluster_name, self.connection_settings())
 
     @cached_property
     def cluster(self) -> ZooKeeperCluster:

@@ -122,7 +122,7 @@ class CreateMissingGroupIdsOperator(BaseOperator):
             rb = Runbook(capability="group_ids", action=CREATE_ACTION, dag_id=dag_id, run_id=run_id,
                          cluster=cluster.name)
             try:
-                with clusters.connected(cluster) as (kafka, zk):
+                with clusters.connected(cluster, changes=True) as (kafka, zk):  # writes: the runbook principal
                     # the cluster's lock, like every writer: never while a runbook changes the cluster
                     lock = rb.lock(cluster, kafka, zk, owner, holder_running)
                     try:

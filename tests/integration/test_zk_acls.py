@@ -1,0 +1,222 @@
+"""The ACL of every znode the toolkit creates, and a refused write, on the real ZooKeepers of the
+test fleet: ZooKeeper 3.4.6 (the 0.9 lab) and 3.8 (the 3.9 lab). Digest auth needs no server
+setting (`addauth digest`), so "authenticated" here is digest; SASL needs a JAAS login on the
+server, which the lab does not configure.
+
+The rule (fleetkit.clients.zookeeper.new_znode_acl): an authenticated session creates with
+creator-all + world-read (Kafka's zookeeper.set.acl=true); an anonymous one copies the ACL of the
+nearest existing parent, missing parents included. A refused write is one NotAuthorized line.
+
+Each test works below its own top-level znode (used as the chroot where Kafka's layout is needed),
+so no broker or controller sees it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.security import ACL, Id, Permissions, make_digest_acl
+
+from fleetkit.clients import leadership
+from fleetkit.clients.zookeeper import ZooKeeperAuth, ZooKeeperCluster
+from fleetkit.core.action import ClusterContext
+from fleetkit.core.errors import FleetError, NotAuthorized
+from fleetkit.core.fleet import Cluster, OffsetStoreSettings
+from fleetkit.core.journal import read_journal
+from fleetkit.group_ids import execute as gi_execute
+from fleetkit.group_ids import rules as gi
+from fleetkit.stuck import zk_reset
+
+from tests.conftest import GENERATIONS
+
+pytestmark = pytest.mark.lab
+
+SECRET = "runbook-S3cret"
+OWNER_SECRET = "owner-S3cret"
+WORLD_READ = ACL(Permissions.READ, Id("world", "anyone"))
+# what an anonymous session may do below these test roots: everything but ADMIN (so a copy of it is
+# told from kazoo's open default, which grants ALL)
+PERMISSIVE = [ACL(Permissions.ALL & ~Permissions.ADMIN, Id("world", "anyone"))]
+
+
+def creator_all_world_read(user: str, password: str) -> list[ACL]:
+    """What ZooKeeper stores for CREATOR_ALL_ACL + READ_ACL_UNSAFE created by digest user:password."""
+    return [make_digest_acl(user, password, all=True), WORLD_READ]
+
+
+@pytest.fixture(params=["0.9", "3.9"], ids=["zookeeper-3.4.6", "zookeeper-3.8"])
+def spec(request, lab_fleet):
+    return lab_fleet(GENERATIONS[request.param]).lab.spec
+
+
+@pytest.fixture
+def top(spec):
+    """A fresh top-level znode's path (no chroot) and a kazoo client of the whole tree that sets up
+    and cleans up (it holds both test identities, so it may delete whatever the test created)."""
+    path = f"/acltest_{uuid.uuid4().hex[:10]}"
+    admin = KazooClient(hosts=spec.zk_hosts, timeout=10,
+                        auth_data=[("digest", f"owner:{OWNER_SECRET}"), ("digest", f"fleet-runbook:{SECRET}")])
+    admin.start(timeout=15)
+    try:
+        yield path, admin
+    finally:
+        if admin.exists(path):
+            admin.delete(path, recursive=True)
+        admin.stop()
+        admin.close()
+
+
+def _sorted(acl):
+    return sorted(acl, key=lambda a: (a.id.scheme, a.id.id, a.perms))
+
+
+def _zk(spec, chroot: str, auth: ZooKeeperAuth | None) -> ZooKeeperCluster:
+    return ZooKeeperCluster(spec.name, spec.zk_hosts, chroot, auth=auth, timeout=10)
+
+
+def _topic_layout(admin, chroot: str, acl) -> None:
+    """A topic's assignment znode below `chroot`, as Kafka writes it (read by reorder_replicas)."""
+    admin.create(chroot, b"", acl=acl)
+    admin.create(f"{chroot}/brokers/topics/t", json.dumps({"version": 1, "partitions": {"0": [1, 2]}}).encode(),
+                 makepath=True, acl=acl)
+
+
+def test_reassignment_and_election_znodes_authenticated_get_creator_all_and_world_read(spec, top):
+    chroot, admin = top
+    _topic_layout(admin, chroot, PERMISSIVE)
+    with _zk(spec, chroot, ZooKeeperAuth("digest", "fleet-runbook", SECRET)) as zk:
+        # no controller watches this chroot: the znode stays, the wait times out
+        with pytest.raises(FleetError, match="did not complete /admin/reassign_partitions"):
+            leadership.reorder_replicas(zk, "t", 0, [2, 1], timeout=0.5)
+        with pytest.raises(FleetError, match="did not complete /admin/preferred_replica_election"):
+            leadership.preferred_election(zk, [("t", 0)], timeout=0.5)
+    want = _sorted(creator_all_world_read("fleet-runbook", SECRET))
+    for node in ("/admin", "/admin/reassign_partitions", "/admin/preferred_replica_election"):
+        assert _sorted(admin.get_acls(f"{chroot}{node}")[0]) == want, node  # makepath's /admin too
+    assert json.loads(admin.get(f"{chroot}/admin/reassign_partitions")[0]) == {
+        "version": 1, "partitions": [{"topic": "t", "partition": 0, "replicas": [2, 1]}]}
+
+
+def test_reassignment_znode_anonymous_copies_the_parents_acl(spec, top):
+    chroot, admin = top
+    _topic_layout(admin, chroot, PERMISSIVE)
+    with _zk(spec, chroot, None) as zk:
+        with pytest.raises(FleetError, match="did not complete"):
+            leadership.reorder_replicas(zk, "t", 0, [2, 1], timeout=0.5)
+    for node in ("/admin", "/admin/reassign_partitions"):  # /admin made by makepath: same ACL, not an open one
+        assert admin.get_acls(f"{chroot}{node}")[0] == PERMISSIVE, node
+
+
+@pytest.mark.parametrize("auth", [None, ZooKeeperAuth("digest", "intruder", SECRET)], ids=["anonymous", "digest"])
+def test_a_refused_reassignment_is_one_line_naming_operation_znode_and_identity(spec, top, auth):
+    chroot, admin = top
+    _topic_layout(admin, chroot, creator_all_world_read("owner", OWNER_SECRET))  # readable, owner-only writes
+    with _zk(spec, chroot, auth) as zk:
+        with pytest.raises(NotAuthorized) as e:
+            leadership.reorder_replicas(zk, "t", 0, [2, 1], timeout=5)
+    who = "digest:intruder" if auth else "anonymous (no ZooKeeper authentication)"
+    assert str(e.value) == (f"ZooKeeper refused create on znode /admin/reassign_partitions (chroot {chroot}) for "
+                            f"{who} on cluster {spec.name!r} (NoAuth: the znode's ACL does not grant it)")
+    assert SECRET not in str(e.value) and admin.exists(f"{chroot}/admin") is None
+
+
+def _missing_ops(root: str, n: int = 2):
+    members = [{"group": "g 'ü'", "client_host": "10.9.0.1", "client_id": f"c{i}", "member_id": f"m{i}"}
+               for i in range(n)]
+    return gi.ops_for(gi.diff([], members, root, 3600), ["MISSING"])
+
+
+def test_group_id_mappings_authenticated_get_creator_all_and_world_read_root_included(spec, top):
+    base, admin = top
+    admin.create(base, b"", acl=PERMISSIVE)
+    root = f"{base}/pulsar/client_group_id"  # missing, and so is its parent
+    with _zk(spec, "", ZooKeeperAuth("digest", "fleet-runbook", SECRET)) as zk:
+        res = gi_execute.apply(zk.client, _missing_ops(root), root)
+    assert len(res.changed) == 2 and res.errors == []
+    want = _sorted(creator_all_world_read("fleet-runbook", SECRET))
+    for node in (f"{base}/pulsar", root, f"{root}/10.9.0.1-c0", f"{root}/10.9.0.1-c1"):
+        assert _sorted(admin.get_acls(node)[0]) == want, node
+    # world-readable: an anonymous reader (a KoP broker without credentials) reads the mapping
+    anon = KazooClient(hosts=spec.zk_hosts, timeout=10)
+    anon.start(timeout=15)
+    try:
+        assert anon.get(f"{root}/10.9.0.1-c0")[0] == "g 'ü'".encode()
+    finally:
+        anon.stop()
+        anon.close()
+
+
+def test_group_id_mappings_anonymous_copy_the_roots_acl_and_a_missing_root_its_parents(spec, top):
+    base, admin = top
+    admin.create(base, b"", acl=PERMISSIVE)
+    existing = f"{base}/existing"
+    root_acl = [ACL(Permissions.READ | Permissions.CREATE | Permissions.DELETE, Id("world", "anyone"))]
+    admin.create(existing, b"", acl=root_acl)
+    missing = f"{base}/a/b"
+    with _zk(spec, "", None) as zk:
+        assert len(gi_execute.apply(zk.client, _missing_ops(existing), existing).changed) == 2
+        assert len(gi_execute.apply(zk.client, _missing_ops(missing, 1), missing).changed) == 1
+    for node in (f"{existing}/10.9.0.1-c0", f"{existing}/10.9.0.1-c1"):
+        assert admin.get_acls(node)[0] == root_acl, node
+    for node in (f"{base}/a", missing, f"{missing}/10.9.0.1-c0"):
+        assert admin.get_acls(node)[0] == PERMISSIVE, node
+
+
+def test_a_refused_mapping_write_is_reported_in_one_line(spec, top):
+    base, admin = top
+    admin.create(base, b"", acl=creator_all_world_read("owner", OWNER_SECRET))
+    with _zk(spec, "", ZooKeeperAuth("digest", "intruder", SECRET)) as zk:
+        res = gi_execute.apply(zk.client, _missing_ops(base, 1), base)  # below an existing root: reported
+        with pytest.raises(NotAuthorized) as e:  # a missing root it may not create: raised
+            gi_execute.apply(zk.client, _missing_ops(f"{base}/root", 1), f"{base}/root")
+    assert res.changed == [] and [x["reason"] for x in res.errors] == [
+        f"ZooKeeper refused create on znode {base}/10.9.0.1-c0 for digest:intruder (NoAuth: the znode's ACL "
+        "does not grant it)"]
+    assert str(e.value).startswith(f"ZooKeeper refused create on znode {base}/root for digest:intruder")
+    assert SECRET not in str(e.value) and admin.get_children(base) == []
+
+
+def _reset_setup(spec, admin, base: str):
+    """A ZooKeeper offset store below `base` (the old consumer's layout), owner-only writes."""
+    path = f"{base}/consumers/grp/offsets/t/0"
+    admin.create(base, b"", acl=PERMISSIVE)
+    admin.create(path, b"42", acl=creator_all_world_read("owner", OWNER_SECRET), makepath=True)
+    store = OffsetStoreSettings(kind="zookeeper", conn_id=spec.zk_conn_id, root="/consumers", chroot=base)
+    cluster = Cluster(name=spec.name, kafka_conn_id=spec.kafka_conn_id, offset_stores=(store,))
+    plan = {"details": {"source": "zookeeper", "group": "grp", "topic": "t",
+                        "partitions": [{"partition": 0, "znode": "/consumers/grp/offsets/t/0", "version": 0,
+                                        "committed": 42, "new": 7}],
+                        "store": {"kind": "zookeeper", "conn_id": store.conn_id, "chroot": base, "root": "/consumers"}}}
+    return path, cluster, plan
+
+
+def test_a_refused_zookeeper_offset_reset_is_one_line_and_journaled(spec, top, tmp_path):
+    """The reset rewrites existing znodes only (it creates none); a write the znode's ACL refuses
+    stops it with the one line, which the journal keeps."""
+    base, admin = top
+    path, cluster, plan = _reset_setup(spec, admin, base)
+
+    def ctx(auth):
+        return ClusterContext(cluster, None, None, open_zookeeper=lambda store: _zk(spec, store.chroot, auth))
+
+    with pytest.raises(NotAuthorized) as e:
+        zk_reset.execute(ctx(ZooKeeperAuth("digest", "intruder", SECRET)), plan, tmp_path / "j.jsonl")
+    line = (f"ZooKeeper refused set on znode /consumers/grp/offsets/t/0 (chroot {base}) for digest:intruder on "
+            f"cluster {spec.name!r} (NoAuth: the znode's ACL does not grant it)")
+    assert str(e.value) == line and admin.get(path)[0] == b"42"
+    assert read_journal(tmp_path / "j.jsonl")[0]["error"] == line
+    out = zk_reset.execute(ctx(ZooKeeperAuth("digest", "owner", OWNER_SECRET)), plan, tmp_path / "k.jsonl")
+    assert out["changes"][0]["after"] == 7 and admin.get(path)[0] == b"7"
+
+
+def test_no_password_in_the_debug_log_of_a_real_digest_login(spec, top, caplog):
+    """kazoo logs the addauth request it sends at connect time: the credential is redacted."""
+    base, admin = top
+    admin.create(base, b"", acl=PERMISSIVE)
+    with caplog.at_level(logging.DEBUG):
+        with _zk(spec, base, ZooKeeperAuth("digest", "fleet-runbook", SECRET)) as zk:
+            zk.client.get("/")
+    assert "scheme='digest', auth='***'" in caplog.text and SECRET not in caplog.text
