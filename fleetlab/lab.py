@@ -80,6 +80,9 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
         ("topic", "*", "DESCRIBE"),                      # Metadata, ListOffsets, OffsetFetch
         ("topic", "*", "DESCRIBE_CONFIGS"),
         ("topic", OFFSETS_TOPIC, "READ"),                # the __consumer_offsets reader (Fetch)
+        # Fetch of the record at a group's committed offset, for its timestamp (the time lag:
+        # KafkaCluster.record_timestamps, a consumer without a group; payloads are not looked at)
+        ("topic", "*", "READ"),
     ],
     "fleet-runbook": [
         ("cluster", "kafka-cluster", "DESCRIBE"),

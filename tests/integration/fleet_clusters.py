@@ -37,6 +37,16 @@ class Target:
         return self.cluster.kafka_version
 
     @property
+    def runbook_cluster(self):
+        """The cluster as a destructive runbook opens it: on a secured lab through the runbook
+        connection (user fleet-runbook; the fleet file's kafka_conn_id is the read-only user)."""
+        import dataclasses
+
+        spec = self.handle.spec
+        return dataclasses.replace(self.cluster, kafka_conn_id=spec.runbook_kafka_conn_id) if spec.secured \
+            else self.cluster
+
+    @property
     def admin_login(self) -> dict:
         """librdkafka settings of the lab's admin user ({} on the open 0.9 cluster)."""
         return self.handle.spec.security_config("admin")
@@ -45,6 +55,23 @@ class Target:
     def memberless_state(self) -> str:
         """What the broker calls a group without members: 0.9 forgets it (Dead), 0.10.1+ keeps it (Empty)."""
         return "Dead" if self.cluster.version_tuple < (0, 10, 1) else "Empty"
+
+    def producer(self, **extra):
+        """A producer of the lab's (admin where secured)."""
+        return traffic.producer(self.bootstrap, self.version, self.admin_login, **extra)
+
+    def admin_client(self):
+        """An AdminClient of the lab's (admin where secured), for checks of what the toolkit reports."""
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient(self.handle.spec.client_config())
+
+    @property
+    def wire_security(self):
+        """The toolkit's wire-protocol login (the read-only fleet user where secured; None: open)."""
+        from tests.helpers import fleet_wire_security
+
+        return fleet_wire_security(self.handle.spec)
 
     def wait_topic(self, topic: str) -> None:
         """Create a 3-partition topic and wait for its leaders."""

@@ -18,7 +18,7 @@ from typing import Iterable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from fleetkit.core.errors import ClusterUnreachable
+from fleetkit.core.errors import ClusterUnreachable, NotAuthorized
 from fleetkit.core.fleet import version_tuple
 
 if TYPE_CHECKING:
@@ -570,6 +570,7 @@ class KafkaCluster:
         c = self._peek_consumer(**{"fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 64 << 10,
                                    "enable.partition.eof": False})
         waiting = set(positions)
+        refused: set[str] = set()
         try:
             c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
             deadline = time.monotonic() + timeout
@@ -580,11 +581,18 @@ class KafkaCluster:
                         continue
                     waiting.discard(tp)
                     c.pause([TopicPartition(*tp)])
+                    if msg.error() is not None and msg.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        refused.add(tp[0])
                     if msg.error() is not None or msg.offset() != positions[tp]:
                         continue  # an error, or the record was compacted away: no timestamp for it
                     ts_type, ts = msg.timestamp()
                     if ts_type != TIMESTAMP_NOT_AVAILABLE and ts is not None and ts >= 0:
                         out[tp] = ts / 1000.0
+            for topic in sorted(refused):  # a missing ACL is named, never a silent "no timestamp"
+                user = self.config.get("sasl.username")
+                log.warning("cluster %s: record timestamps of topic %s not read: %s", self.name, topic,
+                            NotAuthorized("Read", f"topic {topic}", f"User:{user}" if user else "this connection",
+                                          self.name, "TOPIC_AUTHORIZATION_FAILED"))
             if waiting:
                 log.info("cluster %s: record timestamps: %d of %d partition(s) not read within %.0fs",
                          self.name, len(waiting), len(positions), timeout)
