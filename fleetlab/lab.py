@@ -8,7 +8,8 @@
 `lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
 default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
 only) keeps open PLAINTEXT listeners. See the notes above SECURED_USERS and SECURED_ACLS below for
-the listeners, users and ACLs of a secured lab.
+the listeners, users and ACLs of a secured lab, and above ZK_USER for a ZooKeeper that requires a
+SASL login (LabSpec.zk_security = "sasl", opt-in).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -99,6 +100,16 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
 }
 SECURED_MECHANISM = "SCRAM-SHA-512"
 
+#: ZooKeeper with SASL (LabSpec.zk_security = "sasl"; ZooKeeper-mode 3.x labs, whose ZooKeeper is
+#: 3.8; opt-in until the toolkit's ZooKeeper client logs in with SASL): the server requires a
+#: DIGEST-MD5 login from every client (enforce.auth.enabled, enforce.auth.schemes=sasl); its JAAS
+#: Server section (<lab>/zookeeper/jaas.conf, 0600) holds the one user ZK_USER; brokers log in as
+#: it (Client section of <lab>/broker-jaas.conf, 0600, given as -Djava.security.auth.login.config,
+#: never the password itself) and set zookeeper.set.acl=true (their znodes: all rights for that
+#: user, world-readable where Kafka allows). The toolkit's ZooKeeper connection logs in as the same
+#: user, as Kafka's own ZooKeeper tools do: its runbooks write /admin znodes the brokers own.
+ZK_USER = "kafka"
+
 
 def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
     """The distribution folder of a Kafka version, fetched and checked on first use."""
@@ -142,6 +153,8 @@ class LabSpec:
     #: "" (open PLAINTEXT listeners) or "sasl_ssl" (Kafka 3.x/4.x only: see SECURED_USERS);
     #: fleet_specs secures every generation that supports it
     security: str = ""
+    #: "" (an open ZooKeeper) or "sasl" (ZooKeeper-mode 3.x labs only: see ZK_USER)
+    zk_security: str = ""
 
     @property
     def path(self) -> Path:
@@ -174,6 +187,13 @@ class LabSpec:
                            f"(only 'sasl_ssl', on Kafka 3.x and 4.x labs; 0.9's SASL is Kerberos only)")
         return bool(self.security)
 
+    @property
+    def zk_sasl(self) -> bool:
+        if self.zk_security and (self.zk_security != "sasl" or self.kraft or not self.modern):
+            raise LabError(f"{self.name}: zk_security {self.zk_security!r} is not supported "
+                           f"(only 'sasl', on ZooKeeper-mode 3.x labs: ZooKeeper 3.8)")
+        return bool(self.zk_security)
+
     def internal_port(self, node_id: int) -> int:
         """Secured labs: the PLAINTEXT inter-broker listener of a node."""
         return self.broker_base_port + 25 + node_id
@@ -199,16 +219,25 @@ class LabSpec:
         to a temporary file and linked into place, so a concurrent reader never sees half a file."""
         import secrets as _secrets
 
-        if self.secrets_file.exists():
+        users = [*SECURED_USERS, *([f"zookeeper:{ZK_USER}"] if self.zk_security else [])]
+        try:
+            known = json.loads(self.secrets_file.read_text())
+        except (OSError, ValueError):
+            known = None
+        if known is not None and all(u in known for u in users):
             return
         self.path.mkdir(parents=True, exist_ok=True)
+        doc = dict({u: _secrets.token_urlsafe(24) for u in users}, **(known or {}))
         tmp = self.path / f".secrets.{os.getpid()}.{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(fd, "w") as f:
-                f.write(json.dumps({u: _secrets.token_urlsafe(24) for u in SECURED_USERS}))
+                f.write(json.dumps(doc))
             try:
-                os.link(tmp, self.secrets_file)
+                if known is None:
+                    os.link(tmp, self.secrets_file)
+                else:  # a user added (ZooKeeper's): the known passwords stay
+                    os.replace(tmp, self.secrets_file)
             except FileExistsError:  # another process was first: its passwords stand
                 pass
         finally:
@@ -275,8 +304,11 @@ class LabSpec:
         if self.secured:
             env[f"AIRFLOW_CONN_{self.runbook_kafka_conn_id.upper()}"] = kafka("fleet-runbook")
         if not self.kraft:
-            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(
-                {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port})
+            zk = {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port}
+            if self.zk_sasl:
+                zk.update({"login": ZK_USER, "password": self.passwords()[f"zookeeper:{ZK_USER}"],
+                           "extra": {"auth": "sasl"}})
+            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(zk)
         return env
 
     def cleaner_settings(self) -> dict:
@@ -399,6 +431,8 @@ class LabSpec:
                 })
                 if self.secured:
                     props.update(self._secured_props(broker_id))
+                if self.zk_sasl:  # the login comes from the JAAS file's Client section
+                    props["zookeeper.set.acl"] = "true"
         props.update({k: str(v) for k, v in self.broker_overrides.items()})
         return props
 
@@ -492,6 +526,9 @@ class Lab:
                    "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n")
             if s.modern:  # ZooKeeper 3.5+: no admin server on 8080; four-letter words the lab uses
                 zoo += "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            if s.zk_sasl:  # every client logs in (DIGEST-MD5); the users are in the JAAS file
+                zoo += ("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+                        "enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n")
             (s.path / "zookeeper" / "zoo.cfg").write_text(zoo)
         for i in range(s.brokers):
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
@@ -500,9 +537,31 @@ class Lab:
             (s.broker_dir(i) / "server.properties").write_text(props)
         if s.secured:
             self._write_secrets()
+        if s.zk_sasl:
+            self._write_zk_jaas()
         (s.path / "log4j.properties").write_text(LOG4J)
         (s.path / "log4j2.properties").write_text(LOG4J2)
         s.save()
+
+    @property
+    def zk_jaas_file(self) -> Path:
+        return self.spec.path / "zookeeper" / "jaas.conf"
+
+    @property
+    def broker_jaas_file(self) -> Path:
+        return self.spec.path / "broker-jaas.conf"
+
+    def _write_zk_jaas(self) -> None:
+        """ZooKeeper with SASL: the server's JAAS file (its users) and the brokers' (their login), 0600."""
+        from fleetlab.tls import _write_private
+
+        password = self.spec.passwords()[f"zookeeper:{ZK_USER}"]
+        _write_private(self.zk_jaas_file, (
+            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  user_{ZK_USER}="{password}";\n}};\n').encode())
+        _write_private(self.broker_jaas_file, (
+            "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  username="{ZK_USER}"\n  password="{password}";\n}};\n').encode())
 
     def _write_secrets(self) -> None:
         """Secured labs: the users' passwords (0600) and the lab CA / broker certificate, once."""
@@ -519,9 +578,12 @@ class Lab:
         User:ANONYMOUS (a super user): needs no password, so it works before any user exists."""
         from confluent_kafka.admin import AdminClient
 
+        from fleetkit.clients.kafka import client_config
+
         ids = range(self.spec.brokers) if broker_id is None else [broker_id]
-        return AdminClient({"bootstrap.servers": ",".join(f"127.0.0.1:{self.spec.internal_port(i)}" for i in ids),
-                            **extra})
+        return AdminClient(client_config({"bootstrap.servers": ",".join(f"127.0.0.1:{self.spec.internal_port(i)}"
+                                                                        for i in ids), **extra},
+                                         self.spec.kafka_version))
 
     def create_users(self) -> None:
         """Secured labs: the SCRAM credentials of SECURED_USERS (AlterUserScramCredentials through
@@ -591,6 +653,7 @@ class Lab:
         self._check_port_free(self.spec.zk_port, "ZooKeeper")
         argv = [self._java(), "-Xmx128m", "-Djava.awt.headless=true",
                 *self._logging_flags(self.spec.path / "zookeeper" / "logs"),
+                *([f"-Djava.security.auth.login.config={self.zk_jaas_file}"] if self.spec.zk_sasl else []),
                 "-cp", f"{home}/libs/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 str(self.spec.path / "zookeeper" / "zoo.cfg")]
         procs.start(argv, self._pid_file("zookeeper"), self._log_file("zookeeper"))
@@ -624,6 +687,7 @@ class Lab:
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m", "-XX:+UseG1GC",
                 "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
                 *self._logging_flags(bdir / "logs"),
+                *([f"-Djava.security.auth.login.config={self.broker_jaas_file}"] if self.spec.zk_sasl else []),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 
@@ -694,7 +758,9 @@ class Lab:
 
         if self.spec.kraft:
             raise LabError(f"{self.spec.name} runs Kafka {self.spec.kafka_version} in KRaft mode: it has no ZooKeeper")
-        zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10)
+        sasl = {"sasl_options": {"mechanism": "DIGEST-MD5", "username": ZK_USER,
+                                 "password": self.spec.passwords()[f"zookeeper:{ZK_USER}"]}} if self.spec.zk_sasl else {}
+        zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10, **sasl)
         zk.start(timeout=15)
         return zk
 

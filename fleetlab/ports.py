@@ -16,7 +16,8 @@ never collides with the lab.
     cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 12281, brokers 19192-
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
                                         controllers 29342-29344          controllers 19342-
-    single-purpose labs (slot 4..)      ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...)
+    single-purpose labs (slot 4..)      ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
+                                        slot 3 (zksasllab): ZK 22481, brokers 29392 (tests: 12481, 19392)
     secured labs (lab39, lab43, ...)    INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
                                         lab39 29217-29219, lab43 29317-29319 (tests: 1x217-, 1x317-)
 
@@ -43,7 +44,9 @@ CLUSTERS: dict[str, tuple[str, str, int]] = {
 #: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode unless said): name -> slot
 SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8,
                                   # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
-                                  "securelab": 9}
+                                  "securelab": 9,
+                                  # a 3.9 lab whose ZooKeeper requires SASL (and SASL_SSL brokers)
+                                  "zksasllab": 3}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET
