@@ -138,15 +138,16 @@ def in_parallel(clock: Clock, branches: dict[str, list[tuple[str, Callable[[], N
 
 # -- traffic ------------------------------------------------------------------------------------
 def traffic_ready(bootstrap: str, groups: Iterable[tuple[str, Iterable[str]]] = TRAFFIC_GROUPS,
-                  partitions: int = 3, kafka_version: str = "0.9.0.1") -> list[str]:
-    """The groups (of `groups`) that have not committed an offset on every partition yet."""
+                  partitions: int = 3, kafka_version: str = "0.9.0.1", security: dict | None = None) -> list[str]:
+    """The groups (of `groups`) that have not committed an offset on every partition yet (`security`:
+    a secured lab's admin login, LabSpec.security_config("admin"))."""
     from confluent_kafka import TopicPartition
 
     from fleetlab.traffic import consumer
 
     missing = []
     for group, topics in groups:
-        c = consumer(bootstrap, group, kafka_version)
+        c = consumer(bootstrap, group, kafka_version, security)
         try:
             got = c.committed([TopicPartition(t, p) for t in topics for p in range(partitions)], timeout=10)
             if any(tp.offset < 0 for tp in got):
@@ -164,7 +165,8 @@ def wait_traffic(clock: Clock, specs: Iterable, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     while True:
         missing = [f"{spec.name}/{group}" for spec in specs
-                   for group in traffic_ready(spec.bootstrap, kafka_version=spec.kafka_version)]
+                   for group in traffic_ready(spec.bootstrap, kafka_version=spec.kafka_version,
+                                               security=spec.security_config("admin"))]
         if not missing:
             return
         if time.monotonic() > deadline:

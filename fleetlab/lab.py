@@ -5,8 +5,11 @@
 - `lab43`: Kafka 4.3.1 in KRaft mode: combined broker+controller nodes, storage formatted with
   Kafka's storage tool, the consumer group protocol (KIP-848) enabled next to the classic one.
 
-A KRaft (4.x) lab can be secured (LabSpec.security = "sasl_ssl", off by default): see
-the notes above SECURED_USERS and SECURED_ACLS below for its listeners, users and ACLs.
+`lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
+default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
+only) keeps open PLAINTEXT listeners. See the notes above SECURED_USERS and SECURED_ACLS below for
+the listeners, users and ACLs of a secured lab, and above ZK_USER for a ZooKeeper that requires a
+SASL login (LabSpec.zk_security = "sasl", opt-in).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -44,22 +47,30 @@ TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 KAFKA_VERSION = "0.9.0.1"
 
 
-#: The secured mode of a KRaft lab (LabSpec.security = "sasl_ssl"), as production clusters run:
+#: The secured mode of a lab (LabSpec.security = "sasl_ssl"; Kafka 3.x in ZooKeeper mode and 4.x in
+#: KRaft mode, the default of the lab fleet's lab39 and lab43), as production clusters run:
 #:
 #: - clients connect to SASL_SSL on the broker ports (SCRAM-SHA-512; TLS with a lab CA and a broker
 #:   certificate for 127.0.0.1 / localhost, generated at the first start under <lab>/tls, never
 #:   committed; the broker reads them as PEM). Unauthenticated clients have no listener to use.
-#: - brokers talk to each other on INTERNAL (PLAINTEXT, broker_base + 25 + node id) and to the
-#:   controllers on CONTROLLER (PLAINTEXT), loopback only. Those connections authenticate as
-#:   User:ANONYMOUS, which is therefore a super user: acceptable in a lab on 127.0.0.1, never in
-#:   production (there: SSL or SASL on the inter-broker and controller listeners too).
-#: - StandardAuthorizer with allow.everyone.if.no.acl.found=false: nothing without an ACL.
-#: - SCRAM users, created when the storage is formatted (kafka-storage format --add-scram), with
-#:   random passwords generated at the first start and kept in <lab>/secrets.json (mode 0600,
-#:   never printed): `admin` (super user: the lab's own admin, producers and committers),
-#:   `fleet` (the toolkit's read-only principal: the lab's connection_env() logs in as it) and
-#:   `fleet-runbook` (the destructive runbooks' principal).
-#: - ACLs created after start by `admin` (AdminClient.create_acls), all ALLOW from any host:
+#: - brokers talk to each other on INTERNAL (PLAINTEXT, broker_base + 25 + node id) and, in KRaft
+#:   mode, to the controllers on CONTROLLER (PLAINTEXT), loopback only. Those connections
+#:   authenticate as User:ANONYMOUS, which is therefore a super user: acceptable in a lab on
+#:   127.0.0.1, never in production (there: SSL or SASL on the inter-broker and controller
+#:   listeners too). The lab's own start-up checks and user set-up use INTERNAL the same way.
+#: - An authorizer with allow.everyone.if.no.acl.found=false: nothing without an ACL
+#:   (StandardAuthorizer in KRaft mode, AclAuthorizer with the ACLs in ZooKeeper in ZooKeeper mode).
+#:   super.users: User:admin and User:ANONYMOUS (the loopback INTERNAL / CONTROLLER listeners).
+#: - SCRAM users with random passwords generated at the first use of the lab (its start, or its
+#:   connection settings asked for before) and kept in <lab>/secrets.json (mode 0600, never
+#:   printed): `admin` (super user: the lab's own admin, producers and committers), `fleet` (the
+#:   toolkit's read-only principal: connection_env()'s Kafka connection logs in as it) and
+#:   `fleet-runbook` (the destructive runbooks' principal: connection_env()'s runbook connection).
+#:   They are created at every start, once the brokers answer, through INTERNAL with
+#:   AdminClient.alter_user_scram_credentials (AlterUserScramCredentials, KIP-554: in ZooKeeper in
+#:   ZooKeeper mode, in the metadata log in KRaft mode): no password on any command line or in a
+#:   log. KRaft needs no user at format time (the controllers authenticate nobody).
+#: - ACLs created after that by `admin` (AdminClient.create_acls), all ALLOW from any host:
 SECURED_USERS = ("admin", "fleet", "fleet-runbook")
 SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
     # (resource type, literal resource name, operation)
@@ -70,6 +81,9 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
         ("topic", "*", "DESCRIBE"),                      # Metadata, ListOffsets, OffsetFetch
         ("topic", "*", "DESCRIBE_CONFIGS"),
         ("topic", OFFSETS_TOPIC, "READ"),                # the __consumer_offsets reader (Fetch)
+        # Fetch of the record at a group's committed offset, for its timestamp (the time lag:
+        # KafkaCluster.record_timestamps, a consumer without a group; payloads are not looked at)
+        ("topic", "*", "READ"),
     ],
     "fleet-runbook": [
         ("cluster", "kafka-cluster", "DESCRIBE"),
@@ -85,6 +99,16 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 SECURED_MECHANISM = "SCRAM-SHA-512"
+
+#: ZooKeeper with SASL (LabSpec.zk_security = "sasl"; ZooKeeper-mode 3.x labs, whose ZooKeeper is
+#: 3.8; opt-in until the toolkit's ZooKeeper client logs in with SASL): the server requires a
+#: DIGEST-MD5 login from every client (enforce.auth.enabled, enforce.auth.schemes=sasl); its JAAS
+#: Server section (<lab>/zookeeper/jaas.conf, 0600) holds the one user ZK_USER; brokers log in as
+#: it (Client section of <lab>/broker-jaas.conf, 0600, given as -Djava.security.auth.login.config,
+#: never the password itself) and set zookeeper.set.acl=true (their znodes: all rights for that
+#: user, world-readable where Kafka allows). The toolkit's ZooKeeper connection logs in as the same
+#: user, as Kafka's own ZooKeeper tools do: its runbooks write /admin znodes the brokers own.
+ZK_USER = "kafka"
 
 
 def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
@@ -126,8 +150,11 @@ class LabSpec:
     controller_base_port: int = 0
     #: KRaft cluster id (generated when the storage is first formatted, kept in lab.json)
     cluster_id: str = ""
-    #: "" (default: open PLAINTEXT listeners) or "sasl_ssl" (KRaft only: see SECURED_USERS)
+    #: "" (open PLAINTEXT listeners) or "sasl_ssl" (Kafka 3.x/4.x only: see SECURED_USERS);
+    #: fleet_specs secures every generation that supports it
     security: str = ""
+    #: "" (an open ZooKeeper) or "sasl" (ZooKeeper-mode 3.x labs only: see ZK_USER)
+    zk_security: str = ""
 
     @property
     def path(self) -> Path:
@@ -155,9 +182,17 @@ class LabSpec:
 
     @property
     def secured(self) -> bool:
-        if self.security and (self.security != "sasl_ssl" or not self.kraft):
-            raise LabError(f"{self.name}: security {self.security!r} is not supported (only 'sasl_ssl' on KRaft labs)")
+        if self.security and (self.security != "sasl_ssl" or not self.modern):
+            raise LabError(f"{self.name}: security {self.security!r} is not supported "
+                           f"(only 'sasl_ssl', on Kafka 3.x and 4.x labs; 0.9's SASL is Kerberos only)")
         return bool(self.security)
+
+    @property
+    def zk_sasl(self) -> bool:
+        if self.zk_security and (self.zk_security != "sasl" or self.kraft or not self.modern):
+            raise LabError(f"{self.name}: zk_security {self.zk_security!r} is not supported "
+                           f"(only 'sasl', on ZooKeeper-mode 3.x labs: ZooKeeper 3.8)")
+        return bool(self.zk_security)
 
     def internal_port(self, node_id: int) -> int:
         """Secured labs: the PLAINTEXT inter-broker listener of a node."""
@@ -172,11 +207,41 @@ class LabSpec:
         return self.path / "secrets.json"
 
     def passwords(self) -> dict[str, str]:
-        """{user: password} of a secured lab (generated at its first start)."""
+        """{user: password} of a secured lab (generated at the first call, kept in secrets.json)."""
+        self.ensure_passwords()
         try:
             return json.loads(self.secrets_file.read_text())
         except (OSError, ValueError) as e:
-            raise LabError(f"{self.name}: no readable {self.secrets_file} (start the lab first): {e}") from None
+            raise LabError(f"{self.name}: no readable {self.secrets_file}: {e}") from None
+
+    def ensure_passwords(self) -> None:
+        """Generate the users' random passwords into secrets.json (mode 0600) unless it exists. Written
+        to a temporary file and linked into place, so a concurrent reader never sees half a file."""
+        import secrets as _secrets
+
+        users = [*SECURED_USERS, *([f"zookeeper:{ZK_USER}"] if self.zk_security else [])]
+        try:
+            known = json.loads(self.secrets_file.read_text())
+        except (OSError, ValueError):
+            known = None
+        if known is not None and all(u in known for u in users):
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        doc = dict({u: _secrets.token_urlsafe(24) for u in users}, **(known or {}))
+        tmp = self.path / f".secrets.{os.getpid()}.{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(doc))
+            try:
+                if known is None:
+                    os.link(tmp, self.secrets_file)
+                else:  # a user added (ZooKeeper's): the known passwords stay
+                    os.replace(tmp, self.secrets_file)
+            except FileExistsError:  # another process was first: its passwords stand
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def security_config(self, user: str = "fleet", password: str | None = None) -> dict:
         """librdkafka security settings to log in to a secured lab as `user` ({} for an open lab)."""
@@ -212,6 +277,11 @@ class LabSpec:
         return f"{self.conn_prefix}_kafka"
 
     @property
+    def runbook_kafka_conn_id(self) -> str:
+        """Secured labs: the Kafka connection of the destructive runbooks (user `fleet-runbook`)."""
+        return f"{self.conn_prefix}_kafka_runbook"
+
+    @property
     def zk_conn_id(self) -> str:
         return f"{self.conn_prefix}_zookeeper"
 
@@ -223,13 +293,22 @@ class LabSpec:
                              self.kafka_version)
 
     def connection_env(self) -> dict[str, str]:
-        """AIRFLOW_CONN_* variables defining this cluster's Kafka (and ZooKeeper) connections (a
-        secured lab: logged in as the read-only `fleet` user)."""
-        env = {f"AIRFLOW_CONN_{self.kafka_conn_id.upper()}": json.dumps(
-            {"conn_type": "kafka", "extra": {"bootstrap.servers": self.bootstrap, **self.security_config("fleet")}})}
+        """AIRFLOW_CONN_* variables defining this cluster's Kafka (and ZooKeeper) connections. A
+        secured lab has two Kafka connections: kafka_conn_id logs in as the read-only `fleet` user,
+        runbook_kafka_conn_id as `fleet-runbook` (the destructive runbooks' principal)."""
+        def kafka(user: str) -> str:
+            return json.dumps({"conn_type": "kafka",
+                               "extra": {"bootstrap.servers": self.bootstrap, **self.security_config(user)}})
+
+        env = {f"AIRFLOW_CONN_{self.kafka_conn_id.upper()}": kafka("fleet")}
+        if self.secured:
+            env[f"AIRFLOW_CONN_{self.runbook_kafka_conn_id.upper()}"] = kafka("fleet-runbook")
         if not self.kraft:
-            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(
-                {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port})
+            zk = {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port}
+            if self.zk_sasl:
+                zk.update({"login": ZK_USER, "password": self.passwords()[f"zookeeper:{ZK_USER}"],
+                           "extra": {"auth": "sasl"}})
+            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(zk)
         return env
 
     def cleaner_settings(self) -> dict:
@@ -350,28 +429,41 @@ class LabSpec:
                     "zookeeper.connection.timeout.ms": "10000",
                     "zookeeper.session.timeout.ms": "10000",
                 })
+                if self.secured:
+                    props.update(self._secured_props(broker_id))
+                if self.zk_sasl:  # the login comes from the JAAS file's Client section
+                    props["zookeeper.set.acl"] = "true"
         props.update({k: str(v) for k, v in self.broker_overrides.items()})
         return props
 
     def _secured_props(self, node_id: int) -> dict[str, str]:
         port, internal = self.broker_port(node_id), self.internal_port(node_id)
         pem = self.tls_dir / "broker.pem"
+        listeners = f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}"
+        protocols = "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT"
+        if self.kraft:
+            listeners += f",CONTROLLER://127.0.0.1:{self.controller_port(node_id)}"
+            protocols += ",CONTROLLER:PLAINTEXT"
+            authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        else:  # ZooKeeper mode: the ACLs live in ZooKeeper
+            authorizer = "kafka.security.authorizer.AclAuthorizer"
         return {
-            "listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal},"
-                         f"CONTROLLER://127.0.0.1:{self.controller_port(node_id)}",
+            "listeners": listeners,
             "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "INTERNAL",
             "sasl.enabled.mechanisms": SECURED_MECHANISM,
-            # SCRAM credentials live in the cluster metadata: the login module needs no options
+            # SCRAM credentials live in the cluster (ZooKeeper or the metadata log): the server's
+            # login module needs no options
             f"listener.name.sasl_ssl.{SECURED_MECHANISM.lower()}.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pem),
             "ssl.client.auth": "none",
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "authorizer.class.name": authorizer,
             "allow.everyone.if.no.acl.found": "false",
-            # the inter-broker and controller listeners are PLAINTEXT on loopback: ANONYMOUS (lab only)
+            # the inter-broker (and KRaft's controller) listeners are PLAINTEXT on loopback, where
+            # brokers, controllers and the lab's user set-up are ANONYMOUS (lab only)
             "super.users": "User:admin;User:ANONYMOUS",
         }
 
@@ -390,8 +482,9 @@ class LabSpec:
 
 def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPlan = ports.DEMO,
                 suffix: str = "") -> dict[str, LabSpec]:
-    """The lab fleet: one LabSpec per cluster of fleetlab.ports.CLUSTERS, in <root>/<name>.
-    The test fleet names its clusters with a suffix (labtest, lab39test, lab43test)."""
+    """The lab fleet: one LabSpec per cluster of fleetlab.ports.CLUSTERS, in <root>/<name>; the
+    3.9 and 4.3 clusters are secured (SASL_SSL, SCRAM, ACLs), the 0.9 one is open. The test fleet
+    names its clusters with a suffix (labtest, lab39test, lab43test)."""
     out = {}
     for base, (version, _mode, _slot) in ports.CLUSTERS.items():
         name = base + suffix
@@ -401,6 +494,8 @@ def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPl
         spec.name, spec.kafka_version = name, version
         for key, value in plan.cluster(base).items():
             setattr(spec, key, value)
+        # secured like production wherever the generation allows (0.9's SASL is Kerberos only)
+        spec.security = "sasl_ssl" if spec.modern else ""
         out[name] = spec
     return out
 
@@ -431,6 +526,9 @@ class Lab:
                    "autopurge.snapRetainCount=3\nautopurge.purgeInterval=1\n")
             if s.modern:  # ZooKeeper 3.5+: no admin server on 8080; four-letter words the lab uses
                 zoo += "admin.enableServer=false\n4lw.commands.whitelist=ruok,srvr,stat,mntr\n"
+            if s.zk_sasl:  # every client logs in (DIGEST-MD5); the users are in the JAAS file
+                zoo += ("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+                        "enforce.auth.enabled=true\nenforce.auth.schemes=sasl\n")
             (s.path / "zookeeper" / "zoo.cfg").write_text(zoo)
         for i in range(s.brokers):
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
@@ -439,25 +537,84 @@ class Lab:
             (s.broker_dir(i) / "server.properties").write_text(props)
         if s.secured:
             self._write_secrets()
+        if s.zk_sasl:
+            self._write_zk_jaas()
         (s.path / "log4j.properties").write_text(LOG4J)
         (s.path / "log4j2.properties").write_text(LOG4J2)
         s.save()
 
+    @property
+    def zk_jaas_file(self) -> Path:
+        return self.spec.path / "zookeeper" / "jaas.conf"
+
+    @property
+    def broker_jaas_file(self) -> Path:
+        return self.spec.path / "broker-jaas.conf"
+
+    def _write_zk_jaas(self) -> None:
+        """ZooKeeper with SASL: the server's JAAS file (its users) and the brokers' (their login), 0600."""
+        from fleetlab.tls import _write_private
+
+        password = self.spec.passwords()[f"zookeeper:{ZK_USER}"]
+        _write_private(self.zk_jaas_file, (
+            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  user_{ZK_USER}="{password}";\n}};\n').encode())
+        _write_private(self.broker_jaas_file, (
+            "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f'  username="{ZK_USER}"\n  password="{password}";\n}};\n').encode())
+
     def _write_secrets(self) -> None:
         """Secured labs: the users' passwords (0600) and the lab CA / broker certificate, once."""
-        import secrets as _secrets
-
         from fleetlab import tls
 
         s = self.spec
-        if not s.secrets_file.exists():
-            doc = json.dumps({u: _secrets.token_urlsafe(24) for u in SECURED_USERS})
-            fd = os.open(s.secrets_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(doc)
+        s.ensure_passwords()
         if not (s.tls_dir / "broker.pem").exists():
             ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
             tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
+
+    def internal_admin(self, broker_id: int | None = None, **extra):
+        """Secured labs: an AdminClient on the PLAINTEXT INTERNAL listener(s), where the lab is
+        User:ANONYMOUS (a super user): needs no password, so it works before any user exists."""
+        from confluent_kafka.admin import AdminClient
+
+        from fleetkit.clients.kafka import client_config
+
+        ids = range(self.spec.brokers) if broker_id is None else [broker_id]
+        return AdminClient(client_config({"bootstrap.servers": ",".join(f"127.0.0.1:{self.spec.internal_port(i)}"
+                                                                        for i in ids), **extra},
+                                         self.spec.kafka_version))
+
+    def create_users(self) -> None:
+        """Secured labs: the SCRAM credentials of SECURED_USERS (AlterUserScramCredentials through
+        INTERNAL, an upsert: the same at every start), then wait until `admin` logs in on every
+        broker's SASL_SSL listener (credentials reach the brokers through ZooKeeper watches or the
+        metadata log). The passwords travel only in that request on loopback."""
+        from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        from fleetkit.clients import wire
+        from fleetkit.clients.wire_security import Security
+
+        passwords = self.spec.passwords()
+        upserts = [UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                                passwords[user].encode()) for user in SECURED_USERS]
+        admin = self.internal_admin()
+        for user, fut in admin.alter_user_scram_credentials(upserts, request_timeout=30).items():
+            try:
+                fut.result(timeout=60)
+            except Exception as e:  # noqa: BLE001 - named in the LabError (never the password)
+                raise LabError(f"{self.spec.name}: creating the SCRAM user {user} failed: {e}") from None
+        security = Security.from_config(self.spec.security_config("admin"))
+
+        def admin_logs_in() -> bool:
+            try:
+                for i in range(self.spec.brokers):
+                    wire.broker_versions(f"127.0.0.1:{self.spec.broker_port(i)}", 5, security=security)
+                return True
+            except Exception:  # noqa: BLE001 - "authentication failed" until the credential arrives
+                return False
+
+        self._wait(f"{self.spec.name}: the admin user's login on every broker", admin_logs_in, 60)
 
     def create_acls(self) -> None:
         """Secured labs: SECURED_ACLS, created by `admin` (creating an existing ACL is a no-op)."""
@@ -496,21 +653,21 @@ class Lab:
         self._check_port_free(self.spec.zk_port, "ZooKeeper")
         argv = [self._java(), "-Xmx128m", "-Djava.awt.headless=true",
                 *self._logging_flags(self.spec.path / "zookeeper" / "logs"),
+                *([f"-Djava.security.auth.login.config={self.zk_jaas_file}"] if self.spec.zk_sasl else []),
                 "-cp", f"{home}/libs/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
                 str(self.spec.path / "zookeeper" / "zoo.cfg")]
         procs.start(argv, self._pid_file("zookeeper"), self._log_file("zookeeper"))
 
     def _format_storage(self, home: Path, broker_id: int) -> None:
-        """KRaft: format a node's log dir with Kafka's storage tool (cluster id, static voters), once."""
+        """KRaft: format a node's log dir with Kafka's storage tool (cluster id, static voters), once.
+        A secured lab's users are created after start (create_users), not here: no passwords on
+        this command line."""
         if (self.spec.log_dir(broker_id) / "meta.properties").exists():
             return
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), "-Xmx256m", *self._logging_flags(bdir / "logs"), "-cp", f"{home}/libs/*",
                 "kafka.tools.StorageTool", "format", "--cluster-id", self.spec.cluster_id,
                 "--config", str(bdir / "server.properties"), "--ignore-formatted"]
-        if self.spec.secured:  # (the passwords are on this short-lived command line: lab only)
-            for user, password in self.spec.passwords().items():
-                argv += ["--add-scram", f"{SECURED_MECHANISM}=[name={user},password={password}]"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise LabError(f"formatting the storage of {self.spec.name} node {broker_id} failed "
@@ -521,15 +678,16 @@ class Lab:
         if procs.owned_pid(self._pid_file(name), self.marker):
             return
         self._check_port_free(self.spec.broker_port(broker_id), f"broker {broker_id}")
+        if self.spec.secured:
+            self._check_port_free(self.spec.internal_port(broker_id), f"inter-broker listener {broker_id}")
         if self.spec.kraft:
             self._check_port_free(self.spec.controller_port(broker_id), f"controller {broker_id}")
-            if self.spec.secured:
-                self._check_port_free(self.spec.internal_port(broker_id), f"inter-broker listener {broker_id}")
             self._format_storage(home, broker_id)
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m", "-XX:+UseG1GC",
                 "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
                 *self._logging_flags(bdir / "logs"),
+                *([f"-Djava.security.auth.login.config={self.broker_jaas_file}"] if self.spec.zk_sasl else []),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 
@@ -581,10 +739,13 @@ class Lab:
 
     def _broker_answers(self, broker_id: int) -> bool:
         # one client per broker for the lab's lifetime: librdkafka handles created and destroyed
-        # at a poll's pace, in several threads, with requests outstanding, crash it (SIGSEGV)
+        # at a poll's pace, in several threads, with requests outstanding, crash it (SIGSEGV).
+        # A secured lab is probed on its INTERNAL listener: its users may not exist yet.
         try:
             admin = self._probes.get(broker_id)
-            if admin is None:
+            if admin is None and self.spec.secured:
+                admin = self._probes[broker_id] = self.internal_admin(broker_id, **{"socket.timeout.ms": 2000})
+            elif admin is None:
                 admin = self._probes[broker_id] = self.admin(f"127.0.0.1:{self.spec.broker_port(broker_id)}",
                                                              **{"socket.timeout.ms": 2000})
             md = admin.list_topics(timeout=3)
@@ -597,7 +758,9 @@ class Lab:
 
         if self.spec.kraft:
             raise LabError(f"{self.spec.name} runs Kafka {self.spec.kafka_version} in KRaft mode: it has no ZooKeeper")
-        zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10)
+        sasl = {"sasl_options": {"mechanism": "DIGEST-MD5", "username": ZK_USER,
+                                 "password": self.spec.passwords()[f"zookeeper:{ZK_USER}"]}} if self.spec.zk_sasl else {}
+        zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10, **sasl)
         zk.start(timeout=15)
         return zk
 
@@ -766,6 +929,8 @@ class Lab:
                 self._restart_after_bind_failure(i)
                 self.start_broker(i, timeout, attempts=self.BIND_RETRIES - 1)
         if self.spec.modern:
+            if self.spec.secured:
+                self.create_users()
             self._ensure_offsets_topic_admin()
             if self.spec.secured:
                 self.create_acls()
@@ -808,6 +973,8 @@ class Lab:
         low, high = ports.ephemeral_range()
         mine = [self.spec.zk_port] if not self.spec.kraft else []
         mine += [self.spec.broker_port(i) for i in range(self.spec.brokers)]
+        if self.spec.secured:
+            mine += [self.spec.internal_port(i) for i in range(self.spec.brokers)]
         if self.spec.kraft:
             mine += [self.spec.controller_port(i) for i in range(self.spec.brokers)]
         inside = [p for p in mine if low <= p <= high]
@@ -876,6 +1043,8 @@ class Lab:
             return pid
         argv = [sys.executable, "-m", "fleetlab.traffic", "--bootstrap", self.spec.bootstrap,
                 "--kafka-version", self.spec.kafka_version, "--rate", str(rate), "--lab-marker", self.marker]
+        if self.spec.secured:  # it logs in as admin, the password read from the lab's secrets.json
+            argv += ["--lab-dir", str(self.spec.path)]
         return procs.start(argv, self._pid_file("traffic"), self._log_file("traffic"))
 
     def stop_traffic(self) -> str:

@@ -16,7 +16,10 @@ never collides with the lab.
     cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 12281, brokers 19192-
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
                                         controllers 29342-29344          controllers 19342-
-    single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...)
+    single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
+                                        slot 10 (zksasllab): ZK 23181, brokers 30092 (tests: 13181, 20092)
+    secured labs (lab39, lab43, ...)    INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
+                                        lab39 29217-29219, lab43 29317-29319 (tests: 1x217-, 1x317-)
 
 Every port is below 32768, outside Linux's default ephemeral range (32768-60999, see
 /proc/sys/net/ipv4/ip_local_port_range): a port in that range can be handed by the kernel to any
@@ -43,7 +46,9 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
                                   "securelab": 9,
                                   # a second secured KRaft lab: wrong logins and missing ACLs (test_secured_errors)
-                                  "secerrlab": 3}
+                                  "secerrlab": 3,
+                                  # a 3.9 lab whose ZooKeeper requires SASL (and SASL_SSL brokers)
+                                  "zksasllab": 10}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET

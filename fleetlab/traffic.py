@@ -1,6 +1,9 @@
 """Realistic traffic for the lab fleet (the demo and the tests).
 
-    python -m fleetlab.traffic --bootstrap 127.0.0.1:29092 [--rate 20]
+    python -m fleetlab.traffic --bootstrap 127.0.0.1:29092 [--rate 20] [--lab-dir .lab/lab39]
+
+On a secured lab (--lab-dir of a lab with security "sasl_ssl") it logs in as the lab's `admin`
+user, the password read from the lab's secrets.json (never from the command line).
 
 Runs until SIGTERM:
   * a producer writing to `orders`, `payments`, `inventory` and `audit-log`;
@@ -10,7 +13,9 @@ Runs until SIGTERM:
   * `reporting`, a stopped group: it read part of `audit-log`, committed, and its consumers left,
     while `audit-log` keeps growing.
 
-The helpers (produce, commit, a consumer thread) are shared with the tests and benchmarks.
+The helpers (produce, commit, a consumer thread) are shared with the tests and benchmarks; each
+takes `security`, librdkafka settings merged into its client's (a secured lab's
+LabSpec.security_config("admin"); None for an open cluster).
 """
 
 from __future__ import annotations
@@ -32,22 +37,25 @@ KAFKA_VERSION = "0.9.0.1"
 POISON = b"POISON: this record cannot be processed"
 
 
-def producer(bootstrap: str, kafka_version: str = KAFKA_VERSION, **extra) -> Producer:
-    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5, **extra}, kafka_version))
+def producer(bootstrap: str, kafka_version: str = KAFKA_VERSION, security: dict | None = None,
+             **extra) -> Producer:
+    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5, **(security or {}), **extra},
+                                  kafka_version))
 
 
-def consumer(bootstrap: str, group: str, kafka_version: str = KAFKA_VERSION, **extra) -> Consumer:
+def consumer(bootstrap: str, group: str, kafka_version: str = KAFKA_VERSION, security: dict | None = None,
+             **extra) -> Consumer:
     cfg = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-           "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 5000}
+           "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 5000, **(security or {})}
     cfg.update(extra)
     return Consumer(client_config(cfg, kafka_version))
 
 
 def produce(bootstrap: str, topic: str, per_partition: dict[int, int], value: bytes = b"x",
-            prod: Producer | None = None, kafka_version: str = KAFKA_VERSION) -> None:
+            prod: Producer | None = None, kafka_version: str = KAFKA_VERSION, security: dict | None = None) -> None:
     """Produce exactly per_partition[p] records to each partition p, and wait for them."""
-    p = prod or producer(bootstrap, kafka_version)
+    p = prod or producer(bootstrap, kafka_version, security)
     for part, n in per_partition.items():
         for i in range(n):
             p.produce(topic, value=value, key=str(i).encode(), partition=part)
@@ -59,9 +67,9 @@ def produce(bootstrap: str, topic: str, per_partition: dict[int, int], value: by
 
 
 def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int],
-           kafka_version: str = KAFKA_VERSION) -> None:
+           kafka_version: str = KAFKA_VERSION, security: dict | None = None) -> None:
     """Commit offsets for a group without joining it (a simple commit, as a stopped group leaves them)."""
-    c = consumer(bootstrap, group, kafka_version)
+    c = consumer(bootstrap, group, kafka_version, security)
     try:
         c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
     finally:
@@ -69,9 +77,9 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int],
 
 
 def wait_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30,
-               kafka_version: str = KAFKA_VERSION) -> None:
+               kafka_version: str = KAFKA_VERSION, security: dict | None = None) -> None:
     """Auto-create a topic (0.9 has no CreateTopics) and wait until every partition has a leader."""
-    p = producer(bootstrap, kafka_version)
+    p = producer(bootstrap, kafka_version, security)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -96,10 +104,11 @@ class ConsumerThread(threading.Thread):
 
     def __init__(self, bootstrap: str, group: str, topics: Iterable[str],
                  handle: Callable | None = None, commit_every: float = 1.0, client_id: str | None = None,
-                 stop: threading.Event | None = None, kafka_version: str = KAFKA_VERSION):
+                 stop: threading.Event | None = None, kafka_version: str = KAFKA_VERSION,
+                 security: dict | None = None):
         super().__init__(daemon=True, name=f"consumer-{group}")
         extra = {"client.id": client_id} if client_id else {}
-        self.consumer = consumer(bootstrap, group, kafka_version, **extra)
+        self.consumer = consumer(bootstrap, group, kafka_version, security, **extra)
         self.topics = list(topics)
         self.handle = handle or (lambda msg: True)
         self.commit_every = commit_every
@@ -152,15 +161,16 @@ def not_poison(msg) -> bool:
     return msg.value() != POISON
 
 
-def run(bootstrap: str, rate: float, stop: threading.Event, kafka_version: str = KAFKA_VERSION) -> None:
-    v = kafka_version
+def run(bootstrap: str, rate: float, stop: threading.Event, kafka_version: str = KAFKA_VERSION,
+        security: dict | None = None) -> None:
+    v, sec = kafka_version, security
     for topic in ("orders", "payments", "inventory", "audit-log"):
-        wait_topic(bootstrap, topic, kafka_version=v)
-    prod = producer(bootstrap, v)
+        wait_topic(bootstrap, topic, kafka_version=v, security=sec)
+    prod = producer(bootstrap, v, sec)
 
     # the stopped group: read part of audit-log once, commit, leave
     produce(bootstrap, "audit-log", {0: 50, 1: 50, 2: 50}, prod=prod)
-    commit(bootstrap, "reporting", {("audit-log", p): 40 for p in range(3)}, v)
+    commit(bootstrap, "reporting", {("audit-log", p): 40 for p in range(3)}, v, sec)
 
     # the poison record, at the current end of inventory-0
     produce(bootstrap, "inventory", {0: 5, 1: 5, 2: 5}, prod=prod)
@@ -168,11 +178,11 @@ def run(bootstrap: str, rate: float, stop: threading.Event, kafka_version: str =
     prod.flush(30)
 
     threads = [
-        ConsumerThread(bootstrap, "billing", ["orders"], client_id="billing-1", stop=stop, kafka_version=v),
-        ConsumerThread(bootstrap, "fraud-check", ["payments"], client_id="fraud-check-1", stop=stop, kafka_version=v),
-        ConsumerThread(bootstrap, "ledger", ["orders", "payments"], client_id="ledger-1", stop=stop, kafka_version=v),
+        ConsumerThread(bootstrap, "billing", ["orders"], client_id="billing-1", stop=stop, kafka_version=v, security=sec),
+        ConsumerThread(bootstrap, "fraud-check", ["payments"], client_id="fraud-check-1", stop=stop, kafka_version=v, security=sec),
+        ConsumerThread(bootstrap, "ledger", ["orders", "payments"], client_id="ledger-1", stop=stop, kafka_version=v, security=sec),
         ConsumerThread(bootstrap, "inventory-sync", ["inventory"], handle=not_poison,
-                       client_id="inventory-sync-1", stop=stop, kafka_version=v),
+                       client_id="inventory-sync-1", stop=stop, kafka_version=v, security=sec),
     ]
     for t in threads:
         t.start()
@@ -195,12 +205,18 @@ def main(argv=None) -> int:
     ap.add_argument("--kafka-version", default=KAFKA_VERSION, help="the cluster's Kafka version (client settings)")
     ap.add_argument("--rate", type=float, default=20.0, help="records per second per topic")
     ap.add_argument("--lab-marker", help="the lab folder (lets the lab find this process by PID file)")
+    ap.add_argument("--lab-dir", help="a secured lab's folder: log in as its admin user (secrets.json)")
     args = ap.parse_args(argv)
+    security = None
+    if args.lab_dir:
+        from fleetlab.lab import LabSpec
+
+        security = LabSpec.load(args.lab_dir).security_config("admin") or None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    run(args.bootstrap, args.rate, stop, args.kafka_version)
+    run(args.bootstrap, args.rate, stop, args.kafka_version, security)
     return 0
 
 

@@ -11,11 +11,33 @@ from fleetkit.clients.kafka import client_config
 from fleetkit.core.partitioning import partition_for
 
 
+def fleet_kafka(spec, timeout: float | None = None, conn_id: str | None = None, **override):
+    """A lab cluster as the toolkit opens it: the AIRFLOW_CONN_* JSON of spec.connection_env() (on a
+    secured lab the read-only `fleet` user), read by fleetkit.core.connections, its librdkafka config."""
+    from fleetkit.clients.kafka import KafkaCluster
+    from fleetkit.core.connections import from_env, kafka_config
+
+    conn = from_env(conn_id or spec.kafka_conn_id, environ=spec.connection_env())
+    cfg = client_config(dict(kafka_config(conn), **override), spec.kafka_version)
+    return KafkaCluster(spec.name, cfg) if timeout is None else KafkaCluster(spec.name, cfg, timeout=timeout)
+
+
+def runbook_kafka(spec, timeout: float | None = None, **override):
+    """A lab cluster as a destructive runbook opens it: a secured lab's runbook connection (user
+    `fleet-runbook`); an open lab has only the one connection."""
+    return fleet_kafka(spec, timeout, spec.runbook_kafka_conn_id if spec.secured else None, **override)
+
+
+def fleet_wire_security(spec):
+    """The wire-protocol security of the toolkit's connection to a lab cluster (None: an open lab)."""
+    return fleet_kafka(spec).wire_security
+
+
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,
-                      kafka_version: str = "0.9.0.1") -> dict[int, int]:
+                      kafka_version: str = "0.9.0.1", security: dict | None = None) -> dict[int, int]:
     """The group's committed offset of each partition of `topic` (-1001: none), read through the
-    admin API the way kafka-consumer-groups does."""
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, kafka_version))
+    admin API the way kafka-consumer-groups does (`security`: a secured lab's admin login)."""
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **(security or {})}, kafka_version))
     fut = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
     return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}

@@ -30,13 +30,14 @@ def _wait_assigned(c: Consumer, timeout: float = 60) -> None:
     raise AssertionError(f"consumer was assigned nothing within {timeout} s")
 
 
-def _wait_markers_written(bootstrap: str, kafka_version: str, partition: int, timeout: float = 30) -> None:
+def _wait_markers_written(bootstrap: str, kafka_version: str, partition: int, timeout: float = 30,
+                          security: dict | None = None) -> None:
     """The transaction coordinator writes the markers after EndTxn answers: wait until the
     partition's last stable offset reaches its high watermark."""
     from confluent_kafka import IsolationLevel
     from confluent_kafka.admin import AdminClient, OffsetSpec
 
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap}, kafka_version))
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **(security or {})}, kafka_version))
     tp = TopicPartition(OFFSETS_TOPIC, partition)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,23 +49,25 @@ def _wait_markers_written(bootstrap: str, kafka_version: str, partition: int, ti
     raise AssertionError(f"{OFFSETS_TOPIC}-{partition}: transaction markers not written within {timeout} s")
 
 
-def run(bootstrap: str, kafka_version: str, create_topic, prefix: str | None = None) -> dict:
-    """Write the scenario; returns the groups, their __consumer_offsets partitions and what each
-    group's records must decode to."""
+def run(bootstrap: str, kafka_version: str, create_topic, prefix: str | None = None,
+        security: dict | None = None) -> dict:
+    """Write the scenario (`security`: a secured lab's admin login); returns the groups, their
+    __consumer_offsets partitions and what each group's records must decode to."""
+    sec = security or {}
     prefix = prefix or f"rec-{uuid.uuid4().hex[:8]}"
     v = version_tuple(kafka_version)
     topic = f"{prefix}-topic"
     create_topic(topic)
-    traffic.wait_topic(bootstrap, topic, kafka_version=kafka_version)
-    traffic.produce(bootstrap, topic, {0: 5, 1: 5, 2: 5}, kafka_version=kafka_version)
+    traffic.wait_topic(bootstrap, topic, kafka_version=kafka_version, security=sec)
+    traffic.produce(bootstrap, topic, {0: 5, 1: 5, 2: 5}, kafka_version=kafka_version, security=sec)
     simple, classic = f"{prefix}-simple 'q' {{x}}", f"{prefix}-classic"
     expect: dict = {"topic": topic, "groups": {}}
     # two rounds of simple commits: 6 offset-commit records, the newest per partition wins
-    traffic.commit(bootstrap, simple, {(topic, p): p + 1 for p in range(3)}, kafka_version)
-    traffic.commit(bootstrap, simple, {(topic, p): p + 2 for p in range(3)}, kafka_version)
+    traffic.commit(bootstrap, simple, {(topic, p): p + 1 for p in range(3)}, kafka_version, sec)
+    traffic.commit(bootstrap, simple, {(topic, p): p + 2 for p in range(3)}, kafka_version, sec)
     expect["groups"][simple] = {"offset_commits": 6, "latest": {(topic, p): p + 2 for p in range(3)}}
     # a classic group: join, commit once, leave
-    c = traffic.consumer(bootstrap, classic, kafka_version, **{"client.id": f"{prefix}-classic-client"})
+    c = traffic.consumer(bootstrap, classic, kafka_version, sec, **{"client.id": f"{prefix}-classic-client"})
     c.subscribe([topic])
     _wait_assigned(c)
     c.commit(offsets=[TopicPartition(topic, p, 4) for p in range(3)], asynchronous=False)
@@ -72,10 +75,10 @@ def run(bootstrap: str, kafka_version: str, create_topic, prefix: str | None = N
     expect["groups"][classic] = {"offset_commits": 3, "latest": {(topic, p): 4 for p in range(3)}}
     if v >= (0, 11):
         txn = f"{prefix}-txn"
-        p = Producer(client_config({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-tid"},
+        p = Producer(client_config({"bootstrap.servers": bootstrap, "transactional.id": f"{prefix}-tid", **sec},
                                    kafka_version))
         p.init_transactions(30)
-        meta = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": txn}, kafka_version))
+        meta = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": txn, **sec}, kafka_version))
         gm = meta.consumer_group_metadata()
         p.begin_transaction()
         p.produce(topic, b"in a transaction", partition=0)
@@ -86,14 +89,14 @@ def run(bootstrap: str, kafka_version: str, create_topic, prefix: str | None = N
         p.send_offsets_to_transaction([TopicPartition(topic, q, 5) for q in range(2)], gm, 30)
         p.abort_transaction(30)
         meta.close()
-        _wait_markers_written(bootstrap, kafka_version, partition_for(txn, 50))
+        _wait_markers_written(bootstrap, kafka_version, partition_for(txn, 50), security=sec)
         expect["groups"][txn] = {"offset_commits": 2, "latest": {(topic, q): 3 for q in range(2)},
                                  "aborted_records": 2, "markers": {"commit": 1, "abort": 1}}
     if v >= (4, 0):
         modern = f"{prefix}-consumer-protocol"
         c = Consumer(client_config({"bootstrap.servers": bootstrap, "group.id": modern, "group.protocol": "consumer",
                                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                                    "client.id": f"{prefix}-modern-client"}, kafka_version))
+                                    "client.id": f"{prefix}-modern-client", **sec}, kafka_version))
         c.subscribe([topic])
         _wait_assigned(c)
         c.commit(offsets=[TopicPartition(topic, q, 2) for q in range(3)], asynchronous=False)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from confluent_kafka.admin import AdminClient
 
 from fleetkit.collection.groups import collect_and_write
 from fleetkit.core.partitioning import partition_for
 from fleetkit.core.datasets import DataRoot, read_dataset
-from fleetkit.clients.kafka import client_config
 
 from fleet_airflow import clusters
 from tests.helpers import wait_until
@@ -78,7 +76,7 @@ def test_collection_returns_exactly_what_the_cluster_holds(target, data_root, un
     states = {(r["topic"], r["partition"]): r for r in _rows(data_root, "partition_state")}
     count = t.cluster.offsets_topic_partitions
     assert {p for (tp, p) in states if tp == "__consumer_offsets"} == set(range(count))
-    md = AdminClient(client_config({"bootstrap.servers": t.bootstrap}, t.version)).list_topics(timeout=10)
+    md = t.admin_client().list_topics(timeout=10)
     for tp in (topic, live_topic, "__consumer_offsets"):
         for p, pm in md.topics[tp].partitions.items():
             row = states[(tp, p)]
@@ -113,7 +111,7 @@ def test_a_group_seen_once_is_collected_after_its_members_leave(target, data_roo
     finally:
         member.stop()
     assert group in first.groups
-    admin = AdminClient(client_config({"bootstrap.servers": t.bootstrap}, t.version))
+    admin = t.admin_client()
 
     def listed_state():
         return {g.group_id: g.state.name for g in admin.list_consumer_groups().result().valid}.get(group)

@@ -70,7 +70,7 @@ def test_kip848_group_is_collected_with_state_type_and_assignment(generation, la
     t.produce(topic, {0: 4, 1: 5, 2: 6})
     c = Consumer(client_config({"bootstrap.servers": t.bootstrap, "group.id": group, "group.protocol": "consumer",
                                 "client.id": "kip848-client", "auto.offset.reset": "earliest",
-                                "enable.auto.commit": False}, t.version))
+                                "enable.auto.commit": False, **t.admin_login}, t.version))
     try:
         c.subscribe([topic])
         seen = 0
@@ -86,7 +86,8 @@ def test_kip848_group_is_collected_with_state_type_and_assignment(generation, la
         result = clusters.collect(t.cluster, data_root)
         with clusters.connected(t.cluster) as (kafka, zk):  # the ownership check's light pass
             light = collect_coordinators(t.cluster, kafka, zk, groups=[group]).rows["group_coordinators"]
-        answer = kafka_wire.probe(t.bootstrap, [group])[group]  # ConsumerGroupDescribe on the wire
+        # ConsumerGroupDescribe on the wire, logged in as the toolkit
+        answer = kafka_wire.probe(t.bootstrap, [group], security=t.wire_security)[group]
     finally:
         c.close()
 
@@ -114,7 +115,7 @@ def test_reset_goes_through_the_generation_s_mechanism(target: Target, unique, t
                         "partitions": [{"partition": 0, "committed": 3, "new": 8},
                                        {"partition": 1, "committed": 5, "new": 0}]},
             "preconditions": [{"check": "committed_unchanged", "expected": {"0": 3, "1": 5}}]}
-    with clusters.connected(t.cluster) as (kafka, _zk):
+    with clusters.connected(t.runbook_cluster) as (kafka, _zk):  # the runbook principal (fleet-runbook)
         assert reset_execute.check_preconditions(kafka, plan) == []
         out = reset_execute.execute(kafka, plan, journal_path=tmp_path / "journal.jsonl")
     assert out["mechanism"] == ("commit_offsets" if t.cluster.version_tuple < (0, 10) else "alter_offsets")

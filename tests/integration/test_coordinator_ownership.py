@@ -18,7 +18,7 @@ from fleetkit.core.partitioning import partition_for
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.ownership.rules import who
 from fleetlab.lab import expire_zk_session
-from tests.helpers import wait_until
+from tests.helpers import fleet_kafka, runbook_kafka, wait_until
 
 pytestmark = pytest.mark.lab
 OFFSETS = "__consumer_offsets"
@@ -243,22 +243,24 @@ MODERN = [pytest.param("lab39test", id="kafka-3.9-zookeeper"), pytest.param("lab
 
 
 class _Handles:
-    """The readers of one test-fleet cluster: Kafka, its ZooKeeper (None on KRaft) and what moves
-    leadership there (fleetkit.clients.leadership.for_cluster)."""
+    """The readers of one test-fleet cluster: Kafka (the toolkit's read-only connection), its
+    ZooKeeper (None on KRaft) and what moves leadership there (fleetkit.clients.leadership.for_cluster,
+    on KRaft through the runbook principal's connection: the moves need Alter on the cluster)."""
 
     def __init__(self, handle):
         self.handle = handle
-        self.kafka = KafkaCluster(handle.spec.name, client_config({"bootstrap.servers": handle.bootstrap},
-                                                                  handle.spec.kafka_version))
+        self.kafka = fleet_kafka(handle.spec)
+        self.runbook_kafka = runbook_kafka(handle.spec)
         self.zk = None if handle.spec.kraft else handle.zookeeper()
         if self.zk is not None:
             self.zk.start()
-        self.admin = leadership.for_cluster(self.kafka, self.zk)
+        self.admin = leadership.for_cluster(self.runbook_kafka, self.zk)
 
     def close(self):
         if self.zk is not None:
             self.zk.stop()
         self.kafka.close()
+        self.runbook_kafka.close()
 
 
 @pytest.fixture(params=MODERN)
@@ -376,7 +378,9 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     leader, and the rollback conf restores leader and order. (0.9: tests/dags/
     test_runbook_coordinator_recovery.py; 3.9 in ZooKeeper mode moves through the same /admin znodes
     as 0.9: test_a_move_is_journaled_verified_and_rolled_back.) Here, not in tests/dags: starting
-    the KRaft cluster adds it to the shared fleet file, which the DAG tests expect to hold 0.9 only."""
+    the KRaft cluster adds it to the shared fleet file, which the DAG tests expect to hold 0.9 only.
+    The cluster is secured: until the fleet file names a runbook connection of its own, the runbook
+    runs with a fleet file whose kafka_conn_id is the runbook principal's (fleet-runbook)."""
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
     from fleetkit.core.journal import journal_path, read_journal
@@ -390,13 +394,18 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     h = lab_fleet("lab43test")
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
-    kafka = KafkaCluster("lab43test", client_config({"bootstrap.servers": h.bootstrap}, h.spec.kafka_version))
+    from tests.conftest import write_fleet_file
+
+    monkeypatch.setenv("FLEET_FILE", str(write_fleet_file(h.spec, tmp_path / "fleet.yaml",
+                                                          kafka_conn_id=h.spec.runbook_kafka_conn_id)))
+    kafka = runbook_kafka(h.spec)  # the test's own moves (restoring the order) need Alter too
     admin = leadership.for_cluster(kafka, None)
     topic, group = unique("rec43"), unique("recovery 'ü😀' $x")
-    version = h.spec.kafka_version
-    wait_topic(h.bootstrap, topic, kafka_version=version)
-    produce(h.bootstrap, topic, {0: 3, 1: 3, 2: 3}, kafka_version=version)
-    member = ConsumerThread(h.bootstrap, group, [topic], client_id="recovery-43", kafka_version=version)
+    version, login = h.spec.kafka_version, h.spec.security_config("admin")  # the lab's producer and member
+    wait_topic(h.bootstrap, topic, kafka_version=version, security=login)
+    produce(h.bootstrap, topic, {0: 3, 1: 3, 2: 3}, kafka_version=version, security=login)
+    member = ConsumerThread(h.bootstrap, group, [topic], client_id="recovery-43", kafka_version=version,
+                            security=login)
     member.start()
     p = partition_for(group, 50)
     original = leadership.assignment(admin, OFFSETS)[p]

@@ -100,7 +100,7 @@ def test_offsets_dump_reads_every_codec_from_kafka_written_segments(target: Targ
         topic = unique(f"dump-{codec}")
         t.wait_topic(topic)
         p = Producer(client_config({"bootstrap.servers": t.bootstrap, "compression.codec": codec,
-                                    "linger.ms": 200, "batch.num.messages": 50}, t.version))
+                                    "linger.ms": 200, "batch.num.messages": 50, **t.admin_login}, t.version))
         sent = []
         for i in range(120):
             group = f"g-{codec} 'ü' {i % 7}"

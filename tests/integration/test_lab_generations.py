@@ -1,4 +1,5 @@
-"""The lab fleet's three Kafka generations are real, answer clients, and are run by the lab CLI."""
+"""The lab fleet's three Kafka generations are real, answer clients, and are run by the lab CLI.
+3.9 and 4.3 are secured (SASL_SSL, SCRAM, ACLs): the lab's set-up clients log in as its admin user."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ def test_each_generation_runs_what_it_claims(generation_lab):
         admin = lab.admin()
         md = admin.describe_cluster().result(timeout=30)
         assert sorted(n.id for n in md.nodes) == [0, 1, 2]
+        # secured: nothing answers a client without a login on the broker ports
+        from fleetkit.clients import wire
+
+        assert spec.secured and wire.broker_versions(f"127.0.0.1:{spec.broker_port(0)}", timeout=3) is None
+        sasl = admin.describe_user_scram_credentials().result(timeout=30)
+        assert set(sasl) >= {"admin", "fleet", "fleet-runbook"}
+        # the passwords are on no command line and in no log of the lab
+        passwords = [pw.encode() for pw in spec.passwords().values()]
+        for r in rows:
+            assert not any(pw in Path(f"/proc/{r['pid']}/cmdline").read_bytes() for pw in passwords)
+        for f in [*spec.path.glob("**/*.log"), *spec.path.glob("**/*.out")]:
+            assert not any(pw in f.read_bytes() for pw in passwords), f
         if spec.kraft:
             assert md.cluster_id == spec.cluster_id  # formatted by the storage tool with the lab's id
             props = (Path(spec.log_dir(0)) / "meta.properties").read_text()
@@ -50,18 +63,19 @@ def test_each_generation_runs_what_it_claims(generation_lab):
 
 def test_a_classic_group_commits_exact_offsets_on_each_generation(generation_lab, unique):
     spec = generation_lab.spec
+    admin = spec.security_config("admin")
     topic, group = unique("gen"), unique("classic")
     generation_lab.lab.create_topic(topic, 3)
-    traffic.wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version)
-    traffic.produce(spec.bootstrap, topic, {0: 7, 1: 5, 2: 3}, kafka_version=spec.kafka_version)
+    traffic.wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version, security=admin)
+    traffic.produce(spec.bootstrap, topic, {0: 7, 1: 5, 2: 3}, kafka_version=spec.kafka_version, security=admin)
     worker = traffic.ConsumerThread(spec.bootstrap, group, [topic], commit_every=0.2,
-                                    kafka_version=spec.kafka_version)
+                                    kafka_version=spec.kafka_version, security=admin)
     worker.start()
     try:
         wait_until(lambda: worker.processed == 15, 60, "the consumer to read all 15 records")
     finally:
         worker.stop()
-    c = traffic.consumer(spec.bootstrap, group, spec.kafka_version)
+    c = traffic.consumer(spec.bootstrap, group, spec.kafka_version, admin)
     try:
         got = {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(3)], timeout=30)}
     finally:
@@ -77,7 +91,8 @@ def test_kraft_generation_runs_the_consumer_group_protocol(lab_fleet, unique):
     spec = handle.spec
     topic, group = unique("kip848"), unique("new-protocol")
     handle.lab.create_topic(topic, 3)
-    traffic.produce(spec.bootstrap, topic, {0: 2, 1: 2, 2: 2}, kafka_version=spec.kafka_version)
+    traffic.produce(spec.bootstrap, topic, {0: 2, 1: 2, 2: 2}, kafka_version=spec.kafka_version,
+                    security=spec.security_config("admin"))
     c = Consumer(spec.client_config({"group.id": group, "group.protocol": "consumer",
                                      "auto.offset.reset": "earliest", "enable.auto.commit": False}))
     try:

@@ -10,13 +10,13 @@ import json
 import sys
 from pathlib import Path
 
-from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.collection.offsets_topic import collect_offsets_topic, settings_path
 from fleetkit.core.datasets import DataRoot
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetkit.trim import cleaner_config
 from fleetlab import traffic
+from tests.helpers import fleet_kafka, runbook_kafka
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_BUFFER = 32 * 1024 * 1024  # the lab's log.cleaner.dedupe.buffer.size on every generation
@@ -36,15 +36,16 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
     h = generation_lab
     cluster = h.cluster
     version = cluster.kafka_version
-    kafka = KafkaCluster(cluster.name, client_config({"bootstrap.servers": h.bootstrap}, version))
+    kafka = fleet_kafka(h.spec)  # the toolkit's connection (the read-only fleet user where secured)
+    admin = h.spec.security_config("admin")  # the lab's committers
     ends = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
     quiet_p, hammered_p = sorted(range(50), key=lambda p: (ends[(OFFSETS_TOPIC, p)][1], p))[:2]
     topic = unique("health")
     h.lab.create_topic(topic, 3)
-    traffic.wait_topic(h.bootstrap, topic, kafka_version=version)
+    traffic.wait_topic(h.bootstrap, topic, kafka_version=version, security=admin)
     quiet, hammered = group_on(unique("quiet"), quiet_p), group_on(unique("hammered"), hammered_p)
-    traffic.commit(h.bootstrap, quiet, {(topic, p): 1 for p in range(3)}, version)
-    c = traffic.consumer(h.bootstrap, hammered, version)
+    traffic.commit(h.bootstrap, quiet, {(topic, p): 1 for p in range(3)}, version, admin)
+    c = traffic.consumer(h.bootstrap, hammered, version, admin)
     for i in range(400):  # one key committed 400 times: the partition is all duplicates
         c.commit(offsets=[traffic.TopicPartition(topic, 0, i)], asynchronous=False)
     c.close()
@@ -79,7 +80,9 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
     assert {f["apply"] for f in fixes} == {"live" if modern else "restart"}
     if not modern:
         return
-    # the fix, live: the cluster-wide default, read back from every broker, then rolled back
+    # the fix, live: the cluster-wide default, read back from every broker, then rolled back; by the
+    # destructive runbooks' principal (fleet-runbook: AlterConfigs needs ALTER_CONFIGS on the cluster)
+    kafka = runbook_kafka(h.spec)
     fix = {"log.cleaner.dedupe.buffer.size": LAB_BUFFER + 16 * 1024 * 1024}
     applied = cleaner_config.apply_live(kafka.admin, fix, brokers)
     try:

@@ -12,12 +12,12 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.collection.offsets_topic import read_records
 from fleetkit.core.datasets import table_from_rows
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 
 from tests import offsets_records_scenario
+from tests.helpers import fleet_kafka
 
 #: group-metadata records of a classic group that one consumer joins and leaves: 0.9 writes the
 #: group at the end of the join and a tombstone when the last member leaves; 3.9 the join and
@@ -31,9 +31,10 @@ KIP848_KINDS = {"consumer_group_metadata", "consumer_group_member_metadata", "co
 def test_records_read_back_exactly(generation_lab):
     h = generation_lab
     version = h.cluster.kafka_version
-    kafka = KafkaCluster(h.spec.name, client_config({"bootstrap.servers": h.bootstrap}, version))
+    kafka = fleet_kafka(h.spec)  # the toolkit's connection (the read-only fleet user where secured)
     before = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
-    expect = offsets_records_scenario.run(h.bootstrap, version, lambda t: h.lab.create_topic(t, 3))
+    expect = offsets_records_scenario.run(h.bootstrap, version, lambda t: h.lab.create_topic(t, 3),
+                                          security=h.spec.security_config("admin"))
     parts = expect["partitions"]
     classic = [g for g in expect["groups"] if g.endswith("-classic")][0]
 

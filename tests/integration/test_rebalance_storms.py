@@ -46,7 +46,7 @@ class Loop(threading.Thread):
 
 
 def consumer(t: Target, group: str, client_id: str, **extra):
-    c = traffic.consumer(t.bootstrap, group, t.version, **{"client.id": client_id, "enable.auto.commit": True,
+    c = traffic.consumer(t.bootstrap, group, t.version, t.admin_login, **{"client.id": client_id, "enable.auto.commit": True,
                                                            "auto.commit.interval.ms": 1000, **extra})
     return c
 
@@ -96,11 +96,13 @@ def restarting(t, group, topic, client_id, delay=0.0, **extra):
     return Loop(body)
 
 
+# a secured lab's login comes in the environment (FLEET_TEST_LOGIN, JSON), never on the command line
 CRASHING_CONSUMER = """
-import sys
+import json, os, sys
 from confluent_kafka import Consumer
 c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "client.id": "crasher",
-              "session.timeout.ms": 3000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"})
+              "session.timeout.ms": 3000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest",
+              **json.loads(os.environ.get("FLEET_TEST_LOGIN") or "{}")})
 c.subscribe([sys.argv[3]])
 while True:
     c.poll(0.2)
@@ -110,13 +112,17 @@ while True:
 def crashing(t, group, topic):
     """A consumer process killed (SIGKILL, no LeaveGroup) every 4 s and started again: the
     coordinator removes it only when its 3 s session times out."""
+    import json
+    import os
     import subprocess
     import sys
+
+    env = dict(os.environ, FLEET_TEST_LOGIN=json.dumps(t.admin_login))
 
     def body(stop):
         while not stop.is_set():
             proc = subprocess.Popen([sys.executable, "-c", CRASHING_CONSUMER, t.bootstrap, group, topic],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
             try:
                 stop.wait(4)
             finally:
@@ -127,7 +133,7 @@ def crashing(t, group, topic):
 
 def producing(t, topic):
     def body(stop):
-        p = traffic.producer(t.bootstrap, t.version)
+        p = t.producer()
         i = 0
         while not stop.is_set():
             p.produce(topic, value=b"r", key=str(i).encode(), partition=i % 3)

@@ -10,7 +10,6 @@ import pytest
 
 from fleetkit.collection import groups as collection_groups
 from fleetkit.core.datasets import DataRoot, read_dataset
-from fleetlab import traffic
 
 from fleet_airflow import clusters
 from tests.integration.fleet_clusters import GENERATIONS, Target, target_fixture
@@ -30,7 +29,7 @@ def test_record_timestamps_at_committed_offsets(target: Target, data_root, uniqu
     topic = unique("stamped")
     t.wait_topic(topic)
     base_ms = (int(dt.datetime.now(dt.timezone.utc).timestamp()) - 3600) * 1000  # an hour ago, whole seconds
-    p = traffic.producer(t.bootstrap, t.version)
+    p = t.producer()
     for part in (0, 1):
         for i in range(10):  # record i of a partition: timestamp base + i s (+ 100 s on partition 1)
             p.produce(topic, value=b"v", key=str(i).encode(), partition=part,

@@ -152,7 +152,9 @@ def test_unauthenticated_clients_are_refused(secure_lab):
         wire.partition_leaders(bootstrap, [TOPIC], timeout=5, security=tls_only)
 
 
-def test_a_user_without_read_on_the_offsets_topic_is_named(secure_lab):
+@pytest.fixture(scope="module")
+def outsider(secure_lab) -> str:
+    """A user `outsider` with Describe on the cluster and on topics only; returns its password."""
     from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
                                        ResourceType, ScramCredentialInfo, ScramMechanism,
                                        UserScramCredentialUpsertion)
@@ -169,6 +171,11 @@ def test_a_user_without_read_on_the_offsets_topic_is_named(secure_lab):
     for fut in admin.create_acls(acls).values():
         fut.result(timeout=30)
     time.sleep(1)  # ACLs and credentials reach the broker through the metadata log
+    return password
+
+
+def test_a_user_without_read_on_the_offsets_topic_is_named(outsider):
+    password = outsider
     kafka = fleet_kafka(**{"sasl.username": "outsider", "sasl.password": password})
     with pytest.raises(NotAuthorized) as e:
         read_records(SPEC.name, kafka, [partition_for(GROUP)], {})
@@ -176,6 +183,16 @@ def test_a_user_without_read_on_the_offsets_topic_is_named(secure_lab):
     assert e.value.operation == "READ" and e.value.resource == f"topic {OFFSETS_TOPIC}"
     assert e.value.principal == "User:outsider"
     assert "\n" not in str(e.value) and password not in str(e.value)
+
+
+def test_record_timestamps_without_read_on_the_topic_name_the_missing_acl(outsider, caplog):
+    kafka = fleet_kafka(**{"sasl.username": "outsider", "sasl.password": outsider})
+    with caplog.at_level("WARNING", logger="fleetkit.clients.kafka"):
+        got = kafka.record_timestamps({(TOPIC, 0): 0}, timeout=5)
+    assert got == {(TOPIC, 0): None}
+    warned = [r.getMessage() for r in caplog.records if "record timestamps" in r.getMessage()]
+    assert warned == [f"cluster securelab: record timestamps of topic {TOPIC} not read: not authorized: Read on "
+                      f"topic {TOPIC} for User:outsider on cluster 'securelab' (TOPIC_AUTHORIZATION_FAILED)"]
 
 
 def test_an_untrusted_ca_is_a_clear_tls_error(secure_lab, tmp_path):

@@ -11,7 +11,7 @@ from fleetkit.clients.offsets_leaders import offsets_topic_state
 from fleetkit.core.partitioning import partition_for
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 
-from tests.helpers import committed_offsets, wait_until
+from tests.helpers import committed_offsets, fleet_wire_security, wait_until
 
 
 def test_09_cannot_answer_api_versions_and_is_spoken_to_in_version_0(lab, unique):
@@ -48,8 +48,9 @@ def test_each_generation_is_spoken_to_in_the_versions_it_accepts(generation_lab,
     FindCoordinator v4 (one request for many groups) and DescribeGroups v5 (flexible)."""
     spec = generation_lab.spec
     cluster = generation_lab.cluster
+    security = fleet_wire_security(spec)  # the toolkit's login where the cluster is secured
     for i in range(spec.brokers):
-        versions = wire.broker_versions(f"127.0.0.1:{spec.broker_port(i)}", timeout=10)
+        versions = wire.broker_versions(f"127.0.0.1:{spec.broker_port(i)}", timeout=10, security=security)
         if cluster.version_tuple < (0, 10):
             assert versions is None
         else:
@@ -61,8 +62,9 @@ def test_each_generation_is_spoken_to_in_the_versions_it_accepts(generation_lab,
 
     topic, group = unique("wire-gen"), unique("wire gen ĝ {{x}}")
     generation_lab.lab.create_topic(topic, 3)
-    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version)
-    commit(spec.bootstrap, group, {(topic, 1): 1}, kafka_version=spec.kafka_version)
+    admin = spec.security_config("admin")  # the lab's committer
+    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version, security=admin)
+    commit(spec.bootstrap, group, {(topic, 1): 1}, kafka_version=spec.kafka_version, security=admin)
     kafka = clusters.kafka_for(cluster)  # the Airflow hook, with the fleet file's kafka_version
     answers = kafka.coordinators([group])
     leaders = {s.partition: s.leader for s in offsets_topic_state(kafka, None).values()}
@@ -82,9 +84,10 @@ def test_confluent_kafka_talks_to_each_generation_with_the_hooks_config(generati
     assert ("api.version.request" in kafka.config, "broker.version.fallback" in kafka.config) == (old, old)
     topic, group = unique("cfg"), unique("cfg-group")
     generation_lab.lab.create_topic(topic, 3)
-    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version)
-    produce(spec.bootstrap, topic, {0: 3, 1: 2, 2: 1}, kafka_version=spec.kafka_version)
-    commit(spec.bootstrap, group, {(topic, 0): 3, (topic, 2): 1}, kafka_version=spec.kafka_version)
+    admin = spec.security_config("admin")  # the lab's producer and committer
+    wait_topic(spec.bootstrap, topic, kafka_version=spec.kafka_version, security=admin)
+    produce(spec.bootstrap, topic, {0: 3, 1: 2, 2: 1}, kafka_version=spec.kafka_version, security=admin)
+    commit(spec.bootstrap, group, {(topic, 0): 3, (topic, 2): 1}, kafka_version=spec.kafka_version, security=admin)
     md = kafka.metadata([topic])
     assert sorted(md.brokers) == [0, 1, 2] and len(md.topic_partitions(topic)) == 3
     assert kafka.committed_offsets([group])[group] == {(topic, 0): 3, (topic, 2): 1}

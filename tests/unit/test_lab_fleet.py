@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 
 import pytest
 
@@ -20,6 +21,7 @@ def _all_ports(plan: ports.PortPlan) -> list[int]:
         c = plan.cluster(name)
         out.append(c["zk_port"])
         out += [c["broker_base_port"] + i for i in range(3)] + [c["controller_base_port"] + i for i in range(3)]
+        out += [c["broker_base_port"] + 25 + i for i in range(3)]  # secured labs' INTERNAL listeners
     return out
 
 
@@ -64,15 +66,60 @@ def test_broker_settings_per_generation(tmp_path):
     assert "zookeeper.connect" not in kraft and "broker.id" not in kraft
     assert kraft["process.roles"] == "broker,controller" and kraft["node.id"] == "1"
     assert kraft["controller.quorum.voters"] == "0@127.0.0.1:29342,1@127.0.0.1:29343,2@127.0.0.1:29344"
-    assert kraft["listeners"] == "PLAINTEXT://127.0.0.1:29293,CONTROLLER://127.0.0.1:29343"
+    assert kraft["listeners"] == ("SASL_SSL://127.0.0.1:29293,INTERNAL://127.0.0.1:29318,"
+                                  "CONTROLLER://127.0.0.1:29343")
     assert kraft["group.coordinator.rebalance.protocols"] == "classic,consumer"
     assert int(kraft["group.consumer.min.session.timeout.ms"]) <= 3000
 
 
+def test_the_3_9_and_4_3_clusters_are_secured_and_0_9_is_open(tmp_path):
+    specs = fleet_specs(tmp_path, ports.DEMO)
+    assert [s.secured for s in specs.values()] == [False, True, True]
+    old, zk39, kraft = (specs[n].broker_props(0) for n in ("lab", "lab39", "lab43"))
+    assert old["listeners"] == "PLAINTEXT://127.0.0.1:29092" and "authorizer.class.name" not in old
+    assert zk39["listeners"] == "SASL_SSL://127.0.0.1:29192,INTERNAL://127.0.0.1:29217"
+    assert zk39["advertised.listeners"] == zk39["listeners"]
+    assert zk39["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT"
+    assert zk39["authorizer.class.name"] == "kafka.security.authorizer.AclAuthorizer"
+    assert kraft["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert kraft["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    for props in (zk39, kraft):
+        assert props["inter.broker.listener.name"] == "INTERNAL"
+        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+        assert props["allow.everyone.if.no.acl.found"] == "false"
+        assert props["super.users"] == "User:admin;User:ANONYMOUS"
+        assert props["zookeeper.connect" if props is zk39 else "process.roles"]
+    # a saved open lab (lab.json from before) is secured all the same
+    LabSpec(lab_dir=str(tmp_path / "lab39"), name="lab39", kafka_version="3.9.2").save()
+    assert fleet_specs(tmp_path, ports.DEMO)["lab39"].secured
+    with pytest.raises(LabError, match="Kerberos"):
+        LabSpec(security="sasl_ssl").secured  # 0.9.0.1
+
+
+def test_passwords_are_generated_once_with_mode_0600_and_not_on_any_command_line(tmp_path):
+    spec = fleet_specs(tmp_path, ports.DEMO)["lab39"]
+    assert not spec.secrets_file.exists()
+    first = spec.passwords()  # asked before the lab starts (the tests' conftest does)
+    assert set(first) == {"admin", "fleet", "fleet-runbook"} and len(set(first.values())) == 3
+    assert (spec.secrets_file.stat().st_mode & 0o777) == 0o600
+    assert fleet_specs(tmp_path, ports.DEMO)["lab39"].passwords() == first
+    props = "".join(f"{k}={v}\n" for i in range(3) for k, v in spec.broker_props(i).items())
+    assert not any(pw in props for pw in first.values())
+
+
 def test_connections_and_fleet_entries_per_generation(tmp_path):
     specs = fleet_specs(tmp_path, ports.DEMO)
-    assert set(specs["lab43"].connection_env()) == {"AIRFLOW_CONN_LAB43_KAFKA"}
-    assert set(specs["lab39"].connection_env()) == {"AIRFLOW_CONN_LAB39_KAFKA", "AIRFLOW_CONN_LAB39_ZOOKEEPER"}
+    assert set(specs["lab43"].connection_env()) == {"AIRFLOW_CONN_LAB43_KAFKA", "AIRFLOW_CONN_LAB43_KAFKA_RUNBOOK"}
+    assert set(specs["lab39"].connection_env()) == {"AIRFLOW_CONN_LAB39_KAFKA", "AIRFLOW_CONN_LAB39_KAFKA_RUNBOOK",
+                                                    "AIRFLOW_CONN_LAB39_ZOOKEEPER"}
+    assert set(specs["lab"].connection_env()) == {"AIRFLOW_CONN_LAB_KAFKA", "AIRFLOW_CONN_LAB_ZOOKEEPER"}
+    assert specs["lab39"].runbook_kafka_conn_id == "lab39_kafka_runbook"
+    env = specs["lab39"].connection_env()
+    fleet = json.loads(env["AIRFLOW_CONN_LAB39_KAFKA"])["extra"]
+    runbook = json.loads(env["AIRFLOW_CONN_LAB39_KAFKA_RUNBOOK"])["extra"]
+    assert (fleet["sasl.username"], runbook["sasl.username"]) == ("fleet", "fleet-runbook")
+    assert runbook["sasl.password"] == specs["lab39"].passwords()["fleet-runbook"]
+    assert runbook["security.protocol"] == "SASL_SSL" and runbook["ssl.ca.location"].endswith("ca.pem")
     assert "zookeeper" not in specs["lab43"].fleet_cluster()
     assert "cleaner" in specs["lab"].fleet_cluster()  # 0.9 cannot report its cleaner settings
     assert "cleaner" not in specs["lab39"].fleet_cluster()

@@ -26,7 +26,7 @@ from tests.conftest import TEST_FLEET  # noqa: E402
 from tests import offsets_records_scenario  # noqa: E402
 from fleetlab.lab import Lab  # noqa: E402
 from fleetkit.clients import wire_logs  # noqa: E402
-from fleetkit.clients.kafka import KafkaCluster, client_config  # noqa: E402
+from tests.helpers import fleet_kafka  # noqa: E402
 from fleetkit.core.kafka_names import OFFSETS_TOPIC  # noqa: E402
 
 
@@ -35,10 +35,11 @@ def capture(name: str) -> Path:
     lab = Lab(spec)
     lab.up()
     version = lab.spec.fleet_cluster()["kafka_version"]
-    kafka = KafkaCluster(name, client_config({"bootstrap.servers": spec.bootstrap}, version))
+    kafka = fleet_kafka(spec)  # the toolkit's connection (the read-only fleet user where secured)
     before = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in range(50)])
     expect = offsets_records_scenario.run(spec.bootstrap, version, lambda t: lab.create_topic(t, 3),
-                                          prefix=f"vec{version.replace('.', '')}")
+                                          prefix=f"vec{version.replace('.', '')}",
+                                          security=spec.security_config("admin"))
     after = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in expect["partitions"]])
     parts = {}
     for p in expect["partitions"]:
@@ -50,7 +51,8 @@ def capture(name: str) -> Path:
             recs: list = []
             return wire_logs.parse_batches(data, wire_logs.BatchStats(), recs, [])
 
-        problems = wire_logs.fetch_log(spec.bootstrap, OFFSETS_TOPIC, {p: (start, end)}, keep)
+        problems = wire_logs.fetch_log(spec.bootstrap, OFFSETS_TOPIC, {p: (start, end)}, keep,
+                                       security=kafka.wire_security)
         if problems:
             raise SystemExit(f"{name}: {problems}")
         records: list = []
