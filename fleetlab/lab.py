@@ -333,6 +333,8 @@ class LabSpec:
             "kafka_version": self.kafka_version,
             "kafka_conn_id": self.kafka_conn_id,
         }
+        if self.secured:  # the runbooks' own principal (fleet-runbook)
+            entry["runbook_kafka_conn_id"] = self.runbook_kafka_conn_id
         if not self.kraft:
             entry["zookeeper"] = {"conn_id": self.zk_conn_id, "chroot": self.chroot}
         entry["offsets_topic_partitions"] = OFFSETS_PARTITIONS

@@ -37,16 +37,6 @@ class Target:
         return self.cluster.kafka_version
 
     @property
-    def runbook_cluster(self):
-        """The cluster as a destructive runbook opens it: on a secured lab through the runbook
-        connection (user fleet-runbook; the fleet file's kafka_conn_id is the read-only user)."""
-        import dataclasses
-
-        spec = self.handle.spec
-        return dataclasses.replace(self.cluster, kafka_conn_id=spec.runbook_kafka_conn_id) if spec.secured \
-            else self.cluster
-
-    @property
     def admin_login(self) -> dict:
         """librdkafka settings of the lab's admin user ({} on the open 0.9 cluster)."""
         return self.handle.spec.security_config("admin")

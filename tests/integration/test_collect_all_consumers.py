@@ -115,7 +115,7 @@ def test_reset_goes_through_the_generation_s_mechanism(target: Target, unique, t
                         "partitions": [{"partition": 0, "committed": 3, "new": 8},
                                        {"partition": 1, "committed": 5, "new": 0}]},
             "preconditions": [{"check": "committed_unchanged", "expected": {"0": 3, "1": 5}}]}
-    with clusters.connected(t.runbook_cluster) as (kafka, _zk):  # the runbook principal (fleet-runbook)
+    with clusters.connected(t.cluster, changes=True) as (kafka, _zk):  # the runbook principal (fleet-runbook)
         assert reset_execute.check_preconditions(kafka, plan) == []
         out = reset_execute.execute(kafka, plan, journal_path=tmp_path / "journal.jsonl")
     assert out["mechanism"] == ("commit_offsets" if t.cluster.version_tuple < (0, 10) else "alter_offsets")

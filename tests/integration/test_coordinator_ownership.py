@@ -396,8 +396,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
     from tests.conftest import write_fleet_file
 
-    monkeypatch.setenv("FLEET_FILE", str(write_fleet_file(h.spec, tmp_path / "fleet.yaml",
-                                                          kafka_conn_id=h.spec.runbook_kafka_conn_id)))
+    monkeypatch.setenv("FLEET_FILE", str(write_fleet_file(h.spec, tmp_path / "fleet.yaml")))
     kafka = runbook_kafka(h.spec)  # the test's own moves (restoring the order) need Alter too
     admin = leadership.for_cluster(kafka, None)
     topic, group = unique("rec43"), unique("recovery 'ü😀' $x")

@@ -18,6 +18,9 @@ def _all_ports(plan: ports.PortPlan) -> list[int]:
     for i in range(2):
         out += [plan.celery_log_server(i), plan.spark_worker(i), plan.spark_worker_ui(i)]
     for name in list(ports.CLUSTERS) + list(ports.SINGLE_PURPOSE):
+        if name in ports.SHARED_SLOTS:  # the same ports as the lab it shares a slot with
+            assert ports.SINGLE_PURPOSE[name] == ports.SINGLE_PURPOSE[ports.SHARED_SLOTS[name]]
+            continue
         c = plan.cluster(name)
         out.append(c["zk_port"])
         out += [c["broker_base_port"] + i for i in range(3)] + [c["controller_base_port"] + i for i in range(3)]
