@@ -17,7 +17,7 @@ a tail that no longer ends at the head, a head whose signature does not verify, 
 was lost and rebuilt from the audit (`reanchored`): that one stays a failure for good, it is the
 trace of a deleted head file.
 
-The audit key (see "The audit key" in the README) lives in the deployment's secrets, never beside
+The audit key (see "The audit key" in docs/runbooks.md) lives in the deployment's secrets, never beside
 the data: the environment variable AIRFLOW_VAR_FLEET_AUDIT_KEY (the Airflow Variable
 `fleet_audit_key`), `[KEY_ID:]SECRET`; keys retired by a rotation stay readable through
 AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS (comma-separated entries of the same form). Writing a record
@@ -104,7 +104,7 @@ class AuditKeys:
         if self.current is None:
             raise FleetError(f"no audit key: set the environment variable {KEY_VAR} (the Airflow Variable "
                              "fleet_audit_key) in the environment of every Airflow worker and of fleetctl; "
-                             "the audit refuses to write unsigned records (README: \"The audit key\")")
+                             "the audit refuses to write unsigned records (docs/runbooks.md: \"The audit key\")")
         return self.current
 
 
