@@ -191,8 +191,8 @@ def test_record_timestamps_without_read_on_the_topic_name_the_missing_acl(outsid
         got = kafka.record_timestamps({(TOPIC, 0): 0}, timeout=5)
     assert got == {(TOPIC, 0): None}
     warned = [r.getMessage() for r in caplog.records if "record timestamps" in r.getMessage()]
-    assert warned == [f"cluster securelab: record timestamps of topic {TOPIC} not read: not authorized: Read on "
-                      f"topic {TOPIC} for User:outsider on cluster 'securelab' (TOPIC_AUTHORIZATION_FAILED)"]
+    assert warned == [f"cluster securelab: record timestamps of topic {TOPIC} not read: not authorized: outsider may "
+                      f"not READ topic '{TOPIC}' on securelab (TOPIC_AUTHORIZATION_FAILED)"]
 
 
 def test_an_untrusted_ca_is_a_clear_tls_error(secure_lab, tmp_path):
