@@ -734,7 +734,7 @@ class KafkaCluster:
         c = self._peek_consumer(**{"fetch.max.bytes": 1 << 20, "max.partition.fetch.bytes": 64 << 10,
                                    "enable.partition.eof": False})
         waiting = set(positions)
-        refused: set[str] = set()
+        denied: set[str] = set()
         try:
             c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
             deadline = time.monotonic() + timeout
@@ -748,15 +748,15 @@ class KafkaCluster:
                     waiting.discard(tp)
                     c.pause([TopicPartition(*tp)])
                     if msg.error() is not None and msg.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                        refused.add(tp[0])
+                        denied.add(tp[0])
                     if msg.error() is not None or msg.offset() != positions[tp]:
                         continue  # an error, or the record was compacted away: no timestamp for it
                     ts_type, ts = msg.timestamp()
                     if ts_type != TIMESTAMP_NOT_AVAILABLE and ts is not None and ts >= 0:
                         out[tp] = ts / 1000.0
-            for topic in sorted(refused):  # a missing ACL is named, never a silent "no timestamp"
+            for topic in sorted(denied):  # a missing ACL is named, never a silent "no timestamp"
                 log.warning("cluster %s: record timestamps of topic %s not read: %s", self.name,
-                            visible_controls(topic), refused("TOPIC_AUTHORIZATION_FAILED", topic, self.principal, self.name, "Fetch"))
+                            visible_controls(topic), self.refused("TOPIC_AUTHORIZATION_FAILED", topic, "Fetch"))
             if waiting:
                 log.info("cluster %s: record timestamps: %d of %d partition(s) not read within %.0fs",
                          self.name, len(waiting), len(positions), timeout)
