@@ -319,29 +319,38 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         redis_server.up(redis_spec())
         spark_cluster.up(spark_spec())
     _profile_file().write_text(chosen + "\n")
-    for name in COMPONENTS:
+    def start(name: str) -> None:
         if procs.owned_pid(_pid_file(name), _marker()):
-            continue
+            return
         argv = [_airflow_bin(), name]
-        if name == "scheduler":
-            argv.append("--skip-serve-logs")
-        if name == "triggerer":
+        if name in ("scheduler", "triggerer"):
             argv.append("--skip-serve-logs")
         if name == "api-server":
             argv += ["--host", API_HOST, "--port", str(API_PORT)]
         procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=env, cwd=str(REPO_ROOT))
-    if chosen == "cluster":
-        _start_celery_workers(env)
+
+    # Task processes report to the api-server's execution API: the components that run tasks
+    # (scheduler with its executor, triggerer, Celery workers) start once it answers, so that a run
+    # the scheduler starts at once (a schedule interval already due) never fails its first tasks
+    # with "connection refused". The dag-processor parses DAGs meanwhile.
+    runs_tasks = ("scheduler", "triggerer")
+    for name in COMPONENTS:
+        if name not in runs_tasks:
+            start(name)
     deadline = time.monotonic() + timeout
+    waiting_for = [n for n in COMPONENTS if n not in runs_tasks]
     while time.monotonic() < deadline:
         if api_healthy():
             step("api-server answering")
             break
-        _check_alive(COMPONENTS)
+        _check_alive(waiting_for)
         time.sleep(1)
     else:
         raise FleetError(f"the Airflow api-server did not answer on http://{API_HOST}:{API_PORT} in {timeout:.0f}s")
+    for name in runs_tasks:
+        start(name)
     if chosen == "cluster":
+        _start_celery_workers(env)
         _wait_celery_workers(deadline=max(deadline, time.monotonic() + 60))
 
 
