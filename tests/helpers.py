@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import time
+from contextlib import contextmanager
 
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -120,3 +122,44 @@ def fsync_spy(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(os, "fsync", spy)
     return synced
+
+
+@contextmanager
+def fresh_lab(spec):
+    """A single-purpose lab of a test module, started from an empty folder and stopped (by PID)
+    and removed afterwards, whatever the tests did."""
+    from fleetlab.lab import Lab
+
+    lab = Lab(spec)
+    lab.down()
+    shutil.rmtree(spec.lab_dir, ignore_errors=True)
+    lab.up()
+    try:
+        yield lab
+    finally:
+        lab.down()
+        shutil.rmtree(spec.lab_dir, ignore_errors=True)
+
+
+def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[int, int]]) -> None:
+    """Create `topic`, wait until every partition has a leader (a commit right after CreateTopics
+    may meet UNKNOWN_TOPIC_OR_PART), then commit {group: {partition: offset}} as the lab's admin."""
+    from confluent_kafka import Consumer, KafkaException
+
+    lab.create_topic(topic, partitions=partitions)
+    admin = lab.admin()
+
+    def led() -> bool:
+        md = admin.list_topics(topic, timeout=10).topics.get(topic)
+        return md is not None and md.error is None and len(md.partitions) == partitions and all(
+            q.leader >= 0 for q in md.partitions.values())
+
+    wait_until(led, 60, f"{topic} led")
+    time.sleep(1)
+    for group, offsets in commits.items():
+        c = Consumer(lab.spec.client_config({"group.id": group, "enable.auto.commit": False}))
+        try:
+            wait_until(lambda: c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                                        asynchronous=False), 30, f"a commit to {topic}", retry_on=(KafkaException,))
+        finally:
+            c.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from fleetlab.traffic import consumer, wait_topic
 from tests.hitl import Answerer
 from tests.conftest import TEST_PORTS
 from tests.conftest import write_fleet_file
+from tests.helpers import fresh_lab
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark]
@@ -106,15 +106,8 @@ def partition_bytes(p: int) -> int:
 
 @pytest.fixture(scope="module")
 def incident_lab():
-    lab = Lab(SPEC)
-    lab.down()
-    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-    lab.up()
-    try:
+    with fresh_lab(SPEC) as lab:  # the 4 GB budget: nothing stays behind
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)  # the 4 GB budget: nothing stays behind
 
 
 def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_lab, airflow_db, tmp_path,

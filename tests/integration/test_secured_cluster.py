@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fleetkit.clients import wire, wire_logs
 from fleetkit.clients.kafka import KafkaCluster, client_config
@@ -28,10 +26,10 @@ from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandsha
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetlab import tls
-from fleetlab.lab import Lab, LabSpec
+from fleetlab.lab import LabSpec
 
 from tests.conftest import TEST_PORTS
-from tests.helpers import wait_until
+from tests.helpers import commit_when_led, fresh_lab
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(REPO / ".lab-secure"), name="securelab", **TEST_PORTS.cluster("securelab"), brokers=1,
@@ -42,31 +40,10 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def secure_lab():
-    lab = Lab(SPEC)
-    lab.down()
-    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-    lab.up()
-    try:
-        lab.create_topic(TOPIC, partitions=3)
-        admin = lab.admin()
-
-        def led() -> bool:  # a commit right after CreateTopics may meet UNKNOWN_TOPIC_OR_PART
-            md = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
-            return md is not None and md.error is None and len(md.partitions) == 3 and all(
-                q.leader >= 0 for q in md.partitions.values())
-
-        wait_until(led, 60, f"{TOPIC} led")
-        time.sleep(1)
-        c = Consumer(SPEC.client_config({"group.id": GROUP, "enable.auto.commit": False}))
-        try:  # a simple commit by the admin user (the lab's producer / committer)
-            wait_until(lambda: c.commit(offsets=[TopicPartition(TOPIC, p, 10 + p) for p in range(3)],
-                                        asynchronous=False), 30, f"a commit to {TOPIC}", retry_on=(KafkaException,))
-        finally:
-            c.close()
+    with fresh_lab(SPEC) as lab:
+        # a simple commit by the admin user (the lab's producer / committer)
+        commit_when_led(lab, TOPIC, 3, {GROUP: {p: 10 + p for p in range(3)}})
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
 
 
 def fleet_kafka(**override) -> KafkaCluster:

@@ -21,13 +21,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.collection.groups import collect_cluster
@@ -40,7 +38,7 @@ from fleetkit.core.partitioning import partition_for
 from fleetlab.lab import Lab, LabSpec
 
 from tests.conftest import TEST_PORTS, write_fleet_file
-from tests.helpers import wait_until
+from tests.helpers import commit_when_led, fresh_lab, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(REPO / ".lab-secure-errors"), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
@@ -85,28 +83,9 @@ def _add_users(lab: Lab) -> None:
 
 @pytest.fixture(scope="module")
 def secure_lab():
-    lab = Lab(SPEC)
-    lab.down()
-    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-    lab.up()
-    try:
-        lab.create_topic(TOPIC, partitions=2)
-        admin = lab.admin()
-
-        def led() -> bool:
-            md = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
-            return md is not None and md.error is None and len(md.partitions) == 2 and all(
-                q.leader >= 0 for q in md.partitions.values())
-
-        wait_until(led, 60, f"{TOPIC} led")
-        time.sleep(1)
-        for group in (GROUP, HOSTILE):  # simple commits by the admin user (the lab's committer)
-            c = Consumer(SPEC.client_config({"group.id": group, "enable.auto.commit": False}))
-            try:
-                wait_until(lambda: c.commit(offsets=[TopicPartition(TOPIC, p, 0) for p in range(2)],
-                                            asynchronous=False), 30, f"a commit to {TOPIC}", retry_on=(KafkaException,))
-            finally:
-                c.close()
+    with fresh_lab(SPEC) as lab:
+        # simple commits by the admin user (the lab's committer)
+        commit_when_led(lab, TOPIC, 2, {group: {p: 0 for p in range(2)} for group in (GROUP, HOSTILE)})
         _add_users(lab)
 
         def users_answer() -> bool:  # credentials and ACLs reach the broker through the metadata log
@@ -118,9 +97,6 @@ def secure_lab():
 
         wait_until(users_answer, 30, "the new users logged in", retry_on=(AuthenticationFailed,))
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
 
 
 def conn_env(user: str | None = None, password: str | None = None) -> dict[str, str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from fleetlab.lab import Lab, LabSpec
 from fleetlab.traffic import commit, producer, wait_topic
 
 from tests.conftest import TEST_PORTS
-from tests.helpers import committed_offsets, groups_on_partition, wait_until
+from tests.helpers import committed_offsets, fresh_lab, groups_on_partition, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(REPO / ".lab-trim"), name="trimlab", **TEST_PORTS.cluster("trimlab"), brokers=1,
@@ -53,15 +52,8 @@ BULK_PARTITIONS = 40
 
 @pytest.fixture(scope="module")
 def trim_lab():
-    lab = Lab(SPEC)
-    lab.down()
-    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-    lab.up()
-    try:
+    with fresh_lab(SPEC) as lab:
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
 
 
 def partition_files(folder: Path) -> dict[str, str]:

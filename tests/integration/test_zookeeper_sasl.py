@@ -6,14 +6,14 @@ password is on a command line or in a log."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
-from fleetlab.lab import ZK_USER, Lab, LabSpec
+from fleetlab.lab import ZK_USER, LabSpec
 
 from tests.conftest import TEST_PORTS
+from tests.helpers import fresh_lab
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(REPO / ".lab-zksasl"), name="zksasllab", **TEST_PORTS.cluster("zksasllab"), brokers=1,
@@ -23,15 +23,8 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def zk_sasl_lab():
-    lab = Lab(SPEC)
-    lab.down()
-    shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
-    lab.up()
-    try:
+    with fresh_lab(SPEC) as lab:
         yield lab
-    finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
 
 
 def test_brokers_log_in_to_zookeeper_and_protect_their_znodes(zk_sasl_lab):
