@@ -34,7 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from fleetlab import dists, ports, procs
+from fleetlab import dists, oauth, ports, procs
 from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as OFFSETS_PARTITIONS
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.errors import LabError
@@ -70,6 +70,10 @@ KAFKA_VERSION = "0.9.0.1"
 #:   AdminClient.alter_user_scram_credentials (AlterUserScramCredentials, KIP-554: in ZooKeeper in
 #:   ZooKeeper mode, in the metadata log in KRaft mode): no password on any command line or in a
 #:   log. KRaft needs no user at format time (the controllers authenticate nobody).
+#: - SASL/OAUTHBEARER too, on the same listener: JWTs signed by the lab's own issuer
+#:   (fleetlab.oauth: an RSA key and its JWKS under <lab>/tls), validated by Kafka's
+#:   OAuthBearerValidatorCallbackHandler (signature, issuer, audience, expiry); a token's `sub` is
+#:   its principal, so a token for `fleet` has the ACLs of `fleet` (LabSpec.oauth_config).
 #: - ACLs created after that by `admin` (AdminClient.create_acls), all ALLOW from any host:
 SECURED_USERS = ("admin", "fleet", "fleet-runbook")
 SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
@@ -250,6 +254,20 @@ class LabSpec:
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": SECURED_MECHANISM, "sasl.username": user,
                 "sasl.password": password if password is not None else self.passwords()[user],
                 "ssl.ca.location": str(self.tls_dir / "ca.pem")}
+
+    @property
+    def jwks_url(self) -> str:
+        """Secured labs: the JSON Web Key Set of the lab's OAuth issuer, as the brokers read it."""
+        return oauth.jwks_file(self.tls_dir).resolve().as_uri()
+
+    def oauth_config(self, user: str = "fleet") -> dict:
+        """librdkafka settings to log in to a secured lab as `user` with SASL/OAUTHBEARER, the token
+        coming from fleetlab.oauth.token (a dotted path: the apache-kafka provider resolves it)."""
+        if not self.secured:
+            return {}
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+                "sasl.oauthbearer.config": f"principal={user} issuer_key={oauth.issuer_key(self.tls_dir).resolve()}",
+                "oauth_cb": "fleetlab.oauth.token", "ssl.ca.location": str(self.tls_dir / "ca.pem")}
 
     def controller_port(self, node_id: int) -> int:
         return (self.controller_base_port or self.broker_base_port + 50) + node_id
@@ -454,11 +472,19 @@ class LabSpec:
             "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
             "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "INTERNAL",
-            "sasl.enabled.mechanisms": SECURED_MECHANISM,
+            "sasl.enabled.mechanisms": f"{SECURED_MECHANISM},OAUTHBEARER",
             # SCRAM credentials live in the cluster (ZooKeeper or the metadata log): the server's
             # login module needs no options
             f"listener.name.sasl_ssl.{SECURED_MECHANISM.lower()}.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            # OAUTHBEARER: signed JWTs of the lab's issuer (fleetlab.oauth), checked against its JWKS
+            "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            "listener.name.sasl_ssl.oauthbearer.sasl.server.callback.handler.class":
+                "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+            "sasl.oauthbearer.jwks.endpoint.url": self.jwks_url,
+            "sasl.oauthbearer.expected.issuer": oauth.ISSUER,
+            "sasl.oauthbearer.expected.audience": oauth.AUDIENCE,
             "ssl.keystore.type": "PEM",
             "ssl.keystore.location": str(pem),
             "ssl.client.auth": "none",
@@ -574,6 +600,7 @@ class Lab:
         if not (s.tls_dir / "broker.pem").exists():
             ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
             tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
+        oauth.ensure_issuer(s.tls_dir)
 
     def internal_admin(self, broker_id: int | None = None, **extra):
         """Secured labs: an AdminClient on the PLAINTEXT INTERNAL listener(s), where the lab is
@@ -690,6 +717,9 @@ class Lab:
                 "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true",
                 *self._logging_flags(bdir / "logs"),
                 *([f"-Djava.security.auth.login.config={self.broker_jaas_file}"] if self.spec.zk_sasl else []),
+                # the one URL OAUTHBEARER validation may read (Kafka refuses any other)
+                *([f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.spec.jwks_url}"]
+                  if self.spec.secured else []),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 

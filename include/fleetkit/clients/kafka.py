@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import logging
+import re
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -253,9 +254,15 @@ class KafkaCluster:
     @property
     def principal(self) -> str:
         """The principal the brokers see: 'User:<sasl.username>', else Kafka's default names."""
+        sasl = str(self.config.get("security.protocol", "")).upper().startswith("SASL")
         user = self.config.get("sasl.username")
-        if user and str(self.config.get("security.protocol", "")).upper().startswith("SASL"):
+        if user and sasl:
             return f"User:{user}"
+        if sasl and str(self.config.get("sasl.mechanism", "")).upper() == "OAUTHBEARER":
+            # the token's subject; "principal=<name>" in sasl.oauthbearer.config names it where the
+            # token source follows librdkafka's convention (its unsecured JWTs, fleetlab.oauth)
+            named = re.search(r"(?:^|\s)principal=(\S+)", str(self.config.get("sasl.oauthbearer.config", "")))
+            return f"User:{named.group(1)}" if named else "the subject of the OAUTHBEARER token"
         if self.config.get("ssl.certificate.location"):
             return f"the client certificate of {self.config['ssl.certificate.location']}"
         return "User:ANONYMOUS"
