@@ -96,7 +96,6 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
         ("cluster", "kafka-cluster", "ALTER_CONFIGS"),   # broker settings (cleaner buffer)
         ("group", "*", "DESCRIBE"),
         ("group", "*", "READ"),                          # OffsetCommit (offset resets)
-        ("group", "*", "DELETE"),                        # DeleteGroups, OffsetDelete
         ("topic", "*", "DESCRIBE"),
         ("topic", "*", "DESCRIBE_CONFIGS"),
         ("topic", "*", "READ"),                          # OffsetCommit needs Read on the topic

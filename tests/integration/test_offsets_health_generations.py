@@ -84,13 +84,13 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
     # destructive runbooks' principal (fleet-runbook: AlterConfigs needs ALTER_CONFIGS on the cluster)
     kafka = runbook_kafka(h.spec)
     fix = {"log.cleaner.dedupe.buffer.size": LAB_BUFFER + 16 * 1024 * 1024}
-    applied = cleaner_config.apply_live(kafka.admin, fix, brokers)
+    applied = cleaner_config.apply_live(kafka, fix, brokers)
     try:
         assert applied["before"] == {b: {"log.cleaner.dedupe.buffer.size": str(LAB_BUFFER)} for b in brokers}
         assert applied["after"] == {b: {"log.cleaner.dedupe.buffer.size": str(LAB_BUFFER + 16 * 1024 * 1024)}
                                     for b in brokers}
     finally:
-        cleaner_config.revert_live(kafka.admin, applied["before"])  # waits until every broker reports it
+        cleaner_config.revert_live(kafka, applied["before"])  # waits until every broker reports it
     from fleetkit.collection.offsets_topic import cleaner_settings
     assert {b: v["dedupe_buffer_size"] for b, v in cleaner_settings(kafka.admin, brokers)["brokers"].items()} == \
         {b: LAB_BUFFER for b in brokers}

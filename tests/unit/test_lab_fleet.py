@@ -88,7 +88,7 @@ def test_the_3_9_and_4_3_clusters_are_secured_and_0_9_is_open(tmp_path):
     assert kraft["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
     for props in (zk39, kraft):
         assert props["inter.broker.listener.name"] == "INTERNAL"
-        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512,OAUTHBEARER"
         assert props["allow.everyone.if.no.acl.found"] == "false"
         assert props["super.users"] == "User:admin;User:ANONYMOUS"
         assert props["zookeeper.connect" if props is zk39 else "process.roles"]

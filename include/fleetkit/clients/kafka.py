@@ -653,9 +653,21 @@ class KafkaCluster:
                                      f"{error_name(e)}") from None
         finally:
             c.close()
+        self._partition_refusal(res, group, "OffsetCommit")
         errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res or [] if tp.error is not None]
         if errors:
             raise ClusterUnreachable(f"cluster {self.name!r}: commit for group {group!r} failed for {', '.join(errors)}")
+
+    def _partition_refusal(self, partitions, group: str, request: str) -> None:
+        """The one-line NotAuthorized of the first partition an offset request was refused for: the
+        group's (GROUP_AUTHORIZATION_FAILED) or the partition's topic (TOPIC_AUTHORIZATION_FAILED)."""
+        for tp in partitions or []:
+            if tp.error is None:
+                continue
+            name = error_name(tp.error)
+            refusal = self.refused(name, tp.topic if name.startswith("TOPIC_") else group, request)
+            if refusal is not None:
+                raise refusal
 
     def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Set a group's committed offsets through the Admin API (AlterConsumerGroupOffsets, brokers
@@ -672,6 +684,7 @@ class KafkaCluster:
                 raise refusal from None
             raise ClusterUnreachable(f"cluster {self.name!r}: altering the offsets of group {group!r} failed: "
                                      f"{error_name(e)}") from None
+        self._partition_refusal(res.topic_partitions, group, "AlterConsumerGroupOffsets")
         errors = [f"{tp.topic}-{tp.partition}: {tp.error}" for tp in res.topic_partitions or [] if tp.error is not None]
         if errors:
             raise ClusterUnreachable(f"cluster {self.name!r}: altering the offsets of group {group!r} failed for "

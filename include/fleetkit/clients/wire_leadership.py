@@ -27,7 +27,11 @@ VERSION = 0
 
 
 class ReassignmentError(ConnectionError):
-    """The cluster refused or could not be asked."""
+    """The cluster refused or could not be asked; `error` is Kafka's error name when it answered."""
+
+    def __init__(self, message: str, error: str | None = None):
+        super().__init__(message)
+        self.error = error
 
 
 def _request(api_key: int, correlation_id: int, body: bytes) -> bytes:
@@ -116,12 +120,13 @@ def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[in
                                    security))
     problem = err or parts.get((topic, partition), "NO_ANSWER for the partition")
     if problem:
-        raise ReassignmentError(f"reassigning {topic}-{partition} to replicas {list(replicas)} was refused: {problem}")
+        raise ReassignmentError(f"reassigning {topic}-{partition} to replicas {list(replicas)} was refused: {problem}",
+                                error=problem.split(":", 1)[0])
 
 
 def reassignments(bootstrap: str, timeout: float = 30.0, security=None) -> dict[tuple[str, int], dict]:
     """The partition reassignments in progress: {(topic, partition): {"replicas", "adding", "removing"}}."""
     err, out = decode_list(_ask(bootstrap, LIST_REASSIGNMENTS, list_body(int(timeout * 1000)), timeout, security))
     if err:
-        raise ReassignmentError(f"listing partition reassignments failed: {err}")
+        raise ReassignmentError(f"listing partition reassignments failed: {err}", error=err.split(":", 1)[0])
     return out

@@ -66,6 +66,8 @@ AUTHORIZATION_ERRORS: dict[tuple[str, str | None], tuple[str, str]] = {
     ("TOPIC_AUTHORIZATION_FAILED", "DescribeConfigs"): ("DESCRIBE_CONFIGS", "topic"),
     ("TOPIC_AUTHORIZATION_FAILED", "Produce"): ("WRITE", "topic"),
     ("TOPIC_AUTHORIZATION_FAILED", "DeleteRecords"): ("DELETE", "topic"),
+    ("TOPIC_AUTHORIZATION_FAILED", "OffsetCommit"): ("READ", "topic"),   # a commit needs Read on the topic
+    ("TOPIC_AUTHORIZATION_FAILED", "AlterConsumerGroupOffsets"): ("READ", "topic"),
     # FindCoordinator, DescribeGroups, ConsumerGroupDescribe, OffsetFetch
     ("GROUP_AUTHORIZATION_FAILED", None): ("DESCRIBE", "group"),
     ("GROUP_AUTHORIZATION_FAILED", "OffsetCommit"): ("READ", "group"),   # offset resets, simple commits

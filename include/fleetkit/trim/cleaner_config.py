@@ -35,10 +35,28 @@ def _describe(admin, resources: list[ConfigResource], timeout: float) -> dict[st
     return describe(admin, resources, timeout)
 
 
-def apply_live(admin, fix: dict, broker_ids: list[int], timeout: float = 15.0, wait: float = 30.0) -> dict:
+def _alter(kafka, res: ConfigResource, broker: int, what: str, timeout: float) -> None:
+    """One broker's IncrementalAlterConfigs; a refusal is the one-line NotAuthorized (ALTER_CONFIGS
+    on the cluster, naming the principal)."""
+    try:
+        for fut in kafka.admin.incremental_alter_configs([res], request_timeout=timeout).values():
+            fut.result(timeout=timeout + 5)
+    except KafkaException as e:
+        from fleetkit.clients.kafka import error_name
+
+        refusal = kafka.refused(error_name(e), None, "IncrementalAlterConfigs")
+        if refusal is not None:
+            raise refusal from None
+        raise FleetError(f"IncrementalAlterConfigs {what} on broker {broker} of cluster {kafka.name!r} failed: "
+                         f"{e}") from None
+
+
+def apply_live(kafka, fix: dict, broker_ids: list[int], timeout: float = 15.0, wait: float = 30.0) -> dict:
     """Set the cleaner keys of `fix` (log.cleaner.dedupe.buffer.size, log.cleaner.threads) as a
     dynamic config of every broker, then read every broker back until each reports them. Returns
-    {"before": {broker: {key: value}}, "after": ...}: the values to put back on rollback."""
+    {"before": {broker: {key: value}}, "after": ...}: the values to put back on rollback.
+    `kafka` is the cluster's KafkaCluster (the runbook principal's)."""
+    admin = kafka.admin
     keys = {k: str(int(v)) for k, v in fix.items() if k in ("log.cleaner.dedupe.buffer.size", "log.cleaner.threads")}
     if not keys:
         raise FleetError(f"nothing to apply in the cleaner fix {fix}")
@@ -51,11 +69,7 @@ def apply_live(admin, fix: dict, broker_ids: list[int], timeout: float = 15.0, w
     for b in broker_ids:
         res = ConfigResource(ResourceType.BROKER, str(b), incremental_configs=[
             ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in keys.items()])
-        try:
-            for fut in admin.incremental_alter_configs([res], request_timeout=timeout).values():
-                fut.result(timeout=timeout + 5)
-        except KafkaException as e:
-            raise FleetError(f"IncrementalAlterConfigs of {keys} on broker {b} failed: {e}") from None
+        _alter(kafka, res, b, f"setting {keys}", timeout)
     deadline = time.monotonic() + wait
     while True:
         after = current()
@@ -68,14 +82,14 @@ def apply_live(admin, fix: dict, broker_ids: list[int], timeout: float = 15.0, w
         time.sleep(0.5)
 
 
-def revert_live(admin, before: dict, timeout: float = 15.0, wait: float = 30.0) -> None:
+def revert_live(kafka, before: dict, timeout: float = 15.0, wait: float = 30.0) -> None:
     """Undo apply_live: delete the brokers' dynamic values of the keys it set, so each broker
     falls back to its server.properties value (what `before` shows)."""
+    admin = kafka.admin
     for b, vals in sorted(before.items()):
         ops = [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in sorted(vals)]
         res = ConfigResource(ResourceType.BROKER, str(b), incremental_configs=ops)
-        for fut in admin.incremental_alter_configs([res], request_timeout=timeout).values():
-            fut.result(timeout=timeout + 5)
+        _alter(kafka, res, b, f"removing {sorted(vals)}", timeout)
     # KRaft brokers apply a change when they replay it from the metadata log: read back until seen
     deadline = time.monotonic() + wait
     while True:

@@ -467,7 +467,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
                     from fleetkit.trim import cleaner_config
 
                     journal.intent(seq, step="alter_config_live", broker=int(b), config=fix)
-                    applied = cleaner_config.apply_live(ctx.kafka.admin, fix, [int(b)])
+                    applied = cleaner_config.apply_live(ctx.kafka, fix, [int(b)])
                     journal.outcome(seq, "done", before=applied["before"])
                 else:
                     journal.intent(seq, step="set_config", broker=int(b), config=fix)
