@@ -172,3 +172,25 @@ def test_broker_files_are_read_only_where_they_are(tmp_path):
     assert local_files(Broker(1, (str(tmp_path / "kafka" / "data"),))) is not None
     assert local_files(Broker(1, (str(tmp_path / "kafka" / "gone"),))) is None
     assert local_files(Broker(1, (str(tmp_path / "kafka" / "data"),), access="ssh", ssh_conn_id="x")) is None
+
+
+@pytest.mark.parametrize("cluster", sorted(GROUP_METADATA))
+def test_the_pipelined_fetch_guesses_the_position_the_parser_gives(cluster):
+    """next_offset (entry headers only) lands where parse_batches (CRC checked, decoded) does, on
+    every captured answer and on each answer cut short (a batch the next fetch reads again)."""
+    doc = json.loads((VECTORS / f"offsets_records_{cluster}.json").read_text())
+    answers = [base64.b64decode(a) for x in doc["partitions"].values() for a in x["fetch_answers_base64"]]
+    assert answers
+    for data in answers:
+        for cut in (len(data), len(data) - 3, len(data) // 2, 20, 0):
+            part = data[:max(cut, 0)]
+            assert wire_logs.next_offset(part) == wire_logs.parse_batches(part, wire_logs.BatchStats(), [], [])
+
+
+def test_the_guess_on_legacy_message_sets_and_built_batches():
+    from tests.unit.test_log_format_bounds import KEY, VALUE, message
+
+    legacy = message(7, KEY, VALUE, 0) + message(8, KEY, VALUE, 0)
+    assert wire_logs.next_offset(legacy) == wire_logs.parse_batches(legacy, wire_logs.BatchStats(), [], []) == 9
+    built = batch(40, [(b"k", b"v")] * 3) + batch(43, [(b"k", None)])
+    assert wire_logs.next_offset(built) == wire_logs.parse_batches(built, wire_logs.BatchStats(), [], []) == 44

@@ -573,6 +573,10 @@ class _Connection:
         return self._exact(size)
 
     def close(self) -> None:
+        try:  # shutdown first: a receiver blocked in recv on another thread wakes up at once
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         try:
             self.sock.close()
         except OSError:

@@ -107,6 +107,7 @@ def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
 _BATCH_HEAD = log_format.BATCH_HEAD
 HEAD = _BATCH_HEAD.size
 _BASE_LEN = log_format.ENTRY_HEAD
+_LAST_DELTA = struct.Struct(">i")  # a batch's last offset delta, at byte 23 of its header
 
 
 @dataclass
@@ -293,51 +294,128 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
         host, _, port = addrs[b].rpartition(":")
         broker = _Broker(host, int(port), timeout, api_versions, security)
         try:
-            v = version_for(broker, FETCH)
-            pos = {p: a for p, (a, z) in parts.items() if a < z}
-            end = {p: z for p, (_, z) in parts.items()}
-            per_request = len(pos) if v >= 3 else max(1, max_bytes // partition_max_bytes)
-            stale = turn = 0
-            while pos:
-                asked = sorted(pos)
-                if len(asked) > per_request:  # in turns, so that every partition moves
-                    turn %= len(asked)
-                    asked = (asked[turn:] + asked[:turn])[:per_request]
-                    turn += per_request
-                ask = {p: pos[p] for p in asked}
-                broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, ask, max_bytes, partition_max_bytes)))
-                answer = decode_fetch(v, broker.conn.payload())
-                moved = False
-                for fp in answer:
-                    if fp.partition not in pos:
-                        continue
-                    if fp.error == "TOPIC_AUTHORIZATION_FAILED":
-                        raise not_authorized(fp.error, topic, security, "Fetch")
-                    if fp.error:
-                        problems[fp.partition] = f"{topic}-{fp.partition} at offset {pos[fp.partition]}: {fp.error}"
-                        del pos[fp.partition]
-                        continue
-                    if 0 <= fp.last_stable_offset < end[fp.partition]:
-                        end[fp.partition] = fp.last_stable_offset
-                    nxt = on_batch(fp.partition, fp.records) if fp.records else -1
-                    if nxt > pos[fp.partition]:
-                        pos[fp.partition], moved = nxt, True
-                    elif fp.high_watermark <= pos[fp.partition]:
-                        # nothing at or after the position (the rest was compacted away)
-                        pos[fp.partition] = max(pos[fp.partition], min(fp.high_watermark, end[fp.partition]))
-                    # (no records below the high watermark: the answer's size limit was spent on
-                    # other partitions; asked again next round)
-                    if pos[fp.partition] >= end[fp.partition]:
-                        del pos[fp.partition]
-                        moved = True
-                stale = 0 if moved else stale + 1
-                if stale >= 20:
-                    for p in pos:
-                        problems[p] = f"{topic}-{p}: no progress at offset {pos[p]} (end {end[p]})"
-                    break
+            _fetch_from(broker, topic, parts, on_batch, problems, max_bytes, partition_max_bytes, security)
         finally:
             broker.close()
     return problems
+
+
+def _fetch_from(broker: _Broker, topic: str, parts: dict[int, tuple[int, int]], on_batch, problems: dict[int, str],
+                max_bytes: int, partition_max_bytes: int, security) -> None:
+    """fetch_log's reading from one leader, pipelined: while on_batch decodes one answer, the next
+    Fetch is already asked, at the positions the answer's entry headers give (next_offset), and
+    received on a second thread (TLS decryption releases the GIL, so it overlaps the decoding, and
+    the broker prepares the answer meanwhile). The answer is used only when the request the
+    decoded positions call for is exactly that one; otherwise it is received, dropped, and the
+    right request sent: the positions are always those on_batch returned."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    v = version_for(broker, FETCH)
+    pos = {p: a for p, (a, z) in parts.items() if a < z}
+    end = {p: z for p, (_, z) in parts.items()}
+    if not pos:
+        return
+    per_request = len(pos) if v >= 3 else max(1, max_bytes // partition_max_bytes)
+    receiver = ThreadPoolExecutor(1, thread_name_prefix=f"fetch-{broker.host}:{broker.port}")
+
+    def ask(positions: dict[int, int]):
+        broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, positions, max_bytes, partition_max_bytes)))
+        return positions, receiver.submit(broker.conn.payload)
+
+    try:
+        asked, turn = _next_request(pos, per_request, 0)
+        pending = ask(asked)
+        stale = 0
+        while pos:
+            answer = decode_fetch(v, pending[1].result())
+            pending = None
+            for fp in answer:
+                if fp.partition in pos and fp.error == "TOPIC_AUTHORIZATION_FAILED":
+                    raise not_authorized(fp.error, topic, security, "Fetch")
+            guess_pos, guess_end = dict(pos), dict(end)
+            _advance(topic, guess_pos, guess_end, answer, {fp.partition: next_offset(fp.records) for fp in answer}, {})
+            if guess_pos:
+                pending = ask(_next_request(guess_pos, per_request, turn)[0])
+            nexts = {fp.partition: on_batch(fp.partition, fp.records) for fp in answer
+                     if fp.partition in pos and not fp.error and fp.records}
+            stale = 0 if _advance(topic, pos, end, answer, nexts, problems) else stale + 1
+            if stale >= 20:
+                for p in pos:
+                    problems[p] = f"{topic}-{p}: no progress at offset {pos[p]} (end {end[p]})"
+                break
+            if not pos:
+                break
+            asked, turn = _next_request(pos, per_request, turn)
+            if pending is not None and pending[0] == asked:
+                continue  # the request already on its way is the right one
+            if pending is not None:
+                pending[1].result()  # a wrong guess: its answer is dropped
+            pending = ask(asked)
+        if pending is not None:  # a guess no longer needed (the decoding stopped the partition)
+            pending[1].result()
+    finally:
+        receiver.shutdown(wait=False)
+
+
+def _next_request(pos: dict[int, int], per_request: int, turn: int) -> tuple[dict[int, int], int]:
+    """The positions to ask next and the next turn: every partition, or per_request of them in
+    turns, so that every partition moves."""
+    asked = sorted(pos)
+    if len(asked) > per_request:
+        turn %= len(asked)
+        asked = (asked[turn:] + asked[:turn])[:per_request]
+        turn += per_request
+    return {p: pos[p] for p in asked}, turn
+
+
+def _advance(topic: str, pos: dict[int, int], end: dict[int, int], answer: list[FetchedPartition],
+             nexts: dict[int, int], problems: dict[int, str]) -> bool:
+    """Apply one Fetch answer to the positions (nexts: the offset to fetch next per partition, -1:
+    no whole entry yet); partitions read to their end, or answering an error, leave `pos`. True
+    when some position moved."""
+    moved = False
+    for fp in answer:
+        p = fp.partition
+        if p not in pos:
+            continue
+        if fp.error:
+            problems[p] = f"{topic}-{p} at offset {pos[p]}: {fp.error}"
+            del pos[p]
+            continue
+        if 0 <= fp.last_stable_offset < end[p]:
+            end[p] = fp.last_stable_offset
+        nxt = nexts.get(p, -1) if fp.records else -1
+        if nxt > pos[p]:
+            pos[p], moved = nxt, True
+        elif fp.high_watermark <= pos[p]:
+            # nothing at or after the position (the rest was compacted away)
+            pos[p] = max(pos[p], min(fp.high_watermark, end[p]))
+        # (no records below the high watermark: the answer's size limit was spent on other
+        # partitions; asked again next round)
+        if pos[p] >= end[p]:
+            del pos[p]
+            moved = True
+    return moved
+
+
+def next_offset(records: bytes) -> int:
+    """The offset after the last whole entry of a Fetch answer's record bytes, from the entries'
+    headers alone (-1: none whole): where the reader will most likely continue. A guess for the
+    pipelined fetch, never trusted: parse_batches (CRC checked) gives the real position."""
+    at, n, nxt = 0, len(records), -1
+    while at + 17 <= n:
+        base, length = _BASE_LEN.unpack_from(records, at)
+        stop = at + 12 + length
+        if length < 14 or stop > n:
+            break
+        if records[at + 16] == 2:
+            if at + HEAD > n:
+                break
+            nxt = base + _LAST_DELTA.unpack_from(records, at + 23)[0] + 1
+        else:  # magic 0/1: an entry's offset is its last message's (a compressed wrapper's too)
+            nxt = base + 1
+        at = stop
+    return nxt
 
 
 # -- DescribeLogDirs --------------------------------------------------------------------------
