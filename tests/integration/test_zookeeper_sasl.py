@@ -104,3 +104,27 @@ def test_the_login_is_in_files_only(lab39):
     read, runbook = (json.loads(env[f"AIRFLOW_CONN_{c.upper()}"]) for c in (spec.zk_conn_id, spec.zk_runbook_conn_id))
     assert (read["login"], read["extra"]) == (ZK_READ_USER, {"auth": "sasl"})
     assert (runbook["login"], runbook["password"], runbook["extra"]) == (ZK_USER, passwords[0], {"auth": "sasl"})
+
+
+def test_the_toolkit_reads_as_the_read_only_user_and_writes_admin_through_the_runbook_connection(lab39, unique):
+    """The fleet file's two ZooKeeper connections, opened as the DAGs open them
+    (fleet_airflow.clusters.zookeeper_for): the scheduled reads as `fleet`, the runbook's
+    /admin write as the brokers' user (the znode is removed at once; no controller acts on an
+    empty reassignment)."""
+    from fleet_airflow import clusters
+
+    from fleetkit.clients.zookeeper import create_znode
+
+    cluster = lab39.cluster
+    assert cluster.zookeeper.runbook_conn_id == lab39.spec.zk_runbook_conn_id
+    with clusters.zookeeper_for(cluster) as read:
+        assert read.identity == f"sasl:{ZK_READ_USER}" and read.broker_ids() == [0, 1, 2]
+    path = f"/admin/{unique('zk-sasl-probe')}"
+    with clusters.zookeeper_for(cluster, changes=True) as write:
+        assert write.identity == f"sasl:{ZK_USER}"
+        create_znode(write.client, path, b"{}", cluster=cluster.name)
+        try:
+            acls = {(a.id.scheme, a.id.id): a.perms for a in write.client.get_acls(path)[0]}
+            assert acls == {("sasl", ZK_USER): 31, ("world", "anyone"): 1}  # Kafka's own rule
+        finally:
+            write.client.delete(path)
