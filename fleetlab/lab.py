@@ -8,8 +8,9 @@
 `lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
 default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
 only) keeps open PLAINTEXT listeners. See the notes above SECURED_USERS and SECURED_ACLS below for
-the listeners, users and ACLs of a secured lab, and above ZK_USER for a ZooKeeper that requires a
-SASL login (LabSpec.zk_security = "sasl", opt-in).
+the listeners, users and ACLs of a secured lab, and above ZK_USER for the ZooKeeper of `lab39`,
+which requires a SASL login (LabSpec.zk_security = "sasl", also the default of fleet_specs for the
+ZooKeeper-mode 3.x cluster; LabSpec.zk_client() is the one authenticated kazoo client of a lab).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -104,14 +105,22 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
 SECURED_MECHANISM = "SCRAM-SHA-512"
 
 #: ZooKeeper with SASL (LabSpec.zk_security = "sasl"; ZooKeeper-mode 3.x labs, whose ZooKeeper is
-#: 3.8; opt-in until the toolkit's ZooKeeper client logs in with SASL): the server requires a
-#: DIGEST-MD5 login from every client (enforce.auth.enabled, enforce.auth.schemes=sasl); its JAAS
-#: Server section (<lab>/zookeeper/jaas.conf, 0600) holds the one user ZK_USER; brokers log in as
-#: it (Client section of <lab>/broker-jaas.conf, 0600, given as -Djava.security.auth.login.config,
-#: never the password itself) and set zookeeper.set.acl=true (their znodes: all rights for that
-#: user, world-readable where Kafka allows). The toolkit's ZooKeeper connection logs in as the same
-#: user, as Kafka's own ZooKeeper tools do: its runbooks write /admin znodes the brokers own.
+#: 3.8; fleet_specs sets it for lab39, as production runs): the server requires a DIGEST-MD5 login
+#: from every client (enforce.auth.enabled, enforce.auth.schemes=sasl); its JAAS Server section
+#: (<lab>/zookeeper/jaas.conf, 0600) holds the users ZK_USERS, passwords in secrets.json
+#: ("zookeeper:<user>"). Brokers log in as ZK_USER (Client section of <lab>/broker-jaas.conf, 0600,
+#: given as -Djava.security.auth.login.config, never the password itself) and set
+#: zookeeper.set.acl=true: their znodes give sasl:kafka all rights and the world READ (Kafka's
+#: sensitive paths, /config/users and the like, no world READ; /consumers stays open for old
+#: consumers). The toolkit's connections (connection_env):
+#:   * <cluster>_zookeeper, the scheduled reads: ZK_READ_USER, which owns no znode and reads through
+#:     the world-READ entries;
+#:   * <cluster>_zookeeper_runbook (the fleet file's zookeeper.runbook_conn_id): ZK_USER, the
+#:     brokers' own user, as Kafka's own ZooKeeper tools log in: move_leader creates
+#:     /admin/reassign_partitions, and /admin gives CREATE to sasl:kafka only.
 ZK_USER = "kafka"
+ZK_READ_USER = "fleet"
+ZK_USERS = (ZK_USER, ZK_READ_USER)
 
 
 def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
@@ -119,14 +128,15 @@ def ensure_kafka_dist(version: str = KAFKA_VERSION) -> Path:
     return dists.ensure(version)
 
 
-def expire_zk_session(client, hosts: str) -> None:
+def expire_zk_session(client, hosts: str, **login) -> None:
     """Fault injection: expire a kazoo client's ZooKeeper session from outside. A second client
     attaches to the same session id and password, then closes it; the first one sees
-    SESSION_EXPIRED (its watches are gone) and opens a new session."""
+    SESSION_EXPIRED (its watches are gone) and opens a new session. `login`: the KazooClient
+    arguments of a ZooKeeper that requires one (LabSpec.zk_login())."""
     from kazoo.client import KazooClient
 
     sid, pwd = client.client_id
-    other = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10)
+    other = KazooClient(hosts=hosts, client_id=(sid, pwd), timeout=10, **login)
     other.start(timeout=10)
     other.stop()
     other.close()
@@ -222,7 +232,7 @@ class LabSpec:
         to a temporary file and linked into place, so a concurrent reader never sees half a file."""
         import secrets as _secrets
 
-        users = [*SECURED_USERS, *([f"zookeeper:{ZK_USER}"] if self.zk_security else [])]
+        users = [*SECURED_USERS, *([f"zookeeper:{u}" for u in ZK_USERS] if self.zk_security else [])]
         try:
             known = json.loads(self.secrets_file.read_text())
         except (OSError, ValueError):
@@ -302,6 +312,35 @@ class LabSpec:
     def zk_conn_id(self) -> str:
         return f"{self.conn_prefix}_zookeeper"
 
+    @property
+    def zk_runbook_conn_id(self) -> str:
+        """ZooKeeper with SASL: the runbooks' ZooKeeper connection (ZK_USER, the brokers' user)."""
+        return f"{self.conn_prefix}_zookeeper_runbook"
+
+    def zk_login(self, user: str = ZK_USER) -> dict:
+        """KazooClient keyword arguments to log in to this lab's ZooKeeper as `user` (SASL
+        DIGEST-MD5; {} for an open ZooKeeper)."""
+        if not self.zk_sasl:
+            return {}
+        return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": user,
+                                 "password": self.passwords()[f"zookeeper:{user}"]}}
+
+    def zk_client(self, chroot: str | None = None, *, user: str = ZK_USER, start: bool = True, **kwargs):
+        """THE kazoo client of the lab's own helpers and the tests (seeding, fault injection): logged
+        in as `user` (default ZK_USER, the brokers' user: it may write anything) where ZooKeeper
+        requires SASL; `chroot` None: the lab's chroot ("" for ZooKeeper's root). Started unless
+        start=False; the caller stops and closes it."""
+        from kazoo.client import KazooClient
+
+        if self.kraft:
+            raise LabError(f"{self.name} runs Kafka {self.kafka_version} in KRaft mode: it has no ZooKeeper")
+        kwargs.setdefault("timeout", 10)
+        zk = KazooClient(hosts=f"{self.zk_hosts}{self.chroot if chroot is None else chroot}",
+                         **self.zk_login(user), **kwargs)
+        if start:
+            zk.start(timeout=15)
+        return zk
+
     def client_config(self, extra: dict | None = None) -> dict:
         """librdkafka settings for this cluster (0.9's protocol fallbacks only where they belong)."""
         from fleetkit.clients.kafka import client_config
@@ -321,11 +360,18 @@ class LabSpec:
         if self.secured:
             env[f"AIRFLOW_CONN_{self.runbook_kafka_conn_id.upper()}"] = kafka("fleet-runbook")
         if not self.kraft:
-            zk = {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port}
-            if self.zk_sasl:
-                zk.update({"login": ZK_USER, "password": self.passwords()[f"zookeeper:{ZK_USER}"],
-                           "extra": {"auth": "sasl"}})
-            env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = json.dumps(zk)
+            def zookeeper(user: str | None) -> str:
+                zk = {"conn_type": "zookeeper", "host": "127.0.0.1", "port": self.zk_port}
+                if user:
+                    zk.update({"login": user, "password": self.passwords()[f"zookeeper:{user}"],
+                               "extra": {"auth": "sasl"}})
+                return json.dumps(zk)
+
+            if self.zk_sasl:  # reads as ZK_READ_USER, runbooks as the brokers' ZK_USER (see ZK_USER)
+                env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = zookeeper(ZK_READ_USER)
+                env[f"AIRFLOW_CONN_{self.zk_runbook_conn_id.upper()}"] = zookeeper(ZK_USER)
+            else:
+                env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = zookeeper(None)
         return env
 
     def cleaner_settings(self) -> dict:
@@ -354,6 +400,8 @@ class LabSpec:
             entry["runbook_kafka_conn_id"] = self.runbook_kafka_conn_id
         if not self.kraft:
             entry["zookeeper"] = {"conn_id": self.zk_conn_id, "chroot": self.chroot}
+            if self.zk_sasl:
+                entry["zookeeper"]["runbook_conn_id"] = self.zk_runbook_conn_id
         entry["offsets_topic_partitions"] = OFFSETS_PARTITIONS
         if not self.modern:  # 0.9 cannot report its cleaner settings (no DescribeConfigs)
             entry["cleaner"] = self.cleaner_settings()
@@ -510,7 +558,8 @@ class LabSpec:
 def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPlan = ports.DEMO,
                 suffix: str = "") -> dict[str, LabSpec]:
     """The lab fleet: one LabSpec per cluster of fleetlab.ports.CLUSTERS, in <root>/<name>; the
-    3.9 and 4.3 clusters are secured (SASL_SSL, SCRAM, ACLs), the 0.9 one is open. The test fleet
+    3.9 and 4.3 clusters are secured (SASL_SSL, SCRAM, ACLs), and 3.9's ZooKeeper requires a SASL
+    login (zk_security); the 0.9 one is open. The test fleet
     names its clusters with a suffix (labtest, lab39test, lab43test)."""
     out = {}
     for base, (version, _mode, _slot) in ports.CLUSTERS.items():
@@ -523,6 +572,8 @@ def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPl
             setattr(spec, key, value)
         # secured like production wherever the generation allows (0.9's SASL is Kerberos only)
         spec.security = "sasl_ssl" if spec.modern else ""
+        # and a ZooKeeper that requires a login where it is 3.8 (3.4.6, 0.9's, stays open)
+        spec.zk_security = "sasl" if spec.modern and not spec.kraft else ""
         out[name] = spec
     return out
 
@@ -582,13 +633,13 @@ class Lab:
         """ZooKeeper with SASL: the server's JAAS file (its users) and the brokers' (their login), 0600."""
         from fleetlab.tls import _write_private
 
-        password = self.spec.passwords()[f"zookeeper:{ZK_USER}"]
+        passwords = self.spec.passwords()
+        users = "".join(f'\n  user_{u}="{passwords[f"zookeeper:{u}"]}"' for u in ZK_USERS)
         _write_private(self.zk_jaas_file, (
-            "Server {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
-            f'  user_{ZK_USER}="{password}";\n}};\n').encode())
+            f"Server {{\n  org.apache.zookeeper.server.auth.DigestLoginModule required{users};\n}};\n").encode())
         _write_private(self.broker_jaas_file, (
             "Client {\n  org.apache.zookeeper.server.auth.DigestLoginModule required\n"
-            f'  username="{ZK_USER}"\n  password="{password}";\n}};\n').encode())
+            f'  username="{ZK_USER}"\n  password="{passwords[f"zookeeper:{ZK_USER}"]}";\n}};\n').encode())
 
     def _write_secrets(self) -> None:
         """Secured labs: the users' passwords (0600) and the lab CA / broker certificate, once."""
@@ -784,16 +835,9 @@ class Lab:
         except Exception:  # noqa: BLE001 - any failure means "not yet"
             return False
 
-    def zk_client(self):
-        from kazoo.client import KazooClient
-
-        if self.spec.kraft:
-            raise LabError(f"{self.spec.name} runs Kafka {self.spec.kafka_version} in KRaft mode: it has no ZooKeeper")
-        sasl = {"sasl_options": {"mechanism": "DIGEST-MD5", "username": ZK_USER,
-                                 "password": self.spec.passwords()[f"zookeeper:{ZK_USER}"]}} if self.spec.zk_sasl else {}
-        zk = KazooClient(hosts=f"{self.spec.zk_hosts}{self.spec.chroot}", timeout=10, **sasl)
-        zk.start(timeout=15)
-        return zk
+    def zk_client(self, chroot: str | None = None, **kwargs):
+        """LabSpec.zk_client: a started kazoo client, logged in where the ZooKeeper requires it."""
+        return self.spec.zk_client(chroot, **kwargs)
 
     def create_topic(self, topic: str, partitions: int = 3, replication: int = 1, config: dict | None = None,
                      zk=None) -> bool:

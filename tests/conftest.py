@@ -74,11 +74,18 @@ class LabHandle:
         self.fleet_file = fleet_file
         self.bootstrap = lab.spec.bootstrap
 
-    def zookeeper(self):
-        """A (not yet started) ZooKeeperCluster for the lab, chroot applied; use as a context manager."""
-        from fleetkit.clients.zookeeper import ZooKeeperCluster
+    def zookeeper(self, user: str | None = None):
+        """A (not yet started) ZooKeeperCluster for the lab, chroot applied; use as a context manager.
+        Where the lab's ZooKeeper requires SASL (3.9) it logs in as `user` (default: the brokers' own
+        ZK_USER, as the runbooks' connection does: it may write /admin)."""
+        from fleetkit.clients.zookeeper import ZooKeeperAuth, ZooKeeperCluster
+        from fleetlab.lab import ZK_USER
 
-        return ZooKeeperCluster(self.spec.name, self.spec.zk_hosts, self.spec.chroot)
+        auth = None
+        if self.spec.zk_sasl:
+            user = user or ZK_USER
+            auth = ZooKeeperAuth("sasl", user, self.spec.passwords()[f"zookeeper:{user}"])
+        return ZooKeeperCluster(self.spec.name, self.spec.zk_hosts, self.spec.chroot, auth=auth)
 
     @property
     def fleet(self):

@@ -109,7 +109,7 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
         results = []
         for round_ in ("first", "after session loss"):
             if round_ == "after session loss":
-                expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts)
+                expire_zk_session(trigger.watch.zk.client, lab.spec.zk_hosts, **lab.spec.zk_login())
                 deadline = time.monotonic() + 30
                 while trigger.watch.sessions < 2 and time.monotonic() < deadline:
                     await asyncio.sleep(0.2)

@@ -196,7 +196,7 @@ def test_connection_lost_mid_apply_leaves_an_exact_record(lab, zk, root, tmp_pat
             if loss == "connection":
                 zk._connection._socket.shutdown(socket.SHUT_RDWR)  # a real connection loss, the next window in flight
             else:
-                expire_zk_session(zk, lab.spec.zk_hosts)  # the session (and everything in flight on it) is gone
+                expire_zk_session(zk, lab.spec.zk_hosts, **lab.spec.zk_login())  # the session (and everything in flight on it) is gone
 
     with pytest.raises(gi_execute.ApplyInterrupted) as e:
         gi_execute.apply(zk, ops, root, journal, window=200, on_sent=drop_connection)

@@ -18,7 +18,6 @@ import json
 import subprocess
 
 import pytest
-from kazoo.client import KazooClient
 
 from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetkit.core.fleet import OffsetStoreSettings
@@ -80,8 +79,7 @@ def test_offsets_in_zookeeper_stores_are_collected_exactly(target, lab_fleet, da
         source = "zookeeper"
     elif t.version.startswith("3."):
         spec = t.handle.lab.spec
-        zk = KazooClient(hosts=f"{spec.zk_hosts}{spec.chroot}")
-        zk.start()
+        zk = spec.zk_client()  # the lab's seeding login (the brokers' user where ZooKeeper requires SASL)
         try:
             base = f"/consumers/{group}"
             for p, o in {0: 4, 1: 20}.items():
@@ -101,8 +99,7 @@ def test_offsets_in_zookeeper_stores_are_collected_exactly(target, lab_fleet, da
         storm = lab_fleet("lab39test").lab.spec  # another ZooKeeper standing in for Storm's
         spout = unique("clicks spout é")
         root = "/" + unique("storm") + "/kafka-spouts"
-        zk = KazooClient(hosts=storm.zk_hosts)
-        zk.start()
+        zk = storm.zk_client(chroot="")  # Storm's spouts log in as the lab's writer
         try:
             for p, o in {0: 7, 2: 5}.items():
                 zk.create(f"{root}/{spout}/partition_{p}",

@@ -103,7 +103,8 @@ def test_passwords_are_generated_once_with_mode_0600_and_not_on_any_command_line
     spec = fleet_specs(tmp_path, ports.DEMO)["lab39"]
     assert not spec.secrets_file.exists()
     first = spec.passwords()  # asked before the lab starts (the tests' conftest does)
-    assert set(first) == {"admin", "fleet", "fleet-runbook"} and len(set(first.values())) == 3
+    assert set(first) == {"admin", "fleet", "fleet-runbook", "zookeeper:kafka", "zookeeper:fleet"}
+    assert len(set(first.values())) == 5
     assert (spec.secrets_file.stat().st_mode & 0o777) == 0o600
     assert fleet_specs(tmp_path, ports.DEMO)["lab39"].passwords() == first
     props = "".join(f"{k}={v}\n" for i in range(3) for k, v in spec.broker_props(i).items())
@@ -114,7 +115,7 @@ def test_connections_and_fleet_entries_per_generation(tmp_path):
     specs = fleet_specs(tmp_path, ports.DEMO)
     assert set(specs["lab43"].connection_env()) == {"AIRFLOW_CONN_LAB43_KAFKA", "AIRFLOW_CONN_LAB43_KAFKA_RUNBOOK"}
     assert set(specs["lab39"].connection_env()) == {"AIRFLOW_CONN_LAB39_KAFKA", "AIRFLOW_CONN_LAB39_KAFKA_RUNBOOK",
-                                                    "AIRFLOW_CONN_LAB39_ZOOKEEPER"}
+                                                    "AIRFLOW_CONN_LAB39_ZOOKEEPER", "AIRFLOW_CONN_LAB39_ZOOKEEPER_RUNBOOK"}
     assert set(specs["lab"].connection_env()) == {"AIRFLOW_CONN_LAB_KAFKA", "AIRFLOW_CONN_LAB_ZOOKEEPER"}
     assert specs["lab39"].runbook_kafka_conn_id == "lab39_kafka_runbook"
     env = specs["lab39"].connection_env()
@@ -123,6 +124,16 @@ def test_connections_and_fleet_entries_per_generation(tmp_path):
     assert (fleet["sasl.username"], runbook["sasl.username"]) == ("fleet", "fleet-runbook")
     assert runbook["sasl.password"] == specs["lab39"].passwords()["fleet-runbook"]
     assert runbook["security.protocol"] == "SASL_SSL" and runbook["ssl.ca.location"].endswith("ca.pem")
+    # lab39's ZooKeeper requires SASL: the scheduled reads log in as `fleet`, the runbooks as the
+    # brokers' own user (who alone may create under /admin)
+    zk_read, zk_runbook = (json.loads(env[f"AIRFLOW_CONN_LAB39_ZOOKEEPER{s}"]) for s in ("", "_RUNBOOK"))
+    assert (zk_read["login"], zk_runbook["login"]) == ("fleet", "kafka")
+    assert zk_read["extra"] == zk_runbook["extra"] == {"auth": "sasl"}
+    assert zk_runbook["password"] == specs["lab39"].passwords()["zookeeper:kafka"]
+    assert specs["lab39"].fleet_cluster()["zookeeper"] == {"conn_id": "lab39_zookeeper", "chroot": "/kafka",
+                                                           "runbook_conn_id": "lab39_zookeeper_runbook"}
+    assert specs["lab"].zk_login() == {} and "login" not in json.loads(specs["lab"].connection_env()[
+        "AIRFLOW_CONN_LAB_ZOOKEEPER"])  # 0.9's ZooKeeper 3.4.6 stays open
     assert "zookeeper" not in specs["lab43"].fleet_cluster()
     assert "cleaner" in specs["lab"].fleet_cluster()  # 0.9 cannot report its cleaner settings
     assert "cleaner" not in specs["lab39"].fleet_cluster()

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.exceptions import (AuthFailedError, ConnectionLoss, KazooException, NoAuthError, NoNodeError,
+                              SessionClosedRequireSaslError)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
-from fleetkit.core.errors import ClusterUnreachable, ZooKeeperNotAuthorized
+from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, ZooKeeperNotAuthorized
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,27 @@ class ZooKeeperCluster:
             self.stop()
             raise ClusterUnreachable(
                 f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot}) did not answer: {e}") from None
+        self._check_login()
+
+    def _check_login(self) -> None:
+        """kazoo reports CONNECTED before its SASL exchange ends, and a refused SASL login (or a
+        session without one on a server that requires it) only shows as the first request failing
+        with a bare ConnectionLoss: one request here turns that into AuthenticationFailed, one line
+        naming the identity and the cluster, never the password."""
+        where = f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot})"
+        try:
+            self.client.exists("/")
+        except SessionClosedRequireSaslError:
+            self.stop()
+            raise AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the server requires "
+                                       "a SASL login (set the connection's login, password and extra "
+                                       "{\"auth\": \"sasl\"})") from None
+        except (AuthFailedError, ConnectionLoss) as e:
+            self.stop()
+            if self.auth is not None and self.auth.scheme == "sasl":
+                raise AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the SASL "
+                                           "(DIGEST-MD5) login was refused (wrong password or unknown user)") from None
+            raise ClusterUnreachable(f"{where} closed the session: {type(e).__name__}") from None
 
     def stop(self) -> None:
         if self._own_client:
