@@ -737,6 +737,32 @@ class Lab:
                 str(self.spec.path / "zookeeper" / "zoo.cfg")]
         procs.start(argv, self._pid_file("zookeeper"), self._log_file("zookeeper"))
 
+    def _secure_existing_znodes(self, home: Path) -> None:
+        """A lab whose ZooKeeper data was made before it required SASL: its znodes still carry
+        the open ACL they were created with. Kafka's own ZkSecurityMigrator (what
+        zookeeper-security-migration.sh runs) sets the brokers' ACL on every one of them below the
+        chroot, once (marker: zookeeper/acls-secured)."""
+        marker = self.spec.path / "zookeeper" / "acls-secured"
+        if marker.exists():
+            return
+        zk = self.spec.zk_client("")
+        try:
+            existed = zk.exists(self.spec.chroot) is not None
+        finally:
+            zk.stop()
+            zk.close()
+        if existed:
+            argv = [self._java(), "-Xmx128m", f"-Djava.security.auth.login.config={self.broker_jaas_file}",
+                    *self._logging_flags(self.spec.path / "zookeeper" / "logs"), "-cp", f"{home}/libs/*",
+                    "kafka.admin.ZkSecurityMigrator", "--zookeeper.acl", "secure",
+                    "--zookeeper.connect", f"{self.spec.zk_hosts}{self.spec.chroot}"]
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            if out.returncode != 0:
+                raise LabError(f"{self.spec.name}: securing the existing znodes (kafka.admin.ZkSecurityMigrator) "
+                               f"failed:\n{(out.stdout + out.stderr).strip()[-2000:]}")
+            log.info("%s: existing znodes below %s given the brokers' ACL", self.spec.name, self.spec.chroot)
+        marker.write_text("secure\n")
+
     def _format_storage(self, home: Path, broker_id: int) -> None:
         """KRaft: format a node's log dir with Kafka's storage tool (cluster id, static voters), once.
         A secured lab's users are created after start (create_users), not here: no passwords on
@@ -994,6 +1020,8 @@ class Lab:
         if not self.spec.kraft:
             self._start_zookeeper(home)
             self._wait(f"{self.spec.name}: ZooKeeper on 127.0.0.1:{self.spec.zk_port}", self._zk_ok, 30, "zookeeper")
+            if self.spec.zk_sasl:
+                self._secure_existing_znodes(home)
         bind_checks = {}
         for i in range(self.spec.brokers):
             bind_checks[i] = self._bind_failure_check(i)
