@@ -118,7 +118,8 @@ def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str =
     rows, total = idx.page(page, cluster or None, status_ or None, q or None)
     health, _, health_run = view.offsets_health()
     coordinators, coord_run = view.coordinators()
-    return dict(clusters=view.clusters(fleet), groups=rows, total=total, page=page,
+    clusters = view.clusters(fleet)
+    return dict(clusters=clusters, groups=view.shown_groups(rows, clusters), total=total, page=page,
                 pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
                 statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
                 approvals=view.pending_approvals(), timeline=view.audit_timeline(),
