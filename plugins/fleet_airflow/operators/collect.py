@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
-from fleetkit.core.errors import FleetError
+from fleetkit.core.errors import FleetConfigError, FleetError
 from fleetkit.core.fleet import load_fleet
 from fleetkit.core.render import visible_controls as v
 
@@ -42,7 +42,8 @@ class CollectClusterOperator(BaseOperator):
                           self.data_root)
             res = clusters.collect(cluster, self.data_root, self.retention_days)
         except FleetError as e:
-            self.log.error("cluster %s blind: %s", v(self.cluster), v(" ".join(str(e).split())))
+            if not isinstance(e, FleetConfigError):  # unreachable, login or TLS refused: not seen at all
+                self.log.error("cluster %s blind: %s", v(self.cluster), v(" ".join(str(e).split())))
             raise AirflowException(str(e)) from None
         from fleetkit.collection.blind import cluster_state
         from fleetkit.collection.groups import collection_status
