@@ -310,6 +310,15 @@ class FleetView:
     def group(self, cluster: str, group: str) -> dict | None:
         return self.groups().find(cluster, group)
 
+    def shown_group(self, cluster: str, group: str) -> tuple[dict | None, str | None]:
+        """(the group's row with the verdict to show, its cluster's blind line when that verdict
+        is BLIND): a group page never shows OK what the newest collection did not see."""
+        g = self.group(cluster, group)
+        state = cluster_state(self.collection_status(cluster))
+        if g is not None and shown_status(g.get("status"), group, state) == "BLIND":
+            return dict(g, status="BLIND"), state["line"]
+        return g, None
+
     # coordinator ownership, offsets health
     def coordinators(self) -> tuple[list[dict], str | None]:
         """Coordinator ownership per cluster from the newest ownership run: partitions not OK first."""

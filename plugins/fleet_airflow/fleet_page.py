@@ -160,7 +160,7 @@ def fleet_app() -> FastAPI:
 
         view = _view()
         parts = view.partitions(cluster, group)
-        g = view.group(cluster, group)
+        g, blind_line = view.shown_group(cluster, group)
         if g is None and not parts:
             raise HTTPException(status.HTTP_404_NOT_FOUND,
                                 f"no group {group!r} on cluster {cluster!r} in the newest stuck run")
@@ -174,7 +174,8 @@ def fleet_app() -> FastAPI:
         storm = None
         if g and g.get("rebalance_storm"):
             storm = {"what": storm_what(g), "fix": storm_fix(g)}
-        return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm)
+        return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm,
+                     blind_line=blind_line)
 
     @app.get("/runbook", response_class=HTMLResponse)
     def runbook_form(request: Request, dag_id: str, user=Depends(may_read)):

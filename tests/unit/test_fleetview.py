@@ -178,3 +178,14 @@ def test_a_blind_cluster_is_red_with_its_line_and_its_unseen_groups_never_ok(roo
     assert ('<span class="BLIND blind-line">blind: 1 group(s) not seen (\'&lt;i&gt;stormy&lt;/i&gt;\'): not '
             "authorized: fleet may not DESCRIBE group") in html.replace("&#39;", "'")
     assert '<td class="BLIND">BLIND</td><td>lab43</td>' in html
+
+
+def test_a_group_page_never_shows_ok_what_the_collection_did_not_see(root):
+    # lab's newest attempt failed (the fixture): its OK group shows BLIND with the failure's line
+    g, line = FleetView(root).shown_group("lab", "g001")
+    assert g["status"] == "BLIND" and line.startswith("blind: cluster 'lab' did not answer")
+    html = render("fleet_group.html.j2", cluster="lab", group="g001", g=g, partitions=[], storm=None,
+                  blind_line=line)
+    assert "blind: cluster &#39;lab&#39; did not answer &lt;x&gt;" in html
+    # lab43 was collected (no status file: never): its verdicts stand
+    assert FleetView(root).shown_group("lab43", "gone") == (FleetView(root).group("lab43", "gone"), None)
