@@ -28,6 +28,9 @@ Every 5 minutes, for **every cluster in the fleet file**:
    Groups are those the cluster lists, plus those seen before, plus those named in the fleet file
    (Kafka 0.9 forgets a group whose last member left, but its offsets stay). A cluster that does not
    answer fails only its own `collect` task (the log names the cluster and its bootstrap servers).
+   A **blind** collection (a refused ACL, groups whose offsets were not readable, no rows from a
+   cluster with groups) is written, then fails its `collect` task with one line naming what was not
+   seen; the fleet page and the report show the cluster BLIND in red, its unseen groups never OK.
 2. **analyse_stuck** (Spark, `spark_jobs/stuck_partitions.py`, master from the `spark_default`
    connection): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
    OK, INSUFFICIENT_DATA, REWOUND, STALLED (alive, offset frozen: a poison record), STOPPED (no live
@@ -52,8 +55,8 @@ Every 5 minutes, for **every cluster in the fleet file**:
    **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
    fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
 
-`all_clusters_collected` fails (upstream_failed) when any cluster's collection failed, so the run
-shows as failed while the analyses still ran on the clusters that answered.
+`all_clusters_collected` fails (upstream_failed) when any cluster's collection failed or was blind, so
+the run shows as failed while the analyses still ran on the clusters that answered.
 
 This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
 collections 15-20 s apart), `snapshot_interval`, `lag_growth_ratio`, `offsets_retention` (the brokers'

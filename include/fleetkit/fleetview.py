@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from fleetkit.collection.blind import cluster_state, shown_status
 from fleetkit.stuck import rules
 
 PAGE_SIZE = 50
@@ -260,14 +261,23 @@ class FleetView:
         for c in fleet.clusters:
             status = self.collection_status(c.name)
             ok, failed = status.get("ok") or {}, status.get("failed") or {}
-            failing = bool(failed) and (not ok or str(failed.get("at", "")) > str(ok.get("observed_at", "")))
+            seen = cluster_state(status)
+            failing = seen["state"] == "FAILING"
             counts = idx.by_cluster.get(c.name, Counter())
             out.append({"name": c.name, "kafka_version": c.kafka_version, "mode": "KRaft" if c.zookeeper is None
                         else "ZooKeeper", "counts": {s: counts[s] for s in rules.GROUP_ORDER if counts[s]},
                         "groups": sum(counts.values()), "storms": idx.storms.get(c.name, 0),
                         "collected_at": ok.get("observed_at"), "collection_problems": ok.get("problems") or [],
-                        "failed_at": failed.get("at"), "failure": failed.get("error"), "failing": failing})
+                        "failed_at": failed.get("at"), "failure": failed.get("error"), "failing": failing,
+                        "seen": seen})
         return out
+
+    def shown_groups(self, rows: list[dict], clusters: list[dict]) -> list[dict]:
+        """The page's group rows with the verdict to show: an OK its cluster's newest collection
+        could not back shows BLIND (fleetkit.collection.blind.shown_status)."""
+        seen = {c["name"]: c["seen"] for c in clusters}
+        return [dict(r, status=shown_status(r.get("status"), r.get("group"), seen.get(r.get("cluster"))))
+                for r in rows]
 
     # one group
     def partitions(self, cluster: str, group: str) -> list[dict]:
@@ -299,6 +309,15 @@ class FleetView:
 
     def group(self, cluster: str, group: str) -> dict | None:
         return self.groups().find(cluster, group)
+
+    def shown_group(self, cluster: str, group: str) -> tuple[dict | None, str | None]:
+        """(the group's row with the verdict to show, its cluster's blind line when that verdict
+        is BLIND): a group page never shows OK what the newest collection did not see."""
+        g = self.group(cluster, group)
+        state = cluster_state(self.collection_status(cluster))
+        if g is not None and shown_status(g.get("status"), group, state) == "BLIND":
+            return dict(g, status="BLIND"), state["line"]
+        return g, None
 
     # coordinator ownership, offsets health
     def coordinators(self) -> tuple[list[dict], str | None]:

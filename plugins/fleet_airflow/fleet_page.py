@@ -118,7 +118,8 @@ def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str =
     rows, total = idx.page(page, cluster or None, status_ or None, q or None)
     health, _, health_run = view.offsets_health()
     coordinators, coord_run = view.coordinators()
-    return dict(clusters=view.clusters(fleet), groups=rows, total=total, page=page,
+    clusters = view.clusters(fleet)
+    return dict(clusters=clusters, groups=view.shown_groups(rows, clusters), total=total, page=page,
                 pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
                 statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
                 approvals=view.pending_approvals(), timeline=view.audit_timeline(),
@@ -159,7 +160,7 @@ def fleet_app() -> FastAPI:
 
         view = _view()
         parts = view.partitions(cluster, group)
-        g = view.group(cluster, group)
+        g, blind_line = view.shown_group(cluster, group)
         if g is None and not parts:
             raise HTTPException(status.HTTP_404_NOT_FOUND,
                                 f"no group {group!r} on cluster {cluster!r} in the newest stuck run")
@@ -173,7 +174,8 @@ def fleet_app() -> FastAPI:
         storm = None
         if g and g.get("rebalance_storm"):
             storm = {"what": storm_what(g), "fix": storm_fix(g)}
-        return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm)
+        return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm,
+                     blind_line=blind_line)
 
     @app.get("/runbook", response_class=HTMLResponse)
     def runbook_form(request: Request, dag_id: str, user=Depends(may_read)):

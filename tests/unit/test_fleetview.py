@@ -152,3 +152,40 @@ def test_newest_skips_a_run_folder_removed_while_it_looks(tmp_path):
     (folder / "run-c" / "health.jsonl").mkdir(parents=True)  # not a file
     assert newest(folder, "health.jsonl") == folder / "run-b" / "health.jsonl"
     assert newest(tmp_path / "nothing", "health.jsonl") is None
+
+
+def test_a_blind_cluster_is_red_with_its_line_and_its_unseen_groups_never_ok(root):
+    """lab43's newest collection was refused Describe on group 'stormy' (named with markup): the
+    cluster row is red with the CLI's line, escaped; 'stormy' (OK in the stuck run) shows BLIND,
+    'gone' (STOPPED, seen before) keeps its verdict."""
+    state = root / "_state" / "cluster=lab43"
+    state.mkdir(parents=True)
+    line = ("1 group(s) not seen ('<i>stormy</i>'): not authorized: fleet may not DESCRIBE group "
+            "'<i>stormy</i>' on lab43 (GROUP_AUTHORIZATION_FAILED)")
+    (state / "collection_status.json").write_text(json.dumps({"ok": {
+        "observed_at": "2026-11-25T10:05:00Z", "groups": 2, "problems": [], "blind": [line],
+        "blind_groups": ["stormy"], "blind_all": False}}))
+    view = FleetView(root)
+    clusters = view.clusters(FLEET)
+    assert [c["seen"]["state"] for c in clusters] == ["FAILING", "BLIND"]
+    rows = view.shown_groups(view.groups().page(1, cluster="lab43")[0], clusters)
+    assert {r["group"]: r["status"] for r in rows} == {"stormy": "BLIND", "gone": "STOPPED"}
+    html = render("fleet_page.html.j2", clusters=clusters, groups=rows, total=len(rows), page=1, pages=1,
+                  filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
+                  approvals=[], timeline=[], health=[], health_more=0, health_run=None, coordinators=[],
+                  coord_run=None, user="admin")
+    assert "<i>stormy" not in html
+    assert ('<span class="BLIND blind-line">blind: 1 group(s) not seen (\'&lt;i&gt;stormy&lt;/i&gt;\'): not '
+            "authorized: fleet may not DESCRIBE group") in html.replace("&#39;", "'")
+    assert '<td class="BLIND">BLIND</td><td>lab43</td>' in html
+
+
+def test_a_group_page_never_shows_ok_what_the_collection_did_not_see(root):
+    # lab's newest attempt failed (the fixture): its OK group shows BLIND with the failure's line
+    g, line = FleetView(root).shown_group("lab", "g001")
+    assert g["status"] == "BLIND" and line.startswith("blind: cluster 'lab' did not answer")
+    html = render("fleet_group.html.j2", cluster="lab", group="g001", g=g, partitions=[], storm=None,
+                  blind_line=line)
+    assert "blind: cluster &#39;lab&#39; did not answer &lt;x&gt;" in html
+    # lab43 was collected (no status file: never): its verdicts stand
+    assert FleetView(root).shown_group("lab43", "gone") == (FleetView(root).group("lab43", "gone"), None)

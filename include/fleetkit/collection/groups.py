@@ -56,6 +56,8 @@ class CollectionResult:
     seconds: float = 0.0
     #: what the principal was refused (missing ACLs): groups, topics, the cluster it could not see
     refusals: list[NotAuthorized] = field(default_factory=list)
+    #: groups whose committed offsets could not be read for another reason -> the error answered
+    unread: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
         counts = ", ".join(f"{k}={len(v)}" for k, v in self.rows.items())
@@ -161,6 +163,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     descs, answers = kafka.describe_with_coordinators(groups)
     offsets = kafka.committed_offsets(groups)
     refusals: list[NotAuthorized] = []
+    unread: dict[str, str] = {}
     if only is None:
         refusal = kafka.listing_refusal()
         if refusal is not None:
@@ -171,6 +174,8 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
             got if isinstance(got, str) else None, g, "OffsetFetch")
         if refusal is not None:
             refusals.append(refusal)
+        elif isinstance(got, str):
+            unread[g] = got
 
     # which (topic, partition) each group has: commits plus live assignments
     per_group: dict[str, set[tuple[str, int]]] = {}
@@ -225,7 +230,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
     if only is not None:
         result = CollectionResult(cluster=cluster.name, observed_at=observed_at,
                                   rows={"offsets_snapshots": snapshots}, groups=groups, problems=problems,
-                                  known_groups=known_groups, refusals=refusals)
+                                  known_groups=known_groups, refusals=refusals, unread=unread)
         result.seconds = time.monotonic() - t0
         return result
 
@@ -240,6 +245,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
               "group_coordinators": coordinators},
         groups=groups, problems=problems,
         known_groups=update_known_groups(known_groups, listed, with_offsets, observed_at), refusals=refusals,
+        unread=unread,
     )
     result.seconds = time.monotonic() - t0
     return result
@@ -298,10 +304,20 @@ def status_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "collection_status.json")
 
 
+def collection_status(root: DataRoot, cluster: str) -> dict:
+    """A cluster's collection_status.json ({} before its first collection)."""
+    return root.read_json(status_path(root, cluster), default={}) or {}
+
+
+def blind_alerted_path(root: DataRoot) -> str:
+    """The clusters whose blind episode was alerted (fleetkit.collection.blind.episode_alerts)."""
+    return root.join("_state", "blind_alerted.json")
+
+
 def record_status(root: DataRoot, cluster: str, ok: dict | None = None, failed: dict | None = None) -> None:
     """Keep the newest successful collection (`ok`) and the newest failure (`failed`) of a cluster
     for the fleet page: {"ok": {...}, "failed": {...}}."""
-    doc = root.read_json(status_path(root, cluster), default={}) or {}
+    doc = collection_status(root, cluster)
     if ok is not None:
         doc["ok"] = ok
     if failed is not None:
@@ -365,12 +381,15 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
                       now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
     """Collect one cluster and append the rows to the datasets under `root`, all or nothing.
     store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
+    from fleetkit.collection.blind import blind_status
+
     result = collect_rows(cluster, kafka, zk, root, now=now, store_clients=store_clients)
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
     record_status(root, cluster.name, ok={"observed_at": iso_z(result.observed_at), "groups": len(result.groups),
                                           "seconds": round(result.seconds, 1), "problems": result.problems[:50],
-                                          "not_seen": [str(r) for r in result.refusals[:50]]})
+                                          "not_seen": [str(r) for r in result.refusals[:50]],
+                                          **blind_status(result)})
     for dataset in result.rows:
         for removed in prune(root, dataset, cluster.name, retention_days):
             log.info("pruned %s (older than %d days)", removed, retention_days)

@@ -107,11 +107,15 @@ def refused(error: str, resource_name: str | None, principal: str, cluster: str 
 def blind_summary(what: str, refusals: list[NotAuthorized], first: int = 3) -> str:
     """One line for several refusals of the same kind: "3 group(s) not seen: 'a', 'b', 'c'; not
     authorized: fleet may not DESCRIBE group 'a' on prod (GROUP_AUTHORIZATION_FAILED)" (names escaped)."""
+    names = list(dict.fromkeys(r.resource_name for r in refusals))
+    return f"{len(names)} {what}(s) not seen ({quoted_names(names, first)}): {refusals[0]}"
+
+
+def quoted_names(names: list[str], first: int = 3) -> str:
+    """"'a', 'b', 'c', ..." : the first names of a list, quoted and escaped for one line."""
     from fleetkit.core.render import visible_controls
 
-    names = list(dict.fromkeys(r.resource_name for r in refusals))
-    shown = ", ".join(f"'{visible_controls(n)}'" for n in names[:first]) + (", ..." if len(names) > first else "")
-    return f"{len(names)} {what}(s) not seen ({shown}): {refusals[0]}"
+    return ", ".join(f"'{visible_controls(n)}'" for n in names[:first]) + (", ..." if len(names) > first else "")
 
 
 class ZooKeeperNotAuthorized(NotAuthorized):

@@ -137,6 +137,16 @@ class StuckReport:
     series: dict = field(default_factory=dict)
     generated_at: str = ""
     window: str = ""
+    #: clusters whose newest collection was blind or failed: {"cluster", "line"} (see_collections)
+    blind: list[dict] = field(default_factory=list)
+
+    def see_collections(self, statuses: dict[str, dict]) -> None:
+        """Note the clusters (name -> collection_status.json) whose newest collection did not see
+        everything (fleetkit.collection.blind): the report names them first, in red, with one line."""
+        from fleetkit.collection.blind import cluster_state
+
+        self.blind = [{"cluster": name, "line": state["line"]} for name, status in statuses.items()
+                      for state in [cluster_state(status)] if state["state"] in ("BLIND", "FAILING")]
 
     @classmethod
     def load(cls, out_dir: str | Path, window: str = "") -> "StuckReport":
@@ -171,8 +181,11 @@ class StuckReport:
         for g in self.groups:
             if g.get("rebalance_storm"):
                 storms[g["cluster"]].append(g["group"])
+        blind = {b["cluster"]: b["line"] for b in self.blind}
+        for c in blind:
+            per.setdefault(c, Counter())
         return [{"cluster": c, "partitions": sum(n.values()), "counts": dict(sorted(n.items())),
-                 "storms": storms.get(c, [])} for c, n in sorted(per.items())]
+                 "storms": storms.get(c, []), "blind": blind.get(c)} for c, n in sorted(per.items())]
 
     def alerts(self) -> list[str]:
         """One line per partition in an alerting state and per rebalance storm."""

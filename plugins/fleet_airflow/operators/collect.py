@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from airflow.providers.common.compat.sdk import AirflowException, BaseOperator
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException, BaseOperator
 
-from fleetkit.core.errors import FleetError
+from fleetkit.core.errors import FleetConfigError, FleetError
 from fleetkit.core.fleet import load_fleet
 from fleetkit.core.render import visible_controls as v
 
@@ -16,7 +16,10 @@ class CollectClusterOperator(BaseOperator):
     append the rows to the datasets under the data root, all or nothing.
 
     Fails with a message naming the cluster and its bootstrap servers when the cluster does not
-    answer; other clusters' tasks are unaffected.
+    answer; other clusters' tasks are unaffected. A blind collection (fleetkit.collection.blind: a
+    refused ACL, groups not read, no rows) is written and recorded first, then fails the task (no
+    retry: the next run collects again) with one line naming what was not seen: the analyses still
+    run on what every cluster gave, and the run ends failed.
     """
 
     template_fields: Sequence[str] = ("fleet_file", "cluster", "data_root")
@@ -39,10 +42,20 @@ class CollectClusterOperator(BaseOperator):
                           self.data_root)
             res = clusters.collect(cluster, self.data_root, self.retention_days)
         except FleetError as e:
+            if not isinstance(e, FleetConfigError):  # unreachable, login or TLS refused: not seen at all
+                self.log.error("cluster %s blind: %s", v(self.cluster), v(" ".join(str(e).split())))
             raise AirflowException(str(e)) from None
+        from fleetkit.collection.blind import cluster_state
+        from fleetkit.collection.groups import collection_status
+        from fleetkit.core.datasets import DataRoot
+
         self.log.info("%s", v(res.summary()))
         for p in res.problems:  # problems name groups and topics: one line each
             self.log.warning("cluster %s: %s", cluster.name, v(p))
+        state = cluster_state(collection_status(DataRoot(self.data_root), cluster.name))
+        if state["state"] != "OK":
+            self.log.error("cluster %s %s", v(cluster.name), state["line"])
+            raise AirflowFailException(f"cluster {v(cluster.name)} {state['line']}")
         return {"cluster": res.cluster, "observed_at": res.observed_at.isoformat(),
                 "groups": len(res.groups), "rows": {k: len(v) for k, v in res.rows.items()},
                 "problems": res.problems[:50], "seconds": round(res.seconds, 2)}

@@ -69,8 +69,27 @@ class StuckReportOperator(BaseOperator):
                 continue
             publish_copy(run_dir / name, latest / name)
 
+    def _blind_alerts(self, fleet) -> list[str]:
+        """One alert line per cluster that went blind (or failing), once per episode."""
+        from fleetkit.collection.blind import cluster_state, episode_alerts
+        from fleetkit.collection.groups import blind_alerted_path, collection_status
+        from fleetkit.core.datasets import DataRoot
+
+        root = DataRoot(self.data_root)
+        alerted = root.read_json(blind_alerted_path(root), default=[]) or []
+        lines, still = episode_alerts({c.name: cluster_state(collection_status(root, c.name)) for c in fleet.clusters},
+                                      alerted)
+        if still != alerted:
+            root.write_json_atomic(blind_alerted_path(root), still)
+        return lines
+
     def execute(self, context) -> dict:
+        from fleetkit.collection.groups import collection_status
+        from fleetkit.core.datasets import DataRoot
+
         report = StuckReport.load(self.out_dir, self.window)
+        fleet = load_fleet(self.fleet_file)
+        report.see_collections({c.name: collection_status(DataRoot(self.data_root), c.name) for c in fleet.clusters})
         if not report.findings:
             self.log.warning("no findings in %s (did the analysis run?)", self.out_dir)
         html_path, md_path = report.render(self.out_dir)
@@ -82,15 +101,18 @@ class StuckReportOperator(BaseOperator):
             self.log.info("cluster %s: %d partition(s): %s; rebalance storms: %s", v(c["cluster"]), c["partitions"],
                           ", ".join(f"{k} {n}" for k, n in c["counts"].items()),
                           ", ".join(repr(g) for g in c["storms"]) or "none")
+        for b in report.blind:  # one line per blind cluster (its groups are not judged OK)
+            self.log.error("cluster %s %s", v(b["cluster"]), b["line"])
         flagged = report.flagged()
         for f in flagged:
             self.log.warning("%s %s group %r %s-%s lag %s%s: %s", f["status"], v(f["cluster"]), f["group"],
                              v(f["topic"]), f["partition"], f["lag"],
                              f" (offset expires in {f['expires_in']})" if f.get("expires_in") else "", v(f["reason"]))
-        alerts = report.alerts()
+        alerts = report.alerts() + self._blind_alerts(fleet)
         if alerts:
-            settings = load_fleet(self.fleet_file).alerts
-            FleetAlertNotifier(title=f"{len(alerts)} stuck partition(s) / rebalance storm(s)", lines=alerts,
+            settings = fleet.alerts
+            FleetAlertNotifier(title=f"{len(alerts)} stuck partition(s) / rebalance storm(s) / blind cluster(s)",
+                               lines=alerts,
                                settings=settings)(context)
         return {"html": str(html_path), "markdown": str(md_path), "url": url, "flagged": len(flagged),
                 "alerts": len(alerts)}
