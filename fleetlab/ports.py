@@ -17,7 +17,7 @@ never collides with the lab.
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
                                         controllers 29342-29344          controllers 19342-
     single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
-                                        slot 3: secerrlab and zksasllab (never at the same time)
+                                        slot 3: secerrlab, zksasllab, ssl09lab (one at a time)
     secured labs (lab39, lab43, ...)    INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
                                         lab39 29217-29219, lab43 29317-29319 (tests: 1x217-, 1x317-)
 
@@ -50,9 +50,12 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # a 3.9 lab whose ZooKeeper requires SASL (and SASL_SSL brokers); it shares
                                   # slot 3 with secerrlab: both are module-scoped labs of different test
                                   # modules, stopped before the next module starts (SHARED_SLOTS)
-                                  "zksasllab": 3}
-#: single-purpose labs that share a slot (never running at the same time)
-SHARED_SLOTS = {"zksasllab": "secerrlab"}
+                                  "zksasllab": 3,
+                                  # a 0.9 lab with mutual TLS and ACLs (test_ssl09): slot 3 as well, its
+                                  # PLAINTEXT loopback listeners at brokers + 25 as INTERNAL's
+                                  "ssl09lab": 3}
+#: single-purpose labs that share a slot with another (never running at the same time)
+SHARED_SLOTS = {"zksasllab": "secerrlab", "ssl09lab": "secerrlab"}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET
