@@ -231,10 +231,12 @@ class Metadata:
 
 
 def strip_host(host: str | None) -> str:
-    """'/10.0.0.7' or '10.0.0.7:5123' -> '10.0.0.7' (0.9 prefixes a slash; paths use the bare IP)."""
+    """'/10.0.0.7', 'app1.example/10.0.0.7' or '10.0.0.7:5123' -> '10.0.0.7' (0.9 writes Java's
+    InetAddress.toString(): '/ip', or 'hostname/ip' once the name was resolved, as on its SSL
+    listeners; paths use the bare IP)."""
     if not host:
         return ""
-    h = host.lstrip("/")
+    h = host.rsplit("/", 1)[-1] if "/" in host else host
     if h.startswith("["):  # [ipv6]:port
         return h[1:h.index("]")] if "]" in h else h
     if h.count(":") == 1:
