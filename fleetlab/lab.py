@@ -7,9 +7,11 @@
 
 `lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
 default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
-only) keeps open PLAINTEXT listeners. See the notes above SECURED_USERS and SECURED_ACLS below for
-the listeners, users and ACLs of a secured lab, and above ZK_USER for a ZooKeeper that requires a
-SASL login (LabSpec.zk_security = "sasl", opt-in).
+only) keeps open PLAINTEXT listeners; a 0.9 lab with LabSpec.security = "ssl" (opt-in) serves
+clients on a mutual-TLS listener with ACLs instead, the principals being the client certificates'
+subjects (User:CN=fleet,O=fleetlab; see the notes above SSL_USERS and SSL_ACLS). See the notes
+above SECURED_USERS and SECURED_ACLS below for the listeners, users and ACLs of a secured lab, and
+above ZK_USER for a ZooKeeper that requires a SASL login (LabSpec.zk_security = "sasl", opt-in).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
