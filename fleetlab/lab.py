@@ -7,10 +7,13 @@
 
 `lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
 default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
-only) keeps open PLAINTEXT listeners. See the notes above SECURED_USERS and SECURED_ACLS below for
-the listeners, users and ACLs of a secured lab, and above ZK_USER for the ZooKeeper of `lab39`,
-which requires a SASL login (LabSpec.zk_security = "sasl", also the default of fleet_specs for the
-ZooKeeper-mode 3.x cluster; LabSpec.zk_client() is the one authenticated kazoo client of a lab).
+only) keeps open PLAINTEXT listeners; a 0.9 lab with LabSpec.security = "ssl" (opt-in) serves
+clients on a mutual-TLS listener with ACLs instead, the principals being the client certificates'
+subjects (User:CN=fleet,O=fleetlab; see the notes above SSL_USERS and SSL_ACLS). See the notes
+above SECURED_USERS and SECURED_ACLS below for the listeners, users and ACLs of a secured lab, and
+above ZK_USER for the ZooKeeper of `lab39`, which requires a SASL login (LabSpec.zk_security =
+"sasl", also the default of fleet_specs for the ZooKeeper-mode 3.x cluster; LabSpec.zk_client() is
+the one authenticated kazoo client of a lab).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -104,6 +107,58 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
 }
 SECURED_MECHANISM = "SCRAM-SHA-512"
 
+#: The mutual-TLS mode of a Kafka 0.9 lab (LabSpec.security = "ssl"; 0.9's SASL is Kerberos only):
+#:
+#: - clients connect to an SSL listener on the broker ports (listeners=SSL://127.0.0.1:p) that
+#:   requires a client certificate (ssl.client.auth=required) signed by the lab CA. 0.9 reads no
+#:   PEM: the broker's key and chain go into <lab>/tls/keystore.p12 (PKCS#12, which 0.9 on Java 17
+#:   loads as ssl.keystore.type=PKCS12) and the CA into <lab>/tls/truststore.jks (keytool); their
+#:   random password is in secrets.json ("tls:keystore") and in server.properties (mode 0600: 0.9
+#:   reads ssl.keystore.password from there), never on a command line.
+#: - brokers talk to each other on a PLAINTEXT loopback listener at broker port + 25 (0.9 has no
+#:   listener names: PLAINTEXT://127.0.0.1:p+25 and security.inter.broker.protocol=PLAINTEXT).
+#:   0.9 calls every PLAINTEXT connection User:ANONYMOUS, a super user here so that replication and
+#:   the controller work: that loopback listener is the lab's admin door (as INTERNAL is on the
+#:   modern labs), acceptable on 127.0.0.1 only.
+#: - kafka.security.auth.SimpleAclAuthorizer with allow.everyone.if.no.acl.found=false.
+#: - client certificates (PEM; key 0600, unencrypted) for SSL_USERS in <lab>/tls/<user>.pem / .key.
+#:   0.9's DefaultPrincipalBuilder names a connection by its certificate's X.500 subject (RFC 2253):
+#:   the principal of `fleet` is User:CN=fleet,O=fleetlab (ssl_principal). `admin` is a super user.
+#: - SSL_ACLS written into ZooKeeper in SimpleAclAuthorizer's format (/kafka-acl/<type>/<name> and a
+#:   /kafka-acl-changes notification, what kafka.admin.AclCommand writes) before the brokers start.
+#:   Not through AclCommand: its command line refuses Describe on the cluster and on groups in 0.9
+#:   (only Create / ClusterAction / All on the cluster, Read / All on groups), which the authorizer
+#:   itself honours.
+SSL_USERS = SECURED_USERS
+SSL_ORG = "fleetlab"
+#: What 0.9's KafkaApis asks of each request the toolkit sends (Read or Write on a resource implies
+#: Describe there): Metadata, Offsets (ListOffsets) - Describe on the topic; GroupCoordinator,
+#: DescribeGroups - Describe on the group; OffsetFetch - READ on the group (0.9 asks for Read, later
+#: versions for Describe) and Describe on the topic; ListGroups - Describe on the cluster; Fetch -
+#: Read on the topic; OffsetCommit - Read on the group and on the topic. So on 0.9 the read-only
+#: principal holds Read on groups; it still cannot commit, lacking Read on the data topics.
+SSL_ACLS: dict[str, list[tuple[str, str, str]]] = {
+    # (0.9's resource type, literal resource name, 0.9's operation)
+    "fleet": [
+        ("Cluster", "kafka-cluster", "Describe"),   # ListGroups
+        ("Group", "*", "Read"),                     # OffsetFetch (Read), GroupCoordinator, DescribeGroups
+        ("Topic", "*", "Describe"),                 # Metadata, Offsets, OffsetFetch
+        ("Topic", OFFSETS_TOPIC, "Read"),           # the __consumer_offsets reader (Fetch)
+    ],
+    "fleet-runbook": [
+        ("Cluster", "kafka-cluster", "Describe"),
+        ("Group", "*", "Read"),                     # OffsetFetch, OffsetCommit (offset resets)
+        ("Topic", "*", "Describe"),
+        ("Topic", "*", "Read"),                     # OffsetCommit; the record at a committed offset
+    ],
+}
+
+
+def ssl_principal(user: str) -> str:
+    """The principal 0.9 gives the lab's client certificate of `user`."""
+    return f"User:CN={user},O={SSL_ORG}"
+
+
 #: ZooKeeper with SASL (LabSpec.zk_security = "sasl"; ZooKeeper-mode 3.x labs, whose ZooKeeper is
 #: 3.8; fleet_specs sets it for lab39, as production runs): the server requires a DIGEST-MD5 login
 #: from every client (enforce.auth.enabled, enforce.auth.schemes=sasl); its JAAS Server section
@@ -163,8 +218,8 @@ class LabSpec:
     controller_base_port: int = 0
     #: KRaft cluster id (generated when the storage is first formatted, kept in lab.json)
     cluster_id: str = ""
-    #: "" (open PLAINTEXT listeners) or "sasl_ssl" (Kafka 3.x/4.x only: see SECURED_USERS);
-    #: fleet_specs secures every generation that supports it
+    #: "" (open PLAINTEXT listeners), "sasl_ssl" (Kafka 3.x/4.x only: see SECURED_USERS) or "ssl"
+    #: (mutual TLS, Kafka 0.9 only: see SSL_USERS)
     security: str = ""
     #: "" (an open ZooKeeper) or "sasl" (ZooKeeper-mode 3.x labs only: see ZK_USER)
     zk_security: str = ""
@@ -195,10 +250,20 @@ class LabSpec:
 
     @property
     def secured(self) -> bool:
-        if self.security and (self.security != "sasl_ssl" or not self.modern):
+        if self.security and (self.security, self.modern) not in (("sasl_ssl", True), ("ssl", False)):
             raise LabError(f"{self.name}: security {self.security!r} is not supported "
-                           f"(only 'sasl_ssl', on Kafka 3.x and 4.x labs; 0.9's SASL is Kerberos only)")
+                           f"('sasl_ssl' on Kafka 3.x and 4.x labs, 'ssl' (mutual TLS) on 0.9 labs: "
+                           f"0.9's SASL is Kerberos only)")
         return bool(self.security)
+
+    @property
+    def mtls(self) -> bool:
+        """A 0.9 lab with mutual TLS (security "ssl")."""
+        return self.secured and self.security == "ssl"
+
+    def client_cert(self, user: str) -> tuple[Path, Path]:
+        """mTLS labs: (certificate, key) PEM files of a user's client certificate."""
+        return self.tls_dir / f"{user}.pem", self.tls_dir / f"{user}.key"
 
     @property
     def zk_sasl(self) -> bool:
@@ -232,7 +297,8 @@ class LabSpec:
         to a temporary file and linked into place, so a concurrent reader never sees half a file."""
         import secrets as _secrets
 
-        users = [*SECURED_USERS, *([f"zookeeper:{u}" for u in ZK_USERS] if self.zk_security else [])]
+        users = ["tls:keystore"] if self.security == "ssl" else [*SECURED_USERS]
+        users += [f"zookeeper:{u}" for u in ZK_USERS] if self.zk_security else []
         try:
             known = json.loads(self.secrets_file.read_text())
         except (OSError, ValueError):
@@ -257,9 +323,14 @@ class LabSpec:
             tmp.unlink(missing_ok=True)
 
     def security_config(self, user: str = "fleet", password: str | None = None) -> dict:
-        """librdkafka security settings to log in to a secured lab as `user` ({} for an open lab)."""
+        """librdkafka security settings to log in to a secured lab as `user` ({} for an open lab;
+        a 0.9 mTLS lab: the user's client certificate)."""
         if not self.secured:
             return {}
+        if self.mtls:
+            cert, key = self.client_cert(user)
+            return {"security.protocol": "SSL", "ssl.ca.location": str(self.tls_dir / "ca.pem"),
+                    "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": SECURED_MECHANISM, "sasl.username": user,
                 "sasl.password": password if password is not None else self.passwords()[user],
                 "ssl.ca.location": str(self.tls_dir / "ca.pem")}
@@ -272,7 +343,7 @@ class LabSpec:
     def oauth_config(self, user: str = "fleet") -> dict:
         """librdkafka settings to log in to a secured lab as `user` with SASL/OAUTHBEARER, the token
         coming from fleetlab.oauth.token (a dotted path: the apache-kafka provider resolves it)."""
-        if not self.secured:
+        if self.security != "sasl_ssl" or not self.secured:
             return {}
         return {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
                 "sasl.oauthbearer.config": f"principal={user} issuer_key={oauth.issuer_key(self.tls_dir).resolve()}",
@@ -457,6 +528,10 @@ class LabSpec:
                 "controlled.shutdown.max.retries": "2",
                 "controlled.shutdown.retry.backoff.ms": "1000",
             })
+            if self.secured:
+                for k in ("host.name", "port", "advertised.host.name", "advertised.port"):
+                    props.pop(k)
+                props.update(self._mtls_props(broker_id))
         else:
             rf = min(3, self.brokers)
             props.update({
@@ -542,6 +617,30 @@ class LabSpec:
             "super.users": "User:admin;User:ANONYMOUS",
         }
 
+    def _mtls_props(self, broker_id: int) -> dict[str, str]:
+        """0.9 with mutual TLS (see SSL_USERS): SSL for clients, PLAINTEXT between brokers on loopback."""
+        port, internal = self.broker_port(broker_id), self.internal_port(broker_id)
+        password = self.passwords()["tls:keystore"]
+        listeners = f"SSL://127.0.0.1:{port},PLAINTEXT://127.0.0.1:{internal}"
+        return {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "security.inter.broker.protocol": "PLAINTEXT",
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(self.tls_dir / "keystore.p12"),
+            "ssl.keystore.password": password,
+            "ssl.key.password": password,
+            "ssl.truststore.type": "JKS",
+            "ssl.truststore.location": str(self.tls_dir / "truststore.jks"),
+            "ssl.truststore.password": password,
+            "ssl.client.auth": "required",
+            "authorizer.class.name": "kafka.security.auth.SimpleAclAuthorizer",
+            "allow.everyone.if.no.acl.found": "false",
+            # ANONYMOUS: every PLAINTEXT connection, i.e. the brokers' replication and controller
+            # traffic on the loopback listener (and the lab's own checks there)
+            "super.users": f"{ssl_principal('admin')};User:ANONYMOUS",
+        }
+
     def save(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "lab.json").write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
@@ -612,7 +711,12 @@ class Lab:
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
             (s.broker_dir(i) / "logs").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in s.broker_props(i).items())
-            (s.broker_dir(i) / "server.properties").write_text(props)
+            if s.mtls:  # it holds the keystore password
+                from fleetlab.tls import _write_private
+
+                _write_private(s.broker_dir(i) / "server.properties", props.encode())
+            else:
+                (s.broker_dir(i) / "server.properties").write_text(props)
         if s.secured:
             self._write_secrets()
         if s.zk_sasl:
@@ -650,7 +754,15 @@ class Lab:
         if not (s.tls_dir / "broker.pem").exists():
             ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
             tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
-        oauth.ensure_issuer(s.tls_dir)
+        if s.mtls:  # 0.9: Java stores, and the users' client certificates
+            ca_pem, ca_key = s.tls_dir / "ca.pem", s.tls_dir / "ca.key"
+            if not (s.tls_dir / "truststore.jks").exists():
+                tls.make_java_stores(s.tls_dir, s.tls_dir / "broker.pem", ca_pem, s.passwords()["tls:keystore"])
+            for user in SSL_USERS:
+                if not s.client_cert(user)[0].exists():
+                    tls.make_client_cert(s.tls_dir, ca_pem, ca_key, {"CN": user, "O": SSL_ORG}, user)
+        else:  # SASL_SSL: OAUTHBEARER tokens of the lab's issuer too
+            oauth.ensure_issuer(s.tls_dir)
 
     def internal_admin(self, broker_id: int | None = None, **extra):
         """Secured labs: an AdminClient on the PLAINTEXT INTERNAL listener(s), where the lab is
@@ -694,6 +806,52 @@ class Lab:
                 return False
 
         self._wait(f"{self.spec.name}: the admin user's login on every broker", admin_logs_in, 60)
+
+    def write_ssl_acls(self, acls_of: dict[str, list[tuple[str, str, str]]] | None = None) -> None:
+        """0.9 mTLS labs: SSL_ACLS (or `acls_of`, {user: [(type, name, operation)]}, the principals
+        ssl_principal(user)) into ZooKeeper as SimpleAclAuthorizer keeps them (/kafka-acl/<type>/
+        <name>: {"version": 1, "acls": [...]}, merged with what is there, written with the version
+        read), each change announced under /kafka-acl-changes as AclCommand does."""
+        from kazoo.exceptions import BadVersionError, NodeExistsError
+
+        wanted: dict[tuple[str, str], list[dict]] = {}
+        for user, acls in (SSL_ACLS if acls_of is None else acls_of).items():
+            for rtype, name, op in acls:
+                wanted.setdefault((rtype, name), []).append(
+                    {"principal": ssl_principal(user), "permissionType": "Allow", "operation": op, "host": "*"})
+        from kazoo.client import KazooClient
+
+        root = KazooClient(hosts=self.spec.zk_hosts, timeout=10)  # the chroot, before the brokers make it
+        root.start(timeout=15)
+        try:
+            root.ensure_path(self.spec.chroot or "/")
+        finally:
+            root.stop()
+            root.close()
+        zk = self.zk_client()
+        try:
+            zk.ensure_path("/kafka-acl-changes")
+            for (rtype, name), acls in wanted.items():
+                path = f"/kafka-acl/{rtype}/{name}"
+                zk.ensure_path(f"/kafka-acl/{rtype}")
+                for _ in range(5):
+                    try:
+                        if zk.exists(path):
+                            data, stat = zk.get(path)
+                            known = (json.loads(data or b"{}") or {}).get("acls", [])
+                            merged = known + [a for a in acls if a not in known]
+                            if merged == known:
+                                break
+                            zk.set(path, json.dumps({"version": 1, "acls": merged}).encode(), version=stat.version)
+                        else:
+                            zk.create(path, json.dumps({"version": 1, "acls": acls}).encode())
+                        zk.create("/kafka-acl-changes/acl_changes_", f"{rtype}:{name}".encode(), sequence=True)
+                        break
+                    except (BadVersionError, NodeExistsError):
+                        continue
+        finally:
+            zk.stop()
+            zk.close()
 
     def create_acls(self) -> None:
         """Secured labs: SECURED_ACLS, created by `admin` (creating an existing ACL is a no-op)."""
@@ -795,7 +953,7 @@ class Lab:
                 *([f"-Djava.security.auth.login.config={self.broker_jaas_file}"] if self.spec.zk_sasl else []),
                 # the one URL OAUTHBEARER validation may read (Kafka refuses any other)
                 *([f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.spec.jwks_url}"]
-                  if self.spec.secured else []),
+                  if self.spec.secured and not self.spec.mtls else []),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 
@@ -1022,6 +1180,8 @@ class Lab:
             self._wait(f"{self.spec.name}: ZooKeeper on 127.0.0.1:{self.spec.zk_port}", self._zk_ok, 30, "zookeeper")
             if self.spec.zk_sasl:
                 self._secure_existing_znodes(home)
+        if self.spec.mtls:  # the brokers' authorizer loads them at its start
+            self.write_ssl_acls()
         bind_checks = {}
         for i in range(self.spec.brokers):
             bind_checks[i] = self._bind_failure_check(i)

@@ -17,7 +17,7 @@ never collides with the lab.
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
                                         controllers 29342-29344          controllers 19342-
     single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
-                                        slot 3: secerrlab
+                                        slot 3: secerrlab, ssl09lab (one at a time)
     secured labs (lab39, lab43, ...)    INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
                                         lab39 29217-29219, lab43 29317-29319 (tests: 1x217-, 1x317-)
 
@@ -46,9 +46,13 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
                                   "securelab": 9,
                                   # a second secured KRaft lab: wrong logins and missing ACLs (test_secured_errors)
-                                  "secerrlab": 3}
+                                  "secerrlab": 3,
+                                  # a 0.9 lab with mutual TLS and ACLs (test_ssl09): it shares slot 3 with
+                                  # secerrlab (module-scoped labs of different test modules, stopped before the
+                                  # next module starts); its PLAINTEXT loopback listeners at brokers + 25
+                                  "ssl09lab": 3}
 #: single-purpose labs that share a slot (never running at the same time): name -> the other lab
-SHARED_SLOTS: dict[str, str] = {}
+SHARED_SLOTS: dict[str, str] = {"ssl09lab": "secerrlab"}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET

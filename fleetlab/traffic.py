@@ -37,17 +37,33 @@ KAFKA_VERSION = "0.9.0.1"
 POISON = b"POISON: this record cannot be processed"
 
 
+#: bootstrap servers -> the lab's admin login there (LabSpec.security_config("admin")): the helpers
+#: below log in with it when they are given no `security` (register_login; the tests register each
+#: lab of theirs, so a helper called with just a secured lab's bootstrap works)
+_LOGINS: dict[str, dict] = {}
+
+
+def register_login(bootstrap: str, security: dict | None) -> None:
+    if security:
+        _LOGINS[bootstrap] = dict(security)
+
+
+def login_for(bootstrap: str, security: dict | None) -> dict:
+    return security if security is not None else _LOGINS.get(bootstrap, {})
+
+
 def producer(bootstrap: str, kafka_version: str = KAFKA_VERSION, security: dict | None = None,
              **extra) -> Producer:
-    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5, **(security or {}), **extra},
-                                  kafka_version))
+    return Producer(client_config({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                   **login_for(bootstrap, security), **extra}, kafka_version))
 
 
 def consumer(bootstrap: str, group: str, kafka_version: str = KAFKA_VERSION, security: dict | None = None,
              **extra) -> Consumer:
     cfg = {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
            "auto.offset.reset": "earliest", "session.timeout.ms": 10000,
-           "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 5000, **(security or {})}
+           "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 5000,
+           **login_for(bootstrap, security)}
     cfg.update(extra)
     return Consumer(client_config(cfg, kafka_version))
 

@@ -43,7 +43,7 @@ os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
 os.environ["FLEET_PG_PORT"] = str(TEST_PORTS.postgres)
 os.environ["FLEET_PG_DATABASE"] = "airflow_test"
 
-from fleetlab import postgres  # noqa: E402
+from fleetlab import postgres, traffic  # noqa: E402
 
 TEST_PG = postgres.PgSpec(home=TEST_AIRFLOW_HOME / "postgres", port=int(os.environ["FLEET_PG_PORT"]),
                           database=os.environ["FLEET_PG_DATABASE"])
@@ -73,6 +73,9 @@ class LabHandle:
         self.spec = lab.spec
         self.fleet_file = fleet_file
         self.bootstrap = lab.spec.bootstrap
+        # fleetlab.traffic's helpers given only this bootstrap log in as the lab's admin
+        # (the 0.9 cluster's admin certificate; 3.9 / 4.3: the admin SCRAM user)
+        traffic.register_login(self.bootstrap, lab.spec.security_config("admin"))
 
     def zookeeper(self, user: str | None = None):
         """A (not yet started) ZooKeeperCluster for the lab, chroot applied; use as a context manager.

@@ -39,7 +39,10 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 
                       kafka_version: str = "0.9.0.1", security: dict | None = None) -> dict[int, int]:
     """The group's committed offset of each partition of `topic` (-1001: none), read through the
     admin API the way kafka-consumer-groups does (`security`: a secured lab's admin login)."""
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **(security or {})}, kafka_version))
+    from fleetlab.traffic import login_for
+
+    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **login_for(bootstrap, security)},
+                                      kafka_version))
     fut = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
     return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}

@@ -97,6 +97,33 @@ def test_the_3_9_and_4_3_clusters_are_secured_and_0_9_is_open(tmp_path):
     assert fleet_specs(tmp_path, ports.DEMO)["lab39"].secured
     with pytest.raises(LabError, match="Kerberos"):
         LabSpec(security="sasl_ssl").secured  # 0.9.0.1
+    with pytest.raises(LabError, match="'ssl' \\(mutual TLS\\) on 0.9 labs"):
+        LabSpec(kafka_version="3.9.2", security="ssl").secured
+
+
+def test_a_0_9_lab_with_mutual_tls(tmp_path):
+    """security="ssl": SSL for clients with a required certificate, PLAINTEXT between brokers on
+    loopback (0.9 has no listener names), SimpleAclAuthorizer, the admin certificate a super user."""
+    spec = LabSpec(lab_dir=str(tmp_path / "lab"), security="ssl")
+    assert spec.secured and spec.mtls
+    props = spec.broker_props(1)
+    assert props["listeners"] == props["advertised.listeners"] == "SSL://127.0.0.1:29093,PLAINTEXT://127.0.0.1:29118"
+    assert props["security.inter.broker.protocol"] == "PLAINTEXT"
+    assert not {"port", "host.name", "advertised.port", "advertised.host.name"} & set(props)
+    assert props["ssl.client.auth"] == "required" and props["ssl.keystore.type"] == "PKCS12"
+    assert props["authorizer.class.name"] == "kafka.security.auth.SimpleAclAuthorizer"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == "User:CN=admin,O=fleetlab;User:ANONYMOUS"
+    assert props["ssl.keystore.password"] == spec.passwords()["tls:keystore"]
+    assert oct(spec.secrets_file.stat().st_mode & 0o777) == "0o600"
+    cfg = spec.security_config("fleet")
+    assert cfg == {"security.protocol": "SSL", "ssl.ca.location": str(spec.tls_dir / "ca.pem"),
+                   "ssl.certificate.location": str(spec.tls_dir / "fleet.pem"),
+                   "ssl.key.location": str(spec.tls_dir / "fleet.key")}
+    env = spec.connection_env()
+    assert json.loads(env["AIRFLOW_CONN_LAB_KAFKA_RUNBOOK"])["extra"]["ssl.certificate.location"].endswith(
+        "fleet-runbook.pem")
+    assert spec.fleet_cluster()["runbook_kafka_conn_id"] == "lab_kafka_runbook"
 
 
 def test_passwords_are_generated_once_with_mode_0600_and_not_on_any_command_line(tmp_path):

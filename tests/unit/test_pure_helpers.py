@@ -14,6 +14,7 @@ from fleetkit.clients.zookeeper import join_chroot, parse_state
 @pytest.mark.parametrize("raw, host", [
     ("/127.0.0.1", "127.0.0.1"), ("10.0.0.7", "10.0.0.7"), ("10.0.0.7:5123", "10.0.0.7"),
     ("/10.0.0.7:5123", "10.0.0.7"), ("[::1]:9092", "::1"), ("fe80::1", "fe80::1"), ("", ""), (None, ""),
+    ("localhost/127.0.0.1", "127.0.0.1"),  # 0.9 on an SSL listener (a resolved InetAddress)
 ])
 def test_strip_host(raw, host):
     assert strip_host(raw) == host

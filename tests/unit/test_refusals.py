@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from fleetkit.clients.kafka import KafkaCluster, LoginTrap, login_reason
+from fleetkit.clients.kafka import KafkaCluster, LoginTrap, client_config, login_reason
 from fleetkit.core.errors import (AUTHORIZATION_ERRORS, AuthenticationFailed, NotAuthorized, authorization_error,
-                                  blind_summary, refused)
+                                  TlsHandshakeFailed, blind_summary, refused)
 
 LIBRDKAFKA_TEXT = ("sasl_ssl://127.0.0.1:22792/bootstrap: SASL authentication error: Authentication failed during "
                    "authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 (after 316ms in "
@@ -73,6 +73,34 @@ def test_the_error_cb_keeps_the_first_sasl_refusal_and_chains():
                            "mechanism SCRAM-SHA-512")
     assert len(seen) == 3  # the connection's own error_cb still sees everything
     assert login_reason("no prefix at all") == "no prefix at all"
+
+
+def test_the_error_cb_keeps_the_first_failed_tls_handshake():
+    from fleetkit.clients.kafka import tls_failure
+
+    text = ("ssl://127.0.0.1:20392/bootstrap: SSL handshake failed: error:0A0000F4:SSL routines::unexpected "
+            "message: client SSL authentication might be required (see ssl.key.location and "
+            "ssl.certificate.location and consult the broker logs for more information) (after 6ms in state "
+            "SSL_HANDSHAKE)")
+    trap = LoginTrap()
+    trap(_Err(KafkaError._SSL, text))
+    trap(_Err(KafkaError._SSL, "ssl://127.0.0.1:9/bootstrap: SSL handshake failed: later"))
+    assert trap.tls == tls_failure(text) == ("127.0.0.1:20392", text[text.index("error:"):text.index(" (after")])
+    assert trap.reason is None
+    kafka = KafkaCluster("prod", {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SSL"})
+    kafka.trap(_Err(KafkaError._SSL, text))
+    with pytest.raises(TlsHandshakeFailed, match=r"^TLS handshake with broker 127.0.0.1:20392 of cluster 'prod' "
+                                                 r"failed: error:0A0000F4:SSL routines::unexpected message: "):
+        kafka.login_failed()
+
+
+def test_offset_fetch_on_0_9_needs_read_on_the_group():
+    base = {"bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL", "sasl.username": "fleet"}
+    new = KafkaCluster("c", base)
+    old = KafkaCluster("c", client_config(base, "0.9.0.1"))
+    assert new.refused("GROUP_AUTHORIZATION_FAILED", "g", "OffsetFetch").operation == "DESCRIBE"
+    assert old.refused("GROUP_AUTHORIZATION_FAILED", "g", "OffsetFetch").operation == "READ"
+    assert old.refused("GROUP_AUTHORIZATION_FAILED", "g", "DescribeGroups").operation == "DESCRIBE"
 
 
 def test_a_caught_refusal_is_raised_naming_user_and_cluster_never_the_password():

@@ -19,7 +19,8 @@ from typing import Iterable
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, refused
+from fleetkit.core.errors import (PRE_0_10, AuthenticationFailed, ClusterUnreachable, NotAuthorized, TlsHandshakeFailed,
+                                  refused)
 from fleetkit.core.fleet import version_tuple
 from fleetkit.core.render import visible_controls
 
@@ -56,12 +57,14 @@ NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has no commit for th
 
 #: librdkafka's log line of a refused login: the KafkaCluster's error_cb turns it into AuthenticationFailed
 _SASL_REFUSED = "SASL authentication error"
+#: ... and of a failed TLS handshake (KafkaError._SSL): turned into TlsHandshakeFailed
+_TLS_FAILED = "SSL handshake failed"
 
 
 class _LibrdkafkaLog(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
-        return not any(h in msg for h in _HARMLESS) and _SASL_REFUSED not in msg
+        return not any(h in msg for h in _HARMLESS) and _SASL_REFUSED not in msg and _TLS_FAILED not in msg
 
 
 def login_reason(text: str) -> str:
@@ -76,20 +79,40 @@ def login_reason(text: str) -> str:
     return out or str(text)
 
 
+def tls_failure(text: str) -> tuple[str, str]:
+    """(broker address, reason) of librdkafka's text of an _SSL error: 'ssl://h:9/bootstrap: SSL
+    handshake failed: X (after 6ms in state SSL_HANDSHAKE)' -> ('h:9', 'X')."""
+    import re
+
+    text = str(text).strip()
+    m = re.match(r"^\w+://([^/\s]+)(?:/\S*)?: ", text)
+    broker = m.group(1) if m else "?"
+    out = text[m.end():] if m else text
+    out = re.sub(r"^SSL handshake failed: ", "", out)
+    out = re.sub(r"\s*\(after \d+ms in state \w+\)$", "", out)
+    return broker, out or text
+
+
 class LoginTrap:
     """The error_cb of every librdkafka client a KafkaCluster builds (admin client, consumers): it
-    keeps the first SASL authentication error (KafkaError._AUTHENTICATION), which librdkafka only
-    reports there and in its log while the request waits on until it times out. The waiting calls
-    check it and raise AuthenticationFailed at once. A connection's own error_cb still runs."""
+    keeps the first SASL authentication error (KafkaError._AUTHENTICATION) and the first failed TLS
+    handshake (KafkaError._SSL: an untrusted broker certificate, a client certificate the broker
+    wants and did not get), which librdkafka only reports there and in its log while the request
+    waits on until it times out. The waiting calls check them and raise AuthenticationFailed /
+    TlsHandshakeFailed at once. A connection's own error_cb still runs."""
 
     def __init__(self, chained=None):
         self.reason: str | None = None
+        #: (broker address, reason) of the first failed TLS handshake
+        self.tls: tuple[str, str] | None = None
         self.chained = chained
 
     def __call__(self, err) -> None:
         try:
             if self.reason is None and err.code() == KafkaError._AUTHENTICATION:
                 self.reason = login_reason(err.str())
+            elif self.tls is None and err.code() == KafkaError._SSL:
+                self.tls = tls_failure(err.str())
         finally:
             if self.chained is not None:
                 self.chained(err)
@@ -209,10 +232,12 @@ class Metadata:
 
 
 def strip_host(host: str | None) -> str:
-    """'/10.0.0.7' or '10.0.0.7:5123' -> '10.0.0.7' (0.9 prefixes a slash; paths use the bare IP)."""
+    """'/10.0.0.7', 'app1.example/10.0.0.7' or '10.0.0.7:5123' -> '10.0.0.7' (0.9 writes Java's
+    InetAddress.toString(): '/ip', or 'hostname/ip' once the name was resolved, as on its SSL
+    listeners; paths use the bare IP)."""
     if not host:
         return ""
-    h = host.lstrip("/")
+    h = host.rsplit("/", 1)[-1] if "/" in host else host
     if h.startswith("["):  # [ipv6]:port
         return h[1:h.index("]")] if "]" in h else h
     if h.count(":") == 1:
@@ -264,7 +289,9 @@ class KafkaCluster:
             named = re.search(r"(?:^|\s)principal=(\S+)", str(self.config.get("sasl.oauthbearer.config", "")))
             return f"User:{named.group(1)}" if named else "the subject of the OAUTHBEARER token"
         if self.config.get("ssl.certificate.location"):
-            return f"the client certificate of {self.config['ssl.certificate.location']}"
+            from fleetkit.clients.wire_security import certificate_principal
+
+            return certificate_principal(str(self.config["ssl.certificate.location"]))
         return "User:ANONYMOUS"
 
     def login_failed(self) -> None:
@@ -273,10 +300,15 @@ class KafkaCluster:
         if self.trap.reason is not None:
             user = self.config.get("sasl.username") or self.principal
             raise AuthenticationFailed(f"authentication failed for {user} on {self.name}: {self.trap.reason}")
+        if self.trap.tls is not None:  # wire_security.wrap's words
+            broker, reason = self.trap.tls
+            raise TlsHandshakeFailed(f"TLS handshake with broker {broker} of cluster {self.name!r} failed: {reason}")
 
     def refused(self, error: str | None, resource_name: str | None, request: str | None = None) -> NotAuthorized | None:
         """The NotAuthorized of an authorization error (core.errors.AUTHORIZATION_ERRORS) met on this
         cluster by this principal; None for any other error."""
+        if request in PRE_0_10 and not self.asks_api_versions:  # a 0.9 cluster's own ACL
+            request = PRE_0_10[request]
         return refused(error, resource_name, self.principal, self.name, request) if error else None
 
     def _serve(self, client=None) -> None:

@@ -81,7 +81,7 @@ class Security:
         if self.sasl:
             return f"User:{self.username}"
         if self.tls and self.certificate_location:
-            return f"the client certificate of {self.certificate_location}"
+            return certificate_principal(self.certificate_location)
         return "User:ANONYMOUS"
 
     @classmethod
@@ -135,6 +135,20 @@ class Security:
         if not self.verify_certificates:
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
+
+
+def certificate_principal(certificate_location: str) -> str:
+    """The principal a broker gives a TLS client certificate by default: "User:" + the certificate's
+    X.500 subject in RFC 2253 form ("User:CN=fleet,O=fleetlab"; Kafka 0.9's DefaultPrincipalBuilder,
+    and later brokers without ssl.principal.mapping.rules). "the client certificate of <file>" when
+    the file cannot be read."""
+    try:
+        from cryptography import x509
+
+        with open(certificate_location, "rb") as f:
+            return "User:" + x509.load_pem_x509_certificate(f.read()).subject.rfc4514_string()
+    except Exception:  # noqa: BLE001 - only a name for messages
+        return f"the client certificate of {certificate_location}"
 
 
 def supported(config: dict) -> bool:

@@ -74,6 +74,8 @@ AUTHORIZATION_ERRORS: dict[tuple[str, str | None], tuple[str, str]] = {
     ("GROUP_AUTHORIZATION_FAILED", "AlterConsumerGroupOffsets"): ("READ", "group"),
     ("GROUP_AUTHORIZATION_FAILED", "JoinGroup"): ("READ", "group"),
     ("GROUP_AUTHORIZATION_FAILED", "DeleteGroups"): ("DELETE", "group"),
+    # Kafka 0.9's KafkaApis asks Read (not Describe) on the group for OffsetFetch (see PRE_0_10)
+    ("GROUP_AUTHORIZATION_FAILED", "OffsetFetch (0.9)"): ("READ", "group"),
     # DescribeLogDirs, DescribeQuorum, DescribeCluster, ListGroups (older brokers), DescribeAcls
     ("CLUSTER_AUTHORIZATION_FAILED", None): ("DESCRIBE", "cluster"),
     ("CLUSTER_AUTHORIZATION_FAILED", "DescribeConfigs"): ("DESCRIBE_CONFIGS", "cluster"),
@@ -84,6 +86,13 @@ AUTHORIZATION_ERRORS: dict[tuple[str, str | None], tuple[str, str]] = {
     ("TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None): ("DESCRIBE", "transactional id"),
     ("DELEGATION_TOKEN_AUTHORIZATION_FAILED", None): ("DESCRIBE", "delegation token"),
 }
+
+
+#: Requests whose ACL differs on brokers before 0.10 (no ApiVersions): request -> its key above.
+#: Elsewhere 0.9 asks what later brokers ask (Describe on the cluster for ListGroups, on the group
+#: for GroupCoordinator and DescribeGroups, on the topic for Metadata and Offsets; Read on the topic
+#: for Fetch; Read on the group and the topic for OffsetCommit).
+PRE_0_10: dict[str, str] = {"OffsetFetch": "OffsetFetch (0.9)"}
 
 
 def authorization_error(error: str | None) -> bool:
