@@ -8,9 +8,10 @@ import re
 import shlex
 from pathlib import Path
 
-from fleetlab.lab import SECURED_ACLS
+from fleetlab.lab import SECURED_ACLS, SSL_ACLS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+SECURITY = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
 def snake(operation: str) -> str:
@@ -53,3 +54,19 @@ def test_the_parser_sees_a_difference():
     smaller = readme_acls(text.replace(line, ""))
     assert ("fleet", "topic", "__consumer_offsets", "READ") not in smaller
     assert ("fleet", "topic", "__consumer_offsets", "READ") in readme_acls(text)
+
+
+def pre_0_10_acls(text: str) -> set[tuple[str, str, str, str]]:
+    """The rows of docs/security.md's 0.9 table: | `principal` | Type `name` | Operation |."""
+    rows = re.findall(r"^\| `([\w-]+)` \| (\w+) `([^`]+)` \| (\w+) \|$", text.split("| principal (0.9) |", 1)[1],
+                      re.M)
+    return set(rows)
+
+
+def test_the_0_9_table_grants_exactly_the_lab_acls():
+    documented = pre_0_10_acls(SECURITY.read_text())
+    granted = {(user, kind, name, op) for user, acls in SSL_ACLS.items() for kind, name, op in acls}
+    assert len(documented) >= 8
+    assert documented == granted
+    fewer = pre_0_10_acls(SECURITY.read_text().replace("| `fleet` | Group `*` | Read |\n", ""))
+    assert ("fleet", "Group", "*", "Read") in granted - fewer  # the comparison can fail
