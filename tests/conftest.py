@@ -90,6 +90,13 @@ class LabHandle:
             auth = ZooKeeperAuth("sasl", user, self.spec.passwords()[f"zookeeper:{user}"])
         return ZooKeeperCluster(self.spec.name, self.spec.zk_hosts, self.spec.chroot, auth=auth)
 
+    def own_fleet(self) -> dict:
+        """The shared fleet file's document with this cluster alone (the file lists every cluster
+        started so far, in the fleet's order: which ones depends on the tests that ran before)."""
+        doc = yaml.safe_load(self.fleet_file.read_text())
+        doc["clusters"] = [c for c in doc["clusters"] if c["name"] == self.spec.name]
+        return doc
+
     @property
     def fleet(self):
         from fleetkit.core.fleet import load_fleet

@@ -122,7 +122,7 @@ def test_an_unreachable_cluster_fails_only_its_own_task(dagbag, lab, tmp_path, m
     monkeypatch.setenv("AIRFLOW_CONN_DOWN_KAFKA",
                        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": "127.0.0.1:9",
                                                                    "socket.connection.setup.timeout.ms": 2000}}))
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     fleet["clusters"].append({"name": "down", "kafka_version": "0.9.0.1", "kafka_conn_id": "down_kafka"})
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))

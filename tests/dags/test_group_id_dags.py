@@ -44,7 +44,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
     kop_write(zk, root, HOST, mism, "wrong-group")
     kop_write(zk, root, HOST, "gone-1", gone_group)
     p = {name: f"{root}/{HOST}-{name}" for name in (miss, mism, "gone-1")}
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     fleet["clusters"][0]["group_id_mappings"] = {"root": root, "grace": "2s", "create_missing_unattended": True}
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet, allow_unicode=True))
@@ -140,7 +140,7 @@ def test_the_conf_cannot_send_the_unattended_writes_elsewhere(dagbag, lab, tmp_p
     root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
     topic, group, client = unique("kopconf"), unique("conf-grp"), f"miss-{uuid.uuid4().hex[:6]}"
     wait_topic(lab.bootstrap, topic)
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     mappings = {"root": root, "create_missing_unattended": True}
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -148,7 +148,7 @@ def test_the_conf_cannot_send_the_unattended_writes_elsewhere(dagbag, lab, tmp_p
         fleet["clusters"][0]["group_id_mappings"] = mappings
         value = str(elsewhere / "data")
     else:  # the deployment has no mappings section; the caller's fleet file allows the create
-        mine = yaml.safe_load(lab.fleet_file.read_text())
+        mine = lab.own_fleet()
         mine["clusters"][0]["group_id_mappings"] = mappings
         value = str(elsewhere / "fleet.yaml")
         Path(value).write_text(yaml.safe_dump(mine))
@@ -203,7 +203,7 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     locks = tmp_path / "locks"
     monkeypatch.setenv("FLEET_LOCK_DIR", str(locks))
     root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     fleet["clusters"][0]["group_id_mappings"] = {"root": root, "create_missing_unattended": True}
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))

@@ -205,7 +205,7 @@ def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, 
 
     from fleet_airflow import clusters
 
-    doc = yaml.safe_load(lab.fleet_file.read_text())
+    doc = lab.own_fleet()
     alias = copy.deepcopy(doc["clusters"][0])
     alias["name"] = "labtest-alias"
     doc["clusters"].append(alias)

@@ -64,7 +64,7 @@ def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, un
     for c in consumers:
         c.start()
 
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     fleet["clusters"][0]["groups"] = [stopped_g, retained_g]  # no members: 0.9 does not list them
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))

@@ -259,7 +259,7 @@ def test_fleetctl_groupids_diff_prints_findings_and_writes_nothing(lab, zk, root
     from fleetctl import cli
 
     kop_write(zk, root, "10.4.0.1", "gone 'x' $(y)", "g\nnewline")
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
+    fleet = lab.own_fleet()
     fleet["clusters"][0]["group_id_mappings"] = {"root": root, "grace": "0s"}
     f = tmp_path / "fleet.yaml"
     f.write_text(yaml.safe_dump(fleet))
