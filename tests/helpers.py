@@ -93,8 +93,8 @@ def fleet_with_stopped_group(lab, tmp_path, topic: str, group: str):
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 6, 1: 0, 2: 1})
     commit(lab.bootstrap, group, {(topic, 0): 6, (topic, 2): 0})
-    fleet = yaml.safe_load(lab.fleet_file.read_text())
-    next(c for c in fleet["clusters"] if c["name"] == lab.spec.name)["groups"] = [group]
+    fleet = lab.own_fleet()
+    fleet["clusters"][0]["groups"] = [group]
     fleet_file = tmp_path / "fleet.yaml"
     fleet_file.write_text(yaml.safe_dump(fleet))
     return fleet_file
