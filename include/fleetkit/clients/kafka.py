@@ -690,6 +690,12 @@ class KafkaCluster:
         if errors:
             raise ClusterUnreachable(f"cluster {self.name!r}: commit for group {group!r} failed for {', '.join(errors)}")
 
+    def raise_refusal(self, error: str | None, resource_name: str | None, request: str | None = None) -> None:
+        """Raise the one-line NotAuthorized of an authorization error (refused); nothing for any other."""
+        refusal = self.refused(error, resource_name, request)
+        if refusal is not None:
+            raise refusal from None
+
     def _partition_refusal(self, partitions, group: str, request: str) -> None:
         """The one-line NotAuthorized of the first partition an offset request was refused for: the
         group's (GROUP_AUTHORIZATION_FAILED) or the partition's topic (TOPIC_AUTHORIZATION_FAILED)."""
@@ -697,9 +703,7 @@ class KafkaCluster:
             if tp.error is None:
                 continue
             name = error_name(tp.error)
-            refusal = self.refused(name, tp.topic if name.startswith("TOPIC_") else group, request)
-            if refusal is not None:
-                raise refusal
+            self.raise_refusal(name, tp.topic if name.startswith("TOPIC_") else group, request)
 
     def alter_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Set a group's committed offsets through the Admin API (AlterConsumerGroupOffsets, brokers

@@ -76,13 +76,6 @@ class AdminLeadership:
             raise FleetError(f"topic {topic!r} of cluster {self.name!r}: metadata answered {errors[topic]}")
         return {pl.partition: pl for pl in parts if pl.topic == topic}
 
-    def _raise_refusal(self, error: str | None, request: str) -> None:
-        """The one-line NotAuthorized of an authorization error (ALTER, or DESCRIBE for a listing,
-        on the cluster, naming the principal); nothing for any other error."""
-        refusal = self.kafka.refused(error, None, request)
-        if refusal is not None:
-            raise refusal from None
-
     def state(self, topic: str, partition: int) -> MetadataState:
         pl = self._partitions(topic).get(partition)
         if pl is None:
@@ -99,7 +92,7 @@ class AdminLeadership:
             moving = wire_leadership.reassignments(self.kafka.bootstrap, self.kafka.timeout,
                                                    security=self.kafka.wire_security)
         except wire_leadership.ReassignmentError as e:
-            self._raise_refusal(e.error, "ListPartitionReassignments")
+            self.kafka.raise_refusal(e.error, None, "ListPartitionReassignments")
             raise FleetError(f"cluster {self.name!r}: {e}") from None
         return [f"partition reassignment of {t}-{p} in progress" for t, p in sorted(moving)]
 
@@ -113,7 +106,7 @@ class AdminLeadership:
             wire_leadership.alter_replicas(self.kafka.bootstrap, topic, partition, replicas, min(timeout, 30.0),
                                               security=self.kafka.wire_security)
         except wire_leadership.ReassignmentError as e:
-            self._raise_refusal(e.error, "AlterPartitionReassignments")
+            self.kafka.raise_refusal(e.error, None, "AlterPartitionReassignments")
             if "REASSIGNMENT_IN_PROGRESS" in str(e):
                 raise AdminBusy(f"cluster {self.name!r}: {e}") from None
             raise FleetError(f"cluster {self.name!r}: {e}") from None
@@ -134,11 +127,11 @@ class AdminLeadership:
         except KafkaException as e:
             from fleetkit.clients.kafka import error_name
 
-            self._raise_refusal(error_name(e), "ElectLeaders")
+            self.kafka.raise_refusal(error_name(e), None, "ElectLeaders")
             raise FleetError(f"preferred leader election on cluster {self.name!r} failed: {e}") from None
         for tp, err in (results or {}).items():
             if err is not None:
-                self._raise_refusal(err.name(), "ElectLeaders")
+                self.kafka.raise_refusal(err.name(), None, "ElectLeaders")
             # ELECTION_NOT_NEEDED: the preferred replica leads already
             if err is not None and "ELECTION_NOT_NEEDED" not in err.name():
                 raise FleetError(f"preferred leader election of {tp.topic}-{tp.partition} on cluster {self.name!r} "

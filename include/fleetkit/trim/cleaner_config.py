@@ -44,9 +44,7 @@ def _alter(kafka, res: ConfigResource, broker: int, what: str, timeout: float) -
     except KafkaException as e:
         from fleetkit.clients.kafka import error_name
 
-        refusal = kafka.refused(error_name(e), None, "IncrementalAlterConfigs")
-        if refusal is not None:
-            raise refusal from None
+        kafka.raise_refusal(error_name(e), None, "IncrementalAlterConfigs")
         raise FleetError(f"IncrementalAlterConfigs {what} on broker {broker} of cluster {kafka.name!r} failed: "
                          f"{e}") from None
 
