@@ -5,15 +5,16 @@
 - `lab43`: Kafka 4.3.1 in KRaft mode: combined broker+controller nodes, storage formatted with
   Kafka's storage tool, the consumer group protocol (KIP-848) enabled next to the classic one.
 
-`lab39` and `lab43` are secured as production clusters are (LabSpec.security = "sasl_ssl", the
-default of fleet_specs for every generation with the Admin API); `lab` (0.9, whose SASL is Kerberos
-only) keeps open PLAINTEXT listeners; a 0.9 lab with LabSpec.security = "ssl" (opt-in) serves
-clients on a mutual-TLS listener with ACLs instead, the principals being the client certificates'
-subjects (User:CN=fleet,O=fleetlab; see the notes above SSL_USERS and SSL_ACLS). See the notes
-above SECURED_USERS and SECURED_ACLS below for the listeners, users and ACLs of a secured lab, and
-above ZK_USER for the ZooKeeper of `lab39`, which requires a SASL login (LabSpec.zk_security =
-"sasl", also the default of fleet_specs for the ZooKeeper-mode 3.x cluster; LabSpec.zk_client() is
-the one authenticated kazoo client of a lab).
+Every cluster of the lab fleet is secured as production clusters are (fleet_specs): `lab39` and
+`lab43` with SASL_SSL, SCRAM and ACLs (LabSpec.security = "sasl_ssl": see the notes above
+SECURED_USERS and SECURED_ACLS below), `lab` (0.9, whose SASL is Kerberos only) with mutual TLS and
+ACLs (LabSpec.security = "ssl": client certificates whose subjects are the principals,
+User:CN=fleet,O=fleetlab; see the notes above SSL_USERS and SSL_ACLS). Either way brokers talk to
+each other on a PLAINTEXT loopback listener at broker port + 25 as User:ANONYMOUS, a super user: the
+lab's admin door, acceptable on 127.0.0.1 only. Single-purpose labs are open unless their LabSpec
+says otherwise. See above ZK_USER for the ZooKeeper of `lab39`, which requires a SASL login
+(LabSpec.zk_security = "sasl", the default of fleet_specs for the ZooKeeper-mode 3.x cluster;
+LabSpec.zk_client() is the one authenticated kazoo client of a lab).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
@@ -657,8 +658,8 @@ class LabSpec:
 def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPlan = ports.DEMO,
                 suffix: str = "") -> dict[str, LabSpec]:
     """The lab fleet: one LabSpec per cluster of fleetlab.ports.CLUSTERS, in <root>/<name>; the
-    3.9 and 4.3 clusters are secured (SASL_SSL, SCRAM, ACLs), and 3.9's ZooKeeper requires a SASL
-    login (zk_security); the 0.9 one is open. The test fleet
+    3.9 and 4.3 clusters are secured with SASL_SSL (SCRAM, ACLs), the 0.9 one with mutual TLS (ACLs);
+    3.9's ZooKeeper requires a SASL login (zk_security). The test fleet
     names its clusters with a suffix (labtest, lab39test, lab43test)."""
     out = {}
     for base, (version, _mode, _slot) in ports.CLUSTERS.items():
@@ -669,8 +670,8 @@ def fleet_specs(root: str | os.PathLike = REPO_ROOT / ".lab", plan: ports.PortPl
         spec.name, spec.kafka_version = name, version
         for key, value in plan.cluster(base).items():
             setattr(spec, key, value)
-        # secured like production wherever the generation allows (0.9's SASL is Kerberos only)
-        spec.security = "sasl_ssl" if spec.modern else ""
+        # secured like production: SASL_SSL on 3.x/4.x, mutual TLS on 0.9 (its SASL is Kerberos only)
+        spec.security = "sasl_ssl" if spec.modern else "ssl"
         # and a ZooKeeper that requires a login where it is 3.8 (3.4.6, 0.9's, stays open)
         spec.zk_security = "sasl" if spec.modern and not spec.kraft else ""
         out[name] = spec

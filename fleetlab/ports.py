@@ -18,8 +18,9 @@ never collides with the lab.
                                         controllers 29342-29344          controllers 19342-
     single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
                                         slot 3: secerrlab, ssl09lab (one at a time)
-    secured labs (lab39, lab43, ...)    INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
-                                        lab39 29217-29219, lab43 29317-29319 (tests: 1x217-, 1x317-)
+    secured labs (lab, lab39, lab43, ...)  INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
+                                        lab 29117-29119, lab39 29217-29219, lab43 29317-29319
+                                        (tests: 1x117-, 1x217-, 1x317-)
 
 Every port is below 32768, outside Linux's default ephemeral range (32768-60999, see
 /proc/sys/net/ipv4/ip_local_port_range): a port in that range can be handed by the kernel to any

@@ -15,7 +15,6 @@ import pytest
 
 from fleetkit.clients import leadership
 from fleetkit.core.partitioning import partition_for
-from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.ownership.rules import who
 from fleetlab.lab import expire_zk_session
 from tests.helpers import fleet_kafka, runbook_kafka, wait_until
@@ -57,7 +56,7 @@ def test_200_random_groups_are_coordinated_by_their_partition_leader(lab):
     rnd = random.Random(20261121)
     groups = [random_name(rnd) for _ in range(200)]
     assert any(any(ord(c) > 0xFFFF for c in g) for g in groups) and any(not g.isascii() for g in groups)
-    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = fleet_kafka(lab.spec)  # the toolkit's connection (mutual TLS as `fleet`)
     with lab.zookeeper() as zk:
         rows = who(kafka, zk, groups)
     # an independent reading of the same thing: librdkafka's own coordinator lookup (describe)
@@ -173,7 +172,7 @@ def _restore(lab, partition: int, order: list[int]) -> None:
 def _plan(lab, zk, tmp_path, **params):
     from fleetkit.ownership.plan import build_plan
 
-    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = fleet_kafka(lab.spec)  # the toolkit's connection (mutual TLS as `fleet`)
     try:
         return build_plan(lab.cluster, kafka, zk, str(tmp_path), {"action": "move_leader", **params})
     finally:

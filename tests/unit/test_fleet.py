@@ -148,9 +148,8 @@ def test_shipped_lab_fleet_matches_the_lab_it_describes(name):
     spec = fleet_specs()[name]
     generated = parse_fleet(yaml.safe_dump(spec.fleet_document()), path="gen").cluster(name)
     assert lab.kafka_conn_id == generated.kafka_conn_id == f"{name}_kafka"
-    # the secured clusters (3.9, 4.3) give the runbooks their own principal's connection
-    assert lab.runbook_kafka_conn_id == generated.runbook_kafka_conn_id == (
-        None if name == "lab" else f"{name}_kafka_runbook")
+    # every cluster is secured (0.9: mutual TLS): the runbooks have their own principal's connection
+    assert lab.runbook_kafka_conn_id == generated.runbook_kafka_conn_id == f"{name}_kafka_runbook"
     assert lab.kafka_version == generated.kafka_version == spec.kafka_version
     assert lab.zookeeper == generated.zookeeper
     assert (lab.zookeeper is None) == (name == "lab43")  # KRaft: no ZooKeeper

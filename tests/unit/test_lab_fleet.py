@@ -57,8 +57,8 @@ def test_fleet_specs_take_versions_and_ports_from_the_plan(tmp_path):
 def test_broker_settings_per_generation(tmp_path):
     specs = fleet_specs(tmp_path, ports.DEMO)
     old, zk39, kraft = (specs[n].broker_props(1) for n in ("lab", "lab39", "lab43"))
-    # 0.9: host.name/port, offsets segment size set on the topic (0.9 ignores the broker setting)
-    assert old["port"] == "29093" and "offsets.topic.segment.bytes" not in old
+    # 0.9: listeners (SSL for clients), offsets segment size set on the topic (0.9 ignores the broker setting)
+    assert old["listeners"].startswith("SSL://127.0.0.1:29093,") and "offsets.topic.segment.bytes" not in old
     assert "group.initial.rebalance.delay.ms" not in old  # 0.9 does not know it
     for modern in (zk39, kraft):
         assert modern["group.initial.rebalance.delay.ms"] == "0"
@@ -75,11 +75,12 @@ def test_broker_settings_per_generation(tmp_path):
     assert int(kraft["group.consumer.min.session.timeout.ms"]) <= 3000
 
 
-def test_the_3_9_and_4_3_clusters_are_secured_and_0_9_is_open(tmp_path):
+def test_every_cluster_is_secured(tmp_path):
     specs = fleet_specs(tmp_path, ports.DEMO)
-    assert [s.secured for s in specs.values()] == [False, True, True]
+    assert [s.security for s in specs.values()] == ["ssl", "sasl_ssl", "sasl_ssl"]
     old, zk39, kraft = (specs[n].broker_props(0) for n in ("lab", "lab39", "lab43"))
-    assert old["listeners"] == "PLAINTEXT://127.0.0.1:29092" and "authorizer.class.name" not in old
+    assert old["listeners"] == "SSL://127.0.0.1:29092,PLAINTEXT://127.0.0.1:29117"
+    assert old["authorizer.class.name"] == "kafka.security.auth.SimpleAclAuthorizer"
     assert zk39["listeners"] == "SASL_SSL://127.0.0.1:29192,INTERNAL://127.0.0.1:29217"
     assert zk39["advertised.listeners"] == zk39["listeners"]
     assert zk39["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT"
@@ -143,7 +144,8 @@ def test_connections_and_fleet_entries_per_generation(tmp_path):
     assert set(specs["lab43"].connection_env()) == {"AIRFLOW_CONN_LAB43_KAFKA", "AIRFLOW_CONN_LAB43_KAFKA_RUNBOOK"}
     assert set(specs["lab39"].connection_env()) == {"AIRFLOW_CONN_LAB39_KAFKA", "AIRFLOW_CONN_LAB39_KAFKA_RUNBOOK",
                                                     "AIRFLOW_CONN_LAB39_ZOOKEEPER", "AIRFLOW_CONN_LAB39_ZOOKEEPER_RUNBOOK"}
-    assert set(specs["lab"].connection_env()) == {"AIRFLOW_CONN_LAB_KAFKA", "AIRFLOW_CONN_LAB_ZOOKEEPER"}
+    assert set(specs["lab"].connection_env()) == {"AIRFLOW_CONN_LAB_KAFKA", "AIRFLOW_CONN_LAB_KAFKA_RUNBOOK",
+                                                  "AIRFLOW_CONN_LAB_ZOOKEEPER"}
     assert specs["lab39"].runbook_kafka_conn_id == "lab39_kafka_runbook"
     env = specs["lab39"].connection_env()
     fleet = json.loads(env["AIRFLOW_CONN_LAB39_KAFKA"])["extra"]
