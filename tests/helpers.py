@@ -30,6 +30,16 @@ def runbook_kafka(spec, timeout: float | None = None, **override):
     return fleet_kafka(spec, timeout, spec.runbook_kafka_conn_id if spec.secured else None, **override)
 
 
+def admin_kafka(spec, timeout: float | None = None):
+    """A lab cluster as its operator opens it, outside the toolkit's connections: the lab's `admin`
+    login (a secured lab's super user; nothing on an open lab). For tests that arrange or check a
+    cluster's state independently of what they test."""
+    from fleetkit.clients.kafka import KafkaCluster
+
+    cfg = client_config({"bootstrap.servers": spec.bootstrap, **spec.security_config("admin")}, spec.kafka_version)
+    return KafkaCluster(spec.name, cfg) if timeout is None else KafkaCluster(spec.name, cfg, timeout=timeout)
+
+
 def fleet_wire_security(spec):
     """The wire-protocol security of the toolkit's connection to a lab cluster (None: an open lab)."""
     return fleet_kafka(spec).wire_security

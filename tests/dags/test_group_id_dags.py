@@ -16,13 +16,12 @@ from kazoo.client import KazooClient
 from fleetkit.core import audit
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
-from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetlab.traffic import ConsumerThread, wait_topic
 from fleetkit.core.render import md
 
 from tests.hitl import Answerer
 from tests.kop_standin import kop_write
-from tests.helpers import mapped_task_states
+from tests.helpers import admin_kafka, mapped_task_states
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
@@ -55,7 +54,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
     threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c) for c in (miss, mism)]
     for t in threads:
         t.start()
-    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = admin_kafka(lab.spec)
     try:
         deadline = time.monotonic() + 90
         while {m.client_id for m in kafka.describe_groups([group])[group].members} != {miss, mism}:
@@ -159,7 +158,7 @@ def test_the_conf_cannot_send_the_unattended_writes_elsewhere(dagbag, lab, tmp_p
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
     consumer = ConsumerThread(lab.bootstrap, group, [topic], client_id=client)
     consumer.start()
-    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = admin_kafka(lab.spec)
     zk = KazooClient(hosts=f"{lab.spec.zk_hosts}{lab.spec.chroot}", timeout=10)
     zk.start(timeout=15)
     try:

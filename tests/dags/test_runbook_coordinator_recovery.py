@@ -105,9 +105,9 @@ def test_move_leader_moves_the_coordinator_and_the_group_is_served(dag, lab, liv
     rollback = recs[2]["details"]["rollback"]["conf"]
     assert (rollback["target_broker"], rollback["replica_order"]) == (before.leader, ",".join(map(str, original)))
     # the group is served by its new coordinator (verify waited for that; check it independently)
-    from fleetkit.clients.kafka import KafkaCluster, client_config
+    from tests.helpers import admin_kafka
 
-    k = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    k = admin_kafka(lab.spec)
     try:
         d = k.describe_groups([live_group["group"]])[live_group["group"]]
     finally:

@@ -122,7 +122,7 @@ def test_execute_reaches_kafka_through_the_runbook_connection(dag, lab, setup, t
     assert committed_offsets(lab.bootstrap, group, topic, partitions=2) == {0: 3, 1: 5}
     # the same run with the runbook connection pointing at the cluster executes
     monkeypatch.setenv("AIRFLOW_CONN_LABTEST_KAFKA_RUNBOOK_T", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": lab.bootstrap}}))
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": lab.bootstrap, **lab.spec.security_config("fleet-runbook")}}))
     dr = run(dag, conf, Answerer(DAG_ID, "Approve", user="approver"))
     assert dr.state == "success", states(dr)
     assert committed_offsets(lab.bootstrap, group, topic, partitions=2) == {0: 4, 1: 6}

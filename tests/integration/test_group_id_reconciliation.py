@@ -19,10 +19,11 @@ from fleetkit.group_ids import collect as gi_collect
 from fleetkit.group_ids import execute as gi_execute
 from fleetkit.group_ids import rules as gi
 from fleetkit.group_ids import verify as gi_verify
-from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetkit.clients.kafka import KafkaCluster
 from fleetlab.lab import expire_zk_session
 from fleetlab.traffic import ConsumerThread, wait_topic
 
+from tests.helpers import admin_kafka
 from tests.kop_standin import ConcurrentKoP, kop_write
 
 pytestmark = pytest.mark.lab
@@ -47,7 +48,7 @@ def root(zk):
 
 
 def _kafka(lab) -> KafkaCluster:
-    return KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    return admin_kafka(lab.spec)
 
 
 def _state(zk, root) -> dict[str, str]:

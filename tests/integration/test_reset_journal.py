@@ -14,7 +14,7 @@ from fleetkit.core.journal import read_journal, summary
 from fleetkit.stuck import action, execute
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 
-from tests.helpers import committed_offsets, wait_until
+from tests.helpers import admin_kafka, committed_offsets, wait_until
 
 HOSTILE = "x; rm -rf / # `code` {{ y }} ../.. ünï 🧨"
 
@@ -26,7 +26,7 @@ def setup(lab, tmp_path, unique):
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
     commit(lab.bootstrap, group, {(topic, 0): 3, (topic, 1): 5, (topic, 2): 10})
-    kafka = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = admin_kafka(lab.spec)
     journal = tmp_path / "journals" / "reset.jsonl"
     ctx = ClusterContext(cluster=lab.cluster, kafka=kafka, zk=None, journal_path=str(journal))
     return {"lab": lab, "topic": topic, "group": group, "ctx": ctx, "journal": journal}
@@ -106,7 +106,8 @@ class CommitsOnePartitionThenFails(KafkaCluster):
 
 def test_commit_failing_halfway_leaves_which_partitions_moved(setup, lab):
     s = setup
-    kafka = CommitsOnePartitionThenFails("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    kafka = CommitsOnePartitionThenFails("labtest", client_config(
+        {"bootstrap.servers": lab.bootstrap, **lab.spec.security_config("admin")}, "0.9.0.1"))
     kafka.journal = s["journal"]
     ctx = ClusterContext(cluster=lab.cluster, kafka=kafka, zk=None, journal_path=str(s["journal"]))
     p = action.RESET_OFFSETS.plan(ctx, {"group": s["group"], "topic": s["topic"], "partitions": "0,1",

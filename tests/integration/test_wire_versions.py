@@ -17,7 +17,8 @@ from tests.helpers import committed_offsets, fleet_wire_security, wait_until
 def test_09_cannot_answer_api_versions_and_is_spoken_to_in_version_0(lab, unique):
     first = lab.bootstrap.split(",")[0]
     t = time.monotonic()
-    assert wire.broker_versions(first, timeout=10) is None
+    security = fleet_wire_security(lab.spec)  # the toolkit's login (0.9: mutual TLS)
+    assert wire.broker_versions(first, timeout=10, security=security) is None
     assert time.monotonic() - t < wire.API_VERSIONS_TIMEOUT + 2  # 0.9 stays silent: the wait is bounded
 
     topic, live, stopped = unique("wire"), unique("wire live ĝ {{x}}"), unique("wire stopped; rm -rf /")
@@ -28,8 +29,8 @@ def test_09_cannot_answer_api_versions_and_is_spoken_to_in_version_0(lab, unique
     member.start()
     try:
         wait_until(lambda: committed_offsets(lab.bootstrap, live, topic) == {0: 1, 1: 1, 2: 1}, 60, "live group caught up")
-        known = wire.probe(lab.bootstrap, [live, stopped], timeout=10, api_versions=False)
-        asked = wire.probe(lab.bootstrap, [live, stopped], timeout=10)
+        known = wire.probe(lab.bootstrap, [live, stopped], timeout=10, api_versions=False, security=security)
+        asked = wire.probe(lab.bootstrap, [live, stopped], timeout=10, security=security)
     finally:
         member.stop()
     with lab.zookeeper() as zk:

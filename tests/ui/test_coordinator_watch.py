@@ -17,7 +17,7 @@ from fleetkit.core.settings import run_folder
 from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
 from tests.ui.test_approval_server import wait_for
-from tests.helpers import groups_on_partition
+from tests.helpers import admin_kafka, groups_on_partition
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "coordinator_ownership"
@@ -116,9 +116,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
 
 
 def _describe(lab, groups):
-    from fleetkit.clients.kafka import KafkaCluster, client_config
-
-    k = KafkaCluster("labtest", client_config({"bootstrap.servers": lab.bootstrap}, "0.9.0.1"))
+    k = admin_kafka(lab.spec)
     try:
         return k.describe_groups(groups)
     finally:
