@@ -75,6 +75,9 @@ KAFKA_VERSION = "0.9.0.1"
 #:   AdminClient.alter_user_scram_credentials (AlterUserScramCredentials, KIP-554: in ZooKeeper in
 #:   ZooKeeper mode, in the metadata log in KRaft mode): no password on any command line or in a
 #:   log. KRaft needs no user at format time (the controllers authenticate nobody).
+#: - SASL/PLAIN too, on the same listener, for the same users and passwords (PlainLoginModule's
+#:   user_<name> options in server.properties, which is therefore written 0600 like secrets.json):
+#:   LabSpec.security_config(user, mechanism="PLAIN").
 #: - SASL/OAUTHBEARER too, on the same listener: JWTs signed by the lab's own issuer
 #:   (fleetlab.oauth: an RSA key and its JWKS under <lab>/tls), validated by Kafka's
 #:   OAuthBearerValidatorCallbackHandler (signature, issuer, audience, expiry); a token's `sub` is
@@ -323,16 +326,17 @@ class LabSpec:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def security_config(self, user: str = "fleet", password: str | None = None) -> dict:
+    def security_config(self, user: str = "fleet", password: str | None = None,
+                        mechanism: str = SECURED_MECHANISM) -> dict:
         """librdkafka security settings to log in to a secured lab as `user` ({} for an open lab;
-        a 0.9 mTLS lab: the user's client certificate)."""
+        a 0.9 mTLS lab: the user's client certificate); `mechanism`: SCRAM-SHA-512 or PLAIN."""
         if not self.secured:
             return {}
         if self.mtls:
             cert, key = self.client_cert(user)
             return {"security.protocol": "SSL", "ssl.ca.location": str(self.tls_dir / "ca.pem"),
                     "ssl.certificate.location": str(cert), "ssl.key.location": str(key)}
-        return {"security.protocol": "SASL_SSL", "sasl.mechanism": SECURED_MECHANISM, "sasl.username": user,
+        return {"security.protocol": "SASL_SSL", "sasl.mechanism": mechanism, "sasl.username": user,
                 "sasl.password": password if password is not None else self.passwords()[user],
                 "ssl.ca.location": str(self.tls_dir / "ca.pem")}
 
@@ -595,11 +599,16 @@ class LabSpec:
             "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
             "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "INTERNAL",
-            "sasl.enabled.mechanisms": f"{SECURED_MECHANISM},OAUTHBEARER",
+            "sasl.enabled.mechanisms": f"{SECURED_MECHANISM},PLAIN,OAUTHBEARER",
             # SCRAM credentials live in the cluster (ZooKeeper or the metadata log): the server's
             # login module needs no options
             f"listener.name.sasl_ssl.{SECURED_MECHANISM.lower()}.sasl.jaas.config":
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            # PLAIN: the same users and passwords, listed in the server's login module (the reason
+            # server.properties is private to its owner, like secrets.json)
+            "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                + " ".join(f'user_{u}="{self.passwords()[u]}"' for u in SECURED_USERS) + ";",
             # OAUTHBEARER: signed JWTs of the lab's issuer (fleetlab.oauth), checked against its JWKS
             "listener.name.sasl_ssl.oauthbearer.sasl.jaas.config":
                 "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
@@ -712,7 +721,7 @@ class Lab:
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
             (s.broker_dir(i) / "logs").mkdir(parents=True, exist_ok=True)
             props = "".join(f"{k}={v}\n" for k, v in s.broker_props(i).items())
-            if s.mtls:  # it holds the keystore password
+            if s.secured:  # it holds the keystore password (0.9) or the PLAIN users' passwords
                 from fleetlab.tls import _write_private
 
                 _write_private(s.broker_dir(i) / "server.properties", props.encode())

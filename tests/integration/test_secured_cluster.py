@@ -219,3 +219,42 @@ def test_fleetctl_with_a_wrong_password_says_so_in_one_line(secure_lab, tmp_path
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [errors[0]] and errors[0].startswith("error: authentication failed for fleet on securelab: ")
     assert "Traceback" not in out.stderr and wrong not in out.stderr + out.stdout
+
+
+def test_sasl_plain_serves_every_path_of_the_fleet_user(secure_lab, tmp_path):
+    """SASL/PLAIN over TLS, the README's PLAIN connection: the toolkit's own protocol client
+    (Metadata with leader epochs, the __consumer_offsets reader) and confluent-kafka (committed
+    offsets) log in as `fleet`, whose ACLs apply; a wrong password is one line, in seconds."""
+    plain = SPEC.security_config("fleet", mechanism="PLAIN")
+    assert plain["sasl.mechanism"] == "PLAIN" and plain["security.protocol"] == "SASL_SSL"
+    kafka = fleet_kafka(**plain)
+    assert kafka.principal == "User:fleet" and kafka.wire_security.mechanism == "PLAIN"
+    parts, errors = kafka.leader_epochs([TOPIC])
+    assert not errors and sorted(p.partition for p in parts) == [0, 1, 2]
+    res = read_records(SPEC.name, kafka, [partition_for(GROUP)], {})
+    assert res.reader == "wire" and not res.problems
+    assert {r["topic_partition"]: r["committed_offset"] for r in res.rows
+            if r["group"] == GROUP and r["topic"] == TOPIC} == {q: 10 + q for q in range(3)}
+    assert kafka.committed_offsets([GROUP])[GROUP] == {(TOPIC, q): 10 + q for q in range(3)}
+    wrong = "not-the-plain-password-7"
+    for step in (lambda k: k.leader_epochs([TOPIC]), lambda k: k.log_offsets([(TOPIC, 0)])):
+        t0 = time.monotonic()
+        with pytest.raises(AuthenticationFailed) as e:
+            step(fleet_kafka(**dict(plain, **{"sasl.password": wrong})))
+        assert time.monotonic() - t0 < 5
+        assert str(e.value).startswith("authentication failed for fleet on securelab: ") and "\n" not in str(e.value)
+        assert wrong not in str(e.value) and SPEC.passwords()["fleet"] not in str(e.value)
+
+
+def test_no_password_in_the_brokers_logs_or_readable_files(secure_lab):
+    """The PLAIN users' passwords are in server.properties (PlainLoginModule's options): that file
+    is private to its owner, and the broker's logs (which print its settings at start) hold none."""
+    props = SPEC.broker_dir(0) / "server.properties"
+    assert (props.stat().st_mode & 0o777) == 0o600
+    assert SPEC.passwords()["fleet"] in props.read_text()  # the check below can fail
+    logs = list((SPEC.broker_dir(0) / "logs").glob("*"))
+    assert any(p.name == "server.log" for p in logs)
+    for path in logs:
+        text = path.read_bytes()
+        for user, password in SPEC.passwords().items():
+            assert password.encode() not in text, f"{path} holds the password of {user}"

@@ -89,7 +89,12 @@ def test_every_cluster_is_secured(tmp_path):
     assert kraft["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
     for props in (zk39, kraft):
         assert props["inter.broker.listener.name"] == "INTERNAL"
-        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512,OAUTHBEARER"
+        assert props["sasl.enabled.mechanisms"] == "SCRAM-SHA-512,PLAIN,OAUTHBEARER"
+        # PLAIN: every user of the lab with its own password, in the server's login module
+        jaas = props["listener.name.sasl_ssl.plain.sasl.jaas.config"]
+        spec = specs["lab39" if props is zk39 else "lab43"]
+        assert jaas.startswith("org.apache.kafka.common.security.plain.PlainLoginModule required ") and jaas.endswith(";")
+        assert all(f'user_{u}="{spec.passwords()[u]}"' in jaas for u in ("admin", "fleet", "fleet-runbook"))
         assert props["allow.everyone.if.no.acl.found"] == "false"
         assert props["super.users"] == "User:admin;User:ANONYMOUS"
         assert props["zookeeper.connect" if props is zk39 else "process.roles"]
@@ -135,7 +140,10 @@ def test_passwords_are_generated_once_with_mode_0600_and_not_on_any_command_line
     assert len(set(first.values())) == 5
     assert (spec.secrets_file.stat().st_mode & 0o777) == 0o600
     assert fleet_specs(tmp_path, ports.DEMO)["lab39"].passwords() == first
-    props = "".join(f"{k}={v}\n" for i in range(3) for k, v in spec.broker_props(i).items())
+    # the brokers' settings (a file, 0600 when written, passed by path) hold the Kafka users'
+    # passwords in PLAIN's login module only
+    props = "".join(f"{k}={v}\n" for i in range(3) for k, v in spec.broker_props(i).items()
+                    if k != "listener.name.sasl_ssl.plain.sasl.jaas.config")
     assert not any(pw in props for pw in first.values())
 
 
