@@ -27,7 +27,7 @@ from fleetkit.core.settings import run_folder
 from fleetlab import spark_cluster
 from fleetlab.traffic import commit, produce, wait_topic
 from tests.helpers import committed_offsets, fleet_with_stopped_group, wait_until
-from tests.ui.test_approval_server import answer, finished, pending_approval, q, settle, trigger
+from tests.ui.approvals import answer, finished, pending_approval, q, settle, trigger
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]
@@ -183,8 +183,9 @@ def test_an_approved_reset_runs_on_the_celery_workers(cluster_airflow, lab, uniq
     wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 180, "the DAG parsed by the dag-processor")
     api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
     fail_leftover_runs(api, dag_id)
-    case = {"api": api, "airflow": services, "conf": {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0",
-                                 "target": "offset 7", "dry_run": False}}
+    case = {"api": api, "airflow": services, "dag_id": dag_id,
+            "conf": {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0", "target": "offset 7",
+                     "dry_run": False}}
 
     run_id = trigger(case)  # as admin
     detail = wait_for(lambda: pending_approval(case, run_id), 300, "the approval request")

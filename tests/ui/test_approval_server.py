@@ -6,31 +6,19 @@ fleet file and the data root from their environment (tests/conftest.py), never f
 from __future__ import annotations
 
 import os
-import time
 import urllib.error
-import urllib.parse
-from pathlib import Path
 
 import pytest
 
 from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import commit, produce, wait_topic
-from tests.helpers import committed_offsets, wait_until
+from tests.helpers import committed_offsets
+from tests.ui.approvals import (answer, approve_in_browser, finished, pending_approval, q, settle, task_states,
+                                trigger, unpause, wait_for)
 
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = REPO / "artifacts"
 DAG_ID = "runbook_reset_offsets"
 pytestmark = pytest.mark.airflow
-
-
-def q(s: str) -> str:
-    return urllib.parse.quote(s, safe="")
-
-
-
-def wait_for(fn, timeout, what):
-    return wait_until(fn, timeout, what, interval=1, retry_on=(urllib.error.HTTPError,))
 
 
 @pytest.fixture
@@ -39,53 +27,12 @@ def case(lab, airflow_server, unique):
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
     commit(lab.bootstrap, group, {(topic, 0): 2, (topic, 1): 2, (topic, 2): 2})
-    api = airflow_server.api
-    wait_for(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 120, "the DAG parsed by the dag-processor")
-    api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partitions": "0", "target": "offset 7",
             "dry_run": False}
-    return {"api": api, "topic": topic, "group": group, "conf": conf, "lab": lab, "airflow": airflow_server,
-            "root": DataRoot(os.environ["FLEET_DATA_ROOT"])}
-
-
-def trigger(case, user: str = "admin", **overrides) -> str:
-    run = case["api"]("POST", f"/api/v2/dags/{DAG_ID}/dagRuns",
-                      {"logical_date": None, "conf": dict(case["conf"], **overrides)}, user=user)
-    return run["dag_run_id"]
-
-
-def answer(case, run_id, option: str, user: str):
-    return case["api"]("PATCH", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve/-1/hitlDetails",
-                       {"chosen_options": [option], "params_input": {}}, user=user)
-
-
-def pending_approval(case, run_id):
-    res = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/hitlDetails?response_received=false")
-    return res["hitl_details"][0] if res.get("hitl_details") else None
-
-
-def settle(case, run_id):
-    """Wait until the approval task is parked in awaiting_input and the scheduler has processed the
-    executor event of the parking run (its log says so): Airflow 3.3.2's scheduler marks the task
-    failed if an answer resumes it before that (the event then finds the task queued again). A
-    person never answers that fast; a script must wait like this. Under load the event can come
-    more than 6 s after the task parked."""
-    wait_for(lambda: case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/approve")
-             ["state"] == "awaiting_input", 60, "the approval task to park")
-    log = Path(case["airflow"].airflow_home()) / "logs" / "scheduler.out"
-    event = f"task_id='approve', run_id='{run_id}', try_number=1"
-
-    def processed():
-        text = log.read_text(errors="replace") if log.exists() else ""
-        return any("Received executor event" in line and event in line for line in text.splitlines())
-
-    wait_for(processed, 90, f"the scheduler to process the parking run's executor event (in {log})")
-    time.sleep(1)
-
-
-def finished(case, run_id):
-    state = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}")["state"]
-    return state if state in ("success", "failed") else None
+    case = {"api": airflow_server.api, "dag_id": DAG_ID, "topic": topic, "group": group, "conf": conf, "lab": lab,
+            "airflow": airflow_server, "root": DataRoot(os.environ["FLEET_DATA_ROOT"])}
+    unpause(case)
+    return case
 
 
 def test_approve_through_the_rest_api(case):
@@ -123,8 +70,7 @@ def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
     case["api"]("POST", f"{base}/xcomEntries", {"key": "return_value", "value": forged}, user="admin")
     case["api"]("PATCH", base, {"new_state": "success"}, user="admin")
     assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "failed"
-    tis = {t["task_id"]: t["state"] for t in
-           case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+    tis = task_states(case, run_id)
     assert tis["approve"] == "success" and tis["execute"] == "failed", tis
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
@@ -200,8 +146,7 @@ def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
     run_id = trigger(case, approval_timeout=15)
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
     assert wait_for(lambda: finished(case, run_id), 120, "the timeout to resolve the run") == "success"
-    tis = {t["task_id"]: t["state"] for t in
-           case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+    tis = task_states(case, run_id)
     assert tis["approve"] == "success" and tis["execute"] == "skipped"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
@@ -209,32 +154,14 @@ def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
 
 
 def test_a_person_approves_in_the_browser(case):
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as EC
-
-    from tests.ui.browser import base_url, headless_chrome, log_in
-
     run_id = trigger(case, target="skip 3")
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
     settle(case, run_id)
-
-    driver = headless_chrome(f"{case['root'].path}/chrome-profile")
-    ARTIFACTS.mkdir(exist_ok=True)
-    base = base_url()
-    try:
-        wait = log_in(driver, "approver")  # admin triggered the run; another approver approves
-
-        driver.get(f"{base}/dags/{DAG_ID}/runs/{q(run_id)}/tasks/approve/required_actions")
-        wait.until(EC.presence_of_element_located((By.XPATH, "//*[contains(., 'Plan digest')]")))
-        page = driver.find_element(By.TAG_NAME, "body").text
-        assert "What will change" in page and f"{case['topic']}-0" in page
-        driver.save_screenshot(str(ARTIFACTS / "approval-page.png"))
-        button = wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Approve']")))
-        button.click()
-        assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
-        driver.save_screenshot(str(ARTIFACTS / "approval-done.png"))
-    finally:
-        driver.quit()
+    # admin triggered the run; another approver approves
+    page = approve_in_browser(case, run_id, "approver", ["What will change", f"{case['topic']}-0"],
+                              screenshot="approval-page.png")
+    assert "Plan digest" in page
+    assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
     assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "approver"),

@@ -16,7 +16,7 @@ from fleetkit.clients import leadership
 from fleetkit.core.settings import run_folder
 from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
-from tests.ui.test_approval_server import wait_for
+from tests.ui.approvals import wait_for
 from tests.helpers import admin_kafka, groups_on_partition
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,0 +1,104 @@
+"""A runbook run under the real Airflow, driven as people drive it: triggered through the REST API
+by one user, its approval request read and answered by another (REST or the browser). The
+helpers take a `case`: a dict with "api" (the server's REST caller), "airflow" (the services
+module) and "dag_id"."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.parse
+from pathlib import Path
+
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "artifacts"
+
+
+def q(s: str) -> str:
+    return urllib.parse.quote(s, safe="")
+
+
+def wait_for(fn, timeout, what):
+    return wait_until(fn, timeout, what, interval=1, retry_on=(urllib.error.HTTPError,))
+
+
+def unpause(case) -> None:
+    api, dag_id = case["api"], case["dag_id"]
+    wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 120, "the DAG parsed by the dag-processor")
+    api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+
+def trigger(case, user: str = "admin", **overrides) -> str:
+    run = case["api"]("POST", f"/api/v2/dags/{case['dag_id']}/dagRuns",
+                      {"logical_date": None, "conf": dict(case["conf"], **overrides)}, user=user)
+    return run["dag_run_id"]
+
+
+def answer(case, run_id, option: str, user: str):
+    return case["api"]("PATCH", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}/taskInstances/approve/-1/"
+                                "hitlDetails", {"chosen_options": [option], "params_input": {}}, user=user)
+
+
+def pending_approval(case, run_id):
+    res = case["api"]("GET", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}/hitlDetails?response_received=false")
+    return res["hitl_details"][0] if res.get("hitl_details") else None
+
+
+def settle(case, run_id):
+    """Wait until the approval task is parked in awaiting_input and the scheduler has processed the
+    executor event of the parking run (its log says so): Airflow 3.3.2's scheduler marks the task
+    failed if an answer resumes it before that (the event then finds the task queued again). A
+    person never answers that fast; a script must wait like this. Under load the event can come
+    more than 6 s after the task parked."""
+    dag_id = case["dag_id"]
+    wait_for(lambda: case["api"]("GET", f"/api/v2/dags/{dag_id}/dagRuns/{q(run_id)}/taskInstances/approve")
+             ["state"] == "awaiting_input", 60, "the approval task to park")
+    log = Path(case["airflow"].airflow_home()) / "logs" / "scheduler.out"
+    event = f"task_id='approve', run_id='{run_id}', try_number=1"
+
+    def processed():
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return any("Received executor event" in line and event in line for line in text.splitlines())
+
+    wait_for(processed, 90, f"the scheduler to process the parking run's executor event (in {log})")
+    time.sleep(1)
+
+
+def finished(case, run_id):
+    state = case["api"]("GET", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}")["state"]
+    return state if state in ("success", "failed") else None
+
+
+def task_states(case, run_id) -> dict:
+    return {t["task_id"]: t["state"] for t in
+            case["api"]("GET", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
+
+
+def approve_in_browser(case, run_id, user: str, shows: list[str], screenshot: str | None = None) -> str:
+    """`user` logs in to Airflow in headless Chromium, opens the run's Required Actions page, checks
+    that it shows each text of `shows` and clicks Approve; returns the page's text."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+
+    from tests.ui.browser import base_url, headless_chrome, log_in
+
+    driver = headless_chrome(f"{case['root'].path}/chrome-profile-{user}")
+    try:
+        wait = log_in(driver, user)
+        driver.get(f"{base_url()}/dags/{case['dag_id']}/runs/{q(run_id)}/tasks/approve/required_actions")
+        wait.until(EC.presence_of_element_located((By.XPATH, "//*[contains(., 'Plan digest')]")))
+        page = driver.find_element(By.TAG_NAME, "body").text
+        missing = [s for s in shows if s not in page]
+        assert not missing, f"the approval page does not show {missing}:\n{page[:3000]}"
+        if screenshot:
+            ARTIFACTS.mkdir(exist_ok=True)
+            driver.save_screenshot(str(ARTIFACTS / screenshot))
+        wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space(.)='Approve']"))).click()
+        wait_for(lambda: case["api"]("GET", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}/hitlDetails"
+                                            "?response_received=true").get("hitl_details"),
+                 60, "the browser's answer recorded")
+        return page
+    finally:
+        driver.quit()
