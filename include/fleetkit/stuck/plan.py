@@ -152,7 +152,7 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         "preconditions": [
             {"check": "group_empty", "what": f"group {group} has no live members (state Empty or Dead)",
              "observed": {"state": desc.state, "members": len(desc.members)}},
-            {"check": "committed_unchanged", "what": "the committed offsets are still those shown below",
+            {"check": "committed_unchanged", "what": "the committed offsets are still those shown under 'Current state'",
              "expected": {str(p): committed.get((topic, p)) for p in parts}},
         ],
         "changes": changes,
