@@ -389,6 +389,18 @@ def cmd_audit_rollback(args) -> int:
     # who asks is the Airflow user that triggers it (never a name written into the conf)
     conf = {k: v for k, v in conf.items() if k not in ("fleet_file", "data_root", "requested_by")}
     conf = dict(conf, dry_run=not args.execute)
+    storm = conf.get("source") == "storm"
+    if args.topology_deactivated and not storm:
+        print(f"error: --topology-deactivated is for the rollback of a Storm spout's offsets; record "
+              f"{args.record_id} is a {rec['action']} of source {conf.get('source', 'kafka')}", file=sys.stderr)
+        return 2
+    if storm and not args.print_only:
+        if not args.topology_deactivated:
+            print("error: a Storm spout's offsets are rolled back only with the topology deactivated (a live "
+                  "topology overwrites them at its next commit): run `storm deactivate <topology>`, then again "
+                  "with --topology-deactivated", file=sys.stderr)
+            return 2
+        conf["topology_deactivated"] = True
     print(f"rollback of {rec['action']} run {rec['run_id']} on cluster {rec['cluster']}:")
     print(f"  {rollback['dag_id']} conf {json.dumps(conf, sort_keys=True)}")
     if args.print_only:
@@ -791,6 +803,8 @@ def build_parser() -> argparse.ArgumentParser:
     ar.add_argument("record_id")
     ar.add_argument("--execute", action="store_true", help="not a dry run: the rollback itself waits for approval")
     ar.add_argument("--print-only", action="store_true", help="print the rollback run conf, trigger nothing")
+    ar.add_argument("--topology-deactivated", action="store_true",
+                    help="Storm spout offsets: I confirm the topology is deactivated (required for them)")
     ar.add_argument("--data-root", help="where to find the audit record (the rollback run audits into the "
                                         "deployment's data root)")
     ar.set_defaults(func=cmd_audit_rollback)

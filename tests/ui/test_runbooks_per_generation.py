@@ -83,3 +83,111 @@ def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monk
     assert offsets(case) == {0: 2, 1: 2, 2: 2}  # exactly as before the first run
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], cluster, rollback_id)]
     assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
+
+
+# -- offsets kept in ZooKeeper: the old consumer's /consumers and Storm spouts, on 0.9 and 3.9 ------
+ZK_CASES = [("0.9", "zookeeper"), ("0.9", "storm"), ("3.9", "zookeeper"), ("3.9", "storm")]
+
+
+@pytest.fixture(params=ZK_CASES, ids=[f"kafka-{g}-{store}" for g, store in ZK_CASES])
+def zk_case(request, lab_fleet, airflow_server, unique):
+    """A topic with 10 records per partition and offsets 2 / 4 of an old-consumer group or a Storm
+    spout in the cluster's ZooKeeper (3.9's requires a SASL login), the store declared in the
+    deployment's fleet file for the test (restored after it)."""
+    import yaml
+
+    from tests.integration.test_zk_offset_stores import storm_json
+
+    generation, store = request.param
+    handle = lab_fleet(GENERATIONS[generation])
+    spec = handle.spec
+    topic = unique(f"zk-{spec.name}")
+    group = unique(f"old grp ü {spec.name}") if store == "zookeeper" else unique(f"spout é {spec.name}")
+    root = "/consumers" if store == "zookeeper" else "/" + unique("storm")
+    produce_when_led(handle, topic)
+    zk = spec.zk_client()  # the brokers' user where ZooKeeper requires a login
+    paths = {p: (f"{root}/{group}/offsets/{topic}/{p}" if store == "zookeeper" else f"{root}/{group}/partition_{p}")
+             for p in (0, 1)}
+    for p, o in {0: 2, 1: 4}.items():
+        data = str(o).encode() if store == "zookeeper" else storm_json("t-1-1700000000", "topo / é", o, p, topic,
+                                                                         "127.0.0.1", 9092)
+        zk.create(paths[p], data, makepath=True)
+    deployment = handle.fleet_file
+    before = deployment.read_text()
+    doc = yaml.safe_load(before)
+    for entry in doc["clusters"]:
+        if entry["name"] == spec.name:
+            entry["offset_stores"] = [{"kind": store, "conn_id": spec.zk_conn_id, "chroot": spec.chroot, "root": root}]
+    deployment.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    conf = {"cluster": spec.name, "source": store, "group": group, "topic": topic, "partitions": "0,1",
+            "target": "offset 7", "dry_run": False}
+    if store == "storm":
+        conf["topology_deactivated"] = True
+    case = {"api": airflow_server.api, "dag_id": "runbook_reset_offsets", "conf": conf, "airflow": airflow_server,
+            "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "zk": zk, "paths": paths, "store": store,
+            "topic": topic}
+    try:
+        unpause(case)
+        yield case
+    finally:
+        deployment.write_text(before)
+        zk.stop()
+        zk.close()
+
+
+def produce_when_led(handle, topic: str) -> None:
+    """`topic` with 10 records on each of 3 partitions (as the lab's admin)."""
+    spec = handle.spec
+    if spec.modern:
+        commit_when_led(handle.lab, topic, 3, {})
+    else:
+        from fleetlab.traffic import wait_topic
+
+        wait_topic(handle.bootstrap, topic)
+    produce(handle.bootstrap, topic, {0: 10, 1: 10, 2: 10}, kafka_version=spec.kafka_version)
+
+
+def zk_offsets(case) -> dict[int, int]:
+    import json
+
+    out = {}
+    for p, path in case["paths"].items():
+        data = case["zk"].get(path)[0]
+        out[p] = int(data) if case["store"] == "zookeeper" else json.loads(data)["offset"]
+    return out
+
+
+def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_case, monkeypatch, capsys):
+    from fleetctl.cli import main
+    from fleetlab.airflow_services import passwords
+
+    case, cluster = zk_case, zk_case["conf"]["cluster"]
+    before = {p: case["zk"].get(path)[0] for p, path in case["paths"].items()}
+    run_id = trigger(case, user="admin")
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    assert zk_offsets(case) == {0: 2, 1: 4}
+    settle(case, run_id)
+    approve_in_browser(case, run_id, "approver", ["What will change"])
+    assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
+    assert zk_offsets(case) == {0: 7, 1: 7}
+    if case["store"] == "storm":  # only the JSON's offset changed
+        assert case["zk"].get(case["paths"][0])[0] == before[0].replace(b'"offset":2,', b'"offset":7,')
+    recs = audit.records(case["root"], cluster, run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                       ("executed", "approver"), ("verified", None)]
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "approver")
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["approver"])
+    capsys.readouterr()
+    extra = ["--topology-deactivated"] if case["store"] == "storm" else []
+    assert main(["audit", "rollback", recs[2]["record_id"], "--execute", *extra]) == 0
+    out = capsys.readouterr().out
+    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" as ", 1)[0]
+    wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
+    settle(case, rollback_id)
+    answer(case, rollback_id, "Approve", user="admin")
+    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
+        task_states(case, rollback_id)
+    # byte for byte as before the first run (Storm: the whole JSON)
+    assert {p: case["zk"].get(path)[0] for p, path in case["paths"].items()} == before

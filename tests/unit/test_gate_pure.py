@@ -110,6 +110,30 @@ def test_audit_records_and_cli_rollback(tmp_path, capsys):
     assert main(["audit", "rollback", first, "--print-only", "--data-root", str(tmp_path)]) == 2
 
 
+def test_a_storm_rollback_needs_the_topology_deactivated_again(tmp_path, capsys):
+    """Without --topology-deactivated the CLI triggers nothing (the plan would refuse it anyway);
+    the flag on a rollback of another store is an error naming the record's source."""
+    from fleetctl.cli import main
+
+    root = DataRoot(tmp_path)
+    storm = {"cluster": "lab", "source": "storm", "group": "spout", "topic": "t", "target": "restore",
+             "offsets": {"0": 3}, "topology_deactivated": False, "dry_run": True}
+    rec = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+                       event="executed", actor="alice", digest="sha256:1", message="done",
+                       details={"rollback": {"dag_id": "runbook_reset_offsets", "conf": storm}})
+    capsys.readouterr()
+    assert main(["audit", "rollback", rec["record_id"], "--execute", "--data-root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: a Storm spout's offsets are rolled back only with the topology deactivated")
+    assert "--topology-deactivated" in err and "triggered" not in err
+    kafka = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r2", action="reset_offsets",
+                         event="executed", actor="alice", digest="sha256:2", message="done",
+                         details={"rollback": {"dag_id": "runbook_reset_offsets",
+                                               "conf": dict(storm, source="kafka")}})
+    assert main(["audit", "rollback", kafka["record_id"], "--topology-deactivated", "--data-root", str(tmp_path)]) == 2
+    assert "is a reset_offsets of source kafka" in capsys.readouterr().err
+
+
 # -- who may approve ---------------------------------------------------------------------------
 def test_requesters_are_the_named_one_and_the_triggering_user():
     from fleetkit.core.runbook import requesters
