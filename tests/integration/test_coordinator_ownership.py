@@ -437,3 +437,52 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
             leadership.reorder_replicas(admin, OFFSETS, p, original)
         leadership.elect_preferred_leaders(admin, OFFSETS)
         kafka.close()
+
+
+def test_restart_broker_on_kraft_keeps_the_quorum(lab_fleet, tmp_path):
+    """Kafka 4.3, three combined broker+controller nodes: restart_broker restarts the leader of an
+    __consumer_offsets partition through the cluster's broker_control (the lab's fleetctl) when the
+    other two voters are up; with one of them stopped, the same restart would leave one voter of
+    three: the check refuses it in one line naming the quorum, and nothing is stopped."""
+    from fleetkit.clients.broker_control import control_for
+    from fleetkit.core.journal import read_journal
+    from fleetkit.ownership import execute as ownership_execute
+    from fleetkit.ownership.plan import build_plan
+    from fleetkit.ownership.verify import verify
+
+    h = _Handles(lab_fleet("lab43test"))
+    lab, p = h.handle.lab, 13
+    try:
+        leadership.elect_preferred_leaders(h.admin, OFFSETS)
+        leader = leadership.state(h.admin, OFFSETS, p).leader
+        other = next(b for b in range(3) if b != leader)
+        control = control_for(h.handle.cluster)  # the lab's fleetctl (fleet file: broker_control)
+        plan = build_plan(h.handle.cluster, h.kafka, None, str(tmp_path), {"action": "restart_broker", "partition": p},
+                          lab_control=control)
+        assert plan["details"]["target"] == leader
+        assert any("controller quorum" in c["what"] for c in plan["preconditions"])
+        assert ownership_execute.check(h.admin, plan) == []
+
+        lab.stop_broker(other)  # a second voter down: restarting the leader would lose the quorum
+        try:
+            problems = wait_until(lambda: ownership_execute.check(h.admin, plan), 30, "the check to see the stop")
+            print(problems)
+            assert len(problems) == 1 and problems[0].startswith(
+                f"stopping node {leader} (a controller voter) leaves 1 of 3 voters running and caught up")
+            assert "\n" not in problems[0] and leader in h.admin.broker_ids()  # nothing was stopped
+        finally:
+            lab.start_broker(other)
+        wait_until(lambda: ownership_execute.check(h.admin, plan) == [], 90, "the quorum whole again")
+
+        t0 = time.monotonic()
+        res = ownership_execute.execute(h.admin, plan, control, tmp_path / "restart.jsonl")
+        print(f"restarted node {leader} in {time.monotonic() - t0:.1f}s: {res}")
+        assert res["restarted"] == leader
+        steps = [(e["step"], e["status"]) for e in read_journal(tmp_path / "restart.jsonl").values()]
+        assert steps == [("stop_broker", "done"), ("start_broker", "done")]
+        assert wait_until(lambda: verify(h.kafka, None, plan, timeout=20) == [], 120, "the node back in the ISR")
+    finally:
+        for b in range(3):
+            lab.start_broker(b)  # (a running broker is left alone)
+        leadership.elect_preferred_leaders(h.admin, OFFSETS)
+        h.close()

@@ -537,7 +537,7 @@ def test_fleetctl_trim_resume_refuses_a_run_the_gate_refused(tmp_path, monkeypat
 
 
 def test_kraft_quorum_keeps_a_majority_while_each_node_is_stopped():
-    from fleetkit.trim.execute import quorum_problems
+    from fleetkit.clients.broker_control import quorum_problems
 
     assert quorum_problems({0: 100, 1: 100, 2: 99}, 100, [0, 1, 2]) == []
     # one voter far behind: stopping either of the two others leaves one of three
@@ -546,6 +546,14 @@ def test_kraft_quorum_keeps_a_majority_while_each_node_is_stopped():
                         "the metadata quorum needs 2 (voters not caught up: [2])"]
     assert quorum_problems({0: 5000, 1: 100, 2: 5000}, 5000, [0]) != []
     assert quorum_problems({0: 1, 1: 1, 2: 1}, 1, [7]) == []  # a broker that is not a voter
+    # a voter stopped a second ago still has a recent log end: its last fetch says it is gone
+    now = 1_800_000_000_000
+    fetched = {0: now, 1: now - 300, 2: now - 12_000}
+    assert quorum_problems({0: 100, 1: 100, 2: 100}, 100, [1], last_fetch=fetched) == [
+        "stopping node 1 (a controller voter) leaves 1 of 3 voters running and caught up ([0]); the metadata "
+        "quorum needs 2 (voters not fetching for over 5 s: [2])"]
+    assert quorum_problems({0: 100, 1: 100, 2: 100}, 100, [2], last_fetch=fetched) == []  # 2 is down already
+    assert quorum_problems({0: 100, 1: 100, 2: 100}, 100, [1], last_fetch={0: now, 1: now, 2: -1}) == []  # v0
 
 
 def test_txnindex_and_snapshot_move_with_their_segment(tmp_path):

@@ -74,3 +74,51 @@ def control_for(cluster) -> CommandBrokerControl | None:
     if getattr(cluster, "broker_control", None) is None:
         return None
     return CommandBrokerControl(cluster.broker_control, cluster.name)
+
+
+# -- stopping a KRaft node keeps the metadata quorum ----------------------------------------------
+def quorum_problems(voters: dict[int, int], high_watermark: int, stopping: list[int], max_lag: int = 1000,
+                    last_fetch: dict[int, int] | None = None, max_fetch_age_ms: int = 5000) -> list[str]:
+    """KRaft clusters of combined broker+controller nodes: stopping a node also stops a controller
+    voter. For each node to stop (one at a time), the voters left running and caught up must still
+    be a majority of all voters, or the metadata quorum (and every broker with it) stalls.
+
+    `voters`: {id: log end offset, -1 unknown}; caught up: within max_lag of the quorum's high
+    watermark. `last_fetch`: {id: last fetch in ms on the leader's clock, -1 unknown}
+    (DescribeQuorum v1+): a voter whose last fetch is more than max_fetch_age_ms older than the
+    newest (the leader's own, its current time) is not running, however recent its log end (the
+    log end of a voter stopped a second ago still looks caught up). Followers fetch continuously
+    and a voter silent for controller.quorum.fetch.timeout.ms (2 s by default) is considered gone
+    by the quorum itself."""
+    n = len(voters)
+    need = n // 2 + 1
+    fetched = {v: t for v, t in (last_fetch or {}).items() if t is not None and t >= 0}
+    newest = max(fetched.values(), default=None)
+    silent = {v for v, t in fetched.items() if newest - t > max_fetch_age_ms}
+    up = {v for v, leo in voters.items() if leo >= 0 and high_watermark - leo <= max_lag} - silent
+    out = []
+    for b in stopping:
+        if b not in voters:
+            continue
+        left = sorted(up - {b})
+        if len(left) < need:
+            behind = sorted(set(voters) - up - silent)
+            out.append(f"stopping node {b} (a controller voter) leaves {len(left)} of {n} voters running and caught "
+                       f"up ({left}); the metadata quorum needs {need}"
+                       + (f" (voters not fetching for over {max_fetch_age_ms / 1000:g} s: {sorted(silent)})"
+                          if silent else "")
+                       + (f" (voters not caught up: {behind})" if behind else ""))
+    return out
+
+
+def stop_problems(kafka, stopping: list[int]) -> list[str]:
+    """Why stopping each of `stopping` (one at a time) would lose a KRaft cluster's metadata quorum,
+    asked of the cluster now (DescribeQuorum on the wire, through `kafka`'s connection); one line
+    when the quorum cannot be described (nothing is stopped on a quorum nobody could see)."""
+    from fleetkit.clients import wire_logs
+
+    try:
+        q = wire_logs.describe_quorum(kafka.bootstrap, kafka.timeout, security=kafka.wire_security)
+    except ConnectionError as e:
+        return [f"the controller quorum could not be described (DescribeQuorum): {e}"]
+    return quorum_problems(dict(q.voters), q.high_watermark, stopping, last_fetch=dict(q.voter_last_fetch))

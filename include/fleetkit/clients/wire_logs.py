@@ -511,6 +511,9 @@ class Quorum:
     high_watermark: int
     voters: tuple[tuple[int, int], ...]     # (replica id, log end offset)
     observers: tuple[tuple[int, int], ...]
+    #: (voter id, its last fetch from the leader in ms since the epoch, on the leader's clock; -1
+    #: unknown: DescribeQuorum v0). The leader reports its own as its current time.
+    voter_last_fetch: tuple[tuple[int, int], ...] = ()
 
 
 def describe_quorum_body(version: int) -> bytes:
@@ -541,18 +544,20 @@ def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
                     rid = r.int32()
                     if version >= 2:
                         r._take(16)  # directory id
-                    leo = r._unpack(">q", 8)
+                    leo, fetched = r._unpack(">q", 8), -1
                     if version >= 1:
-                        r._unpack(">q", 8)  # last fetch timestamp
+                        fetched = r._unpack(">q", 8)  # last fetch timestamp
                         r._unpack(">q", 8)  # last caught-up timestamp
                     r.skip_tags()
-                    out.append((rid, leo))
+                    out.append((rid, leo, fetched))
                 return tuple(out)
 
             voters, observers = replicas(), replicas()
             r.skip_tags()
             if p == 0 and not perr:
-                quorum = Quorum(leader, epoch, hw, voters, observers)
+                quorum = Quorum(leader, epoch, hw, tuple((v, leo) for v, leo, _ in voters),
+                                tuple((o, leo) for o, leo, _ in observers),
+                                tuple((v, fetched) for v, _, fetched in voters))
         r.skip_tags()
     if quorum is None:
         raise WireError("DescribeQuorum named no __cluster_metadata partition")

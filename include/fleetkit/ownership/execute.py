@@ -16,6 +16,7 @@ import os
 import time
 
 from fleetkit.clients import leadership
+from fleetkit.clients.broker_control import stop_problems
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
 from fleetkit.core.journal import Journal
 from fleetkit.ownership.plan import RecoveryError
@@ -46,6 +47,8 @@ def check(zk, plan: dict) -> list[str]:
     elif action == "restart_broker":
         if d["target"] not in zk.broker_ids():
             problems.append(f"broker {d['target']} is not registered in the cluster (already down?)")
+        elif isinstance(zk, leadership.AdminLeadership):  # KRaft: the node may be a controller voter
+            problems += stop_problems(zk.kafka, [d["target"]])
     return problems
 
 

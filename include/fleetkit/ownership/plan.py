@@ -226,7 +226,10 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
             title=f"Restart broker {target} (leader of {OFFSETS_TOPIC}-{partition})",
             changes=[{"target": f"broker {target}", "before": "running", "after": "restarted"}],
             preconditions=[pre_state, {"what": f"broker {target} is registered in "
-                                               f"{'ZooKeeper' if via == 'zookeeper' else 'the metadata'}"}],
+                                               f"{'ZooKeeper' if via == 'zookeeper' else 'the metadata'}"}]
+            + ([] if via == "zookeeper" else [
+                {"what": f"KRaft: with node {target} stopped, a majority of the controller quorum's voters stays "
+                         "running and caught up (DescribeQuorum; a combined node is a voter too)"}]),
             risks=[f"while broker {target} is down, every partition it leads moves to another ISR replica, which "
                    "loads it first (their groups see NOT_COORDINATOR meanwhile)"],
             rollback={"how": "nothing to roll back: a restart changes no data", "conf": None})

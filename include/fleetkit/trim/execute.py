@@ -28,7 +28,7 @@ from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.journal import Journal, read_journal
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.settings import safe_component
-from fleetkit.clients.broker_control import control_for
+from fleetkit.clients.broker_control import control_for, stop_problems
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import sha256_file
 from fleetkit.trim.cleaner import fix_mode
@@ -335,27 +335,6 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
     return problems
 
 
-def quorum_problems(voters: dict[int, int], high_watermark: int, stopping: list[int], max_lag: int = 1000) -> list[str]:
-    """KRaft clusters of combined broker+controller nodes: stopping a node for its trim also
-    stops a controller voter. For each node the trim stops (one at a time), the voters left
-    running and caught up (log end within max_lag of the quorum's high watermark) must still be
-    a majority of all voters, or the metadata quorum (and every broker with it) stalls."""
-    n = len(voters)
-    need = n // 2 + 1
-    up = {v for v, leo in voters.items() if leo >= 0 and high_watermark - leo <= max_lag}
-    out = []
-    for b in stopping:
-        if b not in voters:
-            continue
-        left = sorted(up - {b})
-        if len(left) < need:
-            behind = sorted(set(voters) - up)
-            out.append(f"stopping node {b} (a controller voter) leaves {len(left)} of {n} voters running and caught "
-                       f"up ({left}); the metadata quorum needs {need}"
-                       + (f" (voters not caught up: {behind})" if behind else ""))
-    return out
-
-
 def kraft(cluster) -> bool:
     return cluster.zookeeper is None and cluster.version_tuple >= (2, 8)
 
@@ -368,13 +347,7 @@ def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
     _, isr = offsets_topic_state(ctx)
     problems = check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx))
     if kraft(ctx.cluster):
-        from fleetkit.clients import wire_logs
-
-        try:
-            q = wire_logs.describe_quorum(ctx.kafka.bootstrap, ctx.kafka.timeout, security=ctx.kafka.wire_security)
-        except ConnectionError as e:
-            return problems + [f"the controller quorum could not be described (DescribeQuorum): {e}"]
-        problems += quorum_problems(dict(q.voters), q.high_watermark, plan["details"]["order"])
+        problems += stop_problems(ctx.kafka, plan["details"]["order"])
     return problems
 
 
