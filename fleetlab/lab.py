@@ -539,6 +539,9 @@ class LabSpec:
                 props.update(self._mtls_props(broker_id))
         else:
             rf = min(3, self.brokers)
+            if self.kraft and self.offsets_segment_bytes < 1024 * 1024:  # Kafka 4 refuses the topic otherwise
+                raise LabError(f"{self.name}: offsets_segment_bytes {self.offsets_segment_bytes} is below Kafka "
+                               f"{self.kafka_version}'s minimum segment.bytes of 1048576 (1 MiB)")
             props.update({
                 "offsets.topic.segment.bytes": str(self.offsets_segment_bytes),
                 "transaction.state.log.replication.factor": str(rf),
