@@ -17,7 +17,7 @@ never collides with the lab.
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
                                         controllers 29342-29344          controllers 19342-
     single-purpose labs (slot 3, 4..)   ZK 2x181+100*slot, brokers 2x092+100*slot (tests: 1x...);
-                                        slot 3: secerrlab, ssl09lab (one at a time); slot 7: trimgen
+                                        slot 3: secerrlab, ssl09lab; slot 6: trimlab, trimgen (one at a time)
     secured labs (lab, lab39, lab43, ...)  INTERNAL (inter-broker, PLAINTEXT) listeners at brokers + 25:
                                         lab 29117-29119, lab39 29217-29219, lab43 29317-29319
                                         (tests: 1x117-, 1x217-, 1x317-)
@@ -53,10 +53,11 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # next module starts); its PLAINTEXT loopback listeners at brokers + 25
                                   "ssl09lab": 3,
                                   # __consumer_offsets trims on 3.9 (one broker) and 4.3 (three KRaft nodes),
-                                  # secured, one after the other (test_trim_generations)
-                                  "trimgen": 7}
+                                  # secured, one after the other (test_trim_generations): it shares slot 6
+                                  # with trimlab (module-scoped labs of different modules)
+                                  "trimgen": 6}
 #: single-purpose labs that share a slot (never running at the same time): name -> the other lab
-SHARED_SLOTS: dict[str, str] = {"ssl09lab": "secerrlab"}
+SHARED_SLOTS: dict[str, str] = {"ssl09lab": "secerrlab", "trimgen": "trimlab"}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET
