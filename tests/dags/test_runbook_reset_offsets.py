@@ -16,7 +16,6 @@ from confluent_kafka.admin import AdminClient
 from fleetkit.core import audit
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
-from fleetkit.clients.kafka import client_config
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 from fleetkit.core.locks import ClusterLock, zookeeper_identity
 
@@ -141,7 +140,7 @@ def test_a_group_that_came_back_to_life_is_refused(dag, setup):
                            handle=lambda m: False)  # alive, never commits
         t.start()
         member["t"] = t
-        admin = AdminClient(client_config({"bootstrap.servers": setup["lab"].bootstrap}, "0.9.0.1"))
+        admin = AdminClient(setup["lab"].spec.client_config())  # the lab's admin login
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             d = admin.describe_consumer_groups([setup["group"]])[setup["group"]].result()
