@@ -23,42 +23,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "include")]
 
-from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-
 from fleetkit.clients.kafka import KafkaCluster, client_config  # noqa: E402
 from fleetkit.collection.offsets_topic import read_records  # noqa: E402
 from fleetkit.core.partitioning import partition_for  # noqa: E402
 from fleetlab import ports  # noqa: E402
 from fleetlab.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.traffic import bulk_commits  # noqa: E402
 
 PARTITIONS = 500
 TOPIC, GROUP = "bench-commits", "bench-secured-group"
 
 
 def fill(spec: LabSpec, commits: int) -> float:
-    t0 = time.monotonic()
-    sent, acked, errors = [0], [0], []
-
-    def on_commit(err, _parts):
-        acked[0] += 1
-        if err is not None:
-            errors.append(err)
-
-    c = Consumer(spec.client_config({"group.id": GROUP, "enable.auto.commit": False, "on_commit": on_commit}))
-    done = 0
-    while done < commits:
-        n = min(PARTITIONS, commits - done)
-        c.commit(offsets=[TopicPartition(TOPIC, p, sent[0] + 1) for p in range(n)], asynchronous=True)
-        done += n
-        sent[0] += 1
-        while sent[0] - acked[0] > 4:
-            c.poll(0.001)
-    while acked[0] < sent[0]:
-        c.poll(0.01)
-    c.close()
-    if errors:
-        raise SystemExit(f"{len(errors)} commit(s) failed, e.g. {errors[0]}")
-    return time.monotonic() - t0
+    try:
+        return bulk_commits(spec.client_config(), GROUP, TOPIC, commits, PARTITIONS, in_flight=4)
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
 
 
 def timed_read(kafka: KafkaCluster, partition: int) -> tuple[float, int, str]:

@@ -92,6 +92,39 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int],
         c.close()
 
 
+def bulk_commits(config: dict, group: str, topic: str, records: int, per_request: int, in_flight: int = 8) -> float:
+    """Fill __consumer_offsets fast: offset commits of `group` (librdkafka `config` of a lab
+    login, its bootstrap servers included) without joining, `per_request` partitions of `topic`
+    (0..per_request-1) per commit, request k committing offset k + 1, until `records` records
+    were written; at most `in_flight` commits unanswered. Returns the seconds it took; a failed
+    commit raises (naming how many failed)."""
+    t0 = time.monotonic()
+    sent, acked, errors = [0], [0], []
+
+    def on_commit(err, _parts):
+        acked[0] += 1
+        if err is not None:
+            errors.append(err)
+
+    c = Consumer({**config, "group.id": group, "enable.auto.commit": False, "on_commit": on_commit})
+    try:
+        done = 0
+        while done < records:
+            n = min(per_request, records - done)
+            c.commit(offsets=[TopicPartition(topic, p, sent[0] + 1) for p in range(n)], asynchronous=True)
+            done += n
+            sent[0] += 1
+            while sent[0] - acked[0] > in_flight:
+                c.poll(0.001)
+        while acked[0] < sent[0]:
+            c.poll(0.01)
+    finally:
+        c.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {sent[0]} bulk commit(s) of group {group!r} failed, e.g. {errors[0]}")
+    return time.monotonic() - t0
+
+
 def wait_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30,
                kafka_version: str = KAFKA_VERSION, security: dict | None = None) -> None:
     """Auto-create a topic (0.9 has no CreateTopics) and wait until every partition has a leader."""

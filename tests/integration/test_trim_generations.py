@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetlab.lab import LabSpec
+from fleetlab.traffic import bulk_commits
 
 from tests.conftest import TEST_PORTS, write_fleet_file
 from tests.helpers import commit_when_led, committed_offsets, fresh_lab, groups_on_partition, wait_until
@@ -69,18 +69,9 @@ def log_bytes(spec: LabSpec, partition: int) -> dict[int, int]:
             for b in range(spec.brokers) if (spec.log_dir(b) / f"{OFFSETS_TOPIC}-{partition}").is_dir()}
 
 
-def bulk_commits(spec: LabSpec, group: str, topic: str) -> None:
-    sent, acked = [0], [0]
-    c = Consumer(spec.client_config({"group.id": group, "enable.auto.commit": False,
-                                     "on_commit": lambda err, parts: acked.__setitem__(0, acked[0] + 1)}))
-    for i in range(BULK_COMMITS):
-        c.commit(offsets=[TopicPartition(topic, p, i + 1) for p in range(BULK_PARTITIONS)], asynchronous=True)
-        sent[0] += 1
-        while sent[0] - acked[0] > 8:
-            c.poll(0.01)
-    while acked[0] < sent[0]:
-        c.poll(0.05)
-    c.close()
+def commit_bulk(spec: LabSpec, group: str) -> None:
+    """BULK_COMMITS commits of BULK_PARTITIONS partitions of "bulk" (offsets 1..BULK_COMMITS)."""
+    bulk_commits(spec.client_config(), group, "bulk", BULK_COMMITS * BULK_PARTITIONS, BULK_PARTITIONS)
 
 
 def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db, tmp_path, monkeypatch):
@@ -94,9 +85,9 @@ def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db,
     commit_when_led(lab, "early-topic", 1, {early: {0: 0}})  # its only commit: the first segment
     commit_when_led(lab, "bulk", BULK_PARTITIONS, {})
     t0 = time.monotonic()
-    bulk_commits(spec, bulk, "bulk")
+    commit_bulk(spec, bulk)
     commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}})  # in the middle of the log
-    bulk_commits(spec, bulk, "bulk")
+    commit_bulk(spec, bulk)
     print(f"{2 * BULK_COMMITS * BULK_PARTITIONS:,} commits in {time.monotonic() - t0:.1f}s")
     expected = {early: ("early-topic", {0: 0}), stopped: ("stopped-topic", {0: 0}),
                 bulk: ("bulk", {p: BULK_COMMITS for p in range(BULK_PARTITIONS)})}

@@ -102,3 +102,19 @@ def approve_in_browser(case, run_id, user: str, shows: list[str], screenshot: st
         return page
     finally:
         driver.quit()
+
+
+def cli_rollback(case, record_id: str, monkeypatch, capsys, user: str = "approver", *flags: str) -> str:
+    """`fleetctl audit rollback RECORD --execute` in this process as `user` (their own Airflow
+    login, as an operator runs it); returns the rollback's run id. The password never shows."""
+    from fleetctl.cli import main
+    from fleetlab.airflow_services import passwords
+
+    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", user)
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()[user])
+    capsys.readouterr()
+    assert main(["audit", "rollback", record_id, "--execute", *flags]) == 0
+    out = capsys.readouterr().out
+    assert passwords()[user] not in out
+    return out.split(f"triggered {case['dag_id']} run ", 1)[1].split(" as ", 1)[0]

@@ -14,7 +14,7 @@ from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import commit, produce, wait_topic
 from tests.helpers import committed_offsets
-from tests.ui.approvals import (answer, approve_in_browser, finished, pending_approval, q, settle, task_states,
+from tests.ui.approvals import (answer, approve_in_browser, cli_rollback, finished, pending_approval, q, settle, task_states,
                                 trigger, unpause, wait_for)
 
 DAG_ID = "runbook_reset_offsets"
@@ -82,9 +82,6 @@ def test_a_cli_rollback_is_triggered_as_the_caller_who_then_cannot_approve_it(ca
     """`fleetctl audit rollback` triggers the rollback with the caller's own Airflow identity (here
     "approver", who approved the run it rolls back), so Airflow records them as the triggering
     user: the gate asks only the other approver, and Airflow refuses the caller's own answer."""
-    from fleetctl.cli import main
-    from fleetlab.airflow_services import passwords
-
     run_id = trigger(case)
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
     settle(case, run_id)
@@ -93,14 +90,7 @@ def test_a_cli_rollback_is_triggered_as_the_caller_who_then_cannot_approve_it(ca
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
     executed = next(r for r in audit.records(case["root"], "labtest", run_id) if r["event"] == "executed")
 
-    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
-    monkeypatch.setenv("FLEET_AIRFLOW_USER", "approver")
-    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["approver"])
-    capsys.readouterr()
-    assert main(["audit", "rollback", executed["record_id"], "--execute"]) == 0
-    out = capsys.readouterr().out
-    assert passwords()["approver"] not in out
-    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" as ", 1)[0]
+    rollback_id = cli_rollback(case, executed["record_id"], monkeypatch, capsys, "approver")
     run = case["api"]("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(rollback_id)}")
     assert "requested_by" not in run["conf"] and "data_root" not in run["conf"]
     assert run["triggering_user_name"] == "approver"  # the caller, not a shared account

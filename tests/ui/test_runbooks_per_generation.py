@@ -19,7 +19,7 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import produce
 from tests.conftest import GENERATIONS
 from tests.helpers import commit_when_led, committed_offsets
-from tests.ui.approvals import (answer, approve_in_browser, finished, pending_approval, settle, task_states,
+from tests.ui.approvals import (answer, approve_in_browser, cli_rollback, finished, pending_approval, settle, task_states,
                                 trigger, unpause, wait_for)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
@@ -47,9 +47,6 @@ def offsets(case) -> dict[int, int]:
 
 
 def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monkeypatch, capsys):
-    from fleetctl.cli import main
-    from fleetlab.airflow_services import passwords
-
     case, cluster = reset_case, reset_case["conf"]["cluster"]
     run_id = trigger(case, user="admin")
     detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
@@ -67,13 +64,7 @@ def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monk
     executed = recs[2]
 
     # the rollback: triggered by the CLI as the caller ("approver"), approved by the other approver
-    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what the CLI sets, undone after the test
-    monkeypatch.setenv("FLEET_AIRFLOW_USER", "approver")
-    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["approver"])
-    capsys.readouterr()
-    assert main(["audit", "rollback", executed["record_id"], "--execute"]) == 0
-    out = capsys.readouterr().out
-    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" as ", 1)[0]
+    rollback_id = cli_rollback(case, executed["record_id"], monkeypatch, capsys, "approver")
     detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
     assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
     settle(case, rollback_id)
@@ -158,9 +149,6 @@ def zk_offsets(case) -> dict[int, int]:
 
 
 def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_case, monkeypatch, capsys):
-    from fleetctl.cli import main
-    from fleetlab.airflow_services import passwords
-
     case, cluster = zk_case, zk_case["conf"]["cluster"]
     before = {p: case["zk"].get(path)[0] for p, path in case["paths"].items()}
     run_id = trigger(case, user="admin")
@@ -176,14 +164,8 @@ def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_cas
     assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
 
-    monkeypatch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")
-    monkeypatch.setenv("FLEET_AIRFLOW_USER", "approver")
-    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", passwords()["approver"])
-    capsys.readouterr()
-    extra = ["--topology-deactivated"] if case["store"] == "storm" else []
-    assert main(["audit", "rollback", recs[2]["record_id"], "--execute", *extra]) == 0
-    out = capsys.readouterr().out
-    rollback_id = out.split("triggered runbook_reset_offsets run ", 1)[1].split(" as ", 1)[0]
+    flags = ["--topology-deactivated"] if case["store"] == "storm" else []  # Storm: confirmed again
+    rollback_id = cli_rollback(case, recs[2]["record_id"], monkeypatch, capsys, "approver", *flags)
     wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
     settle(case, rollback_id)
     answer(case, rollback_id, "Approve", user="admin")
