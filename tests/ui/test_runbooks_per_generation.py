@@ -6,7 +6,12 @@ test_approval_server.py.
 On 3.9 and 4.3 the runbook's execute step resets through the Admin API
 (AlterConsumerGroupOffsets, which Kafka allows only while the group is Empty), as the runbooks'
 own principal `fleet-runbook` (the cluster's runbook connection), while plan and verify read as
-`fleet`."""
+`fleet`.
+
+Offsets kept in ZooKeeper (the old consumer's /consumers and Storm spouts' znodes) on the
+generations that have one, 0.9 and 3.9 (whose ZooKeeper requires a SASL login): the same flow,
+the store declared in the deployment's fleet file for the test; the rollback puts every znode back
+byte for byte (a Storm rollback is confirmed again with --topology-deactivated)."""
 
 from __future__ import annotations
 
