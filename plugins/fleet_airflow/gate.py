@@ -97,7 +97,8 @@ def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_pat
     with clusters.connected(cluster, changes=changes) as (kafka, zk):
         return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path,
                                  open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store,
-                                                                                              changes=changes)))
+                                                                                              changes=changes),
+                                 open_runbook_kafka=lambda: clusters.kafka_for(cluster, changes=True)))
 
 
 def runbook(params: dict, action: GateAction, context) -> Runbook:

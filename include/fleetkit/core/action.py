@@ -20,6 +20,11 @@ class ClusterContext:
     journal_path: Any = None  # where execute journals each change (core.journal); None outside a run
     # opens a (not yet started) ZooKeeperCluster of one of the cluster's offset_stores
     open_zookeeper: Any = None
+    # opens a KafkaCluster on the runbook principal's connection (the caller closes it), for a plan
+    # that must read what only that principal may: the record at a committed offset where the
+    # read-only principal has no Read on data topics (Kafka 0.9, where Read on a group and a topic
+    # would also let it commit)
+    open_runbook_kafka: Any = None
 
 
 def _no_table(plan: dict) -> dict | None:

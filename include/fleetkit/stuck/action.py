@@ -46,7 +46,8 @@ def _stuck_plan(ctx: ClusterContext, params: dict) -> dict:
     window = rules.parse_duration(params.get("window") or "15m")
     root = DataRoot(params.get("data_root") or settings.data_root())
     return plan.build_skip_plan(ctx.kafka, root, ctx.cluster.name, params["group"], params["topic"], partition,
-                                skip=int(params.get("skip") or 1), window=window)
+                                skip=int(params.get("skip") or 1), window=window,
+                                open_record_reader=ctx.open_runbook_kafka)
 
 
 STUCK_SKIP = Action(

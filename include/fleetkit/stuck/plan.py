@@ -175,7 +175,9 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
 
 # -- the stuck-partition runbook: diagnosis, then a skip plan ---------------------------------------
 def diagnose_partition(kafka: KafkaCluster, root: DataRoot, cluster: str, group: str, topic: str, partition: int,
-                       window: dt.timedelta = stuck.DEFAULT_WINDOW) -> dict:
+                       window: dt.timedelta = stuck.DEFAULT_WINDOW, open_record_reader=None) -> dict:
+    """`open_record_reader`: opens another KafkaCluster (the runbook principal's) to read the record
+    at the committed offset when `kafka`'s principal is refused the topic (closed after)."""
     since = (utcnow() - dt.timedelta(days=2)).date()
     rows = [r for r in read_dataset(root, "offsets_snapshots", cluster, since=since).to_pylist()
             if r["group"] == group and r["topic"] == topic and r["partition"] == partition
@@ -191,6 +193,16 @@ def diagnose_partition(kafka: KafkaCluster, root: DataRoot, cluster: str, group:
     record = None
     if committed is not None and end is not None and committed < end:
         record = kafka.record_at(topic, partition, committed)
+        if (record or {}).get("error") == "TOPIC_AUTHORIZATION_FAILED" and open_record_reader is not None:
+            # the read-only principal may not read the topic (on 0.9 that right, with Read on the
+            # group, would let it commit): the runbook's own principal reads the record's metadata
+            other = open_record_reader()
+            try:
+                record = other.record_at(topic, partition, committed)
+                if record is not None and "error" not in record:
+                    record["read_as"] = other.principal
+            finally:
+                other.close()
     members = [{"client_id": m.client_id, "host": m.host, "assigned_here": bool(m.assignment and (topic, partition)
                                                                                  in m.assignment)}
                for m in desc.members]
@@ -218,14 +230,17 @@ def evidence_items(d: dict) -> list[dict]:
         {"label": "record at the committed offset",
          "value": ("none (caught up)" if not rec else
                    f"offset {rec.get('offset')}, timestamp {rec.get('timestamp')}, key {rec.get('key')}, "
-                   f"{rec.get('size')} bytes" if "error" not in rec else f"not readable: {rec['error']}")},
+                   f"{rec.get('size')} bytes"
+                   + (f" (read as {rec['read_as']}: the read-only principal may not read the topic)"
+                      if rec.get("read_as") else "")
+                   if "error" not in rec else f"not readable: {rec['error']}")},
     ]
 
 
 def build_skip_plan(kafka: KafkaCluster, root: DataRoot, cluster: str, group: str, topic: str, partition: int,
-                    skip: int = 1, window: dt.timedelta = stuck.DEFAULT_WINDOW) -> dict:
+                    skip: int = 1, window: dt.timedelta = stuck.DEFAULT_WINDOW, open_record_reader=None) -> dict:
     """Diagnose the partition, then plan 'skip N records' for its group (the poison-record fix)."""
-    d = diagnose_partition(kafka, root, cluster, group, topic, partition, window)
+    d = diagnose_partition(kafka, root, cluster, group, topic, partition, window, open_record_reader)
     plan = build_plan(kafka, cluster, group, topic, str(partition), f"skip {skip}")
     plan["title"] = (f"Skip {skip} record(s) of {topic}-{partition} for group "
                      f"{group} (stuck at offset {d['committed_offset']}, {d['status']})")
