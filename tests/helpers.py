@@ -16,11 +16,15 @@ from fleetkit.core.partitioning import partition_for
 def fleet_kafka(spec, timeout: float | None = None, conn_id: str | None = None, **override):
     """A lab cluster as the toolkit opens it: the AIRFLOW_CONN_* JSON of spec.connection_env() (on a
     secured lab the read-only `fleet` user), read by fleetkit.core.connections, its librdkafka config."""
-    from fleetkit.clients.kafka import KafkaCluster
     from fleetkit.core.connections import from_env, kafka_config
 
     conn = from_env(conn_id or spec.kafka_conn_id, environ=spec.connection_env())
-    cfg = client_config(dict(kafka_config(conn), **override), spec.kafka_version)
+    return _cluster(spec, client_config(dict(kafka_config(conn), **override), spec.kafka_version), timeout)
+
+
+def _cluster(spec, cfg: dict, timeout: float | None):
+    from fleetkit.clients.kafka import KafkaCluster
+
     return KafkaCluster(spec.name, cfg) if timeout is None else KafkaCluster(spec.name, cfg, timeout=timeout)
 
 
@@ -34,10 +38,7 @@ def admin_kafka(spec, timeout: float | None = None):
     """A lab cluster as its operator opens it, outside the toolkit's connections: the lab's `admin`
     login (a secured lab's super user; nothing on an open lab). For tests that arrange or check a
     cluster's state independently of what they test."""
-    from fleetkit.clients.kafka import KafkaCluster
-
-    cfg = client_config({"bootstrap.servers": spec.bootstrap, **spec.security_config("admin")}, spec.kafka_version)
-    return KafkaCluster(spec.name, cfg) if timeout is None else KafkaCluster(spec.name, cfg, timeout=timeout)
+    return _cluster(spec, spec.client_config(), timeout)
 
 
 def fleet_wire_security(spec):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import pytest
 
-from fleetkit.clients.kafka import KafkaCluster, client_config
+from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.journal import read_journal, summary
@@ -106,8 +106,7 @@ class CommitsOnePartitionThenFails(KafkaCluster):
 
 def test_commit_failing_halfway_leaves_which_partitions_moved(setup, lab):
     s = setup
-    kafka = CommitsOnePartitionThenFails("labtest", client_config(
-        {"bootstrap.servers": lab.bootstrap, **lab.spec.security_config("admin")}, "0.9.0.1"))
+    kafka = CommitsOnePartitionThenFails("labtest", lab.spec.client_config())
     kafka.journal = s["journal"]
     ctx = ClusterContext(cluster=lab.cluster, kafka=kafka, zk=None, journal_path=str(s["journal"]))
     p = action.RESET_OFFSETS.plan(ctx, {"group": s["group"], "topic": s["topic"], "partitions": "0,1",
