@@ -991,7 +991,11 @@ class Lab:
                 tail = self._tail(self._log_file(proc_name))
                 raise LabError(f"{what}: the process exited; last lines of {self._log_file(proc_name)}:\n{tail}")
             time.sleep(0.3)
-        raise LabError(f"{what}: not ready after {timeout:.0f}s; see {self.spec.path / 'logs'}")
+        where = self._log_file(proc_name) if proc_name else self.spec.path / "logs"
+        if proc_name and proc_name.startswith("broker-"):  # a broker writes its own log, not stdout
+            where = self.spec.broker_dir(int(proc_name.split("-", 1)[1])) / "logs" / "server.log"
+        tail = f"; last lines of {where}:\n{self._tail(where)}" if proc_name else f"; see {where}"
+        raise LabError(f"{what}: not ready after {timeout:.0f}s{tail}")
 
     @staticmethod
     def _tail(path: Path, n: int = 15) -> str:
@@ -1202,7 +1206,7 @@ class Lab:
         for i in range(self.spec.brokers):
             if self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
                           lambda i=i: self._broker_answers(i), timeout, f"broker-{i}", give_up=bind_checks[i]):
-                self._restart_after_bind_failure(i)
+                self._restart_after_bind_failure(i, bind_checks[i]())
                 self.start_broker(i, timeout, attempts=self.BIND_RETRIES - 1)
         if self.spec.modern:
             if self.spec.secured:
@@ -1222,28 +1226,42 @@ class Lab:
     #: a broker's port can be held for a moment by a client connection that the kernel gave it as
     #: its local (ephemeral) port; the broker then fails on a BindException (and a 0.9 broker may
     #: hang in its shutdown after that instead of exiting). The port plan keeps every lab port out
-    #: of the ephemeral range (fleetlab.ports); this covers a port chosen inside it.
+    #: of the ephemeral range (fleetlab.ports); this covers a port chosen inside it, and any other
+    #: fatal start-up error that a second start clears (a registration of the killed process's
+    #: ZooKeeper session not yet expired, a data-dir lock not yet released).
     BIND_RETRIES = 4
+    _FATAL_START = (b"Fatal error during KafkaServer startup", b"Fatal error during broker startup",
+                    b"Exiting Kafka due to fatal exception")
 
     def _bind_failure_check(self, broker_id: int):
-        """A predicate: has the broker logged a BindException since now (its server.log grew one)?"""
+        """A predicate: has the broker logged a fatal start-up error since now (its server.log grew
+        one)? Returns the reason line (the bind failure, or the first line after the FATAL) or ''."""
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
         seen = server_log.stat().st_size if server_log.exists() else 0
 
-        def bind_failed() -> bool:
+        def bind_failed() -> str:
             if not server_log.exists():
-                return False
+                return ""
             with open(server_log, "rb") as f:
                 f.seek(seen)
-                return b"Address already in use" in f.read()
+                grown = f.read(8 << 20)
+            if b"Address already in use" in grown:
+                return "its port was taken by another socket for a moment (BindException)"
+            for marker in self._FATAL_START:
+                at = grown.find(marker)
+                if at >= 0:
+                    cause = grown[at:].splitlines()[1:2] or [marker]
+                    return "it failed to start: " + cause[0].decode(errors="replace").strip()[:300]
+            return ""
         return bind_failed
 
-    def _restart_after_bind_failure(self, broker_id: int) -> None:
-        log.warning("%s broker %d: its port 127.0.0.1:%d was taken by another socket for a moment; "
-                    "stopping the failed broker process and starting it again",
-                    self.spec.name, broker_id, self.spec.broker_port(broker_id))
+    def _restart_after_bind_failure(self, broker_id: int, reason: str) -> None:
+        log.warning("%s broker %d on 127.0.0.1:%d: %s; stopping the failed broker process by PID and "
+                    "starting it again", self.spec.name, broker_id, self.spec.broker_port(broker_id), reason)
         procs.stop(self._pid_file(f"broker-{broker_id}"), self.marker, timeout=15)
-        time.sleep(3)
+        # a killed 0.9 broker's ZooKeeper session (and what it registered) outlives it by the
+        # session timeout; the next start must not meet it
+        time.sleep(3 if self.spec.kraft else 7)
 
     def _warn_ephemeral_ports(self) -> None:
         low, high = ports.ephemeral_range()
@@ -1262,16 +1280,18 @@ class Lab:
     def start_broker(self, broker_id: int, timeout: float = 120, attempts: int = BIND_RETRIES) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
         what = f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}"
+        reason = ""
         for attempt in range(attempts):
-            bind_failed = self._bind_failure_check(broker_id)
+            failed = self._bind_failure_check(broker_id)
             self._start_broker_process(home, broker_id)
             if not self._wait(what, lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}",
-                              give_up=bind_failed):
+                              give_up=failed):
                 return
+            reason = failed()
             if attempt == attempts - 1:
-                raise LabError(f"{what}: its port was taken by another socket at each start (BindException); "
+                raise LabError(f"{what}: {reason} at each of {attempts} starts; "
                                f"see {self.spec.broker_dir(broker_id) / 'logs' / 'server.log'}")
-            self._restart_after_bind_failure(broker_id)
+            self._restart_after_bind_failure(broker_id, reason)
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that

@@ -303,6 +303,30 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(mark)
 
 
+# -- where the time goes: seconds per test file and per folder, at the end of every run ----------
+_SECONDS_PER_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    path = report.nodeid.split("::", 1)[0]
+    _SECONDS_PER_FILE[path] = _SECONDS_PER_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if len(_SECONDS_PER_FILE) < 2:
+        return
+    per_folder: dict[str, float] = {}
+    for path, secs in _SECONDS_PER_FILE.items():
+        folder = path.rsplit("/", 1)[0]
+        per_folder[folder] = per_folder.get(folder, 0.0) + secs
+    tr = terminalreporter
+    tr.section("time per folder and slowest files (setup + call + teardown)")
+    for folder, secs in sorted(per_folder.items(), key=lambda kv: -kv[1]):
+        tr.write_line(f"{secs / 60:7.1f} min  {folder}")
+    for path, secs in sorted(_SECONDS_PER_FILE.items(), key=lambda kv: -kv[1])[:20]:
+        tr.write_line(f"{secs:7.0f} s    {path}")
+
+
 # -- a clean exit ----------------------------------------------------------------------------
 _EXIT_STATUS: list[int] = []
 

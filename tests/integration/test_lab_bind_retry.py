@@ -82,8 +82,7 @@ def bind_lab():
     try:
         yield lab
     finally:
-        lab.down()
-        shutil.rmtree(SPEC.lab_dir, ignore_errors=True)
+        lab.down()  # the folder stays (its logs name why a start failed); the next run clears it
 
 
 def answering(lab: Lab) -> bool:

@@ -235,3 +235,30 @@ def test_a_malformed_checksum_line_names_the_file_and_line(tmp_path):
     bad.write_text("# comment\nabc\n")
     with pytest.raises(LabError, match=r"sums:2: expected"):
         dists.read_checksums(bad)
+
+
+def test_a_fatal_broker_start_is_told_apart_and_named(tmp_path):
+    """The lab restarts a broker that logged a fatal start-up error since it was started (a port
+    taken for a moment, a registration of a killed process not yet expired), and names why; what
+    the log held before the start does not count."""
+    from fleetlab.lab import Lab
+
+    spec = LabSpec(lab_dir=str(tmp_path / "lab"), name="fatal")
+    log_path = spec.broker_dir(0) / "logs" / "server.log"
+    log_path.parent.mkdir(parents=True)
+    log_path.write_text("[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup. Prepare to shutdown\n"
+                        "java.lang.RuntimeException: an old start\n")
+    lab = Lab(spec)
+    check = lab._bind_failure_check(0)
+    assert check() == ""
+    with open(log_path, "a") as f:
+        f.write("[t] INFO starting\n[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup. "
+                "Prepare to shutdown (kafka.server.KafkaServer)\n"
+                "java.lang.RuntimeException: A broker is already registered on the path /brokers/ids/0.\n")
+    assert check() == ("it failed to start: java.lang.RuntimeException: A broker is already registered on the "
+                       "path /brokers/ids/0.")
+    bind = lab._bind_failure_check(0)
+    with open(log_path, "a") as f:
+        f.write("[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup.\n"
+                "kafka.common.KafkaException: Socket server failed to bind to localhost:1: Address already in use.\n")
+    assert "taken by another socket" in bind()
