@@ -16,6 +16,7 @@ a missing ACL is named in one line."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -121,6 +122,21 @@ def test_the_principals_are_the_certificate_subjects(ssl_lab):
     for f in Path(SPEC.lab_dir).rglob("*"):
         if f.is_file() and f.suffix in (".out", ".log"):
             assert password not in f.read_text(errors="replace"), f
+
+
+def test_the_login_check_does_not_wait_for_an_api_versions_answer(ssl_lab, caplog):
+    """A 0.9 broker leaves ApiVersions unanswered until the client gives up (3 s); the login check
+    before the first admin request knows the cluster's version and does not ask."""
+    kafka = kafka_as()
+    try:
+        caplog.set_level(logging.INFO, logger="fleetkit.clients.wire")
+        t0 = time.monotonic()
+        kafka.verify_login()
+        took = time.monotonic() - t0
+    finally:
+        kafka.close()
+    assert "did not answer ApiVersions" not in caplog.text
+    assert took < 1.5, f"the login check took {took:.1f}s"
 
 
 def test_plaintext_and_certificateless_clients_are_refused(ssl_lab):

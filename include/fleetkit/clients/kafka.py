@@ -388,8 +388,10 @@ class KafkaCluster:
         if not (security.tls or security.sasl):
             return
         try:
+            # a cluster before 0.10 is not asked ApiVersions: it leaves the question unanswered
+            # until the client gives up (3 s for every login otherwise)
             wire.ask_first(self.bootstrap, "a login", lambda broker: None, timeout=min(self.timeout, 10.0),
-                           security=security)
+                           api_versions=self.asks_api_versions, security=security)
         except ConnectionError:
             pass
 
