@@ -21,22 +21,33 @@ from fleetkit.core.render import md
 
 from tests.hitl import Answerer
 from tests.kop_standin import kop_write
+from tests.conftest import GENERATIONS
 from tests.helpers import admin_kafka, mapped_task_states
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
 HOST = "127.0.0.1"
+#: the generations whose cluster has a ZooKeeper to keep KoP's mappings in (3.9's requires SASL)
+ZOOKEEPER_GENERATIONS = ["0.9", "3.9"]
 
 
+@pytest.fixture(params=ZOOKEEPER_GENERATIONS, ids=[f"kafka-{g}" for g in ZOOKEEPER_GENERATIONS])
+def zookeeper_lab(request, lab_fleet):
+    return lab_fleet(GENERATIONS[request.param])
 
 
-def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_path, unique, monkeypatch):
+def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, zookeeper_lab, tmp_path, unique,
+                                                              monkeypatch):
+    lab = zookeeper_lab
+    name = lab.spec.name
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
     root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=f"{lab.spec.zk_hosts}{lab.spec.chroot}", timeout=10)
-    zk.start(timeout=15)
+    zk = lab.lab.zk_client()  # logged in where the ZooKeeper requires it (3.9)
     topic = unique("kopdag")
-    wait_topic(lab.bootstrap, topic)
+    version = lab.spec.kafka_version
+    if lab.spec.modern:  # no auto-creation on the secured clusters
+        lab.lab.create_topic(topic, 3, 1)
+    wait_topic(lab.bootstrap, topic, kafka_version=version)
     group = unique("dag grp 'q' $(x) ünï")
     gone_group = unique("gone|grp")
     miss, mism = f"miss-{uuid.uuid4().hex[:6]}", f"mism `{uuid.uuid4().hex[:6]}`"
@@ -51,7 +62,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
     # every DAG reads both from its deployment settings only
     monkeypatch.setenv("FLEET_FILE", str(fleet_file))
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
-    threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c) for c in (miss, mism)]
+    threads = [ConsumerThread(lab.bootstrap, group, [topic], client_id=c, kafka_version=version) for c in (miss, mism)]
     for t in threads:
         t.start()
     kafka = admin_kafka(lab.spec)
@@ -78,14 +89,14 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         assert zk.get(p[miss])[0].decode() == group          # created unattended
         assert zk.get(p[mism])[0].decode() == "wrong-group"  # destructive: untouched
         assert zk.exists(p["gone-1"]) is not None            # destructive: untouched
-        created = [r for r in audit.records(DataRoot(data), "labtest") if r["action"] == "create_missing_group_ids"]
+        created = [r for r in audit.records(DataRoot(data), name) if r["action"] == "create_missing_group_ids"]
         assert len(created) == 1
         changed = {c["path"]: (c["before"], c["after"]) for c in created[0]["details"]["result"]["changed_paths"]}
         assert changed[p[miss]] == (None, group)
 
         # 2. the runbook's dry run (the default) changes nothing
         rb = dagbag.get_dag("runbook_group_id_reconciliation")
-        rconf = {"cluster": "labtest", "requested_by": "admin"}
+        rconf = {"cluster": name, "requested_by": "admin"}
         dr = rb.test(run_conf=rconf)
         st = mapped_task_states(dr)
         assert st[("plan", -1)] == "success" and st[("approve", -1)] == "skipped"
@@ -104,7 +115,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, lab, tmp_p
         assert zk.get(p[mism])[0].decode() == group and zk.get(p[mism])[1].version == 1
         assert zk.exists(p["gone-1"]) is None
         assert zk.get(p[miss])[0].decode() == group
-        recs = audit.records(DataRoot(data), "labtest", dr.run_id)
+        recs = audit.records(DataRoot(data), name, dr.run_id)
         assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
         done = {c["path"]: (c["op"], c["before"], c["after"]) for c in recs[2]["details"]["result"]["changed_paths"]}
         assert done[p[mism]] == ("set", "wrong-group", group) and done[p["gone-1"]] == ("delete", gone_group, None)
