@@ -15,7 +15,9 @@ byte for byte (a Storm rollback is confirmed again with --topology-deactivated).
 
 from __future__ import annotations
 
+import html
 import os
+import urllib.parse
 
 import pytest
 
@@ -178,3 +180,61 @@ def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_cas
         task_states(case, rollback_id)
     # byte for byte as before the first run (Storm: the whole JSON)
     assert {p: case["zk"].get(path)[0] for p, path in case["paths"].items()} == before
+
+
+# -- fleet_maintenance over the three generations at once --------------------------------------
+def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(lab_fleet, airflow_server, unique):
+    """One scheduled-DAG run under the real scheduler over the deployment's fleet file with the
+    three clusters (0.9 on mutual TLS, 3.9 and 4.3 on SASL_SSL): every cluster collected, the Spark
+    stuck job judges each cluster's stopped group (committed, behind, no member) STOPPED, the
+    report names it, and the fleet page lists it under its cluster. Two collections made before
+    the run (the library's, as the scheduled runs before it would have made) give the run's own
+    third one a history to judge."""
+    import json
+    import time
+    from pathlib import Path
+
+    from fleet_airflow import clusters, settings
+    from fleetkit.core.settings import run_folder
+    from tests.ui.test_fleet_page import get
+
+    handles = [lab_fleet(GENERATIONS[g]) for g in GENERATIONS]  # the deployment's fleet file lists all three
+    root = settings.data_root()
+    stopped = {}
+    for h in handles:
+        topic, group = unique(f"fm-{h.spec.name}"), unique(f"fm stopped ĝ <i>{h.spec.name}</i>")
+        commit_when_led(h.lab, topic, 3, {group: {0: 2, 1: 2, 2: 2}})  # as the lab's admin
+        produce(h.bootstrap, topic, {0: 10, 1: 10, 2: 10}, kafka_version=h.spec.kafka_version)
+        stopped[h.spec.name] = group
+    for i in range(2):
+        for h in handles:
+            clusters.collect(h.cluster, root)
+        time.sleep(3)
+
+    case = {"api": airflow_server.api, "dag_id": "fleet_maintenance", "airflow": airflow_server,
+            "conf": {"window": "90s", "snapshot_interval": "4s", "offsets_health": "never"}}
+    unpause(case)
+    try:
+        run_id = trigger(case, user="admin")
+        state = wait_for(lambda: finished(case, run_id), 420, "the fleet_maintenance run to finish")
+    finally:  # no scheduled run after this one replaces reports/stuck/latest while the page is read
+        case["api"]("PATCH", "/api/v2/dags/fleet_maintenance", {"is_paused": True})
+    states = task_states(case, run_id)
+    assert state == "success", states
+
+    out = run_folder(Path(root) / "reports", "stuck", run_id)
+    groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
+    for name, group in stopped.items():
+        (row,) = [g for g in groups if g["cluster"] == name and g["group"] == group]
+        assert row["status"] == "STOPPED", row
+    token = airflow_server.api_token()
+
+    def page(name: str, status: str, group: str) -> str:
+        code, body = get("/fleet/?" + urllib.parse.urlencode({"cluster": name, "status": status, "q": group[-12:]}),
+                         token=token)
+        assert code == 200, body[-2000:]
+        return body
+
+    for name, group in stopped.items():  # listed under its cluster as STOPPED (the name shown as text)
+        assert html.escape(group, quote=False) in page(name, "STOPPED", group)
+        assert html.escape(group, quote=False) not in page(name, "OK", group)
