@@ -151,12 +151,13 @@ CASES = [
                                                  [10 * t + 100 for t in range(0, 330, 10)], **LIVE), "OK",
      "As case 30 without commit times: the snapshots see a change every 30 s, so 20 s at one offset is normal."),
     (32, "rare committer: commits only when a record arrives, one just arrived",
-     series([5] * 31, [5] * 29 + [6, 6], extra=lambda t: timed(-100, 120), **LIVE), "OK",
+     series([5] * 31, [5] * 29 + [6, 6], extra=lambda t: timed(-100, 120), **LIVE), "INSUFFICIENT_DATA",
      "Caught up for 280 s, then one record waits 10 s: it commits about every 2 minutes, so nothing is "
-     "late yet (before, the whole-window rule called this STALLED)."),
-    (33, "rare committer, snapshots alone", series([5] * 31, [5] * 29 + [6, 6], **LIVE), "OK",
+     "late yet (before, the whole-window rule called this STALLED); a record waits at a frozen offset, so "
+     "not \"keeping pace\" either: not judged yet."),
+    (33, "rare committer, snapshots alone", series([5] * 31, [5] * 29 + [6, 6], **LIVE), "INSUFFICIENT_DATA",
      "As case 32 without commit times: one record has waited one snapshot interval, less than the two "
-     "the rule asks for when the partition's rhythm is unknown."),
+     "the rule asks for when the partition's rhythm is unknown: not judged yet."),
     (34, "healthy committer that missed one snapshot (commit every ~10 s, last one 17 s ago)",
      series([100 * i for i in range(31)] + [3100, 3100], [100 * i + 50 for i in range(33)],
             extra=lambda t: timed(303 if t >= 310 else t, 10), **LIVE), "OK",
@@ -175,6 +176,10 @@ CASES = [
      "INSUFFICIENT_DATA",
      "Its commit is 5 minutes old, but no snapshot saw lag before 0 s: it may have been down until then and "
      "commits every 30 s, so 20 s without a commit is within its rhythm."),
+    (39, "commit frozen while lag doubles, two snapshots 450 s apart, a live member",
+     snaps((100, 200), (100, 300), step=450, **LIVE), "INSUFFICIENT_DATA",
+     "The frozen-wait threshold (two snapshot intervals, 900 s) is not reached and LAGGING needs three "
+     "snapshots; a frozen offset whose lag grew is never \"keeping pace\": not judged yet, frozen for 450 s."),
 ]
 
 #: case number -> (since, in seconds after T0; confidence)

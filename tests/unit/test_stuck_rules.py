@@ -80,3 +80,12 @@ def test_parse_duration():
         parse_duration("soon")
     with pytest.raises(ValueError):
         parse_duration("-5m")
+
+
+def test_a_frozen_offset_not_yet_judged_says_how_long_and_until_when():
+    _, _, rows, _, _ = next(c for c in CASES if c[0] == 39)
+    f = stuck.features(rows, max(r["observed_at"] for r in rows), WINDOW)
+    status, reason = stuck.classify(f, WINDOW.total_seconds())
+    assert status == "INSUFFICIENT_DATA"
+    assert reason == ("Not judged yet: the committed offset has stayed at 100 for 450s with lag 200; judged STALLED "
+                      "or STOPPED once work has waited 900s at it.")

@@ -17,7 +17,9 @@ A partition's window (as_of - window <= observed_at <= as_of) is reduced to a fe
                       Storm spout): running-but-stuck and stopped cannot be told apart
  8 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
                       least ratio x what was produced in the window (log end grew)
- 9 OK                 keeping pace, even with non-zero lag
+ 9 INSUFFICIENT_DATA  the offset never moved and lag > 0, but work has not waited at it for the
+                      threshold yet ("not judged yet, frozen for N s"): never "keeping pace"
+10 OK                 keeping pace, even with non-zero lag
 
 Early detection (rule 4) does not wait for the window. A partition's rhythm is the typical time
 between changes of its committed offset: from `__consumer_offsets` commit times when the
@@ -288,7 +290,22 @@ def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_
         return Verdict("LAGGING", (
             f"Lag grew from {f.first_lag} to {lag} while the log grew by {f.latest_log_end - f.first_log_end}: "
             "the consumer processes less than it receives; scale it out or speed it up."), None, "medium")
+    if frozen_with_lag(f):
+        return _not_judged_yet(f)
     return Verdict("OK", f"Keeping pace (lag {lag}).")
+
+
+def _not_judged_yet(f: Features) -> Verdict:
+    """Rule 9a: the offset never moved and work waits at it, but not yet for the threshold: never
+    "keeping pace" (its lag may be growing), judged STALLED / STOPPED once the threshold is met."""
+    waited = frozen_seconds(f)
+    waited = f.span_seconds if waited is None else waited
+    threshold = freeze_threshold(f)
+    if threshold is None:
+        threshold = 2 * (f.snapshot_interval or 0.0)
+    return Verdict("INSUFFICIENT_DATA", (
+        f"Not judged yet: the committed offset has stayed at {f.latest_committed} for {waited:.0f}s with lag "
+        f"{f.latest_lag}; judged STALLED or STOPPED once work has waited {threshold:.0f}s at it."))
 
 
 def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> tuple[str, str]:
