@@ -142,3 +142,19 @@ def test_one_implementation_of_the_engine():
                     where[name].append(str(path.relative_to(REPO)))
     assert all(len(v) == 1 for v in where.values()), where
     assert all(v[0].startswith("include/fleetkit/core/") for v in where.values()), where
+
+
+def test_a_stored_plan_whose_rollback_has_a_conf_names_the_dag_that_runs_it(tmp_path):
+    """`fleetctl audit rollback` triggers the DAG the executed record names: a plan whose rollback
+    carries a conf but no dag_id is refused when stored (the move_leader plans once lacked it)."""
+    from fleetkit.ownership.plan import DAG_ID
+
+    plan = {"action": "coordinator_recovery", "cluster": "c", "title": "t", "preconditions": [], "changes": [],
+            "rollback": {"how": "again", "conf": {"cluster": "c", "action": "move_leader"}}}
+    with pytest.raises(plans.PlanError, match="names no dag_id"):
+        plans.store(tmp_path, "runbook_coordinator_recovery", "run-1", plan)
+    plan["rollback"]["dag_id"] = DAG_ID
+    path, _ = plans.store(tmp_path, "runbook_coordinator_recovery", "run-1", plan)
+    assert path.exists()
+    plan["rollback"] = {"how": "nothing to roll back", "conf": None}  # no conf: nothing to name
+    plans.store(tmp_path, "runbook_coordinator_recovery", "run-2", plan)

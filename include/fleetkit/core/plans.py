@@ -67,6 +67,10 @@ def plan_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:
 
 def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -> tuple[Path, str]:
     validate(plan)
+    rollback = plan["rollback"]
+    if isinstance(rollback, dict) and rollback.get("conf") and not rollback.get("dag_id"):
+        # `fleetctl audit rollback` triggers the DAG the record names: a conf without one cannot run
+        raise PlanError(f"plan {plan['action']!r}: its rollback has a conf but names no dag_id to run it with")
     path = plan_path(plans_root, dag_id, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -31,6 +31,9 @@ from fleetkit.core.errors import FleetError
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
 from fleetkit.ownership.rules import who
 
+#: the runbook whose plans these are; a rollback names it (fleetctl audit rollback triggers it)
+DAG_ID = "runbook_coordinator_recovery"
+
 ACTION = "coordinator_recovery"
 ACTIONS = ("move_leader", "restart_broker", "trim_handover")
 HISTORY_LIMIT = 10
@@ -213,6 +216,7 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
             rollback={"how": f"run this runbook again with action move_leader, target_broker {state.leader} and "
                              f"replica_order {','.join(map(str, replicas))}: leadership back to broker "
                              f"{state.leader} and the replica order before ({replicas}) restored exactly",
+                      "dag_id": DAG_ID,
                       "conf": {"cluster": cluster.name, "partition": partition, "action": "move_leader",
                                "target_broker": state.leader, "replica_order": ",".join(map(str, replicas))}})
         plan["details"].update(target=target, new_order=new_order)
