@@ -177,3 +177,26 @@ def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[in
                                         asynchronous=False), 30, f"a commit to {topic}", retry_on=(KafkaException,))
         finally:
             c.close()
+
+
+class LeadershipHandles:
+    """The readers of one test-fleet cluster: Kafka (the toolkit's read-only connection), its
+    ZooKeeper (None on KRaft) and what moves leadership there (fleetkit.clients.leadership.for_cluster,
+    on KRaft through the runbook principal's connection: the moves need Alter on the cluster)."""
+
+    def __init__(self, handle):
+        self.handle = handle
+        self.kafka = fleet_kafka(handle.spec)
+        self.runbook_kafka = runbook_kafka(handle.spec)
+        self.zk = None if handle.spec.kraft else handle.zookeeper()
+        if self.zk is not None:
+            self.zk.start()
+        from fleetkit.clients import leadership
+
+        self.admin = leadership.for_cluster(self.runbook_kafka, self.zk)
+
+    def close(self):
+        if self.zk is not None:
+            self.zk.stop()
+        self.kafka.close()
+        self.runbook_kafka.close()

@@ -17,7 +17,7 @@ from fleetkit.clients import leadership
 from fleetkit.core.partitioning import partition_for
 from fleetkit.ownership.rules import who
 from fleetlab.lab import expire_zk_session
-from tests.helpers import fleet_kafka, runbook_kafka, wait_until
+from tests.helpers import LeadershipHandles, fleet_kafka, runbook_kafka, wait_until
 
 pytestmark = pytest.mark.lab
 OFFSETS = "__consumer_offsets"
@@ -241,30 +241,9 @@ def test_execute_refuses_when_the_assignment_changed_since_the_plan(lab, tmp_pat
 MODERN = [pytest.param("lab39test", id="kafka-3.9-zookeeper"), pytest.param("lab43test", id="kafka-4.3-kraft")]
 
 
-class _Handles:
-    """The readers of one test-fleet cluster: Kafka (the toolkit's read-only connection), its
-    ZooKeeper (None on KRaft) and what moves leadership there (fleetkit.clients.leadership.for_cluster,
-    on KRaft through the runbook principal's connection: the moves need Alter on the cluster)."""
-
-    def __init__(self, handle):
-        self.handle = handle
-        self.kafka = fleet_kafka(handle.spec)
-        self.runbook_kafka = runbook_kafka(handle.spec)
-        self.zk = None if handle.spec.kraft else handle.zookeeper()
-        if self.zk is not None:
-            self.zk.start()
-        self.admin = leadership.for_cluster(self.runbook_kafka, self.zk)
-
-    def close(self):
-        if self.zk is not None:
-            self.zk.stop()
-        self.kafka.close()
-        self.runbook_kafka.close()
-
-
 @pytest.fixture(params=MODERN)
 def modern(request, lab_fleet):
-    h = _Handles(lab_fleet(request.param))
+    h = LeadershipHandles(lab_fleet(request.param))
     leadership.elect_preferred_leaders(h.admin, OFFSETS)
     yield h
     try:
@@ -450,7 +429,7 @@ def test_restart_broker_on_kraft_keeps_the_quorum(lab_fleet, tmp_path):
     from fleetkit.ownership.plan import build_plan
     from fleetkit.ownership.verify import verify
 
-    h = _Handles(lab_fleet("lab43test"))
+    h = LeadershipHandles(lab_fleet("lab43test"))
     lab, p = h.handle.lab, 13
     try:
         leadership.elect_preferred_leaders(h.admin, OFFSETS)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import os
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
@@ -192,7 +193,6 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
     third one a history to judge."""
     import json
     import time
-    from pathlib import Path
 
     from fleet_airflow import clusters, settings
     from fleetkit.core.settings import run_folder
@@ -238,3 +238,86 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
     for name, group in stopped.items():  # listed under its cluster as STOPPED (the name shown as text)
         assert html.escape(group, quote=False) in page(name, "STOPPED", group)
         assert html.escape(group, quote=False) not in page(name, "OK", group)
+
+
+# -- runbook_coordinator_recovery (move_leader) on 3.9 (ZooKeeper's /admin znodes) and 4.3 (Admin API)
+OFFSETS = "__consumer_offsets"
+
+
+@pytest.fixture(params=SECURED, ids=[f"kafka-{g}" for g in SECURED])
+def recovery_case(request, lab_fleet, airflow_server, unique):
+    """A live group on a secured cluster, leaders balanced; the move: its coordinator's partition
+    led by the last replica instead of the first."""
+    from fleetkit.clients import leadership
+    from fleetkit.core.partitioning import partition_for
+    from fleetlab.traffic import ConsumerThread
+    from tests.helpers import LeadershipHandles
+
+    handle = lab_fleet(GENERATIONS[request.param])
+    spec = handle.spec
+    movers = LeadershipHandles(handle)
+    leadership.elect_preferred_leaders(movers.admin, OFFSETS)
+    topic, group = unique(f"rec-{spec.name}"), unique(f"recovery ĝ {spec.name}")
+    commit_when_led(handle.lab, topic, 3, {})
+    produce(handle.bootstrap, topic, {0: 3, 1: 3, 2: 3}, kafka_version=spec.kafka_version)
+    member = ConsumerThread(handle.bootstrap, group, [topic], client_id=f"recovery-{spec.name}",
+                            kafka_version=spec.kafka_version)
+    member.start()
+    p = partition_for(group, 50)
+    original = leadership.assignment(movers.admin, OFFSETS)[p]
+    conf = {"cluster": spec.name, "group": group, "partition": -1, "action": "move_leader",
+            "target_broker": original[-1], "dry_run": False, "evidence_report": "", "replica_order": ""}
+    case = {"api": airflow_server.api, "dag_id": "runbook_coordinator_recovery", "conf": conf,
+            "airflow": airflow_server, "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "handle": handle,
+            "movers": movers, "partition": p, "original": original, "group": group}
+    unpause(case)
+    try:
+        yield case
+    finally:
+        member.stop()
+        try:
+            if leadership.assignment(movers.admin, OFFSETS)[p] != original:
+                leadership.reorder_replicas(movers.admin, OFFSETS, p, original)
+            leadership.elect_preferred_leaders(movers.admin, OFFSETS)
+        finally:
+            movers.close()
+
+
+def test_move_leader_approved_in_the_browser_then_rolled_back(recovery_case, monkeypatch, capsys):
+    from fleetkit.clients import leadership
+
+    case = recovery_case
+    cluster, admin, p, original = case["conf"]["cluster"], case["movers"].admin, case["partition"], case["original"]
+    target = original[-1]
+    before = leadership.state(admin, OFFSETS, p)
+    assert before.leader == original[0]
+
+    run_id = trigger(case, user="admin")
+    detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]
+    assert leadership.state(admin, OFFSETS, p).leader == before.leader  # nothing before the approval
+    settle(case, run_id)
+    approve_in_browser(case, run_id, "approver", [f"{OFFSETS}-{p}", f"expected coordinator {before.leader}"],
+                       screenshot=f"approval-move-leader-{cluster}.png")
+    assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
+    after = leadership.state(admin, OFFSETS, p)
+    assert after.leader == target and after.leader_epoch > before.leader_epoch
+    assert leadership.assignment(admin, OFFSETS)[p] == [target] + original[:-1]
+    assert case["movers"].kafka.describe_groups([case["group"]])[case["group"]].coordinator_id == target
+    recs = audit.records(case["root"], cluster, run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                       ("executed", "approver"), ("verified", None)]
+    from fleetkit.core import plans
+
+    plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], run_id)
+    assert plan["details"]["via"] == ("admin_api" if case["handle"].spec.kraft else "zookeeper")
+
+    rollback_id = cli_rollback(case, recs[2]["record_id"], monkeypatch, capsys, "approver")
+    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
+    settle(case, rollback_id)
+    answer(case, rollback_id, "Approve", user="admin")
+    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
+        task_states(case, rollback_id)
+    assert leadership.assignment(admin, OFFSETS)[p] == original  # leader and order as before
+    assert leadership.state(admin, OFFSETS, p).leader == before.leader
