@@ -118,3 +118,17 @@ def cli_rollback(case, record_id: str, monkeypatch, capsys, user: str = "approve
     out = capsys.readouterr().out
     assert passwords()[user] not in out
     return out.split(f"triggered {case['dag_id']} run ", 1)[1].split(" as ", 1)[0]
+
+
+def rolled_back_by_the_other_approver(case, record_id: str, monkeypatch, capsys, *flags: str) -> str:
+    """`fleetctl audit rollback RECORD --execute` as "approver" (cli_rollback), its approval
+    assigned to the other approver ("admin"), who approves it; returns the rollback's run id once it
+    finished in success."""
+    rollback_id = cli_rollback(case, record_id, monkeypatch, capsys, "approver", *flags)
+    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
+    settle(case, rollback_id)
+    answer(case, rollback_id, "Approve", user="admin")
+    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
+        task_states(case, rollback_id)
+    return rollback_id

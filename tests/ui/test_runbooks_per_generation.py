@@ -27,8 +27,8 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import produce
 from tests.conftest import GENERATIONS
 from tests.helpers import commit_when_led, committed_offsets
-from tests.ui.approvals import (answer, approve_in_browser, cli_rollback, finished, pending_approval, settle, task_states,
-                                trigger, unpause, wait_for)
+from tests.ui.approvals import (approve_in_browser, finished, pending_approval, rolled_back_by_the_other_approver, settle,
+                                task_states, trigger, unpause, wait_for)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
 SECURED = ["3.9", "4.3"]
@@ -72,13 +72,7 @@ def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monk
     executed = recs[2]
 
     # the rollback: triggered by the CLI as the caller ("approver"), approved by the other approver
-    rollback_id = cli_rollback(case, executed["record_id"], monkeypatch, capsys, "approver")
-    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
-    assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
-    settle(case, rollback_id)
-    answer(case, rollback_id, "Approve", user="admin")
-    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
-        task_states(case, rollback_id)
+    rollback_id = rolled_back_by_the_other_approver(case, executed["record_id"], monkeypatch, capsys)
     assert offsets(case) == {0: 2, 1: 2, 2: 2}  # exactly as before the first run
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], cluster, rollback_id)]
     assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
@@ -173,12 +167,7 @@ def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_cas
                                                        ("executed", "approver"), ("verified", None)]
 
     flags = ["--topology-deactivated"] if case["store"] == "storm" else []  # Storm: confirmed again
-    rollback_id = cli_rollback(case, recs[2]["record_id"], monkeypatch, capsys, "approver", *flags)
-    wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
-    settle(case, rollback_id)
-    answer(case, rollback_id, "Approve", user="admin")
-    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
-        task_states(case, rollback_id)
+    rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys, *flags)
     # byte for byte as before the first run (Storm: the whole JSON)
     assert {p: case["zk"].get(path)[0] for p, path in case["paths"].items()} == before
 
@@ -312,12 +301,6 @@ def test_move_leader_approved_in_the_browser_then_rolled_back(recovery_case, mon
     plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], run_id)
     assert plan["details"]["via"] == ("admin_api" if case["handle"].spec.kraft else "zookeeper")
 
-    rollback_id = cli_rollback(case, recs[2]["record_id"], monkeypatch, capsys, "approver")
-    detail = wait_for(lambda: pending_approval(case, rollback_id), 180, "the rollback's approval request")
-    assert [u["name"] for u in detail["assigned_users"]] == ["admin"]
-    settle(case, rollback_id)
-    answer(case, rollback_id, "Approve", user="admin")
-    assert wait_for(lambda: finished(case, rollback_id), 240, "the rollback to finish") == "success", \
-        task_states(case, rollback_id)
+    rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys)
     assert leadership.assignment(admin, OFFSETS)[p] == original  # leader and order as before
     assert leadership.state(admin, OFFSETS, p).leader == before.leader
