@@ -1199,15 +1199,15 @@ class Lab:
                 self._secure_existing_znodes(home)
         if self.spec.mtls:  # the brokers' authorizer loads them at its start
             self.write_ssl_acls()
-        bind_checks = {}
+        start_checks = {}
         for i in range(self.spec.brokers):
-            bind_checks[i] = self._bind_failure_check(i)
+            start_checks[i] = self._start_failure_check(i)
             self._start_broker_process(home, i)
         for i in range(self.spec.brokers):
             if self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
-                          lambda i=i: self._broker_answers(i), timeout, f"broker-{i}", give_up=bind_checks[i]):
-                self._restart_after_bind_failure(i, bind_checks[i]())
-                self.start_broker(i, timeout, attempts=self.BIND_RETRIES - 1)
+                          lambda i=i: self._broker_answers(i), timeout, f"broker-{i}", give_up=start_checks[i]):
+                self._restart_after_failed_start(i, start_checks[i]())
+                self.start_broker(i, timeout, attempts=self.START_RETRIES - 1)
         if self.spec.modern:
             if self.spec.secured:
                 self.create_users()
@@ -1229,17 +1229,17 @@ class Lab:
     #: of the ephemeral range (fleetlab.ports); this covers a port chosen inside it, and any other
     #: fatal start-up error that a second start clears (a registration of the killed process's
     #: ZooKeeper session not yet expired, a data-dir lock not yet released).
-    BIND_RETRIES = 4
+    START_RETRIES = 4
     _FATAL_START = (b"Fatal error during KafkaServer startup", b"Fatal error during broker startup",
                     b"Exiting Kafka due to fatal exception")
 
-    def _bind_failure_check(self, broker_id: int):
+    def _start_failure_check(self, broker_id: int):
         """A predicate: has the broker logged a fatal start-up error since now (its server.log grew
         one)? Returns the reason line (the bind failure, or the first line after the FATAL) or ''."""
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
         seen = server_log.stat().st_size if server_log.exists() else 0
 
-        def bind_failed() -> str:
+        def start_failed() -> str:
             if not server_log.exists():
                 return ""
             with open(server_log, "rb") as f:
@@ -1253,9 +1253,9 @@ class Lab:
                     cause = grown[at:].splitlines()[1:2] or [marker]
                     return "it failed to start: " + cause[0].decode(errors="replace").strip()[:300]
             return ""
-        return bind_failed
+        return start_failed
 
-    def _restart_after_bind_failure(self, broker_id: int, reason: str) -> None:
+    def _restart_after_failed_start(self, broker_id: int, reason: str) -> None:
         log.warning("%s broker %d on 127.0.0.1:%d: %s; stopping the failed broker process by PID and "
                     "starting it again", self.spec.name, broker_id, self.spec.broker_port(broker_id), reason)
         procs.stop(self._pid_file(f"broker-{broker_id}"), self.marker, timeout=15)
@@ -1277,12 +1277,12 @@ class Lab:
                         "one to a client socket, and a broker (re)started then cannot bind it; "
                         "choose a port base below %d", self.spec.name, inside, low, high, low)
 
-    def start_broker(self, broker_id: int, timeout: float = 120, attempts: int = BIND_RETRIES) -> None:
+    def start_broker(self, broker_id: int, timeout: float = 120, attempts: int = START_RETRIES) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
         what = f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}"
         reason = ""
         for attempt in range(attempts):
-            failed = self._bind_failure_check(broker_id)
+            failed = self._start_failure_check(broker_id)
             self._start_broker_process(home, broker_id)
             if not self._wait(what, lambda: self._broker_answers(broker_id), timeout, f"broker-{broker_id}",
                               give_up=failed):
@@ -1291,7 +1291,7 @@ class Lab:
             if attempt == attempts - 1:
                 raise LabError(f"{what}: {reason} at each of {attempts} starts; "
                                f"see {self.spec.broker_dir(broker_id) / 'logs' / 'server.log'}")
-            self._restart_after_bind_failure(broker_id, reason)
+            self._restart_after_failed_start(broker_id, reason)
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that

@@ -22,7 +22,7 @@ from fleetkit.core.render import md
 from tests.hitl import Answerer
 from tests.kop_standin import kop_write
 from tests.conftest import GENERATIONS
-from tests.helpers import admin_kafka, mapped_task_states
+from tests.helpers import admin_kafka, commit_when_led, mapped_task_states
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.airflow
@@ -45,9 +45,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, zookeeper_
     zk = lab.lab.zk_client()  # logged in where the ZooKeeper requires it (3.9)
     topic = unique("kopdag")
     version = lab.spec.kafka_version
-    if lab.spec.modern:  # no auto-creation on the secured clusters
-        lab.lab.create_topic(topic, 3, 1)
-    wait_topic(lab.bootstrap, topic, kafka_version=version)
+    commit_when_led(lab.lab, topic, 3, {})  # created and led (the secured clusters auto-create nothing)
     group = unique("dag grp 'q' $(x) ünï")
     gone_group = unique("gone|grp")
     miss, mism = f"miss-{uuid.uuid4().hex[:6]}", f"mism `{uuid.uuid4().hex[:6]}`"

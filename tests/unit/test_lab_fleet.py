@@ -249,7 +249,7 @@ def test_a_fatal_broker_start_is_told_apart_and_named(tmp_path):
     log_path.write_text("[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup. Prepare to shutdown\n"
                         "java.lang.RuntimeException: an old start\n")
     lab = Lab(spec)
-    check = lab._bind_failure_check(0)
+    check = lab._start_failure_check(0)
     assert check() == ""
     with open(log_path, "a") as f:
         f.write("[t] INFO starting\n[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup. "
@@ -257,7 +257,7 @@ def test_a_fatal_broker_start_is_told_apart_and_named(tmp_path):
                 "java.lang.RuntimeException: A broker is already registered on the path /brokers/ids/0.\n")
     assert check() == ("it failed to start: java.lang.RuntimeException: A broker is already registered on the "
                        "path /brokers/ids/0.")
-    bind = lab._bind_failure_check(0)
+    bind = lab._start_failure_check(0)
     with open(log_path, "a") as f:
         f.write("[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup.\n"
                 "kafka.common.KafkaException: Socket server failed to bind to localhost:1: Address already in use.\n")

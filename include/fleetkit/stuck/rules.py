@@ -174,12 +174,14 @@ def frozen_all_window(f: Features) -> bool:
     """Rules 6-7: the offset never moved in the window, and work has waited at it for at least the
     threshold (twice the snapshot interval when the partition's rhythm is unknown): a consumer
     that commits only when records arrive is not stuck the moment a record lands."""
-    if not frozen_with_lag(f):
-        return False
+    return frozen_with_lag(f) and _waited_enough(f, whole_window_threshold(f))
+
+
+def whole_window_threshold(f: Features) -> float:
+    """The wait rules 6-7 ask for: the partition's threshold, or twice the snapshot interval when
+    its rhythm is unknown."""
     threshold = freeze_threshold(f)
-    if threshold is None:
-        threshold = 2 * (f.snapshot_interval or 0.0)
-    return _waited_enough(f, threshold)
+    return 2 * (f.snapshot_interval or 0.0) if threshold is None else threshold
 
 
 def frozen_confidence(f: Features, whole_window: bool) -> str:
@@ -296,16 +298,13 @@ def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_
 
 
 def _not_judged_yet(f: Features) -> Verdict:
-    """Rule 9a: the offset never moved and work waits at it, but not yet for the threshold: never
+    """Rule 9: the offset never moved and work waits at it, but not yet for the threshold: never
     "keeping pace" (its lag may be growing), judged STALLED / STOPPED once the threshold is met."""
     waited = frozen_seconds(f)
     waited = f.span_seconds if waited is None else waited
-    threshold = freeze_threshold(f)
-    if threshold is None:
-        threshold = 2 * (f.snapshot_interval or 0.0)
     return Verdict("INSUFFICIENT_DATA", (
         f"Not judged yet: the committed offset has stayed at {f.latest_committed} for {waited:.0f}s with lag "
-        f"{f.latest_lag}; judged STALLED or STOPPED once work has waited {threshold:.0f}s at it."))
+        f"{f.latest_lag}; judged STALLED or STOPPED once work has waited {whole_window_threshold(f):.0f}s at it."))
 
 
 def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> tuple[str, str]:
