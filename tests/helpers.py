@@ -155,9 +155,12 @@ def fresh_lab(spec):
         shutil.rmtree(spec.lab_dir, ignore_errors=True)
 
 
-def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[int, int]]) -> None:
+def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[int, int] | list[dict[int, int]]],
+                    gap: float = 0.0) -> None:
     """Create `topic`, wait until every partition has a leader (a commit right after CreateTopics
-    may meet UNKNOWN_TOPIC_OR_PART), then commit {group: {partition: offset}} as the lab's admin."""
+    may meet UNKNOWN_TOPIC_OR_PART), then commit {group: {partition: offset}} as the lab's admin.
+    A list of {partition: offset} per group commits each in turn, `gap` seconds apart (a consumer
+    with a commit rhythm the collection reads from __consumer_offsets)."""
     from confluent_kafka import Consumer, KafkaException
 
     lab.create_topic(topic, partitions=partitions)
@@ -170,11 +173,14 @@ def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[in
 
     wait_until(led, 60, f"{topic} led")
     time.sleep(1)
-    for group, offsets in commits.items():
+    for group, sequence in commits.items():
         c = Consumer(lab.spec.client_config({"group.id": group, "enable.auto.commit": False}))
         try:
-            wait_until(lambda: c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
-                                        asynchronous=False), 30, f"a commit to {topic}", retry_on=(KafkaException,))
+            for i, offsets in enumerate([sequence] if isinstance(sequence, dict) else sequence):
+                if i:
+                    time.sleep(gap)
+                wait_until(lambda: c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
+                                            asynchronous=False), 30, f"a commit to {topic}", retry_on=(KafkaException,))
         finally:
             c.close()
 

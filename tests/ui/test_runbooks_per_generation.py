@@ -177,9 +177,10 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
     """One scheduled-DAG run under the real scheduler over the deployment's fleet file with the
     three clusters (0.9 on mutual TLS, 3.9 and 4.3 on SASL_SSL): every cluster collected, the Spark
     stuck job judges each cluster's stopped group (committed, behind, no member) STOPPED, the
-    report names it, and the fleet page lists it under its cluster. Two collections made before
-    the run (the library's, as the scheduled runs before it would have made) give the run's own
-    third one a history to judge."""
+    report names it, and the fleet page lists it under its cluster. The group committed a rhythm
+    (four offsets 1 s apart) before it stopped, and two collections made before the run (the
+    library's, as the scheduled runs before it would have made) give the run's own third one a
+    history to judge."""
     import json
     import time
 
@@ -192,7 +193,10 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
     stopped = {}
     for h in handles:
         topic, group = unique(f"fm-{h.spec.name}"), unique(f"fm stopped ĝ <i>{h.spec.name}</i>")
-        commit_when_led(h.lab, topic, 3, {group: {0: 2, 1: 2, 2: 2}})  # as the lab's admin
+        # as the lab's admin: four commits 1 s apart give the partitions a rhythm, so the verdict does
+        # not hang on how soon the scheduler starts the run (without one, the run's snapshots must
+        # span half the window)
+        commit_when_led(h.lab, topic, 3, {group: [{0: n, 1: n, 2: n} for n in (1, 2, 3, 4)]}, gap=1.0)
         produce(h.bootstrap, topic, {0: 10, 1: 10, 2: 10}, kafka_version=h.spec.kafka_version)
         stopped[h.spec.name] = group
     for i in range(2):
