@@ -40,7 +40,8 @@ from fleetkit.stuck.columnar import (  # noqa: E402
 
 
 _VERDICT = T.StructType([T.StructField("status", T.StringType()), T.StructField("reason", T.StringType()),
-                         T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType())])
+                         T.StructField("since", T.DoubleType()), T.StructField("confidence", T.StringType()),
+                         T.StructField("judged_from", T.DoubleType())])
 
 
 def _tasks(lo_us: int, hi_us: int):
@@ -227,6 +228,7 @@ def classify_partitions(features: DataFrame, as_of: dt.datetime, window: dt.time
                       F.timestamp_seconds(F.col("verdict.since"))).alias("stalled_since"),
                F.when(F.col("verdict.status") == "STOPPED",
                       F.timestamp_seconds(F.col("verdict.since"))).alias("stopped_since"),
+               F.timestamp_seconds(F.col("verdict.judged_from")).alias("judged_from"),
            ))
     expires = F.col("unchanged_since") + F.expr(f"INTERVAL {int(retention.total_seconds())} SECONDS")
     return (out
@@ -244,7 +246,7 @@ def group_findings(findings: DataFrame, facts: DataFrame) -> DataFrame:
     counts = by_status.groupBy(*GK).agg(
         F.map_from_entries(F.array_sort(F.collect_list(F.struct("status", "n")))).alias("counts"))  # by status
     ranked = (findings.withColumn("rank", status_rank).filter(F.col("rank") > 0)
-              .groupBy(*GK).agg(F.min("rank").alias("rank")))
+              .groupBy(*GK).agg(F.min("rank").alias("rank"), F.min("judged_from").alias("judged_from")))
     lag = findings.groupBy(*GK).agg(F.coalesce(F.sum("lag"), F.lit(0)).alias("total_lag"))
     verdict = _storm_udf()(*[F.col(c) for c in ("times", "rebalancing", "rebalances", "rejoins", "cause",
                                                  "assignor")])
@@ -252,8 +254,12 @@ def group_findings(findings: DataFrame, facts: DataFrame) -> DataFrame:
     return (counts.join(lag, GK).join(ranked, GK, "left")
             .join(facts.withColumn("v", verdict), GK, "left")
             .select(*GK,
-                    F.coalesce(F.element_at(order, F.col("rank").cast("int")), F.lit("OK")).alias("status"),
+                    F.coalesce(F.element_at(order, F.col("rank").cast("int")),
+                               F.lit("INSUFFICIENT_DATA")).alias("status"),
                     "total_lag", "counts",
+                    # a group not judged yet: the earliest its partitions can be
+                    F.when(F.element_at(order, F.col("rank").cast("int")) == "INSUFFICIENT_DATA",
+                           F.col("judged_from")).alias("judged_from"),
                     F.coalesce(F.col("v.storm"), F.lit(False)).alias("rebalance_storm"),
                     F.col("v.kind").alias("storm_kind"),
                     F.coalesce(F.col("v.rebalances"), F.lit(0)).alias("rebalances"),
@@ -312,7 +318,7 @@ def lag_series(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, wi
     """Lag over the window of the flagged partitions the report charts (the `limit` worst by
     status, then lag)."""
     rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
-    flagged = (findings.filter(F.col("status").isin(*stuck.GROUP_ORDER[:-1]))
+    flagged = (findings.filter(F.col("status").isin(*stuck.FLAGGED))
                .orderBy(rank, F.col("lag").desc_nulls_last()).limit(limit).select(*KEYS, "status"))
     lo = as_of - window
     # the flagged groups' names first (a set lookup per snapshot row is cheaper than the join's hash
@@ -336,6 +342,7 @@ def for_json(findings: DataFrame) -> DataFrame:
             .withColumn("unchanged_since", iso(F.col("unchanged_since")))
             .withColumn("stalled_since", iso(F.col("stalled_since")))
             .withColumn("stopped_since", iso(F.col("stopped_since")))
+            .withColumn("judged_from", iso(F.col("judged_from")))
             .withColumn("offset_expires_at", iso(F.col("offset_expires_at"))))
 
 
@@ -369,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
     out = args.out
     n_find = write_jsonl(for_json(findings), path_join(out, "findings.jsonl"))
-    n_groups = write_jsonl(groups, path_join(out, "groups.jsonl"))
+    n_groups = write_jsonl(groups.withColumn("judged_from", iso(F.col("judged_from"))), path_join(out, "groups.jsonl"))
     write_jsonl(lag_series(findings, with_source(snapshots), as_of, window), path_join(out, "series.jsonl"))
     if args.data_root:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

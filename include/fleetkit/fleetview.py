@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from fleetkit.collection.blind import cluster_state, shown_status
+from fleetkit.collection.blind import current_state, shown_status
 from fleetkit.stuck import rules
 
 PAGE_SIZE = 50
-GROUP_RANK = {s: i for i, s in enumerate(rules.GROUP_ORDER)}
+GROUP_RANK = {s: i for i, s in enumerate(rules.SHOWN_ORDER)}
 
 #: the runbook that acts on a partition verdict (dag id, what it does); the form is prefilled from
 #: the finding (`runbook_conf`), dry run on
@@ -194,10 +194,15 @@ class GroupIndex:
 
     @staticmethod
     def _rows(table) -> list[dict]:
+        from fleetkit.stuck.report import readable_time
+
         rows = table.to_pylist()
         for r in rows:  # Arrow gives every row every key: drop the verdicts a group does not have
             if isinstance(r.get("counts"), dict):
                 r["counts"] = {k: v for k, v in r["counts"].items() if v}
+            for k in ("judged_from", "carried_as_of"):  # (Arrow reads the times as datetimes)
+                if r.get(k):
+                    r[k] = readable_time(r[k])
         return rows
 
     def page(self, page: int = 1, cluster: str | None = None, status: str | None = None, query: str | None = None,
@@ -261,11 +266,11 @@ class FleetView:
         for c in fleet.clusters:
             status = self.collection_status(c.name)
             ok, failed = status.get("ok") or {}, status.get("failed") or {}
-            seen = cluster_state(status)
+            seen = current_state(status)
             failing = seen["state"] == "FAILING"
             counts = idx.by_cluster.get(c.name, Counter())
             out.append({"name": c.name, "kafka_version": c.kafka_version, "mode": "KRaft" if c.zookeeper is None
-                        else "ZooKeeper", "counts": {s: counts[s] for s in rules.GROUP_ORDER if counts[s]},
+                        else "ZooKeeper", "counts": {s: counts[s] for s in rules.SHOWN_ORDER if counts[s]},
                         "groups": sum(counts.values()), "storms": idx.storms.get(c.name, 0),
                         "collected_at": ok.get("observed_at"), "collection_problems": ok.get("problems") or [],
                         "failed_at": failed.get("at"), "failure": failed.get("error"), "failing": failing,
@@ -314,7 +319,7 @@ class FleetView:
         """(the group's row with the verdict to show, its cluster's blind line when that verdict
         is BLIND): a group page never shows OK what the newest collection did not see."""
         g = self.group(cluster, group)
-        state = cluster_state(self.collection_status(cluster))
+        state = current_state(self.collection_status(cluster))
         if g is not None and shown_status(g.get("status"), group, state) == "BLIND":
             return dict(g, status="BLIND"), state["line"]
         return g, None

@@ -121,7 +121,7 @@ def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str =
     clusters = view.clusters(fleet)
     return dict(clusters=clusters, groups=view.shown_groups(rows, clusters), total=total, page=page,
                 pages=max(1, -(-total // PAGE_SIZE)), filters={"cluster": cluster, "status": status_, "q": q},
-                statuses=list(rules.GROUP_ORDER) + ["STORM"], as_of=idx.as_of,
+                statuses=list(rules.SHOWN_ORDER) + ["STORM"], words=rules.STATUS_WORDS, as_of=idx.as_of,
                 approvals=view.pending_approvals(), timeline=view.audit_timeline(),
                 health=health[:100], health_more=max(0, len(health) - 100), health_run=health_run,
                 coordinators=coordinators[:100], coord_run=coord_run)
@@ -156,6 +156,7 @@ def fleet_app() -> FastAPI:
     @app.get("/group", response_class=HTMLResponse)
     def group_page(cluster: str, group: str, user=Depends(may_read)):
         from fleetkit.fleetview import RUNBOOKS, runbook_conf
+        from fleetkit.stuck import rules
         from fleetkit.stuck.report import behind, lag_chart, readable_time, storm_fix, storm_what
 
         view = _view()
@@ -175,7 +176,7 @@ def fleet_app() -> FastAPI:
         if g and g.get("rebalance_storm"):
             storm = {"what": storm_what(g), "fix": storm_fix(g)}
         return _page("fleet_group.html.j2", cluster=cluster, group=group, g=g or {}, partitions=parts, storm=storm,
-                     blind_line=blind_line)
+                     blind_line=blind_line, words=rules.STATUS_WORDS)
 
     @app.get("/runbook", response_class=HTMLResponse)
     def runbook_form(request: Request, dag_id: str, user=Depends(may_read)):

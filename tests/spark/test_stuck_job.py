@@ -61,6 +61,7 @@ def test_rule_table_through_spark(spark):
     for number, name, _, expected, why in CASES:
         assert got[f"case-{number:02d}"] == expected, f"case {number} ({name}): {why}"
     # the time lag, as fleetkit.stuck.timelag says from the same rows
+    from fleetkit.stuck import rules as stuck
     from fleetkit.stuck import timelag
 
     by_case = {}
@@ -75,6 +76,19 @@ def test_rule_table_through_spark(spark):
             (pytest.approx(want.seconds) if want.seconds is not None else None, want.kind,
              pytest.approx(want.error_seconds) if want.error_seconds is not None else None), g
     assert kinds == {"exact", "interpolated", "bounded", "unknown"}
+    # one partition per case group: the group's status is its partition's, never OK for a partition not
+    # judged; a group not judged yet says from when it can be, as the pure rules say
+    statuses = {r["group"]: r for r in groups.collect()}
+    for number, name, case, expected, _ in CASES:
+        g = statuses[f"case-{number:02d}"]
+        assert g["status"] == expected, f"case {number} ({name})"
+        if expected == "INSUFFICIENT_DATA":
+            f = stuck.features(case, max(r["observed_at"] for r in case), WINDOW)
+            shift = (AS_OF - max(r["observed_at"] for r in case)).total_seconds()
+            want = stuck.judge(f, WINDOW.total_seconds()).judged_from + shift
+            assert g["judged_from"].replace(tzinfo=dt.timezone.utc).timestamp() == pytest.approx(want), number
+        else:
+            assert g["judged_from"] is None, number
     # the record timestamp of case 12 makes its time lag exact: 250 s (its why says so)
     assert (rows["case-12"]["lag_seconds"], rows["case-12"]["lag_seconds_kind"]) == (250.0, "exact")
     # since when and how sure, as the pure rules say (times shifted like the rows)
@@ -164,7 +178,8 @@ def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path):
     groups = [json.loads(x) for x in (tmp_path / "out" / "groups.jsonl").read_text().splitlines()]
     g = {x["group"]: x for x in groups}
     assert g["case-08"]["status"] == "STALLED" and g["case-08"]["counts"] == {"STALLED": 1}
-    assert g["case-01"]["status"] == "OK" and g["case-01"]["total_lag"] == 0
+    assert g["case-01"]["status"] == "NO_COMMIT" and g["case-01"]["total_lag"] == 0  # nothing to judge: not OK
+    assert g["case-05"]["status"] == "INSUFFICIENT_DATA" and g["case-05"]["judged_from"] == "2026-02-01T00:05:00.000000Z"
     assert g["case-11"]["rebalance_storm"] is True   # PreparingRebalance in 3 of 3 snapshot times
     assert g["case-08"]["rebalance_storm"] is False
 

@@ -10,7 +10,6 @@ import pytest
 from fleetkit.collection.blind import blind_lines, blind_status, cluster_state, shown_status
 from fleetkit.collection.groups import CollectionResult
 from fleetkit.core.errors import NotAuthorized
-from fleetkit.core.render import render
 from fleetkit.stuck.report import StuckReport
 
 NOW = dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.timezone.utc)
@@ -26,7 +25,9 @@ def no_describe(group: str) -> NotAuthorized:
     return NotAuthorized("DESCRIBE", "group", group, "User:fleet", "lab39", "GROUP_AUTHORIZATION_FAILED")
 
 
-def ok_doc(res: CollectionResult, at: str = "2026-11-26T10:00:00Z") -> dict:
+def ok_doc(res: CollectionResult, at: str | None = None) -> dict:
+    """A status file of a collection made `at` (default: just now)."""
+    at = at or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     return {"ok": {"observed_at": at, **blind_status(res)}}
 
 
@@ -92,7 +93,7 @@ def test_only_an_ok_the_collection_cannot_back_shows_blind(status, group, expect
     assert shown_status(status, group, state) == expected
 
 
-def test_hostile_names_stay_on_one_line_and_are_escaped_in_the_report():
+def test_hostile_names_stay_on_one_line_and_are_escaped_in_the_report(tmp_path):
     evil = "evil\n<b>x</b>\u202e"
     state = cluster_state(ok_doc(result(groups=[evil], refusals=[no_describe(evil)])))
     assert "\n" not in state["line"] and "\u202e" not in state["line"]
@@ -100,8 +101,7 @@ def test_hostile_names_stay_on_one_line_and_are_escaped_in_the_report():
     report.see_collections({"lab39": ok_doc(result(groups=[evil], refusals=[no_describe(evil)])),
                             "fine": ok_doc(result())})
     assert [b["cluster"] for b in report.blind] == ["lab39"]
-    html = render("stuck_report.html.j2", report=report, flagged=[], total_flagged=0, more=0, storms=[],
-                  clusters=report.clusters(), storm_what=str, storm_fix=str)
+    html = report.render(tmp_path)[0].read_text()
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html and 'class="BLIND"' in html
 
 
@@ -119,3 +119,31 @@ def test_a_blind_cluster_is_alerted_once_per_episode():
     lines, alerted = episode_alerts({"lab39": ok, "fine": ok}, alerted)
     assert (lines, alerted) == ([], [])
     assert episode_alerts({"lab39": blind}, alerted)[0] == [f"BLIND lab39: {blind['line']}"]
+
+
+def test_a_cluster_not_collected_for_two_intervals_is_stale_red_and_alerted_once(monkeypatch, tmp_path):
+    from fleetkit.collection.blind import current_state, episode_alerts
+
+    now = dt.datetime(2026, 11, 26, 10, 11, tzinfo=dt.timezone.utc)
+    doc = ok_doc(result(groups=["billing"]), at="2026-11-26T10:00:00Z")  # 11 min old
+    assert cluster_state(doc)["state"] == "OK"  # no clock, no interval: not judged stale
+    assert cluster_state(doc, now, 360)["state"] == "OK"  # 11 min < 2 x 6 min
+    stale = cluster_state(doc, now, 300)
+    assert stale["state"] == "STALE" and stale["all"] is True
+    assert stale["line"] == ("stale: the newest collection is 11 min old (2026-11-26T10:00:00Z), more than twice the "
+                             "5 min collection interval: is fleet_maintenance running?")
+    assert shown_status("OK", "billing", stale) == "BLIND" and shown_status("STOPPED", "billing", stale) == "STOPPED"
+    lines, alerted = episode_alerts({"lab39": stale}, [])
+    assert lines == [f"STALE lab39: {stale['line']}"] and alerted == ["lab39"]
+    assert episode_alerts({"lab39": stale}, alerted) == ([], ["lab39"])  # once per episode
+    # the deployment's interval, as the page and the report judge it now
+    monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "1m")
+    assert current_state(ok_doc(result()))["state"] == "OK"
+    assert current_state(doc)["state"] == "STALE"
+    report = StuckReport(findings=[], groups=[])
+    report.see_collections({"lab39": doc, "fine": ok_doc(result())})
+    assert [b["cluster"] for b in report.blind] == ["lab39"]
+    assert "stale: the newest collection is" in report.render(tmp_path)[1].read_text().replace("\\", "")
+    monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "soon")
+    with pytest.raises(ValueError, match="FLEET_COLLECTION_INTERVAL: 'soon' is not a duration"):
+        current_state(doc)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import json
 from pathlib import Path
 
@@ -10,7 +12,9 @@ import pytest
 from fleetkit.core.fleet import parse_fleet
 from fleetkit.core.render import render
 from fleetkit.fleetview import FleetView, coerce_conf, runbook_conf
+from fleetkit.stuck import rules
 
+NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 EVIL = 'pay<b>ments</b> "q" \'s\' $(id) ü\u202e'
 
 
@@ -121,7 +125,7 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
     html = render("fleet_page.html.j2", clusters=view.clusters(FLEET), groups=rows, total=total, page=1, pages=3,
                   filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
                   approvals=view.pending_approvals(), timeline=[], health=view.offsets_health()[0], health_more=0,
-                  health_run="run1", coordinators=[], coord_run=None, user="admin")
+                  health_run="run1", coordinators=[], coord_run=None, user="admin", words=rules.STATUS_WORDS)
     assert "<b>ments" not in html and "pay&lt;b&gt;ments&lt;/b&gt;" in html and "\\u202e" in html
     assert "did not answer &lt;x&gt;" in html and "tasks/approve/required_actions" in html
     assert "group?cluster=lab&amp;group=pay%3Cb%3Ements" in html  # the link carries the exact name
@@ -163,7 +167,7 @@ def test_a_blind_cluster_is_red_with_its_line_and_its_unseen_groups_never_ok(roo
     line = ("1 group(s) not seen ('<i>stormy</i>'): not authorized: fleet may not DESCRIBE group "
             "'<i>stormy</i>' on lab43 (GROUP_AUTHORIZATION_FAILED)")
     (state / "collection_status.json").write_text(json.dumps({"ok": {
-        "observed_at": "2026-11-25T10:05:00Z", "groups": 2, "problems": [], "blind": [line],
+        "observed_at": NOW, "groups": 2, "problems": [], "blind": [line],
         "blind_groups": ["stormy"], "blind_all": False}}))
     view = FleetView(root)
     clusters = view.clusters(FLEET)
@@ -173,7 +177,7 @@ def test_a_blind_cluster_is_red_with_its_line_and_its_unseen_groups_never_ok(roo
     html = render("fleet_page.html.j2", clusters=clusters, groups=rows, total=len(rows), page=1, pages=1,
                   filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
                   approvals=[], timeline=[], health=[], health_more=0, health_run=None, coordinators=[],
-                  coord_run=None, user="admin")
+                  coord_run=None, user="admin", words=rules.STATUS_WORDS)
     assert "<i>stormy" not in html
     assert ('<span class="BLIND blind-line">blind: 1 group(s) not seen (\'&lt;i&gt;stormy&lt;/i&gt;\'): not '
             "authorized: fleet may not DESCRIBE group") in html.replace("&#39;", "'")
@@ -185,7 +189,59 @@ def test_a_group_page_never_shows_ok_what_the_collection_did_not_see(root):
     g, line = FleetView(root).shown_group("lab", "g001")
     assert g["status"] == "BLIND" and line.startswith("blind: cluster 'lab' did not answer")
     html = render("fleet_group.html.j2", cluster="lab", group="g001", g=g, partitions=[], storm=None,
-                  blind_line=line)
+                  blind_line=line, words=rules.STATUS_WORDS)
     assert "blind: cluster &#39;lab&#39; did not answer &lt;x&gt;" in html
     # lab43 was collected (no status file: never): its verdicts stand
     assert FleetView(root).shown_group("lab43", "gone") == (FleetView(root).group("lab43", "gone"), None)
+
+
+def test_a_group_nothing_could_be_judged_of_shows_not_judged_yet_before_the_ok_ones(root):
+    latest = root / "reports" / "stuck" / "latest"
+    rows = [json.loads(line) for line in (latest / "groups.jsonl").read_text().splitlines()]
+    rows.append({"cluster": "lab43", "group": "new <b>", "status": "INSUFFICIENT_DATA", "total_lag": 0,
+                 "judged_from": "2026-11-25T10:12:30Z", "counts": {"INSUFFICIENT_DATA": 3}})
+    write_jsonl(latest / "groups.jsonl", rows)
+    view = FleetView(root)
+    first, _ = view.groups().page(1)
+    # after the flagged groups, before every OK group (the OK one in a storm too)
+    assert [g["group"] for g in first[:4]] == ["gone", EVIL, "new <b>", "stormy"]
+    clusters = view.clusters(FLEET)
+    assert list(clusters[1]["counts"]) == ["STOPPED", "INSUFFICIENT_DATA", "OK"]
+    shown = view.shown_groups(view.groups().page(1, cluster="lab43", status="INSUFFICIENT_DATA")[0], clusters)
+    html = render("fleet_page.html.j2", clusters=clusters, groups=shown, total=1, page=1, pages=1,
+                  filters={"cluster": "lab43", "status": "INSUFFICIENT_DATA", "q": ""},
+                  statuses=list(rules.SHOWN_ORDER), as_of=None, approvals=[], timeline=[], health=[], health_more=0,
+                  health_run=None, coordinators=[], coord_run=None, user="admin", words=rules.STATUS_WORDS)
+    assert ('<td class="INSUFFICIENT_DATA">not judged yet <span class="muted">(from 2026-11-25 10:12:30 UTC)</span>'
+            '</td><td>lab43</td>') in html
+    carried = dict(shown[0], status="STALLED", carried_as_of="2026-11-25 10:00:00 UTC")
+    html = render("fleet_page.html.j2", clusters=clusters, groups=[carried], total=1, page=1, pages=1,
+                  filters={"cluster": "", "status": "", "q": ""}, statuses=[], as_of=None, approvals=[], timeline=[],
+                  health=[], health_more=0, health_run=None, coordinators=[], coord_run=None, user="admin",
+                  words=rules.STATUS_WORDS)
+    assert ('<td class="STALLED">STALLED <span class="muted">(judged 2026-11-25 10:00:00 UTC; not judged since)'
+            '</span></td>') in html
+    g, _ = view.shown_group("lab43", "new <b>")
+    page = render("fleet_group.html.j2", cluster="lab43", group="new <b>", g=g, partitions=[], storm=None,
+                  blind_line=None, words=rules.STATUS_WORDS)
+    assert "not judged yet</span> (judged from 2026-11-25 10:12:30 UTC at the earliest)" in page
+
+
+def test_a_cluster_not_collected_for_two_intervals_shows_stale_in_red(root, monkeypatch):
+    monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "5m")
+    state = root / "_state" / "cluster=lab43"
+    state.mkdir(parents=True)
+    (state / "collection_status.json").write_text(json.dumps({"ok": {"observed_at": "2026-11-25T10:05:00Z",
+                                                                     "groups": 2, "problems": []}}))
+    view = FleetView(root)
+    clusters = view.clusters(FLEET)
+    assert clusters[1]["seen"]["state"] == "STALE"
+    rows = view.shown_groups(view.groups().page(1, cluster="lab43")[0], clusters)
+    assert {r["group"]: r["status"] for r in rows} == {"stormy": "BLIND", "gone": "STOPPED"}  # OK never shown
+    html = render("fleet_page.html.j2", clusters=clusters, groups=rows, total=len(rows), page=1, pages=1,
+                  filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
+                  approvals=[], timeline=[], health=[], health_more=0, health_run=None, coordinators=[],
+                  coord_run=None, user="admin", words=rules.STATUS_WORDS)
+    assert '<a class="BLIND" href="?cluster=lab43">lab43</a> <span class="BLIND">STALE</span>' in html
+    assert ('<span class="BLIND blind-line">stale: the newest collection is ' in html
+            and "(2026-11-25T10:05:00Z), more than twice the 5 min collection interval" in html)

@@ -71,3 +71,61 @@ def test_log_notifier_logs_every_line(caplog):
     n = FleetAlertNotifier(title="2 stuck", lines=["STALLED a", "STOPPED b"])
     n.notify({})
     assert n.sent == ["log"]
+
+
+def test_groups_nothing_could_be_judged_of_are_listed_not_judged_never_ok(tmp_path):
+    f = [{"cluster": "c1", "group": HOSTILE, "topic": "t", "partition": p, "status": "INSUFFICIENT_DATA", "lag": 3,
+          "committed_offset": 1, "log_end_offset": 4, "reason": "Only 1 snapshot(s)."} for p in range(2)]
+    g = [{"cluster": "c1", "group": HOSTILE, "status": "INSUFFICIENT_DATA", "total_lag": 6,
+          "counts": {"INSUFFICIENT_DATA": 2}, "judged_from": "2026-01-01T01:07:30.000000Z"}]
+    _write(tmp_path, f, g)
+    html_path, md_path = StuckReport.load(tmp_path, "15m").render(tmp_path)
+    md, html = md_path.read_text(), html_path.read_text()
+    assert "## Groups not judged yet (1): too little history, never OK" in md
+    assert "judged from 2026\\-01\\-01 01\\:07\\:30 UTC at the earliest" in md
+    assert "Nothing stuck among the groups judged." in md and "Nothing stuck among the groups judged." in html
+    assert "<td>2026-01-01 01:07:30 UTC</td>" in html and "<script>" not in html
+
+
+def test_a_run_with_too_little_history_does_not_replace_a_stuck_verdict(tmp_path):
+    from fleetkit.stuck.report import carry_judged
+
+    def finding(group, status, at, source=None):
+        return {"cluster": "c1", "group": group, "topic": "t", "partition": 0, "status": status, "lag": 5,
+                "committed_offset": 1, "log_end_offset": 6, "reason": "why", "window_end": at,
+                **({"source": source} if source else {})}
+
+    def group(name, status, **extra):
+        return {"cluster": "c1", "group": name, "status": status, **extra}
+
+    t1, t2 = "2026-01-01T00:00:00.000000Z", "2026-01-01T00:05:00.000000Z"
+    latest = {"groups.jsonl": [group("stuck", "STALLED"), group("fine", "OK"), group("gone", "STOPPED"),
+                               group("stuck", "STOPPED", source="zookeeper")],
+              "findings.jsonl": [finding("stuck", "STALLED", t1), finding("fine", "OK", t1),
+                                 finding("gone", "STOPPED", t1), finding("stuck", "STOPPED", t1, "zookeeper")],
+              "series.jsonl": [{"cluster": "c1", "group": "stuck", "topic": "t", "partition": 0, "points": [1]}]}
+    run = {"groups.jsonl": [group("stuck", "INSUFFICIENT_DATA", judged_from=t2), group("fine", "INSUFFICIENT_DATA"),
+                            group("gone", "OK"), group("stuck", "OK", source="zookeeper"), group("new", "INSUFFICIENT_DATA")],
+           "findings.jsonl": [finding("stuck", "INSUFFICIENT_DATA", t2), finding("fine", "INSUFFICIENT_DATA", t2),
+                              finding("gone", "OK", t2), finding("stuck", "OK", t2, "zookeeper"),
+                              finding("new", "INSUFFICIENT_DATA", t2)],
+           "series.jsonl": []}
+    rows, carried = carry_judged(latest, run)
+    # the stuck group keeps its verdict, marked; the OK one is not carried (never OK unjudged); a
+    # group judged again (gone: OK now, the ZooKeeper group of the same name) takes the new verdict
+    assert carried == [("c1", "kafka", "stuck")]
+    by = {(g["group"], g.get("source")): g for g in rows["groups.jsonl"]}
+    assert by[("stuck", None)] == group("stuck", "STALLED", carried_as_of=t1, judged_from=t2)
+    assert by[("fine", None)]["status"] == "INSUFFICIENT_DATA" and by[("gone", None)]["status"] == "OK"
+    assert by[("stuck", "zookeeper")]["status"] == "OK" and by[("new", None)]["status"] == "INSUFFICIENT_DATA"
+    stuck = [f for f in rows["findings.jsonl"] if f["group"] == "stuck" and not f.get("source")]
+    assert stuck == [dict(finding("stuck", "STALLED", t1), carried_as_of=t1)]
+    assert rows["series.jsonl"] == latest["series.jsonl"]
+    # carried again by the next run: still the first judgement's time
+    again, _ = carry_judged(rows, run)
+    assert [g for g in again["groups.jsonl"] if g["group"] == "stuck" and not g.get("source")][0]["carried_as_of"] == t1
+    # nothing to carry: the run's rows as they are
+    assert carry_judged({}, run) == (run, [])
+    _write(tmp_path, rows["findings.jsonl"], rows["groups.jsonl"])
+    _, md_path = StuckReport.load(tmp_path, "15m").render(tmp_path)
+    assert "**STALLED** (judged 2026\\-01\\-01T00\\:00\\:00\\.000000Z; not judged since) c1" in md_path.read_text()

@@ -59,7 +59,12 @@ def test_lag_growth_ratio_is_a_flag():
 def test_group_status_order_and_storm():
     assert stuck.group_status(["OK", "LAGGING", "STALLED"]) == "STALLED"
     assert stuck.group_status(["STOPPED", "REWOUND"]) == "REWOUND"
-    assert stuck.group_status(["NO_COMMIT", "INSUFFICIENT_DATA"]) == "OK"
+    # never OK unless a partition was judged OK: a group nothing could be judged of is "not judged yet"
+    assert stuck.group_status(["NO_COMMIT", "INSUFFICIENT_DATA"]) == "INSUFFICIENT_DATA"
+    assert stuck.group_status(["OK", "INSUFFICIENT_DATA", "NO_COMMIT"]) == "OK"
+    assert stuck.group_status(["NO_COMMIT"]) == "NO_COMMIT"
+    assert stuck.group_status([]) == "INSUFFICIENT_DATA"
+    assert stuck.shown_word("INSUFFICIENT_DATA") == "not judged yet" and stuck.shown_word("STALLED") == "STALLED"
     assert stuck.group_status(["OUT_OF_RANGE", "REWOUND", "STOPPED"]) == "OUT_OF_RANGE"
     t = [T0 + dt.timedelta(seconds=i) for i in range(4)]
     assert stuck.rebalance_storm({t[0]: "PreparingRebalance", t[1]: "Stable", t[2]: "CompletingRebalance",
@@ -89,3 +94,15 @@ def test_a_frozen_offset_not_yet_judged_says_how_long_and_until_when():
     assert status == "INSUFFICIENT_DATA"
     assert reason == ("Not judged yet: the committed offset has stayed at 100 for 450s with lag 200; judged STALLED "
                       "or STOPPED once work has waited 900s at it.")
+    # when: 900 - 450 s after the judgement
+    as_of = max(r["observed_at"] for r in rows).timestamp()
+    assert stuck.judge(f, WINDOW.total_seconds()).judged_from == pytest.approx(as_of + 450)
+
+
+def test_too_short_a_history_says_from_when_it_can_be_judged():
+    rows = snaps((1000, 1100), (1000, 1150), step=60)  # 60 s of a 15 min window: judged once it spans 450 s
+    f = stuck.features(rows, max(r["observed_at"] for r in rows), WINDOW)
+    v = stuck.judge(f, WINDOW.total_seconds())
+    first = min(r["observed_at"] for r in rows).timestamp()
+    assert v.status == "INSUFFICIENT_DATA" and v.judged_from == pytest.approx(first + 450)
+    assert stuck.judge(f, WINDOW.total_seconds()).since is None

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fleetkit.stuck.timelag import TimeLag, estimate, short_duration
+from fleetkit.core.durations import short_duration
+from fleetkit.stuck.timelag import TimeLag, estimate
 
 # a producer at 10 records/s, a snapshot every 10 s: log end 0, 100, 200, ... at t = 0, 10, 20, ...
 STEADY = [(t, 10 * t) for t in range(0, 101, 10)]

@@ -26,3 +26,18 @@ def parse_duration_seconds(text: Any) -> float:
 def parse_duration(text: Any) -> dt.timedelta:
     """The same as a timedelta."""
     return dt.timedelta(seconds=parse_duration_seconds(text))
+
+
+def short_duration(seconds: float) -> str:
+    """'45s', '7m 30s', '12 min', '2h 5m', '3d 4h': a duration as a person reads it."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h}h"
+    if h:
+        return f"{h}h {m}m"
+    return f"{m} min" if not s or m >= 10 else f"{m}m {s}s"

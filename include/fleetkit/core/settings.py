@@ -6,6 +6,9 @@ Environment variables (all optional):
   FLEET_FILE            the fleet file (default: include/fleets/lab.yaml)
   FLEET_DATA_ROOT       the data root, a folder or a Spark/pyarrow URI (default: FLEET_HOME/data)
   FLEET_RETENTION_DAYS  days of dataset partitions to keep (default 30)
+  FLEET_COLLECTION_INTERVAL  the time between scheduled collections, as fleet_maintenance's schedule
+                        runs them (default 5m): a cluster whose newest collection is older than
+                        twice this is shown stale
   FLEET_PLANS_DIR       stored plans (default: <data root>/plans)
   FLEET_QUARANTINE_DIR  quarantined segment files (default: <data root>/quarantine)
   FLEET_LOCK_DIR        per-cluster lock files (default: $AIRFLOW_HOME/locks, else FLEET_HOME/.locks);
@@ -39,6 +42,20 @@ def data_root() -> str:
 
 def retention_days() -> int:
     return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
+
+
+def collection_interval() -> float:
+    """Seconds between scheduled collections (FLEET_COLLECTION_INTERVAL, a duration such as 5m)."""
+    from fleetkit.core.durations import parse_duration_seconds
+
+    value = os.environ.get("FLEET_COLLECTION_INTERVAL") or "5m"
+    try:
+        seconds = parse_duration_seconds(value)
+    except ValueError as e:
+        raise ValueError(f"FLEET_COLLECTION_INTERVAL: {e}") from None
+    if seconds <= 0:
+        raise ValueError(f"FLEET_COLLECTION_INTERVAL: {value!r} must be longer than 0 s")
+    return seconds
 
 
 def plans_root(data_root_: str | None = None) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 
+from fleetkit.core.durations import short_duration
 from fleetkit.stuck import rules, timelag
 
 #: columns of `fleetctl lag`: kafka-consumer-groups --describe's, then the toolkit's
@@ -84,7 +85,7 @@ def lag_time_text(t: timelag.TimeLag) -> str:
     """LAG-TIME: '0s', '~7m', '>=2h5m', '-' (unknown)."""
     if t.kind == "unknown" or t.seconds is None or (t.kind == "bounded" and t.seconds < 1):
         return "-"  # (a bound of 0 s says nothing: no log end history yet)
-    text = timelag.short_duration(t.seconds).replace(" min", "m").replace(" ", "")  # one word per cell
+    text = short_duration(t.seconds).replace(" min", "m").replace(" ", "")  # one word per cell
     return {"exact": text, "bounded": f">={text}"}.get(t.kind, f"~{text}")
 
 

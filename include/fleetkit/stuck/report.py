@@ -105,12 +105,13 @@ def storm_fix(g: dict) -> str:
     return g.get("storm_fix") or stuck.STORM_FIXES["rebalancing"]
 
 
-def readable_time(iso: str | None) -> str | None:
-    """'2026-01-01 00:58:00 UTC' for an ISO-8601 time as the job writes it (unchanged if unparsable)."""
+def readable_time(iso: str | dt.datetime | None) -> str | None:
+    """'2026-01-01 00:58:00 UTC' for an ISO-8601 time as the job writes it, or a datetime as Arrow
+    reads it (naive: UTC); unchanged if unparsable."""
     if not iso:
         return None
     try:
-        t = dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
+        t = iso if isinstance(iso, dt.datetime) else dt.datetime.fromisoformat(iso.replace("Z", "+00:00"))
     except ValueError:
         return iso
     t = t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
@@ -137,16 +138,16 @@ class StuckReport:
     series: dict = field(default_factory=dict)
     generated_at: str = ""
     window: str = ""
-    #: clusters whose newest collection was blind or failed: {"cluster", "line"} (see_collections)
+    #: clusters whose newest collection was blind, failed or is stale: {"cluster", "line"} (see_collections)
     blind: list[dict] = field(default_factory=list)
 
     def see_collections(self, statuses: dict[str, dict]) -> None:
         """Note the clusters (name -> collection_status.json) whose newest collection did not see
         everything (fleetkit.collection.blind): the report names them first, in red, with one line."""
-        from fleetkit.collection.blind import cluster_state
+        from fleetkit.collection.blind import current_state
 
         self.blind = [{"cluster": name, "line": state["line"]} for name, status in statuses.items()
-                      for state in [cluster_state(status)] if state["state"] in ("BLIND", "FAILING")]
+                      for state in [current_state(status)] if state["state"] in ("BLIND", "FAILING", "STALE")]
 
     @classmethod
     def load(cls, out_dir: str | Path, window: str = "") -> "StuckReport":
@@ -158,8 +159,8 @@ class StuckReport:
                    generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"))
 
     def flagged(self) -> list[dict]:
-        order = {s: i for i, s in enumerate(stuck.GROUP_ORDER)}
-        rows = [f for f in self.findings if f["status"] in order and f["status"] != "OK"]
+        order = {s: i for i, s in enumerate(stuck.FLAGGED)}
+        rows = [f for f in self.findings if f["status"] in order]
         for f in rows:
             f["source"] = f.get("source") or "kafka"  # findings written before the column: Kafka groups
             points = self.series.get((f["cluster"], f["source"], f["group"], f["topic"], f["partition"]), [])
@@ -172,6 +173,13 @@ class StuckReport:
             f["since_ago"] = _ago(since, f.get("window_end"))
         return sorted(rows, key=lambda f: (order[f["status"]], f["cluster"], f["source"], f["group"], f["topic"],
                                            f["partition"]))
+
+    def not_judged(self) -> list[dict]:
+        """The groups none of whose partitions could be judged (status INSUFFICIENT_DATA), each with
+        the earliest time a verdict can come (`judged_from`, readable): never counted as OK."""
+        rows = [dict(g, judged_from=readable_time(g.get("judged_from"))) for g in self.groups
+                if g.get("status") == "INSUFFICIENT_DATA"]
+        return sorted(rows, key=lambda g: (g["cluster"], g.get("source") or "kafka", g["group"]))
 
     def clusters(self) -> list[dict]:
         per: dict[str, Counter] = defaultdict(Counter)
@@ -207,8 +215,9 @@ class StuckReport:
 
     def render(self, out_dir: str | Path) -> tuple[Path, Path]:
         out = Path(out_dir)
-        flagged = self.flagged()
+        flagged, unjudged = self.flagged(), self.not_judged()
         ctx = {"report": self, "flagged": flagged[:REPORT_LIMIT], "total_flagged": len(flagged), "storm_what": storm_what,
+               "not_judged": unjudged[:REPORT_LIMIT], "total_not_judged": len(unjudged),
                "storm_fix": storm_fix,
                "more": max(0, len(flagged) - REPORT_LIMIT), "clusters": self.clusters(),
                "storms": [g for g in self.groups if g.get("rebalance_storm")]}
@@ -216,3 +225,47 @@ class StuckReport:
         html_path.write_text(render("stuck_report.html.j2", **ctx), encoding="utf-8")
         md_path.write_text(render("stuck_report.md.j2", **ctx), encoding="utf-8")
         return html_path, md_path
+
+
+#: the job's outputs a stuck run publishes to reports/stuck/latest (the fleet page reads them there)
+OUTPUTS = ("findings.jsonl", "groups.jsonl", "series.jsonl")
+
+
+def _group_key(row: dict) -> tuple:
+    return row.get("cluster"), row.get("source") or "kafka", row.get("group")
+
+
+def carry_judged(latest: dict[str, list[dict]], run: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], list]:
+    """What reports/stuck/latest shows after `run` ({OUTPUTS name: rows}), given what it shows now:
+    a run with too little history does not replace a judged one. A group the run could not judge
+    (INSUFFICIENT_DATA: "not judged yet") whose latest verdict flagged it (STALLED, STOPPED, ...)
+    keeps that verdict, its findings and series, marked `carried_as_of` (the judgement's time) and
+    with the run's `judged_from`; every other group is the run's. Returns (the rows to publish, the
+    keys of the groups carried)."""
+    old_groups = {_group_key(g): g for g in latest.get("groups.jsonl", [])}
+    old_as_of = {}
+    for f in latest.get("findings.jsonl", []):
+        old_as_of.setdefault(_group_key(f), f.get("carried_as_of") or f.get("window_end"))
+    carried = []
+    groups = []
+    for g in run.get("groups.jsonl", []):
+        old = old_groups.get(_group_key(g))
+        if g.get("status") == "INSUFFICIENT_DATA" and old is not None and old.get("status") in stuck.FLAGGED:
+            key = _group_key(g)
+            carried.append(key)
+            groups.append(dict(old, carried_as_of=old.get("carried_as_of") or old_as_of.get(key),
+                               judged_from=g.get("judged_from")))
+        else:
+            groups.append(g)
+    if not carried:
+        return dict(run), []
+    keep = set(carried)
+    out = {"groups.jsonl": groups}
+    for name in ("findings.jsonl", "series.jsonl"):
+        rows = [r for r in run.get(name, []) if _group_key(r) not in keep]
+        for r in latest.get(name, []):
+            if _group_key(r) in keep:
+                rows.append(dict(r, carried_as_of=r.get("carried_as_of") or old_as_of.get(_group_key(r)))
+                            if name == "findings.jsonl" else r)
+        out[name] = rows
+    return out, carried

@@ -61,8 +61,17 @@ STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "
             "LAGGING")
 #: offsets_snapshots sources whose store registers no members (nothing says a consumer is alive)
 NO_LIVENESS_SOURCES = ("storm",)
-#: group status order, worst first (NO_COMMIT and INSUFFICIENT_DATA do not raise a group's status)
-GROUP_ORDER = ("OUT_OF_RANGE", "REWOUND", "STOPPED", "FROZEN", "STALLED", "LAGGING", "OK")
+#: a group's status is the first of these its partitions have: one judged partition (OK or worse)
+#: outranks the partitions not judged yet, so a group is INSUFFICIENT_DATA ("not judged yet") only
+#: when none of its partitions could be judged, and NO_COMMIT only when none has a commit
+GROUP_ORDER = ("OUT_OF_RANGE", "REWOUND", "STOPPED", "FROZEN", "STALLED", "LAGGING", "OK", "INSUFFICIENT_DATA",
+               "NO_COMMIT")
+#: the verdicts worse than OK (what the reports list and chart)
+FLAGGED = GROUP_ORDER[:GROUP_ORDER.index("OK")]
+#: the order groups are shown in, worst first: what could not be judged comes before OK (never green)
+SHOWN_ORDER = FLAGGED + ("INSUFFICIENT_DATA", "NO_COMMIT", "OK")
+#: how a status reads where a person sees it (the others read as they are)
+STATUS_WORDS = {"INSUFFICIENT_DATA": "not judged yet", "NO_COMMIT": "no commit"}
 ALERTING = ("STOPPED", "FROZEN", "STALLED", "OUT_OF_RANGE")
 DEFAULT_WINDOW = dt.timedelta(minutes=15)
 DEFAULT_LAG_GROWTH_RATIO = 0.05
@@ -114,6 +123,7 @@ class Verdict(NamedTuple):
     reason: str
     since: float | None = None        # epoch seconds: when the partition stopped making progress
     confidence: str | None = None     # high | medium | low (module docstring)
+    judged_from: float | None = None  # epoch seconds, INSUFFICIENT_DATA only: the earliest a verdict can come
 
 
 # -- early detection ------------------------------------------------------------------------------
@@ -285,7 +295,8 @@ def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_
     if insufficient(f, window_seconds):
         return Verdict("INSUFFICIENT_DATA", (
             f"Only {f.snapshots} snapshot(s) spanning {f.span_seconds:.0f}s of a {window_seconds:.0f}s window: "
-            "not enough to judge (a consumer committing every few minutes is not stuck)."))
+            "not enough to judge (a consumer committing every few minutes is not stuck)."),
+            judged_from=None if f.as_of is None else f.as_of - f.span_seconds + window_seconds / 2)
     if frozen_all_window(f):
         return _frozen(f, True, window_seconds)
     if lagging(f, ratio):
@@ -302,9 +313,11 @@ def _not_judged_yet(f: Features) -> Verdict:
     "keeping pace" (its lag may be growing), judged STALLED / STOPPED once the threshold is met."""
     waited = frozen_seconds(f)
     waited = f.span_seconds if waited is None else waited
+    threshold = whole_window_threshold(f)
     return Verdict("INSUFFICIENT_DATA", (
         f"Not judged yet: the committed offset has stayed at {f.latest_committed} for {waited:.0f}s with lag "
-        f"{f.latest_lag}; judged STALLED or STOPPED once work has waited {whole_window_threshold(f):.0f}s at it."))
+        f"{f.latest_lag}; judged STALLED or STOPPED once work has waited {threshold:.0f}s at it."),
+        judged_from=None if f.as_of is None else f.as_of + max(0.0, threshold - waited))
 
 
 def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_RATIO) -> tuple[str, str]:
@@ -314,11 +327,17 @@ def classify(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROW
 
 
 def group_status(statuses: Iterable[str]) -> str:
+    """A group's status from its partitions' (GROUP_ORDER): never OK unless a partition was judged OK."""
     present = set(statuses)
     for s in GROUP_ORDER:
         if s in present:
             return s
-    return "OK"
+    return "INSUFFICIENT_DATA"
+
+
+def shown_word(status: str | None) -> str:
+    """A status as a person reads it: "not judged yet" for INSUFFICIENT_DATA."""
+    return STATUS_WORDS.get(status or "", status or "")
 
 
 def rebalance_storm(states_by_time: dict) -> bool:

@@ -26,6 +26,8 @@ import bisect
 from dataclasses import dataclass
 from typing import Iterable
 
+from fleetkit.core.durations import short_duration
+
 KINDS = ("exact", "interpolated", "bounded", "unknown")
 #: how far a record timestamp may lie outside its bracket and still be read as the append time
 CLOCK_SLACK_SECONDS = 1.0
@@ -49,20 +51,6 @@ class TimeLag:
         if self.kind == "exact":
             return f"{text} behind"
         return f"about {text} behind"
-
-
-def short_duration(seconds: float) -> str:
-    s = max(0, int(round(seconds)))
-    if s < 60:
-        return f"{s}s"
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d {h}h"
-    if h:
-        return f"{h}h {m}m"
-    return f"{m} min" if not s or m >= 10 else f"{m}m {s}s"
 
 
 def _history(points: Iterable[tuple[float, int | None]]) -> list[tuple[float, int]]:

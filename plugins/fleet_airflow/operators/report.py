@@ -56,28 +56,42 @@ class StuckReportOperator(BaseOperator):
         super().__init__(**kwargs)
         self.out_dir, self.fleet_file, self.data_root, self.window = out_dir, fleet_file, data_root, window
 
-    def _publish_latest(self, run_dir: Path) -> None:
-        from fleetkit.core.datasets import publish_copy
+    def _publish_latest(self, run_dir: Path, report: StuckReport) -> None:
+        """Copy the run's report and outputs to reports/stuck/latest (the fleet page reads them
+        there), except that a group this run could not judge keeps its latest stuck verdict
+        (fleetkit.stuck.report.carry_judged): then latest's report is rendered from what it shows."""
+        from fleetkit.core.datasets import publish_copy, publish_rows, read_jsonl
+        from fleetkit.stuck.report import OUTPUTS, carry_judged
 
         latest = Path(self.data_root) / "reports" / "stuck" / "latest"
         if run_dir.resolve() == latest.resolve():
             return
         latest.mkdir(parents=True, exist_ok=True)
-        # the job's outputs too: the fleet page (plugins/fleet_page.py) reads them from latest/
-        for name in ("findings.jsonl", "groups.jsonl", "series.jsonl", "report.html", "report.md"):
-            if not (run_dir / name).exists():
-                continue
-            publish_copy(run_dir / name, latest / name)
+        rows, carried = carry_judged({n: read_jsonl(latest / n) for n in OUTPUTS},
+                                     {n: read_jsonl(run_dir / n) for n in OUTPUTS})
+        if not carried:
+            for name in OUTPUTS + ("report.html", "report.md"):
+                if (run_dir / name).exists():
+                    publish_copy(run_dir / name, latest / name)
+            return
+        self.log.warning("%d group(s) this run could not judge yet (too little history) keep their latest verdict "
+                         "on the fleet page, marked with its time: %s", len(carried),
+                         ", ".join(f"{v(c)}/{g!r}" for c, _, g in carried[:20]))
+        for name in OUTPUTS:
+            publish_rows(rows[name], latest / name)
+        shown = StuckReport.load(latest, self.window)
+        shown.blind = report.blind
+        shown.render(latest)
 
     def _blind_alerts(self, fleet) -> list[str]:
-        """One alert line per cluster that went blind (or failing), once per episode."""
-        from fleetkit.collection.blind import cluster_state, episode_alerts
+        """One alert line per cluster that went blind (or failing, or stale), once per episode."""
+        from fleetkit.collection.blind import current_state, episode_alerts
         from fleetkit.collection.groups import blind_alerted_path, collection_status
         from fleetkit.core.datasets import DataRoot
 
         root = DataRoot(self.data_root)
         alerted = root.read_json(blind_alerted_path(root), default=[]) or []
-        lines, still = episode_alerts({c.name: cluster_state(collection_status(root, c.name)) for c in fleet.clusters},
+        lines, still = episode_alerts({c.name: current_state(collection_status(root, c.name)) for c in fleet.clusters},
                                       alerted)
         if still != alerted:
             root.write_json_atomic(blind_alerted_path(root), still)
@@ -94,7 +108,7 @@ class StuckReportOperator(BaseOperator):
             self.log.warning("no findings in %s (did the analysis run?)", self.out_dir)
         html_path, md_path = report.render(self.out_dir)
         url = report_url(html_path, self.data_root)
-        self._publish_latest(html_path.parent)
+        self._publish_latest(html_path.parent, report)
         context["ti"].xcom_push(key=REPORT_XCOM_KEY, value=url)
         self.log.info("stuck-partitions report: %s (Markdown %s, link %s)", html_path, md_path, url)
         for c in report.clusters():
