@@ -410,7 +410,38 @@ def cmd_audit_rollback(args) -> int:
     run = me.api("POST", f"/api/v2/dags/{rollback['dag_id']}/dagRuns", {"logical_date": None, "conf": conf})
     print(f"triggered {rollback['dag_id']} run {run['dag_run_id']} as {me.user} "
           f"({'approval required, by another approver' if args.execute else 'dry run: plan only'})")
+    if args.execute:
+        _say_plan(args, rollback["dag_id"], run["dag_run_id"])
     return 0
+
+
+def _say_plan(args, dag_id: str, run_id: str, wait: float = 30.0) -> None:
+    """The run's plan as soon as its plan task stored it: its title and, in red, what the execution
+    would refuse if it were approved now (a group with live members), so that nobody approves a
+    change that cannot happen."""
+    from fleetkit.core import plans
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.render import visible_controls
+
+    from fleetkit.core.settings import plans_root
+
+    from fleet_airflow import settings
+    from fleetctl.incident import red
+
+    root = plans_root(args.data_root or settings.data_root())
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            plan, digest = plans.load(root, dag_id, run_id)
+            break
+        except FleetError:
+            if time.monotonic() > deadline:
+                print(f"  the plan is not stored yet after {wait:.0f}s: see the run's approval page")
+                return
+            time.sleep(0.5)
+    print(f"  plan {digest[:12]}: {visible_controls(plan['title'])}")
+    for line in plan.get("refused_now") or []:
+        print(red(f"  refused if approved now: {visible_controls(line)}", sys.stdout))
 
 
 def cmd_audit_verify(args) -> int:
@@ -905,6 +936,29 @@ def run(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a socket's, not the reader's: not a quiet end
+        return 0  # `fleetctl offsets dump ... | head`: the reader has what it wanted
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout's reader went away (then stdout points at /dev/null, so the interpreter's own
+    flush at exit does not fail again)."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(ev & select.POLLERR for _, ev in poller.poll(0))  # a pipe without a reader
+    except (OSError, ValueError):
+        return False
+    if closed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+    return closed
 
 
 def console_main() -> int:

@@ -329,9 +329,12 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
         log.info("plan stored at %s, digest %s\n%s", path, digest, render_plan(action, plan, digest, response_timeout))
+        for line in plan.get("refused_now") or []:  # named before anyone approves, on the page and here
+            log.warning("refused if approved now: %s", visible_controls(line))
         _audit(params, context, action, "planned", digest=digest, message=plan["title"],
                details={"changes": plan["changes"]})
-        return {"digest": digest, "title": plan["title"], "changes": len(plan["changes"])}
+        return {"digest": digest, "title": plan["title"], "changes": len(plan["changes"]),
+                "refused_now": len(plan.get("refused_now") or [])}
 
     @task.short_circuit(task_id="dry_run_stop")
     def dry_run_stop(**context) -> bool:

@@ -175,3 +175,30 @@ def test_one_destructive_runbook_per_cluster(dag, setup, tmp_path):
     refused = [r for r in audit.records(setup["root"], "labtest", dr.run_id) if r["event"] == "refused"]
     assert "holder run 'other_run' of DAG 'other_dag' is no longer running" in refused[0]["message"]
     assert lock.holder()["owner"] == "other_dag/other_run"  # not released by the refused run
+
+
+def test_a_plan_of_a_group_with_live_members_says_it_would_be_refused_before_anyone_approves(dag, setup):
+    """Kafka refuses an offset change of a group with live members: the plan says so on the
+    approval page (and in the plan task's log) before anyone approves, with what to do first."""
+    from fleetkit.core.render import render
+
+    t = ConsumerThread(setup["lab"].bootstrap, setup["group"], [setup["topic"]], client_id="still-running-1",
+                       handle=lambda m: False)  # alive, never commits
+    t.start()
+    try:
+        admin = AdminClient(setup["lab"].spec.client_config())
+        deadline = time.monotonic() + 60
+        while not admin.describe_consumer_groups([setup["group"]])[setup["group"]].result().members:
+            assert time.monotonic() < deadline, "the consumer never joined"
+            time.sleep(0.3)
+        dr = run(dag, {k: v for k, v in setup["conf"].items() if k != "dry_run"})  # a dry run: the plan only
+    finally:
+        t.stop()
+    assert states(dr)["plan"] == "success"
+    plan, digest = plans.load(setup["data"] / "plans", DAG_ID, dr.run_id)
+    (line,) = plan["refused_now"]
+    assert "live member(s) (clients: still-running-1)" in line and "Stop the group's consumers first" in line
+    body = render("plan.md.j2", plan=plan, digest=digest, details_table=None, timeout="1 h")
+    assert body.index("### Refused if approved now") < body.index("### What will change")
+    assert "still\\-running\\-1" in body
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}

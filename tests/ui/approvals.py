@@ -117,6 +117,7 @@ def cli_rollback(case, record_id: str, monkeypatch, capsys, user: str = "approve
     assert main(["audit", "rollback", record_id, "--execute", *flags]) == 0
     out = capsys.readouterr().out
     assert passwords()[user] not in out
+    assert "\n  plan " in out and "refused if approved now" not in out, out  # the plan, said before any approval
     return out.split(f"triggered {case['dag_id']} run ", 1)[1].split(" as ", 1)[0]
 
 

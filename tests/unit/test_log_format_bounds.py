@@ -267,6 +267,24 @@ def test_cli_dump_of_a_segment_with_a_corrupt_batch_names_it_and_exits_3(tmp_pat
     assert main(["offsets", "dump", "--segment", str(seg)]) == 2
 
 
+def test_a_dump_piped_into_head_ends_quietly_with_0(tmp_path):
+    """`fleetctl offsets dump ... | head -1`: the reader closing the pipe is not a failure (it was a
+    BrokenPipeError traceback, exit 1)."""
+    import subprocess
+    import sys
+
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(b"".join(good(i * 10) for i in range(3000)))  # more than a pipe's buffer
+    cmd = [sys.executable, "-c", "import sys; from fleetctl.cli import console_main; sys.exit(console_main())",
+           "offsets", "dump", "--segment", str(seg)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert json.loads(p.stdout.readline())["offset"] == 0
+    p.stdout.close()  # what head does after its line
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err
+
+
 def test_a_huge_entry_size_at_the_end_of_a_segment_reads_nothing_past_the_file():
     data = good(0) + struct.pack(">qi", 2, 2**31 - 1) + b"\x00" * 60
     report = log_format.SegmentReport()

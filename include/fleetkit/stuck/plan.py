@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow
 from fleetkit.core.errors import FleetError
-from fleetkit.core.kafka_names import EMPTY_STATES  # noqa: F401 - execute.py imports it from here
+from fleetkit.core.kafka_names import EMPTY_STATES  # (execute.py imports it from here too)
 from fleetkit.stuck import rules as stuck
 
 ACTION = "reset_offsets"
@@ -141,6 +141,13 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
                      "lag_before": None if before is None else end - before, "lag_after": end - after})
         changes.append({"target": f"{t}-{p}", "before": before, "after": after})
     previous = {str(r["partition"]): r["committed"] for r in rows if r["committed"] is not None}
+    refused_now = []
+    if desc.members or desc.state not in EMPTY_STATES:
+        clients = ", ".join(sorted({m.client_id for m in desc.members})) or "none listed"
+        refused_now.append(
+            f"group {group!r} is {desc.state} with {len(desc.members)} live member(s) (clients: {clients}): Kafka "
+            "refuses an offset change of a group with live members, and the execution re-checks it. Stop the "
+            "group's consumers first (until it shows Empty), then approve; or reject and plan again later.")
     rollback_conf = {"cluster": cluster, "group": group, "topic": topic,
                      "partitions": ",".join(previous), "target": "restore", "offsets": previous,
                      "dry_run": True}
@@ -170,6 +177,8 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         },
         "details": {"group": group, "topic": topic, "target": tgt.describe(), "partitions": rows,
                     "group_state": desc.state, "members": len(desc.members)},
+        # what the execution's precondition check would refuse if approved as things are now
+        "refused_now": refused_now,
     }
 
 

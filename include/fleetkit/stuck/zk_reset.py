@@ -175,6 +175,12 @@ def build_plan(ctx, params: dict) -> dict:
                      "topic": topic, "partitions": ",".join(previous), "target": "restore", "offsets": previous,
                      "topology_deactivated": False, "dry_run": True}
     preconditions = []
+    refused_now = []
+    if source == "zookeeper" and members:
+        refused_now.append(f"{len(members)} consumer(s) registered under "
+                           f"{zk_offsets.child_path(store.root, group, 'ids')}: the execution refuses to write while "
+                           "the group has live consumers (they would commit over the reset). Stop them first, then "
+                           "approve; or reject and plan again later.")
     if source == "zookeeper":
         preconditions.append({"check": "no_live_members", "what": f"no consumer registered under "
                                                                   f"{zk_offsets.child_path(store.root, group, 'ids')}",
@@ -211,6 +217,8 @@ def build_plan(ctx, params: dict) -> dict:
                               "root": store.root},
                     "members": len(members), "group_state": ("Stable" if members else "Empty")
                     if source == "zookeeper" else "Unknown"},
+        # what the execution's precondition check would refuse if approved as things are now
+        "refused_now": refused_now,
     }
 
 
