@@ -94,37 +94,62 @@ class Scenario:
         return True
 
 
+class Traffic:
+    """The scenarios' consumers and the producer (RATE records/s to every topic but `rare`, one
+    record every RARE_EVERY s to `rare`): start(), fault() at the fault, stop() at the end."""
+
+    def __init__(self, bootstrap: str, version: str):
+        self.fault_event, self.prod_stop = threading.Event(), threading.Event()
+        self.scenarios = [Scenario(n, bootstrap, version, self.fault_event) for n in SCENARIOS]
+        for s in self.scenarios:
+            wait_topic(bootstrap, s.topic, kafka_version=version)
+        self.prod = producer(bootstrap, version)
+        self.producer_thread = threading.Thread(target=self._produce, daemon=True)
+
+    def _produce(self) -> None:
+        n, last_rare = 0, 0.0
+        while not self.prod_stop.is_set():
+            for s in self.scenarios:
+                if s.name != "rare":
+                    self.prod.produce(s.topic, value=f"{n}".encode(), partition=0)
+            if time.monotonic() - last_rare >= RARE_EVERY:
+                self.prod.produce(PREFIX + "rare", value=f"{n}".encode(), partition=0)
+                last_rare = time.monotonic()
+            n += 1
+            self.prod.poll(0)
+            self.prod_stop.wait(1.0 / RATE)
+        self.prod.flush(10)
+
+    def start(self) -> None:
+        self.producer_thread.start()
+        for s in self.scenarios:
+            s.thread.start()
+
+    def fault(self) -> float:
+        """The fault: stalled meets a poison record, stopped commits and closes, rewound seeks back.
+        Returns its time (epoch seconds)."""
+        self.fault_event.set()
+        at = time.time()
+        stopped = next(s for s in self.scenarios if s.name == "stopped")
+        threading.Thread(target=stopped.thread.stop, daemon=True).start()
+        return at
+
+    def stop(self) -> None:
+        self.prod_stop.set()
+        for s in self.scenarios:
+            s.thread.stop()
+        if self.producer_thread.is_alive():
+            self.producer_thread.join(15)
+
+
 def run_traffic(args, lab, version: str, data: str) -> tuple[dict[str, float], list[dt.datetime]]:
     """Run the scenarios, collect every interval; returns (fault time per scenario, snapshot times)."""
     from fleet_airflow import clusters
 
-    bootstrap = lab.spec.bootstrap
     fleet = parse_fleet(__import__("yaml").safe_dump(lab.spec.fleet_document()), path="bench")
     cluster = fleet.cluster(lab.spec.name)
-    fault, prod_stop = threading.Event(), threading.Event()
-    scenarios = [Scenario(n, bootstrap, version, fault) for n in SCENARIOS]
-    for s in scenarios:
-        wait_topic(bootstrap, s.topic, kafka_version=version)
-    prod = producer(bootstrap, version)
-
-    def produce() -> None:
-        n, last_rare = 0, 0.0
-        while not prod_stop.is_set():
-            for s in scenarios:
-                if s.name != "rare":
-                    prod.produce(s.topic, value=f"{n}".encode(), partition=0)
-            if time.monotonic() - last_rare >= RARE_EVERY:
-                prod.produce(PREFIX + "rare", value=f"{n}".encode(), partition=0)
-                last_rare = time.monotonic()
-            n += 1
-            prod.poll(0)
-            prod_stop.wait(1.0 / RATE)
-        prod.flush(10)
-
-    producer_thread = threading.Thread(target=produce, daemon=True)
-    producer_thread.start()
-    for s in scenarios:
-        s.thread.start()
+    traffic = Traffic(lab.spec.bootstrap, version)
+    traffic.start()
     start = time.monotonic()
     snapshots: list[dt.datetime] = []
     fault_at: dict[str, float] = {}
@@ -137,13 +162,10 @@ def run_traffic(args, lab, version: str, data: str) -> tuple[dict[str, float], l
             if now < due:
                 time.sleep(due - now)
             elapsed = time.monotonic() - start
-            if elapsed >= args.fault_after and not fault.is_set():
-                fault.set()
-                at = time.time()
-                for s in scenarios:
+            if elapsed >= args.fault_after and not traffic.fault_event.is_set():
+                at = traffic.fault()
+                for s in traffic.scenarios:
                     fault_at[s.name] = at
-                stopped = next(s for s in scenarios if s.name == "stopped")
-                threading.Thread(target=stopped.thread.stop, daemon=True).start()
                 print(f"t={elapsed:5.1f}s  FAULT: stalled meets a poison record, stopped closes, rewound seeks "
                       "300 back", flush=True)
             if elapsed > total:
@@ -158,10 +180,7 @@ def run_traffic(args, lab, version: str, data: str) -> tuple[dict[str, float], l
                   flush=True)
             tick += 1
     finally:
-        prod_stop.set()
-        for s in scenarios:
-            s.thread.stop()
-        producer_thread.join(15)
+        traffic.stop()
     return fault_at, snapshots
 
 
