@@ -300,6 +300,7 @@ def run(args, lab, version: str, env: dict, firsts: dict[str, Firsts], burrow: B
                       "300 back", flush=True)
             if elapsed > total:
                 break
+            times["cycle starts"].append(elapsed)
             print(f"t={elapsed:5.1f}s  {cycle(args, lab.spec.name, env, firsts['toolkit'], times, codes)}", flush=True)
             tick += 1
     finally:
@@ -312,11 +313,14 @@ def run(args, lab, version: str, env: dict, firsts: dict[str, Firsts], burrow: B
 
 # -- the report --------------------------------------------------------------------------------
 def first_text(seen: dict[str, float]) -> str:
+    """'ERR +44, STALL +44' (Burrow's OK and NOTFOUND left out: the toolkit's stuck lists only what it flags)."""
+    seen = {s: r for s, r in seen.items() if s not in ("OK", "NOTFOUND")}
     return ", ".join(f"{s} {r:+.0f}" for s, r in sorted(seen.items(), key=lambda kv: kv[1])) or "-"
 
 
-def report(firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, codes) -> None:
+def report(args, firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, codes, load) -> None:
     tk, bw = firsts["toolkit"], firsts["burrow"]
+    print(f"\nBURROW: Burrow {burrow_name}" + ("" if burrow_ok else " (no figures)"))
     print("\nfirst verdicts after the fault (s); false positives: an alarm on a consumer without a fault, or "
           "before the fault")
     rows, fp = [], {"toolkit": [], "burrow": []}
@@ -326,7 +330,7 @@ def report(firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, 
         fp["burrow"] += [f"{name} {x}" for x in bw_fp]
         rows.append([name, first_text(tk.after(name)), ", ".join(tk_fp) or "none",
                      first_text(bw.after(name)) if burrow_ok else "n/a", (", ".join(bw_fp) or "none") if burrow_ok else "n/a"])
-    print_table(["SCENARIO", "TOOLKIT (fleetctl stuck)", "TOOLKIT FALSE POS.", f"BURROW {burrow_name}", "BURROW FALSE POS."],
+    print_table(["SCENARIO", "TOOLKIT (fleetctl stuck)", "TOOLKIT FALSE POS.", "BURROW", "BURROW FALSE POS."],
                 rows)
 
     print("\ndetection: the fault's verdict, seconds after the fault (end to end)")
@@ -340,7 +344,7 @@ def report(firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, 
         def cell(want, d, ok=True):
             return "n/a" if not ok else f"{want} {d:.1f} s" if d is not None else f"{want} never"
         rows.append([name, cell(t_want, delays["toolkit"][name]), cell(b_want, delays["burrow"][name], burrow_ok)])
-    print_table(["SCENARIO", "TOOLKIT", f"BURROW {burrow_name}"], rows)
+    print_table(["SCENARIO", "TOOLKIT", "BURROW"], rows)
 
     print("\nwall time of each whole fleetctl process (s), exit codes")
     rows = []
@@ -350,6 +354,12 @@ def report(firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, 
         rows.append([f"fleetctl {what}", f"{statistics.median(t):.2f}" if t else "-", f"{max(t):.2f}" if t else "-",
                      str(len(t)), ", ".join(f"{c}: {n}x" for c, n in counts.items())])
     print_table(["COMMAND", "MEDIAN", "MAX", "RUNS", "EXIT CODES"], rows)
+    starts = times["cycle starts"]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    if gaps:
+        print(f"a cycle started every {statistics.median(gaps):.1f} s (median; wanted every {args.interval:.0f} s), "
+              f"{len(starts)} cycles; load average {load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+              f"{os.cpu_count()} cores")
 
     def met(ok: bool) -> str:
         return "met" if ok else "NOT MET"
@@ -371,7 +381,7 @@ def report(firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, 
                  f"{bwst:.1f} s ({met(bwst <= DETECT_TARGET)})"])
     rows.append(["false positives", "0", str(len(fp["toolkit"])), met(not fp["toolkit"]),
                  str(len(fp["burrow"])) if burrow_ok else "n/a"])
-    print_table(["TARGET", "WANTED", "TOOLKIT", "", f"BURROW {burrow_name}"], rows)
+    print_table(["TARGET", "WANTED", "TOOLKIT", "", "BURROW"], rows)
 
 
 def main() -> int:
@@ -390,13 +400,14 @@ def main() -> int:
     if binary:
         print(f"Burrow {burrow_name}: {binary} ({how})", flush=True)
 
+    load = os.getloadavg()
     lab, version = bench_lab("lab")
     started = not lab.running()
     if started:
         print(f"starting the benchmark lab (Kafka {version}, {lab.spec.brokers} brokers) ...", flush=True)
         lab.up()
     firsts = {"toolkit": Firsts(), "burrow": Firsts()}
-    times: dict[str, list] = {"collect": [], "stuck": [], "lag": []}
+    times: dict[str, list] = {"collect": [], "stuck": [], "lag": [], "cycle starts": []}
     codes: dict[str, list] = {"collect": [], "stuck": [], "lag": []}
     burrow = None
     try:
@@ -433,7 +444,7 @@ def main() -> int:
             for line in lab.down():
                 print(line)
 
-    report(firsts, burrow_name or "(none)", burrow_problem is None, times, codes)
+    report(args, firsts, burrow_name or "(none)", burrow_problem is None, times, codes, load)
     if burrow_problem:
         print("\n" + red(f"NO BURROW FIGURES: {burrow_problem}", sys.stdout))
         return 1
