@@ -320,7 +320,7 @@ def first_text(seen: dict[str, float]) -> str:
 
 def report(args, firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, times, codes, load) -> None:
     tk, bw = firsts["toolkit"], firsts["burrow"]
-    print(f"\nBURROW: Burrow {burrow_name}" + ("" if burrow_ok else " (no figures)"))
+    print(f"\nBurrow: {burrow_name}" + ("" if burrow_ok else " (no figures)"))
     print("\nfirst verdicts after the fault (s); false positives: an alarm on a consumer without a fault, or "
           "before the fault")
     rows, fp = [], {"toolkit": [], "burrow": []}
