@@ -73,9 +73,11 @@ class Firsts:
         self.at: dict[tuple[str, str, bool], float] = {}
         self.lock = threading.Lock()
 
-    def see(self, scenario: str, status: str, when: float) -> None:
+    def see(self, scenario: str, status: str, when: float) -> bool:
+        """Record a status; True when it is new (for this scenario, on this side of the fault)."""
+        key = (scenario, status, self.fault is not None and when >= self.fault)
         with self.lock:
-            self.at.setdefault((scenario, status, self.fault is not None and when >= self.fault), when)
+            return self.at.setdefault(key, when) == when
 
     def after(self, scenario: str) -> dict[str, float]:
         """{status: seconds after the fault} of the statuses first seen after it."""
@@ -226,11 +228,16 @@ class-name = "caching"
                     self.errors += 1
                     continue
                 status, now = doc.get("status") or {}, time.time()
+                new = False
                 if status.get("status") and status["status"] != "NOTFOUND":
                     self.seen_groups.add(name)
-                    firsts.see(name, status["status"], now)
+                    new = firsts.see(name, status["status"], now)
                 for p in status.get("partitions") or []:
-                    firsts.see(name, p.get("status", "?"), now)
+                    if p.get("partition") == 0:  # the scenario's partition (1 and 2 stay empty)
+                        new |= firsts.see(name, p.get("status", "?"), now)
+                if new:  # Burrow's answer when a status first appears, to read afterwards
+                    with open(self.folder / "first-statuses.jsonl", "a") as out:
+                        out.write(json.dumps({"at": now, "fault": firsts.fault, "status": status}) + "\n")
             self.stop_polling.wait(1.0)
 
     def log_tail(self, lines: int = 5) -> str:
