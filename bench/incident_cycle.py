@@ -13,7 +13,7 @@ command's wall time and exit code and the first time each group gets each verdic
 returned), relative to the fault.
 
 Beside it, Burrow (the binary given by --burrow; else one built by `go install` into
-<cache>/burrow (GOBIN), tried once; else `Burrow` on PATH, Debian's package `burrow`) watches the
+<cache>/burrow (GOBIN), tried while none is there; else `Burrow` on PATH, Debian's package `burrow`) watches the
 same cluster: its kafka cluster and consumer modules (kafka-version 0.9.0.1, __consumer_offsets),
 the lab's ZooKeeper, an HTTP server on 127.0.0.1, storage and evaluator defaults. Its
 `/v3/kafka/bench/consumer/<group>/status` is polled every second for each group; the first time
@@ -407,8 +407,7 @@ def main() -> int:
     binary, how = burrow_binary(args.burrow)
     burrow_problem = None if binary else f"Burrow: none to run ({how})"
     burrow_name = burrow_version(binary) if binary else ""
-    if binary:
-        print(f"Burrow {burrow_name}: {binary} ({how})", flush=True)
+    print(f"Burrow {burrow_name}: {binary} ({how})" if binary else red(burrow_problem, sys.stdout), flush=True)
 
     load = os.getloadavg()
     lab, version = bench_lab("lab")
@@ -462,4 +461,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # the finally blocks have stopped Burrow, the traffic and the lab
+        raise SystemExit("interrupted: what this run started is stopped") from None
