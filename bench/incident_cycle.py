@@ -13,8 +13,8 @@ command's wall time and exit code and the first time each group gets each verdic
 returned), relative to the fault.
 
 Beside it, Burrow (the binary given by --burrow; else one built by `go install` into
-<cache>/burrow (GOBIN), tried while none is there; else `Burrow` on PATH, Debian's package `burrow`) watches the
-same cluster: its kafka cluster and consumer modules (kafka-version 0.9.0.1, __consumer_offsets),
+<cache>/burrow (GOBIN), tried while none is there; else `Burrow` on PATH, Debian's package
+`burrow`) watches the same cluster: its kafka cluster and consumer modules (kafka-version 0.9.0.1, __consumer_offsets),
 the lab's ZooKeeper, an HTTP server on 127.0.0.1, storage and evaluator defaults. Its
 `/v3/kafka/bench/consumer/<group>/status` is polled every second for each group; the first time
 each status (the group's OK/WARN/ERR, the partition's WARN/STOP/STALL/REWIND) appears is recorded.
@@ -96,7 +96,9 @@ class Firsts:
 def burrow_binary(explicit: str | None) -> tuple[str | None, str]:
     """(the Burrow binary, how it was found) or (None, why there is none)."""
     if explicit:
-        return (explicit, "--burrow") if os.access(explicit, os.X_OK) else (None, f"--burrow {explicit}: not executable")
+        if not os.access(explicit, os.X_OK):
+            return None, f"--burrow {explicit}: not executable"
+        return explicit, "--burrow"
     gobin = dists.cache_dir() / "burrow"
     built = gobin / "Burrow"
     why = ""
@@ -336,7 +338,8 @@ def report(args, firsts: dict[str, Firsts], burrow_name: str, burrow_ok: bool, t
         fp["toolkit"] += [f"{name} {x}" for x in tk_fp]
         fp["burrow"] += [f"{name} {x}" for x in bw_fp]
         rows.append([name, first_text(tk.after(name)), ", ".join(tk_fp) or "none",
-                     first_text(bw.after(name)) if burrow_ok else "n/a", (", ".join(bw_fp) or "none") if burrow_ok else "n/a"])
+                     first_text(bw.after(name)) if burrow_ok else "n/a",
+                     (", ".join(bw_fp) or "none") if burrow_ok else "n/a"])
     print_table(["SCENARIO", "TOOLKIT (fleetctl stuck)", "TOOLKIT FALSE POS.", "BURROW", "BURROW FALSE POS."],
                 rows)
 
