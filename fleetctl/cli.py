@@ -574,21 +574,27 @@ def cmd_trim_restore(args) -> int:
 
 # -- collect ---------------------------------------------------------------------------------
 def cmd_collect(args) -> int:
-    _airflow_context()
+    """Collect clusters into the datasets, as fleet_maintenance's collect does; connections from
+    the AIRFLOW_CONN_ variables when they are JSON (no Airflow import), else from Airflow."""
+    from fleetkit.collection.groups import collect_recorded
+    from fleetkit.core.datasets import DataRoot
     from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.settings import retention_days
 
-    from fleet_airflow import clusters, settings
+    from fleet_airflow import settings
 
-    from fleetctl.incident import BLIND, say_blind
+    from fleetctl.incident import BLIND, connected, say_blind
     from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandshakeFailed
 
+    settings.load_airflow_env()
     fleet = load_fleet(args.fleet or settings.fleet_file())
     names = fleet.names if args.cluster == "all" else [args.cluster]
+    root = DataRoot(args.out or settings.data_root())
     failed = blind = 0
     for name in names:
         cluster = fleet.cluster(name)
         try:
-            res = clusters.collect(cluster, args.out or settings.data_root(), settings.retention_days())
+            res = collect_recorded(cluster, root, lambda: connected(cluster, args.timeout), retention_days())
         except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
             say_blind([str(e)])
             blind += 1
@@ -897,6 +903,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
     c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    c.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for a cluster (default 15)")
     c.set_defaults(func=cmd_collect)
     return p
 
@@ -905,7 +912,8 @@ def build_parser() -> argparse.ArgumentParser:
 # Airflow for them (nor for --help), so they start in a fraction of a second. `airflow` starts and
 # stops Airflow's processes (and writes their env file); the demo talks to Airflow through its REST
 # API.
-AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow", "lag", "stuck")
+AIRFLOW_FREE_COMMANDS = ("lab", "offsets", "coordinator partition", "lock", "demo", "airflow", "lag", "stuck",
+                         "collect")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

@@ -4,8 +4,9 @@ They import no Airflow when the cluster's connections are AIRFLOW_CONN_<ID> vari
 (fleetkit.core.connections), so they answer in about a second; other connections resolve through
 Airflow (fleet_airflow.clusters). Exit codes, for scripts: 0 nothing flagged, 3 something flagged,
 2 bad input (a one-line error naming it), 4 the cluster could not be reached or seen: unreachable, a
-refused login, or a missing ACL (one line naming the principal, the operation and the resource):
-what the toolkit could not see it does not call OK.
+refused login, or a missing ACL (one line naming the principal, the operation and the resource), 5
+nothing flagged but partitions with lag not judged yet (too little history): what the toolkit could
+not see or judge it does not call OK.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from fleetkit.core.errors import FleetError
 FLAGGED = 3
 #: the cluster could not be reached, or not seen (a refused login, a missing ACL)
 BLIND = 4
+#: nothing flagged, but partitions with lag could not be judged yet (too little history)
+NOT_JUDGED = 5
 
 
 def red(text: str, stream=None) -> str:
@@ -38,6 +41,23 @@ def say_blind(lines: list[str]) -> int:
 
     print(red("error: " + "; ".join(visible_controls(line) for line in lines)), file=sys.stderr)
     return BLIND
+
+
+def say_not_judged(judged: list[dict]) -> int:
+    """Nothing flagged but partitions with lag not judged yet (too little history): one red
+    "not judged yet: ..." line on stderr naming how many and from when; NOT_JUDGED (exit 5). 0
+    when every partition was judged."""
+    from fleetkit.stuck.incident import since_text
+
+    waiting = [j for j in judged if j["verdict"].status == "INSUFFICIENT_DATA"]
+    if not waiting:
+        return 0
+    groups = {j["group"] for j in waiting}
+    soon = min((j["verdict"].judged_from for j in waiting if j["verdict"].judged_from is not None), default=None)
+    print(red(f"not judged yet: {len(waiting)} partition(s) of {len(groups)} group(s) have too little history "
+              "(the scheduled collections fill --data-root)"
+              + (f"; enough history from about {since_text(soon)}" if soon else "")), file=sys.stderr)
+    return NOT_JUDGED
 
 
 # -- connections -------------------------------------------------------------------------------
@@ -221,7 +241,7 @@ def cmd_lag(args) -> int:
         return say_blind(result.blind_lines())
     if missing and len(missing) == len(groups) and not args.all:
         return 2
-    return FLAGGED if parts or storming else 0
+    return FLAGGED if parts or storming else say_not_judged(judged)
 
 
 # -- stuck -------------------------------------------------------------------------------------
@@ -267,12 +287,13 @@ def cmd_stuck(args) -> int:
         for line in _storm_lines(storming):
             print(line)
         if not parts and not storming and not result.blind:
-            print("nothing flagged")
+            print("nothing flagged" if not any(j["verdict"].status == "INSUFFICIENT_DATA" for j in judged)
+                  else "nothing flagged among the partitions judged")
         for p in result.problems:
             print(f"problem: {p}", file=sys.stderr)
     if result.blind:  # blind is never "nothing flagged"
         return say_blind(result.blind_lines())
-    return FLAGGED if parts or storming else 0
+    return FLAGGED if parts or storming else say_not_judged(judged)
 
 
 def _wrap(text: str) -> str:
@@ -294,7 +315,8 @@ def add_parsers(sub) -> None:
         sp.add_argument("--json", action="store_true", help="one JSON document instead of the table")
 
     exits = ("exit codes: 0 nothing flagged, 3 something flagged, 2 bad input, 4 the cluster could not be "
-             "reached or seen (a refused login, a missing ACL: named in one line)")
+             "reached or seen (a refused login, a missing ACL: named in one line), 5 nothing flagged but "
+             "partitions not judged yet (too little history: named in one line)")
     lg = sub.add_parser(
         "lag", help="kafka-consumer-groups --describe plus time lag and verdict, read now",
         formatter_class=argparse.RawDescriptionHelpFormatter,

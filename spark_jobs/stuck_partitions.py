@@ -257,7 +257,7 @@ def group_findings(findings: DataFrame, facts: DataFrame) -> DataFrame:
                     F.coalesce(F.element_at(order, F.col("rank").cast("int")),
                                F.lit("INSUFFICIENT_DATA")).alias("status"),
                     "total_lag", "counts",
-                    # a group not judged yet: the earliest its partitions can be
+                    # a group not judged yet: about when its partitions' history is enough
                     F.when(F.element_at(order, F.col("rank").cast("int")) == "INSUFFICIENT_DATA",
                            F.col("judged_from")).alias("judged_from"),
                     F.coalesce(F.col("v.storm"), F.lit(False)).alias("rebalance_storm"),

@@ -17,10 +17,9 @@ import logging
 from contextlib import contextmanager
 from typing import Iterator
 
-from fleetkit.collection.groups import CollectionResult, collect_and_write
+from fleetkit.collection.groups import CollectionResult
 from fleetkit.core.datasets import DataRoot
-from fleetkit.core.errors import (AuthenticationFailed, ClusterUnreachable, FleetConfigError, NotAuthorized,
-                                   TlsHandshakeFailed)
+from fleetkit.core.errors import ClusterUnreachable, FleetConfigError
 from fleetkit.core.fleet import Cluster
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.zookeeper import ZooKeeperCluster
@@ -109,28 +108,15 @@ def offset_store_clients(cluster: Cluster):
 
 def collect(cluster: Cluster, data_root: str, retention_days: int = 30, timeout: float = 15.0) -> CollectionResult:
     """Collect one cluster into the datasets under data_root (all or nothing), with its
-    offset_stores."""
-    from fleetkit.collection.groups import record_status
-    from fleetkit.core.datasets import iso_z, utcnow
+    offset_stores, through the Airflow connections (fleetkit.collection.groups.collect_recorded)."""
+    from fleetkit.collection.groups import collect_recorded
 
-    root = DataRoot(data_root)
-    try:
-        try:
-            with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
-                return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days,
-                                         store_clients=stores)
-        except (ClusterUnreachable, FleetConfigError, AuthenticationFailed, NotAuthorized, TlsHandshakeFailed):
-            raise
-        except Exception as e:
-            # kazoo session loss, a broker dropping mid-request...: name the cluster, keep the cause
-            raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
-                                     f"{type(e).__name__}: {e}") from e
-    except (ClusterUnreachable, FleetConfigError, AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
-        try:  # the fleet page shows the newest failure; a data root that cannot take it changes nothing here
-            record_status(root, cluster.name, failed={"at": iso_z(utcnow()), "error": str(e)[:2000]})
-        except Exception as status_error:  # noqa: BLE001
-            log.warning("cluster %s: the collection failure could not be recorded: %s", cluster.name, status_error)
-        raise
+    @contextmanager
+    def opened():
+        with connected(cluster, timeout=timeout) as (kafka, zk), offset_store_clients(cluster) as stores:
+            yield kafka, zk, stores
+
+    return collect_recorded(cluster, DataRoot(data_root), opened, retention_days)
 
 
 def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int] | None = None,

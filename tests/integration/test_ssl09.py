@@ -189,12 +189,14 @@ def test_fleet_sees_everything_with_exactly_its_acls(ssl_lab, tmp_path):
     rows = {(r["group"], r["partition"]): r for r in result.rows["offsets_snapshots"]}
     assert {k: (r["committed_offset"], r["log_end_offset"]) for k, r in rows.items()} == {
         (GROUP, 0): (1, 5), (GROUP, 1): (0, 3)}
+    # seen, but no history yet (a fresh data root): not judged, never "nothing flagged" with 0
     out = fleetctl(tmp_path, "stuck", "--cluster", SPEC.name, "--json")
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 5, out.stderr[-2000:]
+    assert "not judged yet: 2 partition(s) of 1 group(s) have too little history" in out.stderr
     doc = json.loads(out.stdout)
     assert doc["groups"] == 1 and doc["partitions"] == 2 and doc["not_seen"] == []
     out = fleetctl(tmp_path, "lag", GROUP, "--cluster", SPEC.name, "--json")
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode == 5, out.stderr[-2000:]
     assert sorted((r["partition"], r["current_offset"]) for r in json.loads(out.stdout)["partitions"]) == [(0, 1), (1, 0)]
     # read-only: no Read on the data topic, so no commit
     with pytest.raises(Exception, match="TOPIC_AUTHORIZATION_FAILED"):

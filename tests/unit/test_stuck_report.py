@@ -82,7 +82,7 @@ def test_groups_nothing_could_be_judged_of_are_listed_not_judged_never_ok(tmp_pa
     html_path, md_path = StuckReport.load(tmp_path, "15m").render(tmp_path)
     md, html = md_path.read_text(), html_path.read_text()
     assert "## Groups not judged yet (1): too little history, never OK" in md
-    assert "judged from 2026\\-01\\-01 01\\:07\\:30 UTC at the earliest" in md
+    assert "enough history from about 2026\\-01\\-01 01\\:07\\:30 UTC" in md
     assert "Nothing stuck among the groups judged." in md and "Nothing stuck among the groups judged." in html
     assert "<td>2026-01-01 01:07:30 UTC</td>" in html and "<script>" not in html
 

@@ -797,7 +797,7 @@ class KafkaCluster:
             c.assign([TopicPartition(t, p, o) for (t, p), o in positions.items()])
             deadline = time.monotonic() + timeout
             while waiting and time.monotonic() < deadline:
-                msgs = c.consume(num_messages=500, timeout=0.5)
+                msgs = c.consume(num_messages=500, timeout=0.05)  # (it waits its timeout unless 500 came)
                 self.login_failed()
                 for msg in msgs:
                     tp = (msg.topic(), msg.partition())

@@ -58,12 +58,21 @@ class CollectionResult:
     refusals: list[NotAuthorized] = field(default_factory=list)
     #: groups whose committed offsets could not be read for another reason -> the error answered
     unread: dict[str, str] = field(default_factory=dict)
+    #: wall seconds per step of the whole collection (collect_rows, collect_and_write), in order
+    steps: dict[str, float] = field(default_factory=dict)
 
     def summary(self) -> str:
         counts = ", ".join(f"{k}={len(v)}" for k, v in self.rows.items())
         blind = f", {len(self.unseen_groups)} group(s) not seen" if self.unseen_groups else ""
+        split = f" ({', '.join(f'{k} {v:.1f}s' for k, v in self.steps.items())})" if self.steps else ""
         return (f"cluster {self.cluster}: {len(self.groups)} groups, rows {counts}, "
-                f"{len(self.problems)} problem(s){blind}, {self.seconds:.1f}s")
+                f"{len(self.problems)} problem(s){blind}, {self.seconds:.1f}s{split}")
+
+    def timed(self, step: str, since: float) -> float:
+        """Add the wall time since `since` (time.monotonic()) to `step`; returns now."""
+        now = time.monotonic()
+        self.steps[step] = self.steps.get(step, 0.0) + (now - since)
+        return now
 
     @property
     def blind(self) -> bool:
@@ -376,6 +385,34 @@ def add_record_timestamps(cluster: str, kafka: KafkaCluster, rows: list[dict],
     return n
 
 
+def collect_recorded(cluster: Cluster, root: DataRoot, opened, retention_days: int = DEFAULT_RETENTION_DAYS
+                     ) -> "CollectionResult":
+    """Collect one cluster into the datasets under `root` (all or nothing) through `opened()`, a
+    context manager giving (kafka, zk or None, offset-store clients or None) -- the Airflow
+    connections' or the CLI's. A failure is recorded in the cluster's collection_status.json (the
+    fleet page and the report show it) and raised naming the cluster; an unexpected one (a kazoo
+    session lost, a broker dropping mid-request) as ClusterUnreachable, its cause kept."""
+    from fleetkit.core.errors import (AuthenticationFailed, ClusterUnreachable, FleetConfigError,
+                                      TlsHandshakeFailed)
+
+    known = (ClusterUnreachable, FleetConfigError, AuthenticationFailed, NotAuthorized, TlsHandshakeFailed)
+    try:
+        try:
+            with opened() as (kafka, zk, stores):
+                return collect_and_write(cluster, kafka, zk, root, retention_days=retention_days, store_clients=stores)
+        except known:
+            raise
+        except Exception as e:
+            raise ClusterUnreachable(f"collection of cluster {cluster.name!r} failed, nothing written: "
+                                     f"{type(e).__name__}: {e}") from e
+    except known as e:
+        try:  # the fleet page shows the newest failure; a data root that cannot take it changes nothing here
+            record_status(root, cluster.name, failed={"at": iso_z(utcnow()), "error": str(e)[:2000]})
+        except Exception as status_error:  # noqa: BLE001
+            log.warning("cluster %s: the collection failure could not be recorded: %s", cluster.name, status_error)
+        raise
+
+
 def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | None,
                       root: DataRoot, retention_days: int = DEFAULT_RETENTION_DAYS,
                       now: dt.datetime | None = None, store_clients: dict | None = None) -> CollectionResult:
@@ -383,9 +420,13 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
     from fleetkit.collection.blind import blind_status
 
+    t0 = time.monotonic()
     result = collect_rows(cluster, kafka, zk, root, now=now, store_clients=store_clients)
+    t = time.monotonic()
     write_collection(root, cluster.name, result.observed_at, result.rows)
     root.write_json_atomic(state_path(root, cluster.name), result.known_groups)
+    result.timed("write", t)
+    result.seconds = time.monotonic() - t0
     record_status(root, cluster.name, ok={"observed_at": iso_z(result.observed_at), "groups": len(result.groups),
                                           "seconds": round(result.seconds, 1), "problems": result.problems[:50],
                                           "not_seen": [str(r) for r in result.refusals[:50]],
@@ -409,28 +450,37 @@ def collect_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | N
 
     from fleetkit.collection.offsets_topic import CommitIndex
 
+    t0 = time.monotonic()
     known = root.read_json(state_path(root, cluster.name), default={}) or {}
     committed: set[str] = set()
     problems: list[str] = []
     refused: list[NotAuthorized] = []
+    index_seconds = 0.0
 
     def index_or_blind() -> CommitIndex:
         # the principal may not read __consumer_offsets: the rows are collected without what it
         # tells (commit times, rebalances, groups only it knows), and the run says so (blind)
+        nonlocal index_seconds
+        started = time.monotonic()
         try:
             return commit_index(cluster, kafka, root)
         except NotAuthorized as e:
             refused.append(e)
             return CommitIndex(set(), {}, [], {})
+        finally:
+            index_seconds += time.monotonic() - started
 
     if cluster.version_tuple < LISTS_COMMIT_ONLY_GROUPS_SINCE:
         # the groups that commit without joining, which the listing misses
         before = index_or_blind()
         committed, problems = before.groups, before.problems
+    t = time.monotonic()
     result = collect_cluster(cluster, kafka, zk, known_groups=known, now=now, committed=committed)
+    result.steps["groups"] = time.monotonic() - t
     # every generation: each partition's commit times (the stuck rules' rhythm), read after the
     # offsets so that the index covers the commits the snapshot saw
     index = index_or_blind()
+    result.steps["commit index"] = index_seconds
     for r in refused:
         result.refuse(r)
     result.problems[:0] = problems + [p for p in index.problems if p not in problems]
@@ -438,7 +488,12 @@ def collect_rows(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster | N
     add_generations(result.rows["offsets_snapshots"], index.generations)
     log.info("cluster %s: commit times known for %d of %d snapshot row(s)", cluster.name, timed,
              len(result.rows["offsets_snapshots"]))
+    t = time.monotonic()
     if cluster.version_tuple >= RECORD_TIMESTAMPS_SINCE:
         add_record_timestamps(cluster.name, kafka, result.rows["offsets_snapshots"], RECORD_TIMESTAMP_BUDGET)
+        t = result.timed("record timestamps", t)
     add_store_rows(cluster, kafka, store_clients, result.rows, result.observed_at, result.problems)
+    if cluster.offset_stores:
+        result.timed("offset stores", t)
+    result.seconds = time.monotonic() - t0
     return result

@@ -349,6 +349,10 @@ def _read_wire(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], t
     feeder.finish(pos, problems)
 
 
+#: seconds the consumer reader waits for a record before it gives up (the next run resumes)
+READ_IDLE = 2.0
+
+
 def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int], taker: _Taker,
                    max_records: int | None) -> None:
     res = taker.res
@@ -360,18 +364,24 @@ def _read_consumer(kafka: KafkaCluster, pos: dict[int, int], ends: dict[int, int
         if pos:
             c.assign([TopicPartition(OFFSETS_TOPIC, p, o) for p, o in pos.items()])
         active = set(pos)
+        # consume() waits its whole timeout unless the batch fills: short calls, so that the read
+        # ends as soon as every partition reached its end, and READ_IDLE without a record at all
+        idle_until = time.monotonic() + READ_IDLE
         while active and (max_records is None or taker.read < max_records):
-            msgs = c.consume(num_messages=5000, timeout=2)
+            msgs = c.consume(num_messages=5000, timeout=0.1)
             kafka.login_failed()
             for m in msgs:  # a refused Fetch: READ on the topic is missing (not "no data"); the
                 # throwaway group's own errors (no DESCRIBE on it) do not matter to an assigned reader
                 if m.error() is not None and m.error().name() == "TOPIC_AUTHORIZATION_FAILED":
                     raise kafka.refused("TOPIC_AUTHORIZATION_FAILED", OFFSETS_TOPIC, "Fetch")
             if not msgs:
+                if time.monotonic() < idle_until:
+                    continue
                 for p in sorted(active):
-                    res.problems.append(f"{OFFSETS_TOPIC}-{p}: no data at offset {pos[p]} within 2 s (end {ends[p]}); "
-                                        "stopped there, the next run resumes")
+                    res.problems.append(f"{OFFSETS_TOPIC}-{p}: no data at offset {pos[p]} within {READ_IDLE:.0f} s "
+                                        f"(end {ends[p]}); stopped there, the next run resumes")
                 break
+            idle_until = time.monotonic() + READ_IDLE
             for m in msgs:
                 p = m.partition()
                 if p not in active:

@@ -176,7 +176,7 @@ class StuckReport:
 
     def not_judged(self) -> list[dict]:
         """The groups none of whose partitions could be judged (status INSUFFICIENT_DATA), each with
-        the earliest time a verdict can come (`judged_from`, readable): never counted as OK."""
+        about when its history is enough (`judged_from`, readable): never counted as OK."""
         rows = [dict(g, judged_from=readable_time(g.get("judged_from"))) for g in self.groups
                 if g.get("status") == "INSUFFICIENT_DATA"]
         return sorted(rows, key=lambda g: (g["cluster"], g.get("source") or "kafka", g["group"]))

@@ -123,7 +123,7 @@ class Verdict(NamedTuple):
     reason: str
     since: float | None = None        # epoch seconds: when the partition stopped making progress
     confidence: str | None = None     # high | medium | low (module docstring)
-    judged_from: float | None = None  # epoch seconds, INSUFFICIENT_DATA only: the earliest a verdict can come
+    judged_from: float | None = None  # epoch seconds, INSUFFICIENT_DATA only: about when the history is enough
 
 
 # -- early detection ------------------------------------------------------------------------------
