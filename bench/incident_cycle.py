@@ -274,14 +274,14 @@ def cycle(args, cluster: str, env: dict, firsts: Firsts, times: dict[str, list],
         times[what].append(took)
         codes[what].append(code)
         parts.append(f"{what} {took:.1f}s ({code})")
-        if what == "stuck" and code in (0, 3):
+        if what == "stuck" and code in (0, 3, 5):  # 5: nothing flagged, some not judged yet
             now = time.time()
             for f in json.loads(out)["flagged"]:
                 if f["group"].startswith(PREFIX) and f["partition"] == 0:
                     name = f["group"].removeprefix(PREFIX)
                     firsts.see(name, f["verdict"], now)
                     flagged.append(f"{name} {f['verdict']}")
-        elif code not in (0, 3):
+        elif code not in (0, 3, 5):
             parts[-1] += " " + (err.strip().splitlines() or ["?"])[-1][:160]
     return ", ".join(parts) + (f"; flagged: {', '.join(flagged)}" if flagged else "")
 
