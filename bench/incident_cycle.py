@@ -150,7 +150,6 @@ class Burrow:
     def __init__(self, binary: str, lab, version: str, folder: Path):
         self.binary, self.folder = binary, folder
         self.port = ports.tests().broker_base(ports.SINGLE_PURPOSE["bench"]) + 80
-        self.url = f"http://127.0.0.1:{self.port}/v3/kafka/{BURROW_CLUSTER}"
         self.pid_file, self.log = folder / "process.pid", folder / "burrow.log"
         self.opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
         self.stop_polling = threading.Event()
@@ -297,9 +296,7 @@ def run(args, lab, version: str, env: dict, firsts: dict[str, Firsts], burrow: B
             poller.start()
         start, tick, total = time.monotonic(), 0, args.fault_after + args.after_fault
         while True:
-            due = start + tick * args.interval
-            if time.monotonic() < due:
-                time.sleep(due - time.monotonic())
+            time.sleep(max(0.0, start + tick * args.interval - time.monotonic()))
             elapsed = time.monotonic() - start
             if elapsed >= args.fault_after and firsts["toolkit"].fault is None:
                 at = traffic.fault()
