@@ -366,8 +366,21 @@ def first_run_choice(now: dt.datetime, next_run_after: dt.datetime | None, activ
     return "trigger", 0.0
 
 
+def left_over(runs: list[dict], started: dt.datetime) -> list[dict]:
+    """The queued or running runs due before this demo started: left by an earlier demo that was
+    stopped mid-run (their tasks' processes are gone; their collections are old)."""
+    return [r for r in runs if (parse_time(r.get("run_after")) or started) < started - dt.timedelta(minutes=1)]
+
+
 def first_collection(clock: Clock, airflow: Airflow, dag_id: str = "fleet_maintenance") -> RunWatch:
-    """The run that makes the first collection (first_run_choice)."""
+    """The run that makes the first collection (first_run_choice); a run an earlier demo left
+    running is marked failed first, never used."""
+    started = dt.datetime.fromtimestamp(clock.t0, dt.timezone.utc)
+    for r in left_over(airflow.active_runs(dag_id), started):
+        from urllib.parse import quote
+
+        airflow.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quote(r['dag_run_id'], safe='')}", {"state": "failed"})
+        clock.say(f"{dag_id} run {r['dag_run_id']} was left {r.get('state')} by an earlier demo: marked failed")
     due = parse_time(airflow.dag(dag_id).get("next_dagrun_run_after"))
     choice, wait = first_run_choice(dt.datetime.now(dt.timezone.utc), due, airflow.active_runs(dag_id))
     if choice == "wait":

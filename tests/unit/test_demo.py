@@ -203,3 +203,13 @@ def test_airflow_db_migrate_is_skipped_only_when_stamped_for_this_database_and_v
     from fleetlab.airflow_services import migrate_needed
 
     assert migrate_needed(stamp, revision, "3.3.2") is expected
+
+
+def test_a_run_an_earlier_demo_left_running_is_not_the_first_collection():
+    """A demo stopped mid-run leaves its run 'running' in Airflow: the next demo took it as its
+    first collection (hours old), and chose a window of hours from it."""
+    started = T0
+    old = {"dag_run_id": "scheduled__old", "run_after": "2026-01-01T00:00:00Z", "state": "running"}
+    due = {"dag_run_id": "scheduled__now", "run_after": (T0 - dt.timedelta(seconds=20)).isoformat(), "state": "queued"}
+    assert demo.left_over([old, due], started) == [old]
+    assert demo.left_over([due], started) == []
