@@ -201,6 +201,16 @@ def expire_zk_session(client, hosts: str, **login) -> None:
     other.close()
 
 
+def kraft_cluster_id() -> str:
+    """A random KRaft cluster id as Kafka makes them (16 bytes, URL-safe base64 without padding),
+    never starting with '-': the storage tool's argument parser would read it as an option (Kafka's
+    own Uuid.randomUuid draws again in that case)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 @dataclass
 class LabSpec:
     """Where a lab cluster lives, which Kafka it runs and which ports it uses. The defaults are
@@ -706,8 +716,8 @@ class Lab:
     def _write_configs(self) -> None:
         s = self.spec
         (s.path / "run").mkdir(parents=True, exist_ok=True)
-        if s.kraft and not s.cluster_id:
-            s.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if s.kraft and (not s.cluster_id or s.cluster_id.startswith("-")):
+            s.cluster_id = kraft_cluster_id()
         if not s.kraft:
             (s.path / "zookeeper" / "data").mkdir(parents=True, exist_ok=True)
             zoo = (f"dataDir={s.path / 'zookeeper' / 'data'}\n"
@@ -942,7 +952,7 @@ class Lab:
             return
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), "-Xmx256m", *self._logging_flags(bdir / "logs"), "-cp", f"{home}/libs/*",
-                "kafka.tools.StorageTool", "format", "--cluster-id", self.spec.cluster_id,
+                "kafka.tools.StorageTool", "format", f"--cluster-id={self.spec.cluster_id}",
                 "--config", str(bdir / "server.properties"), "--ignore-formatted"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:

@@ -262,3 +262,17 @@ def test_a_fatal_broker_start_is_told_apart_and_named(tmp_path):
         f.write("[t] FATAL [Kafka Server 0], Fatal error during KafkaServer startup.\n"
                 "kafka.common.KafkaException: Socket server failed to bind to localhost:1: Address already in use.\n")
     assert "taken by another socket" in bind()
+
+
+def test_a_kraft_cluster_id_never_starts_with_a_dash(monkeypatch):
+    """kafka-storage format read '--cluster-id -jse2...' as an option and failed: the KRaft lab never
+    started (its id is kept in lab.json, so every retry failed the same way)."""
+    import uuid
+
+    from fleetlab import lab
+
+    dashed = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))  # URL-safe base64 of 0xF8... starts with '-'
+    plain = uuid.UUID(bytes=bytes(16))
+    draws = iter([dashed, plain])
+    monkeypatch.setattr(lab.uuid, "uuid4", lambda: next(draws))
+    assert lab.kraft_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
