@@ -133,7 +133,8 @@ def test_no_password_anywhere_after_a_demo_like_run(secured, dagbag, tmp_path, u
         for args in (["lag", "--cluster", CLUSTER, group], ["stuck", "--cluster", CLUSTER],
                      ["offsets", "health", "--cluster", CLUSTER], ["coordinator", "who", "--cluster", CLUSTER, group]):
             r = subprocess.run([fleetctl, *args], capture_output=True, text=True, timeout=180)
-            assert r.returncode in (0, 3), (args, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+            # 0 nothing flagged, 3 flagged, 5 not judged yet (lag / stuck with little history): answers
+            assert r.returncode in (0, 3, 5), (args, r.returncode, r.stdout[-2000:], r.stderr[-2000:])
             cli_out.append(r.stdout + r.stderr)
         # a wrong password: the error names the login, never the password given
         env = dict(os.environ)
