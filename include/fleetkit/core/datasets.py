@@ -136,38 +136,39 @@ def read_jsonl(path) -> list[dict]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def publish_rows(rows, dest) -> None:
-    """Write `rows` as JSON Lines to `dest` the way publish_copy publishes a file: beside it, then
-    renamed over it."""
-    import json
+def _publish(dest, write) -> None:
+    """Write `dest` through `write(tmp_path)` beside it, then rename it over `dest`: a reader sees
+    the old file or the new one, never a half-written one."""
     from pathlib import Path
 
     dest = Path(dest)
     tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        write(tmp)
         os.replace(tmp, dest)
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def publish_rows(rows, dest) -> None:
+    """Write `rows` as JSON Lines to `dest` (published as publish_copy publishes a file)."""
+    import json
+
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in rows:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+    _publish(dest, write)
 
 
 def publish_copy(src, dest) -> None:
     """Copy a job's output file to `dest` so that a reader (the fleet page, a person) sees the old
     file or the new one, never a half-written one: copied beside it, then renamed over it."""
     import shutil
-    from pathlib import Path
 
-    dest = Path(dest)
-    tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
-    try:
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _publish(dest, lambda tmp: shutil.copyfile(src, tmp))
 
 
 def utcnow() -> dt.datetime:

@@ -14,7 +14,7 @@ import os
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.core.errors import FleetError
 from fleetkit.core.journal import Journal
-from fleetkit.stuck.plan import EMPTY_STATES
+from fleetkit.stuck.plan import live_members
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,8 @@ def check_preconditions(kafka: KafkaCluster, plan: dict) -> list[str]:
     desc = kafka.describe_groups([group])[group]
     if desc.error:
         problems.append(f"group {group!r} could not be described ({desc.error})")
-    elif desc.members or desc.state not in EMPTY_STATES:
-        clients = ", ".join(sorted({m.client_id for m in desc.members})) or "none listed"
-        problems.append(f"group {group!r} is {desc.state} with {len(desc.members)} live member(s) "
-                        f"(clients: {clients}); it must be Empty or Dead")
+    elif live := live_members(group, desc):
+        problems.append(f"{live}; it must be Empty or Dead")
     expected = next(p for p in plan["preconditions"] if p["check"] == "committed_unchanged")["expected"]
     now = kafka.group_offsets(group, [(topic, int(p)) for p in expected])
     for p, before in expected.items():

@@ -142,12 +142,11 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         changes.append({"target": f"{t}-{p}", "before": before, "after": after})
     previous = {str(r["partition"]): r["committed"] for r in rows if r["committed"] is not None}
     refused_now = []
-    if desc.members or desc.state not in EMPTY_STATES:
-        clients = ", ".join(sorted({m.client_id for m in desc.members})) or "none listed"
+    live = live_members(group, desc)
+    if live:
         refused_now.append(
-            f"group {group!r} is {desc.state} with {len(desc.members)} live member(s) (clients: {clients}): Kafka "
-            "refuses an offset change of a group with live members, and the execution re-checks it. Stop the "
-            "group's consumers first (until it shows Empty), then approve; or reject and plan again later.")
+            f"{live}: Kafka refuses an offset change of a group with live members, and the execution re-checks it. "
+            "Stop the group's consumers first (until it shows Empty), then approve; or reject and plan again later.")
     rollback_conf = {"cluster": cluster, "group": group, "topic": topic,
                      "partitions": ",".join(previous), "target": "restore", "offsets": previous,
                      "dry_run": True}
@@ -180,6 +179,16 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         # what the execution's precondition check would refuse if approved as things are now
         "refused_now": refused_now,
     }
+
+
+def live_members(group: str, desc) -> str | None:
+    """"group 'g' is Stable with 2 live member(s) (clients: a, b)" when the described group has live
+    members (an offset reset needs it Empty or Dead), else None: the plan and the execution's check
+    say it alike."""
+    if not desc.members and desc.state in EMPTY_STATES:
+        return None
+    clients = ", ".join(sorted({m.client_id for m in desc.members})) or "none listed"
+    return f"group {group!r} is {desc.state} with {len(desc.members)} live member(s) (clients: {clients})"
 
 
 # -- the stuck-partition runbook: diagnosis, then a skip plan ---------------------------------------
