@@ -51,9 +51,11 @@ Every 5 minutes, for **every cluster in the fleet file**:
 
 4. **collect_offsets** (mapped per cluster): new `__consumer_offsets` records (incremental) and the
    segment inventory / cleaner checkpoints of the brokers' log dirs; then, hourly (param
-   `offsets_health`: hourly | always | never), **offsets_health** and **trim_plan** (Spark) and
+   `offsets_health`: hourly | always | never), **offsets_health** (one Spark application: the health, then the trim plans) and
    **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
    fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
+   These Spark jobs start once **analyse_stuck** is over (whatever its outcome): the stuck verdicts,
+   the incident path, never share the Spark cores with the hourly health.
 
 `all_clusters_collected` fails (upstream_failed) when any cluster's collection failed or was blind, so
 the run shows as failed while the analyses still ran on the clusters that answered.
@@ -150,15 +152,11 @@ with DAG(
     health = spark_job_operator(
         "offsets_health", "offsets_health",
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
-         "--out", OFFSETS_OUT],
-        execution_timeout=dt.timedelta(minutes=30))
-    trim_plan = spark_job_operator(
-        "trim_plan", "trim_plan",
-        ["--data-root", "{{ fleet_settings.data_root }}", "--health", OFFSETS_OUT, "--out", OFFSETS_OUT],
+         "--out", OFFSETS_OUT, "--trim-plan"],
         execution_timeout=dt.timedelta(minutes=30))
     report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ fleet_settings.fleet_file }}")
-    collect_offsets >> health_due() >> health >> trim_plan >> report_offsets
+    [collect_offsets, analyse] >> health_due() >> health >> report_offsets
 
     # the analyses run on whatever was collected; this marks the run failed when a cluster was not
     [collect, collect_offsets] >> EmptyOperator(task_id="all_clusters_collected")

@@ -21,7 +21,7 @@ not committed since. This runbook does it without losing an offset:
 1. **collect_offsets**: new `__consumer_offsets` records (incremental) and the segment inventory;
 2. **offsets_health** (Spark): verdict per replica (HEALTHY, BLOATED, CLEANER_STALLED,
    OVER_CAPACITY) with the cleaner setting that fixes it;
-3. **trim_plan** (Spark): per unhealthy replica the segments to quarantine (all rolled segments
+3. **trim plan** (in the same Spark application, `--trim-plan`): per unhealthy replica the segments to quarantine (all rolled segments
    but the newest; never the active one), the bytes freed, and the live keys whose newest record
    is only in them: offsets of Empty groups are re-committed after the trim, those of active groups
    listed, group-metadata keys listed (those groups rebalance). A shell runbook per broker
@@ -61,10 +61,7 @@ with DAG(**runbook_dag_args(
         "offsets_health", "offsets_health",
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
-         "--min-bloat-bytes", "{{ params.min_bloat_bytes }}"])
-    plan = spark_job_operator(
-        "trim_plan", "trim_plan",
-        ["--data-root", "{{ fleet_settings.data_root }}", "--health", OUT, "--out", OUT,
-         "--partitions", "{{ params.partitions }}"])
+         "--min-bloat-bytes", "{{ params.min_bloat_bytes }}",
+         "--trim-plan", "--partitions", "{{ params.partitions }}"])
     first, _ = approval_gate(TRIM_OFFSETS)
-    collect >> health >> plan >> first
+    collect >> health >> first

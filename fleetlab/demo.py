@@ -6,12 +6,14 @@ The stuck verdicts need collections of the same groups spanning at least half th
 (fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise), and a frozen offset is judged once work has
 waited at it for two snapshot intervals: three collections. The demo makes them with two
 fleet_maintenance runs and one `fleetctl collect` half-way between them: the first collection (a
-run it triggers, or the scheduled run that is due anyway), and the final run, triggered when the first run is over and held by Airflow (`run_after`) until a
-minute after the first collection; its window is 1.6 x the gap it will have (at least 2m), so
-that a slow first run (a loaded machine) still leaves both collections in the window. The offsets
-health runs in the demo's first run (in the final one when a scheduled run made the first
-collection); coordinator_ownership starts once it is done (its report shows that health), beside
-the rest of the fleet_maintenance runs.
+run it triggers, or the scheduled run that is due anyway), and the final run, triggered when the
+first run is over and held by Airflow (`run_after`) until a minute after the first collection; its
+window is 1.6 x the gap it will have (at least 2m), so that a slow first run (a loaded machine)
+still leaves both collections in the window. The first run's only Spark job is the stuck analysis
+(no offsets health), so it is over by the time the final run is due. The final run analyses the
+offsets health too, after its stuck analysis (the DAG starts the health's Spark jobs once the stuck
+analysis is over): the verdicts are printed as soon as its stuck report is written, before the
+health and coordinator_ownership (started once the health is done) finish.
 """
 
 from __future__ import annotations
@@ -28,13 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 #: fleet_maintenance conf of the demo's runs: a short window, collections about a minute apart; the
-#: offsets health (two Spark jobs) runs in the first run when the demo triggers it, so that
-#: coordinator_ownership (which shows that health) runs beside the final run
+#: first run only collects and judges (its one Spark job is over before the final run is due), the
+#: final one analyses the offsets health too, after its stuck verdicts
 WINDOW = "2m"
-FIRST_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "always"}
-FINAL_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "never"}
-#: the final run when the first collection was a scheduled run (its offsets health is hourly)
-FINAL_CONF_WITH_HEALTH = dict(FINAL_CONF, offsets_health="always")
+FIRST_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "never"}
+FINAL_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "always"}
 COORDINATOR_CONF = {"cluster": "lab", "settle_seconds": 10}
 #: the final collection comes this long after the first one ended (half the window, plus margin)
 GAP_SECONDS = 62.0
@@ -437,7 +437,6 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     for dag_id in ("fleet_maintenance", "coordinator_ownership"):
         airflow.unpause(dag_id)
     first = first_collection(clock, airflow)
-    health_in_first = first.triggered
 
     # the final run comes when run 1 is over (one fleet_maintenance run at a time) and at least a
     # minute after the first collection (Airflow holds it until then: run_after); its window is
@@ -448,7 +447,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     now = dt.datetime.now(dt.timezone.utc)
     run_after = max(now, collected + dt.timedelta(seconds=GAP_SECONDS))
     gap = (run_after - collected).total_seconds() + COLLECT_DELAY
-    final_conf = dict(FINAL_CONF if health_in_first else FINAL_CONF_WITH_HEALTH, window=f"{final_window(gap)}s")
+    final_conf = dict(FINAL_CONF, window=f"{final_window(gap)}s")
     final_run = airflow.trigger("fleet_maintenance", final_conf, run_after=run_after)
     clock.say(f"triggered fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
               f"at {run_after:%H:%M:%S} UTC, about {gap:.0f}s after the first collection")
@@ -459,11 +458,16 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     middle.start()
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
 
-    # coordinator_ownership reads the newest offsets health: it starts when there is one
-    health = first if health_in_first else final
+    # the verdicts as soon as the final run's stuck report is written; coordinator_ownership reads
+    # the newest offsets health, so it starts when the final run's health is done
+    def stuck_reported() -> bool:
+        return (final.task("report_stuck") or {}).get("state") in TERMINAL or final.recorded
+
+    watch([first, final], timeout, until=stuck_reported)
+    first_verdicts(clock, final)
 
     def health_done() -> bool:
-        return (health.task("offsets_health") or {}).get("state") in TERMINAL or health.recorded
+        return (final.task("offsets_health") or {}).get("state") in TERMINAL or final.recorded
 
     watch([first, final], timeout, until=health_done)
     coord_run = airflow.trigger("coordinator_ownership", COORDINATOR_CONF)
@@ -475,7 +479,26 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     if failed:
         clock.say(f"warning: not successful: {', '.join(failed)} (see the task logs in the Airflow UI)")
     return {"first": first.run_id, "final": final.run_id, "coordinator": coord.run_id, "failed": failed,
-            "health": health.run_id, "window": final_conf["window"]}
+            "health": final.run_id, "window": final_conf["window"]}
+
+
+def first_verdicts(clock: Clock, final: RunWatch) -> None:
+    """The final run's flagged partitions, printed once its stuck report is written (the health
+    and the coordinator check still run): the time to the first verdicts is the demo's headline."""
+    if (final.task("report_stuck") or {}).get("state") != "success":
+        clock.say(f"{final.label}: no stuck report (report_stuck {(final.task('report_stuck') or {}).get('state')})")
+        return
+    from fleetkit.core.datasets import DataRoot
+    from fleet_airflow import settings
+    from fleetlab.demo_summary import flagged_lines, stuck_run_dir
+
+    clock.record("first verdicts", clock.elapsed(), "from the start of make demo to the final run's stuck report")
+    run_dir = stuck_run_dir(DataRoot(settings.data_root()), final.run_id)
+    lines = flagged_lines(run_dir) if run_dir is not None else []
+    clock.say(f"first verdicts ({final.label}): {len(lines)} flagged partition(s)"
+              + (f", report {run_dir / 'report.html'}" if run_dir is not None else ""))
+    for line in lines:
+        print(line, flush=True)
 
 
 # -- the whole demo ------------------------------------------------------------------------------

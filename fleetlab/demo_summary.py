@@ -25,6 +25,14 @@ def stuck_run_dir(root: DataRoot, run_id: str | None) -> Path | None:
     return run_dirs[-1] if run_dirs else None
 
 
+def flagged_lines(run_dir: Path, limit: int = 12) -> list[str]:
+    """One line per flagged partition of a stuck report folder (the first `limit`)."""
+    from fleetkit.stuck.report import StuckReport
+
+    return [f"  {f['status']:<13} {f.get('cluster', ''):<7} {f['group']:<16} {f['topic']}-{f['partition']}  "
+            f"lag {f['lag']}" for f in StuckReport.load(run_dir).flagged()[:limit]]
+
+
 def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     """The summary; `stuck_run` names the fleet_maintenance run whose stuck report is shown (default:
     the newest report), `runs` the demo's run ids (fleetlab.demo)."""
@@ -38,8 +46,8 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
         print(f"login          {user} / {pw.get(user, f'(see {pw_file})')}")
     if runs:
         print(f"DAG            fleet_maintenance (every 5 minutes): run 1 {runs['first']} made the first collection, "
-              f"run 2 {runs['final']} (window {runs.get('window', '2m')}) the verdicts below; offsets health: "
-              f"{runs.get('health', runs['final'])}")
+              f"run 2 {runs['final']} (window {runs.get('window', '2m')}) the verdicts below; offsets health "
+              f"in run 2 after its verdicts")
         print(f"               coordinator_ownership run {runs['coordinator']}")
     else:
         print("DAG            fleet_maintenance (every 5 minutes; window 2m in the demo's runs)")
@@ -66,17 +74,13 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
             print(f"  {group:<16} {state:<20} {n} partition(s), total lag {lag}")
     run_dir = stuck_run_dir(root, stuck_run)
     if run_dir is not None:
-        from fleetkit.stuck.report import StuckReport
-
-        rep = StuckReport.load(run_dir)
         from urllib.parse import quote
 
         print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/"
               f"{quote(run_dir.name)}/report.html")
         print(f"               {run_dir / 'report.html'}")
-        for f in rep.flagged()[:12]:
-            print(f"  {f['status']:<13} {f.get('cluster', ''):<7} {f['group']:<16} {f['topic']}-{f['partition']}  "
-                  f"lag {f['lag']}")
+        for line in flagged_lines(run_dir):
+            print(line)
     print(f"fleet page     http://{services.API_HOST}:{services.API_PORT}/fleet/ (\"Kafka fleet\" in the UI's navigation: "
           "groups by verdict, lag charts, a prefilled runbook form per flagged partition)")
     print("incident CLI   .venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "

@@ -1,7 +1,7 @@
 """__consumer_offsets health per (cluster, broker, partition).
 
     PATH=.venv/bin:$PATH spark-submit spark_jobs/offsets_health.py --data-root ROOT --fleet FILE --out DIR
-        [--bloat-ratio 10] [--min-bloat-bytes 67108864]
+        [--bloat-ratio 10] [--min-bloat-bytes 67108864] [--trim-plan [--partitions 3,7 | all-unhealthy]]
 
 Reads the datasets offsets_topic_records, segment_inventory and cleaner_checkpoints under ROOT
 (and the cleaner settings the brokers reported to the collection through DescribeConfigs, on
@@ -9,7 +9,9 @@ brokers from 0.11: ROOT/_state/cluster=NAME/cleaner_settings.json; they override
 file's `cleaner` section per broker) and writes DIR/health.jsonl: records, live keys, tombstones, bytes, duplicate ratio, largest
 segment's message count against the cleaner's capacity, checkpoint progress, and a verdict
 (HEALTHY, BLOATED, CLEANER_STALLED, OVER_CAPACITY) with the cleaner setting that would fix it.
-The verdict rules live in fleetkit.trim.rules.
+The verdict rules live in fleetkit.trim.rules. With --trim-plan the same Spark application then
+writes DIR/trim_plan.json (spark_jobs/trim_plan.py's plans from that health), saving a second Spark
+start.
 """
 
 from __future__ import annotations
@@ -279,8 +281,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--bloat-ratio", type=float, default=offsets_health.DEFAULT_BLOAT_RATIO)
     ap.add_argument("--min-bloat-bytes", type=int, default=offsets_health.DEFAULT_MIN_BLOAT_BYTES)
+    ap.add_argument("--trim-plan", action="store_true",
+                    help="then write DIR/trim_plan.json in the same Spark application")
+    ap.add_argument("--partitions", default="all-unhealthy",
+                    help="with --trim-plan: 'all-unhealthy' or partition numbers like 3,7")
     ap.add_argument("--master")
     args = ap.parse_args(argv)
+    if args.trim_plan:
+        import trim_plan  # spark_jobs/trim_plan.py (it imports this module's readers)
+
+        parts = trim_plan.parse_partitions(args.partitions)
     t0 = time.monotonic()
     spark = session("offsets_health", args.master)
     out, per_segment = health(read_dataset(spark, args.data_root, "offsets_topic_records"),
@@ -295,6 +305,11 @@ def main(argv=None) -> int:
     write_jsonl(per_segment, path_join(args.out, "segments.jsonl"))
     counts = {r["verdict"]: r["n"] for r in out.groupBy("verdict").agg(F.count(F.lit(1)).alias("n")).collect()}
     print(json.dumps({"replicas": n, "verdicts": counts, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+    if args.trim_plan:
+        t1 = time.monotonic()
+        out.unpersist()
+        summary = trim_plan.run(spark, args.data_root, args.out, args.out, parts)
+        print(json.dumps({"plans": summary, "seconds": round(time.monotonic() - t1, 1)}), flush=True)
     spark.stop()
     return 0
 

@@ -9,6 +9,8 @@ the live keys whose newest record sits only in those segments -- the offsets tha
 Those are re-committed after the trim (for groups that are Empty); active groups are listed for
 the operator; group-metadata keys in removed segments are listed (those groups will rebalance).
 Writes DIR/trim_plan.json (one plan per cluster, the data the runbook executes).
+The DAGs run it inside the offsets_health application (`offsets_health.py --trim-plan`: one Spark
+start for both); on its own it reads the health.jsonl an earlier offsets_health wrote.
 """
 
 from __future__ import annotations
@@ -133,6 +135,35 @@ def group_states_frame(spark, root: str) -> DataFrame | None:
     return gc.groupBy("cluster", "group").agg(F.max_by("state", "observed_at").alias("group_state"))
 
 
+def parse_partitions(text: str) -> list[int] | None:
+    """--partitions: 'all-unhealthy' (None) or partition numbers like 3,7."""
+    if text == "all-unhealthy":
+        return None
+    try:
+        return sorted({int(p) for p in text.split(",") if p.strip()})
+    except ValueError:
+        raise SystemExit(f"--partitions {text!r} must be 'all-unhealthy' or numbers like 3,7") from None
+
+
+def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | None) -> dict:
+    """DIR/trim_plan.json from health_dir's health.jsonl; returns the summary per cluster."""
+    health_file = path_join(health_dir, "health.jsonl")
+    if not path_exists(health_file):
+        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
+    health = spark.read.json(health_file)
+    plans = build(read_dataset(spark, data_root, "offsets_topic_records"),
+                  read_dataset(spark, data_root, "segment_inventory"), health,
+                  group_states_frame(spark, data_root), parts)
+    write_text(path_join(out, "trim_plan.json"),
+               json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
+    return {c: {"partitions": len(p["partitions"]),
+                "segments": sum(len(b["quarantine"]) for q in p["partitions"] for b in q["replicas"]),
+                "bytes_freed": sum(b["bytes_freed"] for q in p["partitions"] for b in q["replicas"]),
+                "recommit": sum(len(q["recommit"]) for q in p["partitions"]),
+                "active_groups": sum(len(q["active_groups"]) for q in p["partitions"])}
+            for c, p in plans.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", required=True)
@@ -141,29 +172,10 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", default="all-unhealthy", help="'all-unhealthy' or partition numbers like 3,7")
     ap.add_argument("--master")
     args = ap.parse_args(argv)
-    parts = None
-    if args.partitions != "all-unhealthy":
-        try:
-            parts = sorted({int(p) for p in args.partitions.split(",") if p.strip()})
-        except ValueError:
-            raise SystemExit(f"--partitions {args.partitions!r} must be 'all-unhealthy' or numbers like 3,7") from None
+    parts = parse_partitions(args.partitions)
     t0 = time.monotonic()
     spark = session("trim_plan", args.master)
-    health_file = path_join(args.health, "health.jsonl")
-    if not path_exists(health_file):
-        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
-    health = spark.read.json(health_file)
-    plans = build(read_dataset(spark, args.data_root, "offsets_topic_records"),
-                  read_dataset(spark, args.data_root, "segment_inventory"), health,
-                  group_states_frame(spark, args.data_root), parts)
-    write_text(path_join(args.out, "trim_plan.json"),
-               json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
-    summary = {c: {"partitions": len(p["partitions"]),
-                   "segments": sum(len(b["quarantine"]) for q in p["partitions"] for b in q["replicas"]),
-                   "bytes_freed": sum(b["bytes_freed"] for q in p["partitions"] for b in q["replicas"]),
-                   "recommit": sum(len(q["recommit"]) for q in p["partitions"]),
-                   "active_groups": sum(len(q["active_groups"]) for q in p["partitions"])}
-               for c, p in plans.items()}
+    summary = run(spark, args.data_root, args.health, args.out, parts)
     print(json.dumps({"plans": summary, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
     spark.stop()
     return 0

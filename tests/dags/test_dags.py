@@ -105,7 +105,7 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch
     assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
                            ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
                            ("collect_offsets", 0): "success", ("health_due", -1): "success",
-                           ("offsets_health", -1): "success", ("trim_plan", -1): "success",
+                           ("offsets_health", -1): "success",
                            ("report_offsets", -1): "success", ("all_clusters_collected", -1): "success"}
     # the offsets pipeline saw this group's commits in __consumer_offsets and judged every replica
     recs = [r for r in read_dataset(DataRoot(data), "offsets_topic_records").to_pylist() if r["group"] == group]
@@ -114,6 +114,7 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch
     health = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
     assert len(health) == 150 and {h["verdict"] for h in health} == {"HEALTHY"}  # 50 partitions x 3 replicas
     assert "No plan: every partition is healthy." in (out / "offsets_health.md").read_text()
+    assert json.loads((out / "trim_plan.json").read_text()) is not None  # written by offsets_health --trim-plan
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
     assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
 

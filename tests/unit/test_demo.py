@@ -93,11 +93,23 @@ def test_the_final_run_waits_at_least_half_the_window_after_the_first_collection
     from fleetkit.core.durations import parse_duration
 
     assert demo.GAP_SECONDS >= parse_duration(demo.WINDOW).total_seconds() / 2
-    confs = (demo.FIRST_CONF, demo.FINAL_CONF, demo.FINAL_CONF_WITH_HEALTH)
+    confs = (demo.FIRST_CONF, demo.FINAL_CONF)
     assert {c["window"] for c in confs} == {demo.WINDOW}
-    # the offsets health runs once: in the demo's first run, or in the final one after a scheduled run
-    assert demo.FIRST_CONF["offsets_health"] == "always" and demo.FINAL_CONF["offsets_health"] == "never"
-    assert demo.FINAL_CONF_WITH_HEALTH["offsets_health"] == "always"
+    # the first run's one Spark job is the stuck analysis (it is over before the final run is due);
+    # the final run analyses the offsets health, after its verdicts
+    assert demo.FIRST_CONF["offsets_health"] == "never" and demo.FINAL_CONF["offsets_health"] == "always"
+
+
+def test_the_offsets_health_waits_for_the_stuck_verdicts():
+    """In fleet_maintenance the health's Spark jobs start once analyse_stuck is over, whatever its
+    outcome: the stuck verdicts never share the Spark cores with the hourly health."""
+    import ast
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[2] / "dags" / "fleet_maintenance.py").read_text()
+    edges = [ast.unparse(n) for n in ast.walk(ast.parse(src)) if isinstance(n, ast.BinOp)
+             and isinstance(n.op, ast.RShift)]
+    assert any(e.startswith("[collect_offsets, analyse] >> health_due()") for e in edges), edges
 
 
 def test_summary_shows_the_final_runs_stuck_report(tmp_path):
