@@ -186,11 +186,11 @@ class Airflow:
             api = airflow_services.api
         self.api = api
 
-    def unpause(self, dag_id: str, timeout: float = 120) -> dict:
+    def unpause(self, dag_id: str, timeout: float = 120, paused: bool = False) -> dict:
         deadline = time.monotonic() + timeout
         while True:  # the dag-processor may not have parsed the DAG yet
             try:
-                return self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+                return self.api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": paused})
             except Exception as e:  # noqa: BLE001
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"DAG {dag_id!r} not available in Airflow after {timeout:.0f}s: {e}") from e
@@ -434,8 +434,11 @@ def middle_collection(clock: Clock, at: dt.datetime) -> None:
 
 def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     """The demo's DAG runs; returns the run ids the summary shows."""
-    for dag_id in ("fleet_maintenance", "coordinator_ownership"):
-        airflow.unpause(dag_id)
+    # coordinator_ownership is unpaused when the demo starts its run: its leader-change watch would
+    # otherwise start a run (a Spark job) on the lab's start-up leader elections, beside the runs
+    # the verdicts wait for
+    airflow.unpause("coordinator_ownership", paused=True)  # unpaused by an earlier demo
+    airflow.unpause("fleet_maintenance")
     first = first_collection(clock, airflow)
 
     # the final run comes when run 1 is over (one fleet_maintenance run at a time) and at least a
@@ -470,6 +473,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
         return (final.task("offsets_health") or {}).get("state") in TERMINAL or final.recorded
 
     watch([first, final], timeout, until=health_done)
+    airflow.unpause("coordinator_ownership")
     coord_run = airflow.trigger("coordinator_ownership", COORDINATOR_CONF)
     clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(COORDINATOR_CONF)})")
     coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
