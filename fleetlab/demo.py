@@ -484,7 +484,7 @@ def fleetctl() -> str:
 
 
 def airflow_up(clock: Clock) -> None:
-    """`fleetctl airflow up` in this process (no Airflow import needed: its processes are started)."""
+    """`fleetlab airflow up` in this process (no Airflow import needed: its processes are started)."""
     from fleetlab import airflow_services as services
 
     services.up(progress=lambda line: clock.say(f"  airflow: {line}"))
