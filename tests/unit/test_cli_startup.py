@@ -118,3 +118,19 @@ def test_the_lab_command_imports_no_heavy_library():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "fleetlab.cli" in mods and "up" in out.stdout and "broker-config" in out.stdout
     assert heavy(mods) == [] and not [m for m in mods if m.split(".")[0] == "fleetctl"]
+
+
+def test_nothing_calls_the_lab_verbs_through_fleetctl():
+    """The Makefile, the demo, the benchmarks, the docs and the tests call the lab, its Airflow,
+    trigger and the demo through `fleetlab`, in prose and in argv lists alike."""
+    import re
+
+    said = re.compile(r"fleetctl[\"'`]?[,()]?\s*[\"'`]?(lab|demo|trigger|airflow[\"']?,?\s+[\"']?(up|down|env|status))\b")
+    argv = re.compile(r"\[\s*\w*ctl\w*(\(\))?\s*,\s*[\"'](lab|demo|trigger|airflow)[\"']")
+    files = [REPO / "Makefile", REPO / "README.md", REPO / "ARCHITECTURE.md", REPO / "airflow.cfg",
+             REPO / "include" / "fleets" / "lab.yaml"]
+    for folder in ("fleetlab", "fleetctl", "bench", "docs", "tests", "include", "plugins", "dags"):
+        files += [p for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".md", ".yaml")]
+    found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in files if p.resolve() != Path(__file__).resolve()
+             for m in [*said.finditer(p.read_text()), *argv.finditer(p.read_text())]]
+    assert found == []
