@@ -7,7 +7,9 @@ VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
 STAMP := $(VENV)/.installed
 UV_VERSION := 0.13.8
-FLEETCTL := $(BIN)/fleetctl
+FLEETLAB := $(BIN)/fleetlab
+# the lab's command for the targets that stop things: runs in a .venv made before `fleetlab` existed
+LAB_STOP := $(BIN)/python -m fleetlab.cli
 export PATH := $(BIN):$(PATH)
 export FLEET_HOME := $(CURDIR)
 export SPARK_LOCAL_IP := 127.0.0.1
@@ -60,40 +62,40 @@ kafka-dist: $(STAMP)
 	@$(BIN)/python -m fleetlab.dists
 
 airflow-env: $(STAMP)
-	@$(FLEETCTL) airflow env
+	@$(FLEETLAB) airflow env
 
 # Regenerate the lock after changing requirements.txt.
 lock: $(STAMP)
 	cd $(CURDIR) && $(VENV)/bin/uv pip compile --python $(VENV)/bin/python requirements.txt -o requirements.lock
 
 lab-up: setup
-	$(FLEETCTL) lab up
+	$(FLEETLAB) up
 
 lab-down:
-	@test -x $(FLEETCTL) && $(FLEETCTL) lab down || true
+	@test -x $(BIN)/python && $(LAB_STOP) down || true
 
 lab-status:
-	$(FLEETCTL) lab status
+	$(FLEETLAB) status
 
 airflow-up: setup
-	$(FLEETCTL) airflow up --profile $(PROFILE)
+	$(FLEETLAB) airflow up --profile $(PROFILE)
 
 # the Spark executors' Python of the cluster profile (pyspark, pandas, pyarrow, numpy; not the
-# project); `fleetctl airflow up --profile cluster` creates it too
+# project); `fleetlab airflow up --profile cluster` creates it too
 spark-exec-venv: $(STAMP)
 	@$(BIN)/python -c "from fleetlab.spark_cluster import ensure_exec_venv as e; print('Spark executors run', e())"
 
 airflow-down:
-	@test -x $(FLEETCTL) && $(FLEETCTL) airflow down || true
+	@test -x $(BIN)/python && $(LAB_STOP) airflow down || true
 
 # The lab and Airflow start side by side; a progress line per step (elapsed time), and the summary
 # ends with the time per step (fleetlab/demo.py). Setup counts in it: the clock starts here.
 demo:
-	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup && FLEET_PROFILE=$(PROFILE) $(FLEETCTL) demo --started-at $$t0
+	@t0=$$(date +%s.%N); $(MAKE) --no-print-directory setup && FLEET_PROFILE=$(PROFILE) $(FLEETLAB) demo --started-at $$t0
 
 stop:
-	@test -x $(FLEETCTL) || exit 0; \
-	$(FLEETCTL) lab traffic stop; $(FLEETCTL) airflow down; $(FLEETCTL) lab down
+	@test -x $(BIN)/python || exit 0; \
+	$(LAB_STOP) traffic stop; $(LAB_STOP) airflow down; $(LAB_STOP) down
 
 demo-cluster:
 	$(MAKE) demo PROFILE=cluster

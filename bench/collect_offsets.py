@@ -68,7 +68,7 @@ def bench_lab(cluster: str) -> tuple[Lab, str]:
             peer = REPO / ".lab-bench-collect" / other
             if (peer / "lab.json").exists() and Lab(LabSpec.load(peer)).running():
                 raise SystemExit(f"the benchmark lab of {other} is running on the same ports: stop it first "
-                                 f"(fleetctl lab down --lab-dir {peer})")
+                                 f"(fleetlab down --lab-dir {peer})")
     return Lab(spec), version
 
 

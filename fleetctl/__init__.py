@@ -1,1 +1,1 @@
-"""fleetctl: the operator CLI (incident shell, the lab, triggering runs)."""
+"""fleetctl: the operator CLI for incident shells (outside Airflow); the lab has its own command, fleetlab."""

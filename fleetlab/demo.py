@@ -510,8 +510,12 @@ def fleetctl() -> str:
     return str(Path(sys.executable).parent / "fleetctl")
 
 
+def fleetlab() -> str:
+    return str(Path(sys.executable).parent / "fleetlab")
+
+
 def airflow_up(clock: Clock) -> None:
-    """`fleetctl airflow up` in this process (no Airflow import needed: its processes are started)."""
+    """`fleetlab airflow up` in this process (no Airflow import needed: its processes are started)."""
     from fleetlab import airflow_services as services
 
     services.up(progress=lambda line: clock.say(f"  airflow: {line}"))
@@ -523,7 +527,7 @@ def main(started_at: float | None = None, setup_seconds: float | None = None) ->
     if setup_seconds is not None:
         clock.record("setup check", setup_seconds)
     env = dict(os.environ)
-    ctl = fleetctl()
+    lab_cmd = fleetlab()
 
     from fleetlab.lab import fleet_specs
 
@@ -531,14 +535,14 @@ def main(started_at: float | None = None, setup_seconds: float | None = None) ->
     traffic_started: list[float] = []
 
     def traffic() -> None:
-        run_logged(clock, "traffic", [ctl, "lab", "traffic", "start"], env)
+        run_logged(clock, "traffic", [lab_cmd, "traffic", "start"], env)
         traffic_started.append(time.time())
         wait_traffic(clock, specs)
 
     # the lab and Airflow do not need each other to start: the DAGs reach the clusters only when
     # they run, and the leader-change watch retries until ZooKeeper answers
     in_parallel(clock, {
-        "lab": [("lab up", lambda: run_logged(clock, "lab", [ctl, "lab", "up"], env)),
+        "lab": [("lab up", lambda: run_logged(clock, "lab", [lab_cmd, "up"], env)),
                 ("traffic warm-up (groups committed)", traffic)],
         "airflow": [("Airflow up", lambda: airflow_up(clock))],
     })

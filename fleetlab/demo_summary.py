@@ -92,10 +92,10 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
           f"approvers are the fleet file's `approvers` ({settings.fleet_file()}); passwords: {pw_file}")
     print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
           "(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster lab` names: "
-          "`.venv/bin/fleetctl lab stop-broker N`); report: "
+          "`.venv/bin/fleetlab stop-broker N`); report: "
           f"{root.uri}/reports/coordinator/latest/report.md")
     print(f"offsets health {root.uri}/reports/offsets/<run>/offsets_health.md (hourly, or offsets_health=always)")
-    print("lab            `.venv/bin/fleetctl lab status`; stop everything with `make stop`")
+    print("lab            `.venv/bin/fleetlab status`; stop everything with `make stop`")
     print("=" * 72)
 
 

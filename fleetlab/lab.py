@@ -469,12 +469,12 @@ class LabSpec:
 
     def fleet_cluster(self) -> dict:
         """This cluster's entry of a fleet file (log dirs absolute); runbooks stop, start and
-        reconfigure its brokers with the repository's fleetctl (broker_control)."""
+        reconfigure its brokers with the repository's fleetlab (broker_control)."""
         def literal(text: str) -> str:  # braces are placeholders in broker_control commands
             return text.replace("{", "{{").replace("}", "}}")
 
-        def fleetctl_lab(command: str, *extra: str) -> list[str]:
-            return [literal(str(REPO_ROOT / ".venv" / "bin" / "fleetctl")), "lab", command,
+        def fleetlab(command: str, *extra: str) -> list[str]:
+            return [literal(str(REPO_ROOT / ".venv" / "bin" / "fleetlab")), command,
                     "--lab-dir", literal(str(self.path.absolute())), "{broker}", *extra]
 
         entry = {
@@ -493,8 +493,8 @@ class LabSpec:
             entry["cleaner"] = self.cleaner_settings()
         entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
                             for i in range(self.brokers)]
-        entry["broker_control"] = {"stop": fleetctl_lab("stop-broker"), "start": fleetctl_lab("start-broker"),
-                                   "set_config": fleetctl_lab("broker-config", "{key}={value}")}
+        entry["broker_control"] = {"stop": fleetlab("stop-broker"), "start": fleetlab("start-broker"),
+                                   "set_config": fleetlab("broker-config", "{key}={value}")}
         return entry
 
     def fleet_document(self) -> dict:
@@ -1362,7 +1362,7 @@ class Lab:
     def wipe(self) -> None:
         """Remove the lab folder's data (only when nothing runs)."""
         if any(r["running"] for r in self.status()):
-            raise LabError(f"lab {self.spec.path} is running; run `fleetctl lab down` first")
+            raise LabError(f"lab {self.spec.path} is running; run `fleetlab down` first")
         shutil.rmtree(self.spec.path, ignore_errors=True)
 
 

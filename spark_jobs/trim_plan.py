@@ -28,7 +28,7 @@ from offsets_health import latest_inventory, newest_per_key, read_dataset  # noq
 from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-INACTIVE_STATES = ("Empty", "Dead")
+from fleetkit.core.kafka_names import EMPTY_STATES  # noqa: E402
 
 
 def quarantine_segments(segments: DataFrame, targets: DataFrame) -> DataFrame:
@@ -102,7 +102,7 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
         item = {"group": r["group"], "topic": r["topic"], "partition": r["topic_partition"],
                 "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
                 "group_state": r["group_state"]}
-        (p["recommit"] if r["group_state"] in INACTIVE_STATES else p["active_groups"]).append(item)
+        (p["recommit"] if r["group_state"] in EMPTY_STATES else p["active_groups"]).append(item)
     live_groups = (newest.filter(~F.col("tombstone") & (F.col("key_version") != 2))
                    .select("cluster", "partition", "group").distinct())
     for r in live_groups.orderBy("cluster", "partition", "group").collect():

@@ -420,7 +420,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
 
 def test_restart_broker_on_kraft_keeps_the_quorum(lab_fleet, tmp_path):
     """Kafka 4.3, three combined broker+controller nodes: restart_broker restarts the leader of an
-    __consumer_offsets partition through the cluster's broker_control (the lab's fleetctl) when the
+    __consumer_offsets partition through the cluster's broker_control (the lab's fleetlab) when the
     other two voters are up; with one of them stopped, the same restart would leave one voter of
     three: the check refuses it in one line naming the quorum, and nothing is stopped."""
     from fleetkit.clients.broker_control import control_for
@@ -435,7 +435,7 @@ def test_restart_broker_on_kraft_keeps_the_quorum(lab_fleet, tmp_path):
         leadership.elect_preferred_leaders(h.admin, OFFSETS)
         leader = leadership.state(h.admin, OFFSETS, p).leader
         other = next(b for b in range(3) if b != leader)
-        control = control_for(h.handle.cluster)  # the lab's fleetctl (fleet file: broker_control)
+        control = control_for(h.handle.cluster)  # the lab's fleetlab (fleet file: broker_control)
         plan = build_plan(h.handle.cluster, h.kafka, None, str(tmp_path), {"action": "restart_broker", "partition": p},
                           lab_control=control)
         assert plan["details"]["target"] == leader

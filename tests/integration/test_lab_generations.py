@@ -15,19 +15,19 @@ from fleetlab import traffic
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-FLEETCTL = str(REPO / ".venv" / "bin" / "fleetctl")
+FLEETLAB = str(REPO / ".venv" / "bin" / "fleetlab")
 
 pytestmark = [pytest.mark.lab]
 
 
-def fleetctl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([FLEETCTL, *args], capture_output=True, text=True, timeout=300)
+def fleetlab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([FLEETLAB, *args], capture_output=True, text=True, timeout=300)
 
 
 def test_each_generation_runs_what_it_claims(generation_lab):
     spec = generation_lab.spec
     lab = generation_lab.lab
-    out = fleetctl("lab", "status", "--json", "--lab-dir", spec.lab_dir)
+    out = fleetlab("status", "--json", "--lab-dir", spec.lab_dir)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = json.loads(out.stdout)
     components = [r["component"] for r in rows]
@@ -112,13 +112,13 @@ def test_kraft_generation_runs_the_consumer_group_protocol(lab_fleet, unique):
 
 def test_lab_cli_stops_and_starts_a_broker_of_each_generation(generation_lab):
     spec = generation_lab.spec
-    stop = fleetctl("lab", "stop-broker", "--lab-dir", spec.lab_dir, "2")
+    stop = fleetlab("stop-broker", "--lab-dir", spec.lab_dir, "2")
     assert stop.returncode == 0, stop.stderr
     try:
-        status = json.loads(fleetctl("lab", "status", "--json", "--lab-dir", spec.lab_dir).stdout)
+        status = json.loads(fleetlab("status", "--json", "--lab-dir", spec.lab_dir).stdout)
         assert [r["running"] for r in status if r["component"] == "broker-2"] == [False]
     finally:
-        start = fleetctl("lab", "start-broker", "--lab-dir", spec.lab_dir, "2")
+        start = fleetlab("start-broker", "--lab-dir", spec.lab_dir, "2")
     assert start.returncode == 0, start.stderr
     assert "broker 2: answering" in start.stdout
     assert generation_lab.lab._broker_answers(2)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from fleetkit.core.errors import AuthenticationFailed
-from fleetctl.incident import FLAGGED
+from fleetctl.output import FLAGGED
 from fleetlab import oauth
 
 from tests.conftest import write_fleet_file

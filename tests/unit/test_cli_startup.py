@@ -24,7 +24,6 @@ AIRFLOW_FREE = [
     ["offsets", "cleaner-capacity", "--dedupe-buffer-size", "134217728"],
     ["coordinator", "partition", "my-group", "--partitions", "50"],
     ["coordinator", "who", "--help"],
-    ["lab", "--help"],
     ["lag", "--help"],
     ["stuck", "--help"],
     ["offsets", "dump", "--help"],
@@ -63,7 +62,6 @@ def test_airflow_free_commands_import_no_heavy_library(argv):
 
 
 @pytest.mark.parametrize("argv,expected", [
-    (["lab", "status"], False),
     (["offsets", "decode", "--key", "00"], False),
     (["offsets", "cleaner-capacity", "--dedupe-buffer-size", "1"], False),
     (["coordinator", "partition", "g"], False),
@@ -71,11 +69,9 @@ def test_airflow_free_commands_import_no_heavy_library(argv):
     (["collect", "--cluster", "lab"], False),  # like lag and stuck: JSON connection variables, else Airflow
     (["groupids", "diff", "--cluster", "lab"], True),
     (["audit", "list"], True),
-    (["trigger", "some_dag"], True),
-    (["airflow", "status"], False),
     (["lag", "g", "--cluster", "lab"], False),  # connections from AIRFLOW_CONN_ JSON variables (else Airflow)
     (["stuck", "--cluster", "lab"], False),
-    (["offsets", "dump", "--segment", "x.log"], False),  # starts, stops and checks processes; writes their env file
+    (["offsets", "dump", "--segment", "x.log"], False),
 ])
 def test_which_commands_set_up_airflow(argv, expected):
     assert needs_airflow(build_parser().parse_args(argv)) is expected
@@ -104,3 +100,37 @@ def test_the_incident_path_on_a_json_connection_imports_no_airflow(tmp_path, com
     assert out.returncode == code, out.stderr[-2000:]
     assert "confluent_kafka" in mods and not [m for m in mods if m.split(".")[0] in ("airflow", "pyspark")]
     assert "cluster 'far'" in [x for x in out.stderr.splitlines() if x.startswith("error:")][0]
+
+
+@pytest.mark.parametrize("argv", [["lab"], ["airflow", "status"], ["trigger", "some_dag"], ["demo"]])
+def test_the_lab_verbs_are_not_fleetctls(argv, capsys):
+    """The lab, the project's Airflow processes and the demo are `fleetlab` verbs; an operator's
+    fleetctl has none of them."""
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_the_lab_command_imports_no_heavy_library():
+    mods, out = imported_modules("import sys; from fleetlab.cli import main; sys.argv[0] = 'fleetlab'; "
+                                 "sys.exit(main(['--help']))")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "fleetlab.cli" in mods and "up" in out.stdout and "broker-config" in out.stdout
+    assert heavy(mods) == [] and not [m for m in mods if m.split(".")[0] == "fleetctl"]
+
+
+def test_nothing_calls_the_lab_verbs_through_fleetctl():
+    """The Makefile, the demo, the benchmarks, the docs and the tests call the lab, its Airflow,
+    trigger and the demo through `fleetlab`, in prose and in argv lists alike."""
+    import re
+
+    said = re.compile(r"fleetctl[\"'`]?[,()]?\s*[\"'`]?(lab|demo|trigger|airflow[\"']?,?\s+[\"']?(up|down|env|status))\b")
+    argv = re.compile(r"\[\s*\w*ctl\w*(\(\))?\s*,\s*[\"'](lab|demo|trigger|airflow)[\"']")
+    files = [REPO / "Makefile", REPO / "README.md", REPO / "ARCHITECTURE.md", REPO / "airflow.cfg",
+             REPO / "include" / "fleets" / "lab.yaml"]
+    for folder in ("fleetlab", "fleetctl", "bench", "docs", "tests", "include", "plugins", "dags"):
+        files += [p for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".md", ".yaml")]
+    found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in files if p.resolve() != Path(__file__).resolve()
+             for m in [*said.finditer(p.read_text()), *argv.finditer(p.read_text())]]
+    assert found == []

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetctl.cli import build_parser, needs_airflow
 from fleetlab import demo
+from fleetlab.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = dt.datetime(2026, 11, 23, 16, 40, tzinfo=dt.timezone.utc)
@@ -133,15 +133,17 @@ def test_summary_shows_the_final_runs_stuck_report(tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["airflow", "env"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"]])
-def test_airflow_process_commands_need_no_airflow_import(argv):
-    """`make setup` runs `fleetctl airflow env` on every `make demo`: no Airflow import (seconds)."""
-    assert not needs_airflow(build_parser().parse_args(argv))
+def test_airflow_process_commands_are_the_labs(argv):
+    """`make setup` runs `fleetlab airflow env` on every `make demo` (fleetlab imports no Airflow:
+    below)."""
+    args = build_parser().parse_args(argv)
+    assert (args.command, args.action) == tuple(argv)
 
 
 def test_demo_command_needs_no_airflow_import():
     args = build_parser().parse_args(["demo", "--started-at", "1795452017.5"])
-    assert args.started_at == 1795452017.5 and not needs_airflow(args)
-    code = "import fleetlab.demo, fleetctl.cli; print('ok')"
+    assert args.started_at == 1795452017.5
+    code = "import fleetlab.demo, fleetlab.cli, fleetctl.cli; print('ok')"
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
                          cwd=REPO, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

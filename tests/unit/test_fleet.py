@@ -139,7 +139,7 @@ def test_unknown_cluster_lists_known_ones():
 
 @pytest.mark.parametrize("name", ["lab", "lab39", "lab43"])
 def test_shipped_lab_fleet_matches_the_lab_it_describes(name):
-    """include/fleets/lab.yaml must describe what `fleetctl lab up` starts, cluster by cluster."""
+    """include/fleets/lab.yaml must describe what `fleetlab up` starts, cluster by cluster."""
     from fleetlab.lab import fleet_specs
 
     fleet = load_fleet(REPO / "include" / "fleets" / "lab.yaml")
@@ -162,10 +162,10 @@ def test_shipped_lab_fleet_matches_the_lab_it_describes(name):
                       for a in getattr(bc, cmd)] for cmd in ("stop", "start", "set_config")}
 
     assert absolute(lab.broker_control) == absolute(generated.broker_control)
-    assert lab.broker_control.stop == ("../../.venv/bin/fleetctl", "lab", "stop-broker", "--lab-dir",
-                                       f"../../.lab/{name}", "{broker}")
+    assert lab.broker_control.stop == ("../../.venv/bin/fleetlab", "stop-broker", "--lab-dir", f"../../.lab/{name}",
+                                       "{broker}")
     assert absolute(lab.broker_control)["set_config"] == [
-        str(REPO / ".venv" / "bin" / "fleetctl"), "lab", "broker-config", "--lab-dir", str(REPO / ".lab" / name),
+        str(REPO / ".venv" / "bin" / "fleetlab"), "broker-config", "--lab-dir", str(REPO / ".lab" / name),
         "{broker}", "{key}={value}"]
 
 

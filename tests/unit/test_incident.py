@@ -19,7 +19,8 @@ from fleetkit.core.connections import from_env, kafka_config
 from fleetkit.core.errors import FleetConfigError
 from fleetkit.stuck import incident, timelag
 
-from fleetctl.incident import dump_line, print_table
+from fleetctl.incident import dump_line
+from fleetctl.output import print_table
 
 
 # -- connections ----------------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def test_a_caught_refusal_is_raised_naming_user_and_cluster_never_the_password()
 
 
 def test_blind_is_one_error_line_and_exit_4(capsys):
-    from fleetctl.incident import BLIND, say_blind
+    from fleetctl.output import BLIND, say_blind
 
     assert say_blind(["cluster prod: 2 group(s) not seen ('a', 'b'): not authorized: ...", "second\npart"]) == BLIND == 4
     err = capsys.readouterr().err

@@ -398,21 +398,21 @@ def test_without_broker_control_the_runbook_refuses_to_execute():
 
 
 def test_the_lab_broker_config_command_changes_the_lab_settings(tmp_path):
-    """fleetctl lab broker-config (the lab's set_config): merged into lab.json and server.properties."""
-    from fleetctl.cli import main
+    """fleetlab broker-config (the lab's set_config): merged into lab.json and server.properties."""
+    from fleetlab.cli import main
     from fleetlab.lab import LabSpec
 
     spec = LabSpec(lab_dir=str(tmp_path / "lab"), brokers=2, broker_overrides={"log.cleaner.backoff.ms": 2000})
     spec.save()
-    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "1", "log.cleaner.dedupe.buffer.size=8388608"]) == 0
+    assert main(["broker-config", "--lab-dir", spec.lab_dir, "1", "log.cleaner.dedupe.buffer.size=8388608"]) == 0
     saved = LabSpec.load(spec.lab_dir)
     assert saved.broker_overrides == {"log.cleaner.backoff.ms": 2000, "log.cleaner.dedupe.buffer.size": "8388608"}
     for b in (0, 1):
         assert "log.cleaner.dedupe.buffer.size=8388608\n" in (spec.broker_dir(b) / "server.properties").read_text()
-    assert main(["lab", "broker-config", "--lab-dir", str(tmp_path / "nolab"), "0", "a=b"]) == 2
+    assert main(["broker-config", "--lab-dir", str(tmp_path / "nolab"), "0", "a=b"]) == 2
     assert not (tmp_path / "nolab").exists()
-    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "5", "a=b"]) == 2
-    assert main(["lab", "broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2
+    assert main(["broker-config", "--lab-dir", spec.lab_dir, "5", "a=b"]) == 2
+    assert main(["broker-config", "--lab-dir", spec.lab_dir, "0", "novalue"]) == 2
 
 
 def _trim_run(tmp_path, monkeypatch, approvers=("alice", "bob")):

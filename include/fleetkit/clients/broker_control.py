@@ -1,5 +1,5 @@
 """Stopping, starting and reconfiguring brokers with the commands a cluster's `broker_control`
-names in the fleet file (systemctl over ssh, a container tool, or `fleetctl lab ...` for the lab):
+names in the fleet file (systemctl over ssh, a container tool, or `fleetlab ...` for the lab):
 argv lists, placeholders filled inside each element, run without a shell in the fleet file's
 folder. A cluster without broker_control has no control: its brokers are restarted by hand.
 """

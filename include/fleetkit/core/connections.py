@@ -2,7 +2,7 @@
 
 The incident commands of fleetctl (`lag`, `stuck`, `offsets ...`) must answer in about a second;
 importing Airflow alone takes longer. When a connection is given as an environment variable in
-Airflow's JSON form (what `make setup` and `fleetctl lab env` write), it is read here; anything
+Airflow's JSON form (what `make setup` and `fleetlab env` write), it is read here; anything
 else (the URI form, the metadata database, a secrets backend, callbacks given as dotted paths,
 managed OAuth) is left to Airflow: `from_env` answers None and the caller goes through the hooks
 (fleet_airflow.clusters), so a connection never resolves two different ways.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow
 from fleetkit.core.errors import FleetError
-from fleetkit.core.kafka_names import EMPTY_STATES  # (execute.py imports it from here too)
+from fleetkit.core.kafka_names import EMPTY_STATES
 from fleetkit.stuck import rules as stuck
 
 ACTION = "reset_offsets"

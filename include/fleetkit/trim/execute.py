@@ -26,7 +26,7 @@ from pathlib import Path
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.journal import Journal, read_journal
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import EMPTY_STATES, OFFSETS_TOPIC
 from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for, stop_problems
 from fleetkit.clients import offsets_leaders
@@ -329,7 +329,7 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
     for p in plan["details"]["trim_plan"]["partitions"]:
         for c in p["recommit"]:
             state = recommit_states.get(c["group"])
-            if state not in ("Empty", "Dead"):
+            if state not in EMPTY_STATES:
                 problems.append(f"group {c['group']!r} is {state} now: re-committing its offset could overwrite "
                                 "a newer one; re-plan")
     return problems
@@ -358,7 +358,7 @@ def recommit_decision(planned: int, before: int | None, now: int | None, state: 
     `before` is the group's committed offset read when execute started, `now` the one read right
     before the commit. A re-commit only puts back an offset the trim removed; it never sets a
     group back (a standalone consumer commits while its group is Empty)."""
-    if state not in ("Empty", "Dead"):
+    if state not in EMPTY_STATES:
         return "skip", f"the group is {state} now (live members commit their own offsets)"
     if now == planned:
         return "already", f"committed offset is {now}, as planned"
@@ -430,7 +430,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             inactive = list(entries["before"]["inactive"])
         else:
             before, _ = read_offsets_when_loaded(ctx, groups)
-            inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in ("Empty", "Dead"))
+            inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in EMPTY_STATES)
             journal.write([{"seq": "before", "status": "read", "offsets": offsets_json(before), "inactive": inactive}])
         for b, fix in sorted(d["cleaner_fix"].items()):
             fix = {k: v for k, v in fix.items() if k != "apply"}  # the settings only (apply: for the runbook)

@@ -1,0 +1,60 @@
+"""fleetctl collect: a cluster's state into the datasets, as fleet_maintenance's collect does."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from fleetkit.core.errors import FleetError
+
+from fleetctl.connect import connected
+from fleetctl.output import BLIND, say_blind
+
+
+def cmd_collect(args) -> int:
+    """Collect clusters into the datasets, as fleet_maintenance's collect does; connections from
+    the AIRFLOW_CONN_ variables when they are JSON (no Airflow import), else from Airflow."""
+    from fleetkit.collection.groups import collect_recorded
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.settings import retention_days
+
+    from fleet_airflow import settings
+
+    from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandshakeFailed
+
+    settings.load_airflow_env()
+    fleet = load_fleet(args.fleet or settings.fleet_file())
+    names = fleet.names if args.cluster == "all" else [args.cluster]
+    root = DataRoot(args.out or settings.data_root())
+    failed = blind = 0
+    for name in names:
+        cluster = fleet.cluster(name)
+        try:
+            res = collect_recorded(cluster, root, lambda: connected(cluster, args.timeout), retention_days())
+        except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
+            say_blind([str(e)])
+            blind += 1
+            continue
+        except FleetError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(res.summary())
+        for p in res.problems:
+            print(f"  problem: {p}")
+        if res.blind:  # groups (or topics) it may not describe: their rows are missing, never "OK"
+            say_blind(["; ".join(res.blind_lines())])
+            blind += 1
+    print(f"datasets under {os.path.abspath(args.out or settings.data_root())}")
+    return 1 if failed else BLIND if blind else 0
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("collect", help="collect a cluster's state into the datasets (exit 1 when a cluster failed, "
+                                       "4 when the login or an ACL kept groups or topics from being seen)")
+    c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
+    c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    c.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for a cluster (default 15)")
+    c.set_defaults(func=cmd_collect)

@@ -1,0 +1,112 @@
+"""How fleetctl reaches a cluster and Airflow: the deployment's settings, the fleet-file cluster,
+its Kafka and ZooKeeper clients from AIRFLOW_CONN_<ID> variables in JSON form (no Airflow import),
+else through Airflow (fleet_airflow.clusters), and who acts, for the audit."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from fleetkit.core.errors import FleetError
+
+
+def airflow_context() -> None:
+    """Before Airflow is imported: project settings, and the server-side secrets chain.
+
+    Outside a task, Airflow's connection lookup only reads environment variables unless told it
+    runs server-side; fleetctl is an operator tool next to the metadata database, so it asks for
+    the server chain (environment variables, then the metadata database).
+    """
+    from fleet_airflow.settings import load_airflow_env
+
+    load_airflow_env()
+    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+
+
+def os_user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER
+        return f"uid-{os.getuid()}"
+
+
+def actor() -> str:
+    """Who acts, for the audit: the caller's Airflow user when configured, else the OS login."""
+    return os.environ.get("FLEET_AIRFLOW_USER") or os_user()
+
+
+def load_cluster(args):
+    """The fleet-file cluster named by --cluster (the deployment's env file loaded first)."""
+    from fleet_airflow.settings import fleet_file, load_airflow_env
+    from fleetkit.core.fleet import load_fleet
+
+    load_airflow_env()
+    return load_fleet(args.fleet or fleet_file()).cluster(args.cluster)
+
+
+def airflow_clusters():
+    """fleet_airflow.clusters, with the Airflow context set up first."""
+    airflow_context()
+    from fleet_airflow import clusters
+
+    return clusters
+
+
+def kafka_client(cluster, timeout: float):
+    """The cluster's KafkaCluster: from its AIRFLOW_CONN_ variable when that is JSON, else Airflow."""
+    from fleetkit.clients.kafka import KafkaCluster, client_config
+    from fleetkit.core.connections import from_env, kafka_config
+
+    conn = from_env(cluster.kafka_conn_id)
+    config = kafka_config(conn) if conn is not None else None
+    if config is None:
+        return airflow_clusters().kafka_for(cluster, timeout=timeout)
+    return KafkaCluster(cluster.name, client_config(config, cluster.kafka_version), timeout=timeout)
+
+
+def zookeeper_client(cluster, conn_id: str, chroot: str | None, name: str):
+    """A not yet started ZooKeeperCluster for a connection id (JSON variable, else Airflow)."""
+    from fleetkit.clients.zookeeper import ZooKeeperCluster, connection_settings
+    from fleetkit.core.connections import from_env
+
+    conn = from_env(conn_id)
+    if conn is None:
+        clusters = airflow_clusters()
+        if conn_id == getattr(cluster.zookeeper, "conn_id", None) and chroot == cluster.zookeeper.chroot:
+            return clusters.zookeeper_for(cluster)
+        store = next(s for s in cluster.offset_stores if s.conn_id == conn_id)
+        return clusters.offset_store_zookeeper(cluster, store)
+    s = connection_settings(conn_id, conn.host, conn.port, conn.login, conn.password, conn.extra, chroot)
+    return ZooKeeperCluster.from_settings(name, s)
+
+
+@contextmanager
+def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = True):
+    """(kafka, zk or None, store clients or None), closed on exit."""
+    from fleetkit.collection.zk_offsets import started_store_clients
+
+    from fleetkit.core.errors import ClusterUnreachable
+
+    kafka = kafka_client(cluster, timeout)
+    zk = None
+    try:
+        if zookeeper and cluster.zookeeper is not None:
+            zk = zookeeper_client(cluster, cluster.zookeeper.conn_id, cluster.zookeeper.chroot, cluster.name)
+            zk.start()
+        if stores and cluster.offset_stores:
+            with started_store_clients(cluster, lambda s: zookeeper_client(
+                    cluster, s.conn_id, s.chroot or None, f"{cluster.name} {s.kind} store")) as clients:
+                yield kafka, zk, clients
+        else:
+            yield kafka, zk, None
+    except FleetError:
+        raise
+    except Exception as e:
+        # a broker dropping mid-request, a kazoo session lost: name the cluster, keep the cause
+        raise ClusterUnreachable(f"cluster {cluster.name!r} ({kafka.bootstrap}): {type(e).__name__}: {e}") from e
+    finally:
+        if zk is not None:
+            zk.stop()
+        kafka.close()

@@ -1,0 +1,65 @@
+"""fleetctl coordinator: a group's __consumer_offsets partition, who coordinates it and what it answers."""
+
+from __future__ import annotations
+
+import sys
+
+from fleetctl.connect import airflow_context
+from fleetctl.output import say_blind
+
+
+def cmd_coordinator_partition(args) -> int:
+    from fleetkit.core.partitioning import partition_for
+
+    if args.partitions <= 0:
+        print(f"error: --partitions must be positive, got {args.partitions}", file=sys.stderr)
+        return 2
+    for g in args.groups:
+        print(f"{g}\t{partition_for(g, args.partitions)}")
+    return 0
+
+
+def cmd_coordinator_who(args) -> int:
+    airflow_context()
+    from fleetkit.core.fleet import load_fleet
+    from fleetkit.ownership.rules import who
+    from fleetkit.core.render import visible_controls
+
+    from fleet_airflow import clusters, settings
+
+    from fleetkit.core.errors import blind_summary
+
+    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    with clusters.connected(cluster) as (kafka, zk):
+        try:
+            rows = who(kafka, zk, args.groups)
+        except LookupError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        refusals = [x for x in (kafka.refused(r["error"], r["group"], "FindCoordinator") for r in rows) if x]
+    for r in rows:
+        isr = ",".join(str(b) for b in r["isr"])
+        answer = r["error"] or r["state"] or "?"
+        print(f"{visible_controls(r['group'])}\t{r['partition']}\tleader={r['leader']}\tisr={isr}\t"
+              f"leader_epoch={r['leader_epoch'] if r['leader_epoch'] is not None else '?'}\t"
+              f"coordinator={r['coordinator_id'] if r['coordinator_id'] is not None else '?'}\t"
+              f"answer={answer}\tverdict={r['verdict']}")
+    if refusals:  # not judged: the principal may not describe these groups
+        return say_blind([f"cluster {cluster.name}: " + blind_summary("group", refusals)])
+    return 0 if all(r["verdict"] == "OK" for r in rows) else 3
+
+
+def add_parser(sub) -> None:
+    co = sub.add_parser("coordinator", help="which __consumer_offsets partition coordinates a group")
+    co_sub = co.add_subparsers(dest="coordinator_command", required=True)
+    cp = co_sub.add_parser("partition", help="group -> partition, as Kafka computes it (Java hashCode, Utils.abs)")
+    cp.add_argument("groups", nargs="+", metavar="GROUP")
+    cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
+    cp.set_defaults(func=cmd_coordinator_partition)
+    cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
+                                       "and what it answers (exit 3 when a group is not OK, 4 when the login or an "
+                                       "ACL kept it from being seen)")
+    cw.add_argument("groups", nargs="+", metavar="GROUP")
+    cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    cw.set_defaults(func=cmd_coordinator_who)

@@ -1,0 +1,95 @@
+"""fleetctl lock: the per-cluster locks of the destructive runbooks (status, a checked clear)."""
+
+from __future__ import annotations
+
+import sys
+
+from fleetctl.connect import actor
+
+
+def _lock_dir(args) -> str:
+    from fleet_airflow.settings import load_airflow_env  # no Airflow import: the env file only
+    from fleetkit.core import settings as core_settings
+
+    load_airflow_env()  # the Airflow home the workers use, hence their lock folder and data root
+    return args.lock_dir or core_settings.lock_dir()
+
+
+def cmd_lock_status(args) -> int:
+    """Every held lock: cluster, holder run, since, identity (exit 3 when one is held)."""
+    from fleetkit.core.locks import held_locks
+    from fleetkit.core.render import visible_controls
+
+    lock_dir = _lock_dir(args)
+    held = held_locks(lock_dir)
+    if not held:
+        print(f"no cluster is locked (lock folder {lock_dir})")
+        return 0
+    for path, h in held:
+        print("\t".join(visible_controls(str(x)) for x in (
+            h.get("cluster", "?"), f"dag={h.get('dag_id', '?')}", f"run={h.get('run_id', '?')}",
+            f"since={h.get('since', '?')}", f"host={h.get('host', '?')}", f"pid={h.get('pid', '?')}",
+            f"identity={h.get('identity', '?')}", str(path))))
+    return 3
+
+
+def cmd_lock_clear(args) -> int:
+    """Clear the lock of a cluster (by the name or identity its holder recorded), after checking the
+    cluster: never while the holder run is queued or running (asked of Airflow as the caller); with
+    --force when it no longer runs or Airflow cannot be asked. The lock file is moved to
+    <lock folder>/cleared/ and the clearing is audited on the holder run."""
+    from fleetkit.core.locks import find_locks
+    from fleetkit.core.render import visible_controls
+    from fleetkit.core.runbook import Runbook, run_state_problem
+
+    from fleetctl.airflow_api import run_state_or_none
+
+    lock_dir = _lock_dir(args)
+    locks = find_locks(lock_dir, args.cluster)
+    if not locks:
+        print(f"error: no lock held for cluster {visible_controls(args.cluster)!r} in {lock_dir} "
+              "(fleetctl lock status lists the held locks)", file=sys.stderr)
+        return 2
+    refused = 0
+    for lock in locks:
+        h = lock.holder() or {}
+        dag_id, run_id = str(h.get("dag_id") or ""), str(h.get("run_id") or "")
+        what = (f"the lock of cluster {visible_controls(str(h.get('cluster')))!r} held by DAG "
+                f"{visible_controls(dag_id)!r} run {visible_controls(run_id)!r}")
+        state, why_unknown = run_state_or_none(dag_id, run_id) if dag_id and run_id else ("no such run", "")
+        problem = run_state_problem(state, what, args.force)
+        if problem is None and not args.force:
+            problem = (f"{what}: its run is {state}; it may have left the cluster half-changed (see its audit records "
+                       "and journal). After checking the cluster, clear it with --force")
+        if problem:
+            print(f"error: {problem}" + (f" ({visible_controls(why_unknown)})" if state is None else ""), file=sys.stderr)
+            refused += 1
+            continue
+        cleared = lock.clear()
+        if cleared is None:
+            continue
+        Runbook(capability="lock", action="cluster_lock", dag_id=dag_id or "-", run_id=run_id or "-",
+                cluster=str(h.get("cluster") or args.cluster), lock_dir=lock_dir).audit(
+            "lock_cleared", actor=actor(),
+            message=f"fleetctl lock clear --force: the lock of {h.get('identity')} held since {h.get('since')} cleared "
+                    f"(holder run state: {state or 'unknown: ' + why_unknown})",
+            details={"holder": h, "holder_state": state, "lock_file": str(lock.path)})
+        print(f"cleared {what} since {h.get('since')} ({h.get('identity')}); kept in {lock.lock_dir / 'cleared'}; "
+              "audited")
+    return 2 if refused else 0
+
+
+def add_parser(sub) -> None:
+    lk = sub.add_parser("lock", help="the per-cluster locks of the destructive runbooks")
+    lk_sub = lk.add_subparsers(dest="lock_command", required=True)
+    ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
+    ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    ls_.set_defaults(func=cmd_lock_status)
+    lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster: refused while its holder "
+                                         "run is queued or running (asked of Airflow as you: FLEET_AIRFLOW_USER); "
+                                         "needs --force; audited")
+    lc.add_argument("cluster", help="the cluster name (or identity) the lock's holder recorded")
+    lc.add_argument("--force", action="store_true", help="clear it (the holder run no longer runs, or Airflow cannot "
+                                                         "be asked and you checked the run yourself)")
+    lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    lc.set_defaults(func=cmd_lock_clear)

@@ -1,0 +1,111 @@
+"""fleetctl trim: finish an interrupted __consumer_offsets trim, or put its files back."""
+
+from __future__ import annotations
+
+import sys
+
+from fleetctl.connect import actor as current_actor
+from fleetctl.connect import airflow_context
+
+
+def _trim_command(args, what: str) -> int:
+    """resume / restore of one run of runbook_offsets_trim: dry run unless --execute. The runbook
+    engine checks the approval, the audit and the journal; Airflow is asked (as the caller) whether
+    the run still runs; the cluster's lock is held while acting."""
+    airflow_context()
+    from fleetkit.core.locks import RUNNING_STATES
+    from fleetkit.core.render import visible_controls
+    from fleetkit.core.runbook import Refused, run_state_problem
+    from fleetkit.trim import resume as trim_resume
+
+    from fleet_airflow import clusters
+    from fleetctl.airflow_api import run_state_or_none
+
+    actor = current_actor()
+    rb = trim_resume.runbook(args.run, args.dag)
+    try:
+        run = trim_resume.approved_run(rb, what, actor)
+    except Refused as e:
+        print(f"error: REFUSED, nothing done: {e}", file=sys.stderr)
+        return 2
+    print(f"{what} of {run.dag_id} run {visible_controls(run.run_id)} on cluster {visible_controls(run.cluster)}")
+    for line in trim_resume.describe(run):
+        print(visible_controls(line))
+    if not args.execute:
+        trim_resume.record(run, "dry_run", actor, f"fleetctl trim {what} (dry run): nothing changed")
+        print(f"dry run: nothing changed (add --execute to {what})")
+        return 0
+    state, why_unknown = run_state_or_none(run.dag_id, run.run_id)
+    problem = run_state_problem(state, f"{what} of run {run.run_id!r}", args.force)
+    if problem:
+        rb.refuse(problem, actor=actor, digest=run.digest, final=False, details={"run_state": state})
+        print(f"error: REFUSED, nothing done: {problem}" + (f" ({why_unknown})" if state is None else ""),
+              file=sys.stderr)
+        return 2
+
+    def holder_running(dag_id: str, run_id: str):
+        st, _ = run_state_or_none(dag_id, run_id, prompt=False)
+        return (None if st is None else st in RUNNING_STATES), st
+
+    cluster = rb.fleet_cluster()
+    owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
+    with clusters.connected(cluster, changes=True) as (kafka, zk):  # it changes the cluster: the runbook principal
+        lock = rb.lock(cluster, kafka, zk, owner, holder_running)  # the cluster's identity
+        try:
+            ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)
+            try:
+                out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
+            except Exception as e:
+                trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
+                                   {"journal": trim_resume.journal.summary(run.journal)})
+                raise
+        finally:
+            lock.release(owner)
+    if what == "restore":
+        for line in out["done"]:
+            print(visible_controls(line))
+        trim_resume.record(run, "restored", actor, f"restored {sum(1 for x in out['done'] if x.startswith('restored'))} "
+                           "file(s) from the quarantine (checksums verified)", {"done": out["done"]})
+        print("restored")
+        return 0
+    res = out["result"]
+    for line in out["teardown"]:
+        print(visible_controls(line))
+    print(f"files: {res['files']}; re-committed {len(res['recommitted'])}, skipped {len(res['recommit_skipped'])}")
+    for c in res["recommit_skipped"]:
+        print(visible_controls(f"  skipped {c['group']} {c['topic']}-{c['partition']}: {c['reason']}"))
+    if out["problems"]:
+        trim_resume.record(run, "verify_failed", actor, "; ".join(out["problems"]), {"problems": out["problems"]})
+        for p in out["problems"]:
+            print(visible_controls(f"  problem: {p}"))
+        return 1
+    trim_resume.record(run, "resumed", actor, "fleetctl trim resume: the interrupted trim finished and verified",
+                       {"result": res, "teardown": out["teardown"], "rollback": run.plan["rollback"]})
+    print("resumed: finished and verified")
+    return 0
+
+
+def cmd_trim_resume(args) -> int:
+    return _trim_command(args, "resume")
+
+
+def cmd_trim_restore(args) -> int:
+    return _trim_command(args, "restore")
+
+
+def add_parser(sub) -> None:
+    tr = sub.add_parser("trim", help="an interrupted __consumer_offsets trim: finish it or put its files back")
+    tr_sub = tr.add_subparsers(dest="trim_command", required=True)
+    for name, fn, hlp in (
+            ("resume", cmd_trim_resume, "finish an approved, interrupted trim from its stored plan and journal: skip "
+                                        "the moves done (checking their checksums), move the rest, restart brokers, "
+                                        "wait for the ISR, re-commit (never rewinding), verify"),
+            ("restore", cmd_trim_restore, "put an approved trim's quarantined files back byte for byte (checksums), "
+                                          "broker by broker")):
+        sp = tr_sub.add_parser(name, help=hlp + "; dry run unless --execute")
+        sp.add_argument("run", metavar="RUN", help="the DAG run id of the trim")
+        sp.add_argument("--dag", default="runbook_offsets_trim", help="the trim DAG (default runbook_offsets_trim)")
+        sp.add_argument("--execute", action="store_true", help="act (default: show what would be done)")
+        sp.add_argument("--force", action="store_true", help="act although Airflow cannot be asked whether the run "
+                                                             "still runs (you checked it yourself); never while it runs")
+        sp.set_defaults(func=fn)

@@ -1,0 +1,282 @@
+"""ARCHITECTURE.md holds: every package and stage module it names exists (and a stage it leaves
+empty is absent), and no import crosses a boundary it forbids. Imports are read with `ast`, those
+inside functions included, so a lazy import counts like any other."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DOC = (REPO / "ARCHITECTURE.md").read_text()
+
+#: source folder -> the importable name it is installed as (pyproject.toml's package-dir)
+PACKAGES = {"include/fleetkit": "fleetkit", "plugins/fleet_airflow": "fleet_airflow", "fleetctl": "fleetctl",
+            "fleetlab": "fleetlab", "spark_jobs": "spark_jobs", "dags": "dags"}
+CAPABILITIES = ("stuck", "trim", "ownership", "group_ids")
+FLEETKIT = REPO / "include" / "fleetkit"
+
+
+# -- the modules and their imports ---------------------------------------------------------------
+def module_name(path: Path, root: Path | None = None) -> str:
+    root = root or REPO
+    for folder, name in PACKAGES.items():
+        try:
+            rel = path.relative_to(root / folder)
+        except ValueError:
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        return ".".join([name, *parts])
+    raise ValueError(f"{path} is in no package")
+
+
+def project_modules(root: Path | None = None) -> dict[str, Path]:
+    root = root or REPO
+    return {module_name(p, root): p for folder in PACKAGES for p in sorted((root / folder).rglob("*.py"))}
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
+    """Every module `path` imports, at any depth of its code (functions too). `from a import b`
+    is an import of a.b when that is a module of the project, else of a."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: from the module's own package up
+                base = package[:len(package) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            for alias in node.names:
+                out.add(f"{module}.{alias.name}" if f"{module}.{alias.name}" in known else module)
+    return out
+
+
+def import_graph(root: Path | None = None) -> dict[str, set[str]]:
+    modules = project_modules(root)
+    known = set(modules)
+    return {name: imports_of(path, name, known) for name, path in modules.items()}
+
+
+GRAPH = import_graph()
+
+
+def crossing(graph: dict[str, set[str]], importer: str, forbidden: tuple[str, ...]) -> list[str]:
+    """`module -> import` lines where a module of `importer` imports one under a forbidden name."""
+    def under(module: str, prefix: str) -> bool:
+        return module == prefix or module.startswith(prefix + ".")
+
+    return sorted(f"{m} -> {i}" for m, imps in graph.items() if under(m, importer)
+                  for i in imps if any(under(i, f) for f in forbidden))
+
+
+# -- boundaries ------------------------------------------------------------------------------------
+#: (importer, what it never imports): dags -> plugins -> include <- spark_jobs; fleetctl and fleetlab
+#: beside them, the lab imported by none of the others
+BOUNDARIES = [
+    ("fleetkit", ("airflow", "pyspark", "fleet_airflow", "fleetctl", "fleetlab", "dags", "spark_jobs")),
+    ("fleet_airflow", ("fleetlab", "fleetctl", "dags", "spark_jobs")),
+    ("spark_jobs", ("airflow", "fleet_airflow", "fleetctl", "fleetlab", "dags")),
+    ("dags", ("fleetlab", "fleetctl", "spark_jobs")),
+    ("fleetctl", ("fleetlab", "fleet_airflow.operators", "dags", "spark_jobs", "pyspark")),
+]
+
+
+@pytest.mark.parametrize("importer,forbidden", BOUNDARIES, ids=[b[0] for b in BOUNDARIES])
+def test_no_import_crosses_a_boundary(importer, forbidden):
+    assert crossing(GRAPH, importer, forbidden) == []
+
+
+def test_fleetctl_uses_only_the_adapters_settings_and_connections():
+    """Of plugins/fleet_airflow, fleetctl imports the deployment's settings and its connections
+    (where a connection lives in Airflow), nothing else."""
+    used = {i for m, imps in GRAPH.items() if m.split(".")[0] == "fleetctl" for i in imps
+            if i.split(".")[0] == "fleet_airflow"}
+    assert used <= {"fleet_airflow.settings", "fleet_airflow.clusters"}
+
+
+def layer(module: str) -> str | None:
+    """fleetkit.<layer>.…: core, clients, collection, a capability; None for fleetkit itself."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "fleetkit" and len(parts) > 1 else None
+
+
+def fleetkit_layer_problems(graph: dict[str, set[str]]) -> list[str]:
+    """`core/` depends on nothing else in the package; `clients/` only on `core/`; `collection/` on
+    both (and on `ownership.rules`); a capability on those and another capability's `rules` at most."""
+    allowed = {"core": set(), "clients": {"core"}, "collection": {"core", "clients"}}
+    allowed.update({c: {"core", "clients", "collection"} for c in CAPABILITIES})
+    out = []
+    for m, imps in graph.items():
+        own = layer(m)
+        if own not in allowed:
+            continue  # fleetkit/__init__, fleetview (the fleet page's read model: reads every capability)
+        for i in imps:
+            other = layer(i)
+            if not i.startswith("fleetkit.") or other in (None, own) or other in allowed[own]:
+                continue
+            if other in CAPABILITIES and (i.split(".")[2:3] == ["rules"]) and (own in CAPABILITIES or (
+                    own == "collection" and other == "ownership")):
+                continue
+            out.append(f"{m} -> {i}")
+    return sorted(out)
+
+
+def test_fleetkit_layers_depend_one_way():
+    assert fleetkit_layer_problems(GRAPH) == []
+
+
+def cycles(graph: dict[str, set[str]], within: str) -> list[list[str]]:
+    """The import cycles among the modules under `within` (strongly connected components of more
+    than one module, or a module importing itself)."""
+    nodes = sorted(m for m in graph if m == within or m.startswith(within + "."))
+    edges = {m: sorted(i for i in graph[m] if i in graph and (i == within or i.startswith(within + ".")))
+             for m in nodes}
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges[v]:
+                out.append(sorted(comp))
+
+    for v in nodes:
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("package", ["fleetctl", "fleetlab"])
+def test_no_import_cycle_between_modules(package):
+    assert cycles(GRAPH, package) == []
+
+
+# -- what ARCHITECTURE.md names exists ---------------------------------------------------------------
+def table(heading_cell: str) -> list[list[str]]:
+    """The rows (cells stripped) of the Markdown table whose header row starts with heading_cell."""
+    lines = DOC.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {heading_cell} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def test_every_capability_package_it_names_exists():
+    rows = table("capability")
+    named = [re.fullmatch(r"`(\w+)/`", r[1]).group(1) for r in rows]
+    assert named == list(CAPABILITIES)
+    for package in named:
+        assert (FLEETKIT / package / "__init__.py").exists(), f"ARCHITECTURE.md names include/fleetkit/{package}/"
+
+
+def stage_module_problems(doc_rows: list[list[str]], fleetkit: Path) -> list[str]:
+    """The stage-module table against the files: a filled cell names a module that exists, a cell
+    in parentheses names where the stage lives instead (it exists; the capability has no module of
+    that name), an empty cell a module that does not exist."""
+    problems = []
+    for row in doc_rows:
+        module = re.match(r"`(\w+\.py)`", row[0]).group(1)
+        for cap, cell in zip(CAPABILITIES, row[1:]):
+            path = fleetkit / cap / module
+            elsewhere = re.fullmatch(r"\(([\w/]+)\)", cell)
+            if elsewhere:
+                if not (fleetkit / f"{elsewhere.group(1)}.py").exists():
+                    problems.append(f"{cap}/{module}: it names {elsewhere.group(1)}, which does not exist")
+                if path.exists():
+                    problems.append(f"{cap}/{module} exists, but the table says it lives in {elsewhere.group(1)}")
+            elif cell and not path.exists():
+                problems.append(f"{cap}/{module} is in the table ({cell!r}) but does not exist")
+            elif not cell and path.exists():
+                problems.append(f"{cap}/{module} exists but the table leaves it empty")
+    return problems
+
+
+def test_every_stage_module_it_names_exists_and_none_it_omits():
+    rows = table("stage module")
+    assert [c.strip("`") for c in DOC.split("| stage module |", 1)[1].splitlines()[0].strip(" |").split(" | ")] \
+        == list(CAPABILITIES)
+    assert stage_module_problems(rows, FLEETKIT) == []
+
+
+#: where a path the document names may live (it names them relative to their package)
+SEARCH = [REPO, FLEETKIT, REPO / "plugins" / "fleet_airflow", REPO / "plugins", REPO / "include"]
+
+
+def named_paths() -> set[str]:
+    """The file and folder names in ARCHITECTURE.md: `quoted` ones and those of its diagrams
+    (<cap> stands for any capability)."""
+    quoted = re.findall(r"`([\w./<>-]+(?:\.py|\.sha256|/))`", DOC)
+    diagrams = re.findall(r"(?<![\w.])((?:[\w<>]+/)+(?:[\w]+\.py)?)", "\n".join(re.findall(r"```\n(.*?)```", DOC, re.S)))
+    return set(quoted) | {d for d in diagrams if not d.startswith("http")}
+
+
+def missing_paths(names: set[str], search: list[Path], everywhere: list[Path]) -> list[str]:
+    missing = []
+    for name in sorted(names):
+        candidates = [name.replace("<cap>", c) for c in CAPABILITIES] if "<cap>" in name else [name]
+        if "/" in name.rstrip("/"):
+            found = any((base / c).exists() for c in candidates for base in search)
+        else:  # a bare file name: somewhere in the project's packages
+            found = any((base / name).exists() for base in search) or any(
+                next(root.rglob(name.rstrip("/")), None) is not None for root in everywhere)
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def test_every_file_and_folder_it_names_exists():
+    names = named_paths()
+    assert {"plugins/fleet_airflow/actions.py", "core/journal.py", "fleetctl/", "fleetlab/"} <= names  # the parse works
+    everywhere = [REPO / folder for folder in PACKAGES]
+    assert missing_paths(names, SEARCH, everywhere) == []
+
+
+# -- the test can fail ------------------------------------------------------------------------------
+def test_a_forbidden_import_a_cycle_and_a_missing_module_are_caught(tmp_path):
+    """The checks above on a copy of the tree with a lazy fleetlab import in fleetctl, a cycle
+    between two fleetctl modules, a capability importing another's plan, and a stage module gone."""
+    for folder in PACKAGES:
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "fleetctl" / "__init__.py").write_text("")
+    (tmp_path / "fleetctl" / "a.py").write_text("def f():\n    from fleetlab import lab\n    from fleetctl import b\n")
+    (tmp_path / "fleetctl" / "b.py").write_text("from . import a\n")
+    (tmp_path / "fleetlab" / "__init__.py").write_text("")
+    (tmp_path / "fleetlab" / "lab.py").write_text("")
+    for cap in CAPABILITIES:
+        (tmp_path / "include/fleetkit" / cap).mkdir()
+        (tmp_path / "include/fleetkit" / cap / "__init__.py").write_text("")
+        (tmp_path / "include/fleetkit" / cap / "plan.py").write_text("")
+    (tmp_path / "include/fleetkit/ownership/plan.py").write_text("from fleetkit.trim import plan\n")
+    graph = import_graph(tmp_path)
+    assert crossing(graph, "fleetctl", ("fleetlab",)) == ["fleetctl.a -> fleetlab.lab"]
+    assert cycles(graph, "fleetctl") == [["fleetctl.a", "fleetctl.b"]]
+    assert fleetkit_layer_problems(graph) == ["fleetkit.ownership.plan -> fleetkit.trim.plan"]
+    (tmp_path / "include/fleetkit/trim/plan.py").unlink()
+    assert stage_module_problems([["`plan.py`", "x", "x", "x", "x"]], tmp_path / "include/fleetkit") == [
+        "trim/plan.py is in the table ('x') but does not exist"]
+    assert missing_paths({"trim/plan.py", "stuck/plan.py"}, [tmp_path / "include/fleetkit"], []) == ["trim/plan.py"]
