@@ -227,3 +227,12 @@ def test_a_run_an_earlier_demo_left_running_is_not_the_first_collection():
     due = {"dag_run_id": "scheduled__now", "run_after": (T0 - dt.timedelta(seconds=20)).isoformat(), "state": "queued"}
     assert demo.left_over([old, due], started) == [old]
     assert demo.left_over([due], started) == []
+
+
+def test_the_lab_airflow_runs_its_small_spark_jobs_with_the_quick_jit(tmp_path, monkeypatch):
+    from fleetlab import airflow_services as services
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    env_file = services.ensure_env_file(labs=[])
+    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if not line.startswith("#"))
+    assert values["SPARK_SUBMIT_OPTS"] == "'-XX:TieredStopAtLevel=1'"
