@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fleetkit.clients.kafka import GroupDescription, KafkaCluster, description_from_answer
@@ -169,8 +170,17 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
              len(committed))
 
     observed_at = now or utcnow()
-    descs, answers = kafka.describe_with_coordinators(groups)
-    offsets = kafka.committed_offsets(groups)
+    if only is None:
+        # the describe (the wire probe) and the offset fetch (the admin client, created by the
+        # listing) wait on the brokers, not on each other: both at once
+        with ThreadPoolExecutor(2, thread_name_prefix="collect") as pool:
+            described = pool.submit(kafka.describe_with_coordinators, groups)
+            fetched = pool.submit(kafka.committed_offsets, groups)
+            descs, answers = described.result()
+            offsets = fetched.result()
+    else:
+        descs, answers = kafka.describe_with_coordinators(groups)
+        offsets = kafka.committed_offsets(groups)
     refusals: list[NotAuthorized] = []
     unread: dict[str, str] = {}
     if only is None:
@@ -206,7 +216,22 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
         per_group[g] = parts
 
     all_parts = sorted({tp for parts in per_group.values() for tp in parts})
-    log_offsets = kafka.log_offsets(all_parts)
+    pool = ThreadPoolExecutor(1, thread_name_prefix="collect") if only is None else None
+    state_problems: list[str] = []
+    state_refusals: list[NotAuthorized] = []
+    if pool is not None:
+        # the partition states (ZooKeeper or metadata) need only the topics: read beside the log offsets
+        topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
+        states = pool.submit(partition_state_rows, cluster, kafka, zk, topics, observed_at, state_problems,
+                             state_refusals)
+        pool.shutdown(wait=False)
+    try:
+        log_offsets = kafka.log_offsets(all_parts)
+    except BaseException:
+        if pool is not None:
+            states.cancel()
+            pool.shutdown(wait=True)
+        raise
     for tp, (_, _, err) in log_offsets.items():
         refusal = kafka.refused(err, tp[0], "ListOffsets")
         if refusal is not None and not any(r.resource == refusal.resource for r in refusals):
@@ -245,8 +270,9 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
 
     coordinators = coordinator_rows(cluster.name, kafka, groups, descs, observed_at, problems, answers=answers)
 
-    topics = sorted({OFFSETS_TOPIC} | {t for t, _ in all_parts})
-    partition_rows = partition_state_rows(cluster, kafka, zk, topics, observed_at, problems, refusals)
+    partition_rows = states.result()
+    problems.extend(state_problems)
+    refusals.extend(state_refusals)
 
     result = CollectionResult(
         cluster=cluster.name, observed_at=observed_at,
@@ -419,8 +445,10 @@ def collect_and_write(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluste
     """Collect one cluster and append the rows to the datasets under `root`, all or nothing.
     store_clients: started kazoo clients of the cluster's offset_stores (collection.zk_offsets)."""
     from fleetkit.collection.blind import blind_status
+    from fleetkit.core.datasets import warm_up_conversion
 
     t0 = time.monotonic()
+    warm_up_conversion()  # pyarrow's first conversion imports pandas: done while the brokers answer
     result = collect_rows(cluster, kafka, zk, root, now=now, store_clients=store_clients)
     t = time.monotonic()
     write_collection(root, cluster.name, result.observed_at, result.rows)

@@ -17,6 +17,7 @@ import datetime as dt
 import json
 import logging
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Iterable, Mapping
@@ -224,6 +225,20 @@ class DataRoot:
         sel = pafs.FileSelector(base, recursive=True)
         return sorted(i.path for i in self.fs.get_file_info(sel)
                       if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith(("_", ".")))
+
+
+def warm_up_conversion() -> threading.Thread | None:
+    """Start, in a daemon thread, what pyarrow does at its first conversion of Python values in a
+    process: it imports pandas (its pandas shim asks whether the values are a pandas object), about
+    a second of CPU. A collection starts it before it waits on the brokers, so that table_from_rows
+    does not pay for it at the end. None when already done."""
+    import sys
+
+    if "pandas" in sys.modules:
+        return None
+    t = threading.Thread(target=lambda: pa.array([None]), name="arrow-warm-up", daemon=True)
+    t.start()
+    return t
 
 
 def table_from_rows(dataset: str, rows: list[Mapping]) -> pa.Table:
