@@ -21,7 +21,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import stat
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from fleetkit.collection.blind import current_state, shown_status
+from fleetkit.core.settings import newest_in_runs as newest
 from fleetkit.stuck import rules
 
 PAGE_SIZE = 50
@@ -126,21 +126,6 @@ def cached(path: Path, parse: Callable[[Path], object]):
 def _jsonl(path: Path) -> list[dict]:
     with open(path, "rb") as f:
         return [json.loads(line) for line in f if line.strip()]
-
-
-def newest(folder: Path, name: str) -> Path | None:
-    """The newest <folder>/*/<name> (by modification time)."""
-    best, best_mtime = None, None
-    if not folder.is_dir():
-        return None
-    for p in folder.glob(f"*/{name}"):
-        try:  # a run folder may be removed (retention) between the listing and this look
-            st = p.stat()
-        except FileNotFoundError:
-            continue
-        if stat.S_ISREG(st.st_mode) and (best_mtime is None or st.st_mtime > best_mtime):
-            best, best_mtime = p, st.st_mtime
-    return best
 
 
 # -- groups ------------------------------------------------------------------------------------------

@@ -86,6 +86,9 @@ BOUNDARIES = [
     ("spark_jobs", ("airflow", "fleet_airflow", "fleetctl", "fleetlab", "dags")),
     ("dags", ("fleetlab", "fleetctl", "spark_jobs")),
     ("fleetctl", ("fleetlab", "fleet_airflow.operators", "dags", "spark_jobs", "pyspark")),
+    # a stage never imports a later one: the plan (what a person approves) knows nothing of how it
+    # is executed (what both need, a segment's files and the quarantine, is trim/layout.py)
+    ("fleetkit.trim.plan", ("fleetkit.trim.execute", "fleetkit.trim.resume")),
 ]
 
 

@@ -557,7 +557,8 @@ def test_kraft_quorum_keeps_a_majority_while_each_node_is_stopped():
 
 
 def test_txnindex_and_snapshot_move_with_their_segment(tmp_path):
-    from fleetkit.trim.execute import FILE_ORDER, file_moves, file_suffixes
+    from fleetkit.trim.execute import file_moves
+    from fleetkit.trim.layout import FILE_ORDER, file_suffixes
 
     assert file_suffixes((0, 9, 0, 1)) == FILE_ORDER == (".index", ".timeindex", ".log")
     suffixes = file_suffixes((3, 9, 2))

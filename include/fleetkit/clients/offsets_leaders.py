@@ -92,3 +92,9 @@ def offsets_topic_state(kafka: KafkaCluster, zk: ZooKeeperCluster | None,
     if refusals and not found:
         raise refusals[0]
     return found
+
+
+def leaders_and_isr(kafka: KafkaCluster, zk: ZooKeeperCluster | None) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """({partition: leader}, {partition: ISR}) of __consumer_offsets (offsets_topic_state)."""
+    states = offsets_topic_state(kafka, zk)
+    return {p: s.leader for p, s in states.items()}, {p: list(s.isr) for p, s in states.items()}

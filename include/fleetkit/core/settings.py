@@ -133,3 +133,22 @@ def run_folder(base: str | os.PathLike, *parts: str) -> Path:
     """The folder of one run's output under `base`: each part (kind, DAG id, run id) made a path
     component by safe_component. The one naming of run folders (reports, plans, journals, trims)."""
     return Path(base).joinpath(*(safe_component(p) for p in parts))
+
+
+def newest_in_runs(base: str | os.PathLike, name: str) -> Path | None:
+    """The newest <base>/<run>/<name> by modification time (a run's report or job output), or
+    None. A run folder removed (retention) between the listing and the look is skipped."""
+    import stat
+
+    base = Path(base)
+    best, best_mtime = None, None
+    if not base.is_dir():
+        return None
+    for p in base.glob(f"*/{name}"):
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and (best_mtime is None or st.st_mtime > best_mtime):
+            best, best_mtime = p, st.st_mtime
+    return best

@@ -27,11 +27,11 @@ from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.journal import Journal, read_journal
 from fleetkit.core.kafka_names import EMPTY_STATES, OFFSETS_TOPIC
-from fleetkit.core.settings import safe_component
 from fleetkit.clients.broker_control import control_for, stop_problems
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import sha256_file
 from fleetkit.trim.cleaner import fix_mode
+from fleetkit.trim.layout import FILE_ORDER, kraft, quarantine_folder
 from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
 
 log = logging.getLogger(__name__)
@@ -54,31 +54,6 @@ def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[s
 
 
 # -- moving files into and out of the quarantine ------------------------------------------------
-#: the order of a segment's files: index files first, the .log last, so that a move stopped between
-#: two files leaves the segment whole in the log dir (Kafka rebuilds a missing index, but deletes
-#: an index whose .log is gone).
-FILE_ORDER = (".index", ".timeindex", ".log")
-#: From 0.11 (plans record it as details.file_suffixes) a segment may also have a transaction index (.txnindex,
-#: the aborted transactions of the segment) and a producer-state snapshot named by the segment's
-#: base offset (.snapshot): on start-up the broker deletes snapshots that match no segment
-#: (ProducerStateManager.removeStraySnapshots), so they move with their segment and come back
-#: with it. A file that does not exist (0.9 writes neither) is skipped. leader-epoch-checkpoint
-#: stays: on start-up the broker truncates it from the new log start itself
-#: (LeaderEpochFileCache.truncateFromStart keeps the epoch in force at the log start).
-FILE_ORDER_0_11 = (".index", ".timeindex", ".txnindex", ".snapshot", ".log")
-
-
-def file_suffixes(version: tuple[int, ...]) -> tuple[str, ...]:
-    """The files of a segment on a broker of this version, in move order."""
-    return FILE_ORDER_0_11 if tuple(version) >= (0, 11) else FILE_ORDER
-
-
-def quarantine_folder(root: str | os.PathLike, run_id: str, broker: int, partition: int) -> Path:
-    """<quarantine>/<run>/broker-<id>/__consumer_offsets-<p>: one folder per replica, so the
-    same-named segments of two partitions never meet."""
-    return Path(root) / safe_component(run_id) / f"broker-{int(broker)}" / f"{OFFSETS_TOPIC}-{int(partition)}"
-
-
 def file_moves(plan: dict) -> list[dict]:
     """Every file move the plan can make, numbered (`seq`) in execution order: broker by broker
     (the plan's order), partition by partition, segment by segment (oldest first), each segment's
@@ -244,8 +219,7 @@ def pause_hook(moved: int) -> None:
 # -- live state the preconditions and the execution read -------------------------------------------
 def offsets_topic_state(ctx: ClusterContext) -> tuple[dict[int, int], dict[int, list[int]]]:
     """Leader and ISR of every __consumer_offsets partition (ZooKeeper, else metadata)."""
-    states = offsets_leaders.offsets_topic_state(ctx.kafka, ctx.zk)
-    return {p: s.leader for p, s in states.items()}, {p: list(s.isr) for p, s in states.items()}
+    return offsets_leaders.leaders_and_isr(ctx.kafka, ctx.zk)
 
 
 def registered_brokers(ctx: ClusterContext) -> set[int]:
@@ -333,10 +307,6 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
                 problems.append(f"group {c['group']!r} is {state} now: re-committing its offset could overwrite "
                                 "a newer one; re-plan")
     return problems
-
-
-def kraft(cluster) -> bool:
-    return cluster.zookeeper is None and cluster.version_tuple >= (2, 8)
 
 
 def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:

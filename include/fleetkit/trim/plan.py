@@ -10,7 +10,8 @@ from pathlib import Path
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.trim.cleaner import fix_mode
-from fleetkit.trim.execute import FILE_ORDER, file_suffixes, kraft, offsets_topic_state, quarantine_folder
+from fleetkit.clients.offsets_leaders import leaders_and_isr
+from fleetkit.trim.layout import FILE_ORDER, file_suffixes, kraft, quarantine_folder
 
 ACTION = "trim_offsets_segments"
 
@@ -138,7 +139,7 @@ def build(ctx: ClusterContext, params: dict) -> dict:
     if not plans_ or not any(r["quarantine"] for p in plans_[0]["partitions"] for r in p["replicas"]):
         raise FleetError(f"nothing to trim on cluster {ctx.cluster.name!r}: no unhealthy partition has a rolled "
                          "segment that can go (the newest rolled and the active segment always stay)")
-    leaders, isr = offsets_topic_state(ctx)
+    leaders, isr = leaders_and_isr(ctx.kafka, ctx.zk)
     root = str(quarantine_root(params))
     plan = gate_plan(ctx.cluster, plans_[0], leaders, isr, root)
     for b, text in runbooks(plan, params["_run_id"]).items():

@@ -49,10 +49,11 @@ class HealthFacts:
 
 def newest_result(data_root):
     """The newest offsets-health result, <data root>/reports/offsets/<run>/health.jsonl, if any."""
-    from pathlib import Path
+    import os
 
-    found = sorted(Path(data_root, "reports", "offsets").glob("*/health.jsonl"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
+    from fleetkit.core.settings import newest_in_runs
+
+    return newest_in_runs(os.path.join(data_root, "reports", "offsets"), "health.jsonl")
 
 
 def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads: int = 1,

@@ -1,16 +1,14 @@
-"""OffsetsHealthReportOperator: log and render the __consumer_offsets health and trim plans."""
+"""OffsetsHealthReportOperator: the __consumer_offsets health report of a run
+(fleetkit.trim.report), logged, and the alert notifier for unhealthy replicas."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Sequence
 
 from airflow.providers.common.compat.sdk import BaseOperator
 
 from fleetkit.core.fleet import load_fleet
-from fleetkit.core.render import render, visible_controls as v
-from fleetkit.core.datasets import read_jsonl
+from fleetkit.trim.report import write_report
 
 from fleet_airflow.notifiers import FleetAlertNotifier
 
@@ -23,19 +21,12 @@ class OffsetsHealthReportOperator(BaseOperator):
         self.out_dir, self.fleet_file = out_dir, fleet_file
 
     def execute(self, context) -> dict:
-        out = Path(self.out_dir)
-        health = read_jsonl(out / "health.jsonl")
-        plans = json.loads((out / "trim_plan.json").read_text()) if (out / "trim_plan.json").exists() else []
-        unhealthy = [h for h in health if h["verdict"] != "HEALTHY"]
-        for h in unhealthy:
-            self.log.warning("%s broker %s __consumer_offsets-%s %s: %s", v(h["cluster"]), h["broker"], h["partition"],
-                             h["verdict"], v(h["reason"]))
-        md = out / "offsets_health.md"
-        md.write_text(render("offsets_health.md.j2", health=health, unhealthy=unhealthy, plans=plans), encoding="utf-8")
-        self.log.info("__consumer_offsets health: %d replica(s), %d unhealthy; report %s", len(health), len(unhealthy), md)
-        if unhealthy:
-            FleetAlertNotifier(title=f"{len(unhealthy)} unhealthy __consumer_offsets replica(s)",
-                               lines=[f"{h['verdict']} {h['cluster']} broker {h['broker']} partition {h['partition']}: "
-                                      f"{h['reason']}" for h in unhealthy],
-                               settings=load_fleet(self.fleet_file).alerts)(context)
-        return {"replicas": len(health), "unhealthy": len(unhealthy), "report": str(md)}
+        report = write_report(self.out_dir)
+        for line in report.log_lines():
+            self.log.warning("%s", line)
+        self.log.info("__consumer_offsets health: %d replica(s), %d unhealthy; report %s", len(report.health),
+                      len(report.unhealthy), report.path)
+        if report.unhealthy:
+            FleetAlertNotifier(title=f"{len(report.unhealthy)} unhealthy __consumer_offsets replica(s)",
+                               lines=report.alert_lines(), settings=load_fleet(self.fleet_file).alerts)(context)
+        return {"replicas": len(report.health), "unhealthy": len(report.unhealthy), "report": str(report.path)}
