@@ -47,6 +47,7 @@ from fleetkit.clients.zookeeper import ZooKeeperCluster  # noqa: E402
 from fleetkit.core.fleet import parse_fleet  # noqa: E402
 from fleetlab import ports  # noqa: E402
 from fleetlab.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.traffic import without_leaders  # noqa: E402
 
 TARGET_SECONDS = 10.0
 
@@ -180,8 +181,7 @@ def create_topics(bootstrap: str, version: str, groups: int) -> list[str]:
         deadline = time.monotonic() + 300
         while True:  # every topic with 3 led partitions (a timed-out request may still have created it)
             md = admin.list_topics(timeout=60).topics
-            missing = [n for n in names if n not in md or len(md[n].partitions) < 3
-                       or any(p.leader < 0 for p in md[n].partitions.values())]
+            missing = without_leaders(md, names)
             if not missing:
                 break
             if time.monotonic() > deadline:

@@ -54,10 +54,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "include"), str(REPO / "plugins"), str(REPO)]
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
 
 from fleetlab import dists, ports  # noqa: E402
 from fleetlab.lab import Lab, LabSpec  # noqa: E402
+from fleetlab.traffic import without_leaders  # noqa: E402
 
 TARGET = 5.0
 VERSIONS = {"0.9": "0.9.0.1", "3.9": "3.9.2", "4.3": "4.3.1"}
@@ -101,9 +102,7 @@ def create_topics(lab: Lab, topics: list[str]) -> None:
             zk.close()
     deadline = time.monotonic() + 180
     while True:  # every partition led before the first record
-        md = admin.list_topics(timeout=30).topics
-        missing = [n for n in topics if n not in md or len(md[n].partitions) < 3
-                   or any(p.leader < 0 for p in md[n].partitions.values())]
+        missing = without_leaders(admin.list_topics(timeout=30).topics, topics)
         if not missing:
             break
         if time.monotonic() > deadline:

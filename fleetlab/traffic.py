@@ -125,6 +125,13 @@ def bulk_commits(config: dict, group: str, topic: str, records: int, per_request
     return time.monotonic() - t0
 
 
+def without_leaders(topics: dict, names, partitions: int = 3) -> list[str]:
+    """The names among `names` that the metadata's `topics` (list_topics().topics) lack, or hold with
+    fewer than `partitions` partitions or a partition without a leader."""
+    return [n for n in names if n not in topics or len(topics[n].partitions) < partitions
+            or any(p.leader < 0 for p in topics[n].partitions.values())]
+
+
 def wait_topic(bootstrap: str, topic: str, partitions: int = 3, timeout: float = 30,
                kafka_version: str = KAFKA_VERSION, security: dict | None = None) -> None:
     """Auto-create a topic (0.9 has no CreateTopics) and wait until every partition has a leader."""
