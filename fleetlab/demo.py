@@ -4,12 +4,13 @@ end with the summary and the time per step.
 
 The stuck verdicts need collections of the same groups spanning at least half the analysis window
 (fleetkit.stuck.rules: INSUFFICIENT_DATA otherwise), and a frozen offset is judged once work has
-waited at it for two snapshot intervals: three collections. The demo makes them with two
-fleet_maintenance runs and one `fleetctl collect` half-way between them: the first collection (a
-run it triggers, or the scheduled run that is due anyway), and the final run, triggered when the
-first run is over and held by Airflow (`run_after`) until a minute after the first collection; its
-window is 1.6 x the gap it will have (at least 2m), so that a slow first run (a loaded machine)
-still leaves both collections in the window. The first run's only Spark job is the stuck analysis
+waited at it for two snapshot intervals: three collections or more. The demo makes them with two
+fleet_maintenance runs and, between them, `fleetctl collect` every 20 s (the demo's collection
+pace): the first collection (a run it triggers, or the scheduled run that is due anyway), and the
+final run, triggered when the first run is over and held by Airflow (`run_after`) until a minute
+after the first collection; its window is 1.6 x the gap it will have (at least 2m). The
+collections go on until the final run starts, so a final run started late by a busy scheduler
+still finds its window covered. The first run's only Spark job is the stuck analysis
 (no offsets health), so it is over by the time the final run is due. The final run analyses the
 offsets health too, after its stuck analysis (the DAG starts the health's Spark jobs once the stuck
 analysis is over): the verdicts are printed as soon as its stuck report is written, before the
@@ -289,6 +290,7 @@ class RunWatch:
         self.started_said = False
         self.recorded = False
         self.triggered = False  # by the demo (its conf), not by the scheduler
+        self.on_start: Callable[[], None] | None = None  # called once, when the run has started
 
     def poll(self) -> bool:
         """Look once; True when the run is over."""
@@ -297,6 +299,8 @@ class RunWatch:
         if self.info.get("start_date") and not self.started_said:
             self.started_said = True
             self.clock.say(f"{self.label}: started")
+            if self.on_start is not None:
+                self.on_start()
         # replaced, not merged: a mapped task is listed once unexpanded (map index -1), then per index
         self.tis = {(ti["task_id"], ti.get("map_index", -1)): ti for ti in self.airflow.tasks(self.dag_id, self.run_id)}
         for key, ti in self.tis.items():
@@ -418,18 +422,30 @@ def final_window(gap_seconds: float, minimum: float = 120.0) -> int:
 COLLECT_DELAY = 15.0
 
 
-def middle_collection(clock: Clock, at: dt.datetime) -> None:
-    """`fleetctl collect --cluster all` at `at` (into the data root the DAG runs use)."""
-    wait = (at - dt.datetime.now(dt.timezone.utc)).total_seconds()
-    if wait > 0:
-        time.sleep(wait)
-    clock.say("middle collection (fleetctl collect --cluster all) ...")
-    t0 = time.monotonic()
-    out = subprocess.run([fleetctl(), "collect", "--cluster", "all"], capture_output=True, text=True)
-    if out.returncode != 0:
-        clock.say(f"warning: the middle collection failed ({out.returncode}): {out.stderr.strip()[-500:]}")
-    else:
-        clock.say(f"middle collection: done in {time.monotonic() - t0:.1f}s")
+#: the demo's collection pace between its runs (the final run's snapshot_interval)
+COLLECT_EVERY = 20.0
+
+
+def collections_until(clock: Clock, done: Callable[[], bool], every: float = COLLECT_EVERY) -> int:
+    """`fleetctl collect --cluster all` (into the data root the DAG runs use) every `every` seconds
+    until `done()`: the demo collects at its own pace between the first collection and the final
+    run, so that whenever the final run starts (a busy scheduler starts it late), its window holds
+    collections spanning it. Returns how many were made."""
+    n = 0
+    nxt = time.monotonic() + every
+    while not done():
+        if time.monotonic() < nxt:
+            time.sleep(0.5)
+            continue
+        nxt = time.monotonic() + every
+        t0 = time.monotonic()
+        out = subprocess.run([fleetctl(), "collect", "--cluster", "all"], capture_output=True, text=True)
+        if out.returncode != 0:
+            clock.say(f"warning: a collection between the runs failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+        else:
+            n += 1
+            clock.say(f"collection {n} between the runs (fleetctl collect --cluster all): {time.monotonic() - t0:.1f}s")
+    return n
 
 
 def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
@@ -454,12 +470,15 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     final_run = airflow.trigger("fleet_maintenance", final_conf, run_after=run_after)
     clock.say(f"triggered fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
               f"at {run_after:%H:%M:%S} UTC, about {gap:.0f}s after the first collection")
-    # a collection half-way: a frozen offset is judged once it has waited two snapshot intervals
-    # (rules.frozen_all_window), so the final run must see three snapshots, not two
-    middle = threading.Thread(target=middle_collection, args=(clock, collected + dt.timedelta(seconds=gap / 2)),
-                              name="demo-middle-collection", daemon=True)
-    middle.start()
+    # collections at the demo's pace until the final run starts: a frozen offset is judged once it
+    # has waited two snapshot intervals (rules.frozen_all_window), and a final run started late still
+    # finds its window covered
+    final_started = threading.Event()
+    between = threading.Thread(target=collections_until, args=(clock, final_started.is_set),
+                               name="demo-collections", daemon=True)
+    between.start()
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
+    final.on_start = final_started.set
 
     # the verdicts as soon as the final run's stuck report is written; coordinator_ownership reads
     # the newest offsets health, so it starts when the final run's health is done
@@ -478,7 +497,8 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(COORDINATOR_CONF)})")
     coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
     watch([first, final, coord], timeout)
-    middle.join(timeout=60)
+    final_started.set()
+    between.join(timeout=60)
     failed = [w.label for w in (first, final, coord) if w.state != "success"]
     if failed:
         clock.say(f"warning: not successful: {', '.join(failed)} (see the task logs in the Airflow UI)")

@@ -7,6 +7,7 @@ import datetime as dt
 import io
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,19 @@ def test_the_lab_airflow_runs_its_small_spark_jobs_with_the_quick_jit(tmp_path, 
     env_file = services.ensure_env_file(labs=[])
     values = dict(line.split("=", 1) for line in env_file.read_text().splitlines() if not line.startswith("#"))
     assert values["SPARK_SUBMIT_OPTS"] == "'-XX:TieredStopAtLevel=1'"
+
+
+def test_collections_go_on_at_the_demos_pace_until_the_final_run_starts(tmp_path, monkeypatch):
+    import io
+
+    log = tmp_path / "calls"
+    script = tmp_path / "fleetctl"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(demo, "fleetctl", lambda: str(script))
+    t0 = time.monotonic()
+    done = lambda: log.exists() and len(log.read_text().splitlines()) >= 3  # noqa: E731 - the final run started
+    n = demo.collections_until(demo.Clock(out=io.StringIO()), done, every=0.1)
+    calls = log.read_text().splitlines()
+    assert n == 3 and calls == ["collect --cluster all"] * 3
+    assert time.monotonic() - t0 >= 0.3  # one pace apart, the first one pace after the start
