@@ -462,6 +462,13 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     # chosen from the gap it will actually have, so a slow run 1 does not leave it one snapshot
     watch([first], timeout, until=lambda: (first.task("collect") or {}).get("state") in TERMINAL)
     collected = parse_time((first.task("collect") or {}).get("end_date")) or dt.datetime.now(dt.timezone.utc)
+    # collections at the demo's pace from the first one until the final run starts: a frozen offset
+    # is judged once it has waited two snapshot intervals (rules.frozen_all_window), and a final run
+    # started late (a slow run 1, a busy scheduler) still finds its window covered
+    final_started = threading.Event()
+    between = threading.Thread(target=collections_until, args=(clock, final_started.is_set),
+                               name="demo-collections", daemon=True)
+    between.start()
     watch([first], timeout)
     now = dt.datetime.now(dt.timezone.utc)
     run_after = max(now, collected + dt.timedelta(seconds=GAP_SECONDS))
@@ -470,13 +477,6 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     final_run = airflow.trigger("fleet_maintenance", final_conf, run_after=run_after)
     clock.say(f"triggered fleet_maintenance run {final_run['dag_run_id']} (conf {json.dumps(final_conf)}): it starts "
               f"at {run_after:%H:%M:%S} UTC, about {gap:.0f}s after the first collection")
-    # collections at the demo's pace until the final run starts: a frozen offset is judged once it
-    # has waited two snapshot intervals (rules.frozen_all_window), and a final run started late still
-    # finds its window covered
-    final_started = threading.Event()
-    between = threading.Thread(target=collections_until, args=(clock, final_started.is_set),
-                               name="demo-collections", daemon=True)
-    between.start()
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
     final.on_start = final_started.set
 
