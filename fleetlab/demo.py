@@ -376,24 +376,45 @@ def left_over(runs: list[dict], started: dt.datetime) -> list[dict]:
     return [r for r in runs if (parse_time(r.get("run_after")) or started) < started - dt.timedelta(minutes=1)]
 
 
+def mark_failed(clock: Clock, airflow: Airflow, dag_id: str, run_id: str, tries: int = 3) -> bool:
+    """Mark a run an earlier demo left running as failed. The api-server may refuse while the
+    scheduler updates the same run (a 500 on its UPDATE): tried again, then only said."""
+    from urllib.parse import quote
+
+    for attempt in range(tries):
+        try:
+            airflow.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quote(run_id, safe='')}", {"state": "failed"})
+            clock.say(f"{dag_id} run {run_id} was left running by an earlier demo: marked failed")
+            return True
+        except Exception as e:  # noqa: BLE001 - the demo goes on without that run either way
+            if attempt == tries - 1:
+                clock.say(f"warning: {dag_id} run {run_id}, left running by an earlier demo, could not be marked "
+                          f"failed ({e}); the demo does not use it")
+                return False
+            time.sleep(2)
+    return False
+
+
 def first_collection(clock: Clock, airflow: Airflow, dag_id: str = "fleet_maintenance") -> RunWatch:
     """The run that makes the first collection (first_run_choice); a run an earlier demo left
     running is marked failed first, never used."""
     started = dt.datetime.fromtimestamp(clock.t0, dt.timezone.utc)
-    for r in left_over(airflow.active_runs(dag_id), started):
-        from urllib.parse import quote
+    stale = {r["dag_run_id"] for r in left_over(airflow.active_runs(dag_id), started)}
+    for run_id in sorted(stale):
+        mark_failed(clock, airflow, dag_id, run_id)
 
-        airflow.api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{quote(r['dag_run_id'], safe='')}", {"state": "failed"})
-        clock.say(f"{dag_id} run {r['dag_run_id']} was left {r.get('state')} by an earlier demo: marked failed")
+    def active() -> list[dict]:  # never a run an earlier demo left, marked failed or not
+        return [r for r in airflow.active_runs(dag_id) if r["dag_run_id"] not in stale]
+
     due = parse_time(airflow.dag(dag_id).get("next_dagrun_run_after"))
-    choice, wait = first_run_choice(dt.datetime.now(dt.timezone.utc), due, airflow.active_runs(dag_id))
+    choice, wait = first_run_choice(dt.datetime.now(dt.timezone.utc), due, active())
     if choice == "wait":
         clock.say(f"the scheduled {dag_id} run of {due:%H:%M} UTC is due"
                   + (f" in {wait:.0f}s" if wait >= 1 else "") + ": it makes the first collection")
         deadline = time.monotonic() + wait + 30
-        while time.monotonic() < deadline and not airflow.active_runs(dag_id):
+        while time.monotonic() < deadline and not active():
             time.sleep(1)
-    runs = airflow.active_runs(dag_id)
+    runs = active()
     if runs:
         label = f"{dag_id} run 1 ({runs[0].get('run_type') or 'scheduled'})"
         clock.say(f"{label}: {runs[0]['dag_run_id']} makes the first collection")

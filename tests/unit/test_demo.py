@@ -253,3 +253,33 @@ def test_collections_go_on_at_the_demos_pace_until_the_final_run_starts(tmp_path
     calls = log.read_text().splitlines()
     assert n == 3 and calls == ["collect --cluster all"] * 3
     assert time.monotonic() - t0 >= 0.3  # one pace apart, the first one pace after the start
+
+
+def test_a_left_over_run_the_api_server_will_not_mark_failed_is_still_never_used(monkeypatch):
+    """The api-server answered 500 to the PATCH while its scheduler updated the same run: the demo
+    says so and goes on without that run (it triggers its own)."""
+    started = time.time()
+    old = {"dag_run_id": "scheduled__old", "state": "running", "run_after": "2026-01-01T00:00:00+00:00"}
+    calls = []
+
+    class FakeAirflow:
+        def active_runs(self, dag_id):
+            return [old]
+
+        def api(self, method, path, body=None):
+            calls.append((method, path))
+            raise RuntimeError("HTTP Error 500: Internal Server Error")
+
+        def dag(self, dag_id):
+            return {"next_dagrun_run_after": None}
+
+        def trigger(self, dag_id, conf, run_after=None):
+            calls.append(("trigger", dag_id))
+            return {"dag_run_id": "manual__new"}
+
+    monkeypatch.setattr(demo.time, "sleep", lambda s: None)
+    out = io.StringIO()
+    w = demo.first_collection(demo.Clock(started_at=started, out=out), FakeAirflow())
+    assert w.run_id == "manual__new" and w.triggered
+    assert [c for c in calls if c[0] == "PATCH"] == [("PATCH", "/api/v2/dags/fleet_maintenance/dagRuns/scheduled__old")] * 3
+    assert "could not be marked failed" in out.getvalue()
