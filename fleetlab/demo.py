@@ -187,7 +187,7 @@ class Airflow:
             api = airflow_services.api
         self.api = api
 
-    def unpause(self, dag_id: str, timeout: float = 120, paused: bool = False) -> dict:
+    def set_paused(self, dag_id: str, paused: bool, timeout: float = 120) -> dict:
         deadline = time.monotonic() + timeout
         while True:  # the dag-processor may not have parsed the DAG yet
             try:
@@ -392,7 +392,7 @@ def mark_failed(clock: Clock, airflow: Airflow, dag_id: str, run_id: str, tries:
                           f"failed ({e}); the demo does not use it")
                 return False
             time.sleep(2)
-    return False
+    return False  # tries == 0
 
 
 def first_collection(clock: Clock, airflow: Airflow, dag_id: str = "fleet_maintenance") -> RunWatch:
@@ -474,8 +474,8 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     # coordinator_ownership is unpaused when the demo starts its run: its leader-change watch would
     # otherwise start a run (a Spark job) on the lab's start-up leader elections, beside the runs
     # the verdicts wait for
-    airflow.unpause("coordinator_ownership", paused=True)  # unpaused by an earlier demo
-    airflow.unpause("fleet_maintenance")
+    airflow.set_paused("coordinator_ownership", True)  # unpaused by an earlier demo
+    airflow.set_paused("fleet_maintenance", False)
     first = first_collection(clock, airflow)
 
     # the final run comes when run 1 is over (one fleet_maintenance run at a time) and at least a
@@ -513,7 +513,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
         return (final.task("offsets_health") or {}).get("state") in TERMINAL or final.recorded
 
     watch([first, final], timeout, until=health_done)
-    airflow.unpause("coordinator_ownership")
+    airflow.set_paused("coordinator_ownership", False)
     coord_run = airflow.trigger("coordinator_ownership", COORDINATOR_CONF)
     clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(COORDINATOR_CONF)})")
     coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
@@ -524,7 +524,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
     if failed:
         clock.say(f"warning: not successful: {', '.join(failed)} (see the task logs in the Airflow UI)")
     return {"first": first.run_id, "final": final.run_id, "coordinator": coord.run_id, "failed": failed,
-            "health": final.run_id, "window": final_conf["window"]}
+            "window": final_conf["window"]}
 
 
 def first_verdicts(clock: Clock, final: RunWatch) -> None:
