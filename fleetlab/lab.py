@@ -211,6 +211,34 @@ def kraft_cluster_id() -> str:
             return cid
 
 
+def log_grown_since(path: Path, then: os.stat_result | None, limit: int = 8 << 20) -> bytes:
+    """What a log file gained since `then` (its stat then, None if it did not exist), across an
+    hourly roll-over (log4j renames server.log to server.log.<date-hour> and starts a new one): the
+    rest of the renamed file (found by its inode) and the whole new one. At most `limit` bytes of each."""
+    try:
+        now = path.stat()
+    except OSError:
+        return b""
+    if then is None:
+        return path.read_bytes()[:limit]
+    if now.st_ino == then.st_ino and now.st_dev == then.st_dev:
+        with open(path, "rb") as f:
+            f.seek(then.st_size)
+            return f.read(limit)
+    grown = b""
+    for rolled in path.parent.glob(path.name + ".*"):
+        try:
+            if rolled.stat().st_ino == then.st_ino:
+                with open(rolled, "rb") as f:
+                    f.seek(then.st_size)
+                    grown = f.read(limit)
+                break
+        except OSError:
+            continue
+    with open(path, "rb") as f:
+        return grown + f.read(limit)
+
+
 @dataclass
 class LabSpec:
     """Where a lab cluster lives, which Kafka it runs and which ports it uses. The defaults are
@@ -1247,14 +1275,10 @@ class Lab:
         """A predicate: has the broker logged a fatal start-up error since now (its server.log grew
         one)? Returns the reason line (the bind failure, or the first line after the FATAL) or ''."""
         server_log = self.spec.broker_dir(broker_id) / "logs" / "server.log"
-        seen = server_log.stat().st_size if server_log.exists() else 0
+        at_start = server_log.stat() if server_log.exists() else None
 
         def start_failed() -> str:
-            if not server_log.exists():
-                return ""
-            with open(server_log, "rb") as f:
-                f.seek(seen)
-                grown = f.read(8 << 20)
+            grown = log_grown_since(server_log, at_start)
             if b"Address already in use" in grown:
                 return "its port was taken by another socket for a moment (BindException)"
             for marker in self._FATAL_START:

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from fleetkit.core.partitioning import partition_for
 from fleetkit.clients.kafka import client_config
-from fleetlab.lab import Lab, LabSpec
+from fleetlab.lab import Lab, LabSpec, log_grown_since
 from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
@@ -76,7 +76,7 @@ def load_seconds(lab: Lab, group: str, expected: dict, partition: int) -> tuple[
     "Finished loading offsets from [__consumer_offsets,P] in N milliseconds"; the seconds a client
     saw NOT_COORDINATOR for `group` after the broker answered metadata again)."""
     server_log = SPEC.broker_dir(0) / "logs" / "server.log"
-    mark = server_log.stat().st_size
+    mark = server_log.stat()
     lab.stop_broker(0)
     lab.start_broker(0)
     t0 = time.monotonic()
@@ -92,9 +92,7 @@ def load_seconds(lab: Lab, group: str, expected: dict, partition: int) -> tuple[
     else:
         raise AssertionError(f"group {group} did not read back {expected} within 180 s of the restart")
     pattern = re.compile(rf"Finished loading offsets from \[__consumer_offsets,{partition}\] in (\d+) milliseconds")
-    with open(server_log, "rb") as f:
-        f.seek(mark)
-        found = pattern.findall(f.read().decode(errors="replace"))
+    found = pattern.findall(log_grown_since(server_log, mark, limit=1 << 30).decode(errors="replace"))
     assert found, f"no load line for __consumer_offsets-{partition} in {server_log}"
     return int(found[-1]) / 1000, not_coordinator
 

@@ -276,3 +276,23 @@ def test_a_kraft_cluster_id_never_starts_with_a_dash(monkeypatch):
     draws = iter([dashed, plain])
     monkeypatch.setattr(lab.uuid, "uuid4", lambda: next(draws))
     assert lab.kraft_cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_a_start_failure_is_seen_across_the_hourly_log_roll_over(tmp_path):
+    """log4j rolls server.log at each hour (renamed to server.log.<date-hour>, a new one started):
+    what the broker logged since the start is the rest of the renamed file plus the new file; a
+    failed start logged just after the roll-over must not be missed (it was: the check read the new,
+    shorter file from the old file's length)."""
+    from fleetlab.lab import log_grown_since
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"old line\n" * 1000)
+    then = log.stat()
+    assert log_grown_since(log, then) == b""
+    with open(log, "ab") as f:
+        f.write(b"before the hour\n")
+    log.rename(tmp_path / "server.log.2026-11-27-14")
+    log.write_bytes(b"java.net.BindException: Address already in use\n")
+    assert log_grown_since(log, then) == b"before the hour\njava.net.BindException: Address already in use\n"
+    assert log_grown_since(tmp_path / "missing.log", None) == b""
+    assert log_grown_since(log, None).startswith(b"java.net.BindException")
