@@ -92,12 +92,14 @@ def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int],
         c.close()
 
 
-def bulk_commits(config: dict, group: str, topic: str, records: int, per_request: int, in_flight: int = 8) -> float:
+def bulk_commits(config: dict, group: str, topic: str, records: int, per_request: int, in_flight: int = 8,
+                 metadata: str | None = None, first: int = 1) -> float:
     """Fill __consumer_offsets fast: offset commits of `group` (librdkafka `config` of a lab
     login, its bootstrap servers included) without joining, `per_request` partitions of `topic`
-    (0..per_request-1) per commit, request k committing offset k + 1, until `records` records
-    were written; at most `in_flight` commits unanswered. Returns the seconds it took; a failed
-    commit raises (naming how many failed)."""
+    (0..per_request-1) per commit, request k committing offset k + `first`, until `records` records
+    were written; at most `in_flight` commits unanswered; `metadata`: the commit's metadata string
+    (a client's own, up to the broker's offset.metadata.max.bytes, 4 KiB by default). Returns the
+    seconds it took; a failed commit raises (naming how many failed)."""
     t0 = time.monotonic()
     sent, acked, errors = [0], [0], []
 
@@ -111,7 +113,10 @@ def bulk_commits(config: dict, group: str, topic: str, records: int, per_request
         done = 0
         while done < records:
             n = min(per_request, records - done)
-            c.commit(offsets=[TopicPartition(topic, p, sent[0] + 1) for p in range(n)], asynchronous=True)
+            offset = sent[0] + first
+            c.commit(offsets=[TopicPartition(topic, p, offset) if metadata is None
+                              else TopicPartition(topic, p, offset, metadata=metadata) for p in range(n)],
+                     asynchronous=True)
             done += n
             sent[0] += 1
             while sent[0] - acked[0] > in_flight:

@@ -430,13 +430,16 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             raise AirflowFailException(str(e)) from None
         _audit(params, context, action, "executed", actor=actor, digest=digest_now,
                message=f"executed, approved by {actor}", details={"result": result, "rollback": plan["rollback"]})
-        return result
+        # the result for verify in a file beside the plan; the XCom only says where (what the
+        # cluster said, NUL included, never goes into the metadata database)
+        path = plans.store_result(plans_root(), context["dag"].dag_id, context["run_id"], result)
+        return {"result_file": str(path)}
 
     @task(task_id="verify")
     def verify_task(**context) -> str:
         params = context["params"]
         plan, digest = plans.load(plans_root(), context["dag"].dag_id, context["run_id"])
-        result = context["ti"].xcom_pull(task_ids="execute") or {}
+        result = plans.load_result(plans_root(), context["dag"].dag_id, context["run_id"])
         problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan, result))
         if problems:
             _audit(params, context, action, "verify_failed", digest=digest, message="; ".join(problems),

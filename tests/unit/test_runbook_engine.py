@@ -158,3 +158,21 @@ def test_a_stored_plan_whose_rollback_has_a_conf_names_the_dag_that_runs_it(tmp_
     assert path.exists()
     plan["rollback"] = {"how": "nothing to roll back", "conf": None}  # no conf: nothing to name
     plans.store(tmp_path, "runbook_coordinator_recovery", "run-2", plan)
+
+
+def test_the_execute_result_goes_to_a_file_beside_the_plan_whatever_the_cluster_said(tmp_path):
+    """What execute read from the cluster reaches verify through a file, not the metadata database:
+    a commit's metadata or a group name with a NUL (which PostgreSQL's JSONB refuses: a trim whose
+    execute had finished failed on its XCom) and a result of every offset of a partition's groups."""
+    result = {"before": {"g\x00roup": {"t|0": 5}}, "recommitted": [{"group": "g", "metadata": "m" * 255 + "\x00"}] * 30000}
+    path = plans.store_result(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00", result)
+    assert path.parent == plans.plan_path(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00").parent
+    assert plans.load_result(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00") == result
+    with pytest.raises(plans.PlanError, match="no stored execute result for DAG 'runbook_offsets_trim' run 'other'"):
+        plans.load_result(tmp_path, "runbook_offsets_trim", "other")
+
+
+def test_the_gate_hands_verify_the_stored_result_not_an_xcom():
+    gate = (Path(__file__).resolve().parents[2] / "plugins" / "fleet_airflow" / "gate.py").read_text()
+    assert "plans.store_result(" in gate and "plans.load_result(" in gate
+    assert 'xcom_pull(task_ids="execute")' not in gate

@@ -79,6 +79,36 @@ def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -
     return path, digest(plan)
 
 
+def result_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:
+    """Where a run's execute result lives: beside its plan."""
+    return plan_path(plans_root, dag_id, run_id).with_name("result.json")
+
+
+def store_result(plans_root: str | os.PathLike, dag_id: str, run_id: str, result) -> Path:
+    """The execute step's result, for its verify step: a file, not the task's XCom. A result holds
+    what the cluster said (group names, commit metadata: any string, NUL included, which
+    PostgreSQL's JSONB refuses) and grows with it (every offset of every group of a trimmed
+    partition)."""
+    path = result_path(plans_root, dag_id, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(json.dumps(result, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+    os.replace(tmp, path)
+    return path
+
+
+def load_result(plans_root: str | os.PathLike, dag_id: str, run_id: str):
+    """The run's stored execute result; PlanError when there is none or it is not JSON."""
+    path = result_path(plans_root, dag_id, run_id)
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise PlanError(f"no stored execute result for DAG {dag_id!r} run {run_id!r} (expected {path}): "
+                        f"the execute step did not finish") from None
+    except ValueError as e:
+        raise PlanError(f"stored execute result {path} is not valid JSON: {e}") from None
+
+
 def _legacy_component(value: str) -> str:
     """The folder names of earlier releases (not one-to-one: `a:b` and `a_b` met); read only."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", str(value)).strip("._")[:200]

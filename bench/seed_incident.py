@@ -1,0 +1,286 @@
+"""Benchmark: the seed incident at its scale, per generation: a bloated __consumer_offsets partition,
+the coordinator's load after a leader change (LOADING on the real broker, LOAD_STUCK past the
+threshold), then runbook_offsets_trim: the load after the trim, the trim's wall time, the bytes moved,
+and every committed offset checked.
+
+    FLEET_TEST_PORT_OFFSET=3000 env -u PYTHONDONTWRITEBYTECODE .venv/bin/python bench/seed_incident.py \
+        [--generations 0.9.0.1,3.9.2,4.3.1] [--gib 2] [--segment-mib 100] [--groups 60] [--partitions 500]
+        [--metadata-bytes 256] [--load-stuck 5] [--keep]
+
+For each generation, one after the other, in the tests' `trimgen` port slot (FLEET_TEST_PORT_OFFSET
+moves it; one lab at a time, in .lab-seed/<version>, removed afterwards unless --keep): a one-broker
+lab secured as the lab fleet is (0.9 mutual TLS and ACLs; 3.9 SASL_SSL, SCRAM, ACLs and a SASL
+ZooKeeper; 4.3 SASL_SSL, SCRAM and ACLs in KRaft mode), with the log cleaner off
+(`log.cleaner.enable=false`: a partition the cleaner never compacts, the incident's state) and
+__consumer_offsets segments of --segment-mib. All traffic is on one __consumer_offsets partition P:
+
+* `early`, whose only commit is the first record of the log (the trim must re-commit it);
+* --groups groups committing all --partitions partitions of topic `bulk` over and over (--groups x
+  --partitions distinct keys), with a --metadata-bytes commit metadata string (what a client may
+  store beside its offset; it makes the records the size of real ones with long names), until P
+  holds --gib GiB; `stopped` commits once half-way.
+
+Then, with the lab's `fleet` principal as an operator's tools have it:
+
+1. every group's committed offsets are read (the reference);
+2. the broker is restarted (a leader change: a new leader epoch) and the library's ownership check
+   (`fleetkit.ownership.rules.who` through fleetctl's connection, then `partition_verdict` with
+   --load-stuck) is polled on the real broker until the groups answer: the LOADING observations, the
+   first LOAD_STUCK with its evidence (partition, leader epoch, size, seconds), the time until the
+   groups answered, and the broker's own "Finished loading" figure;
+3. runbook_offsets_trim (dag.test on the tests' PostgreSQL metadata database, approved by a second
+   listed approver through tests.hitl, the plan from the offsets health Spark job), timed;
+4. the restart again: the load after the trim; then every group's offsets compared with (1).
+
+Prints one RESULT line per generation: the load before and after (and the ratio, target >= 10x),
+the trim's wall time, the bytes moved to quarantine, and the offsets lost (target 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "include"), str(REPO / "plugins"), str(REPO)]
+
+import tests.conftest as tc  # noqa: E402  - the tests' environment: Airflow home, ports, PostgreSQL
+from fleetkit.core.kafka_names import OFFSETS_TOPIC  # noqa: E402
+from fleetkit.core.partitioning import partition_for  # noqa: E402
+from fleetlab import postgres  # noqa: E402
+from fleetlab.lab import Lab, LabSpec, log_grown_since  # noqa: E402
+from fleetlab.traffic import bulk_commits  # noqa: E402
+from tests.helpers import commit_when_led, committed_offsets, groups_on_partition  # noqa: E402
+
+DAG = "runbook_offsets_trim"
+LOAD_LINE = re.compile(r"Finished loading[^\n]*?__consumer_offsets[-,](\d+)\]?[^\n]*? in (\d+) ?(?:ms|milliseconds)")
+
+
+def seed_spec(version: str, segment_mib: int) -> LabSpec:
+    folder = REPO / ".lab-seed" / version
+    spec = LabSpec(lab_dir=str(folder), name=f"seed{version.replace('.', '')[:2]}", **tc.TEST_PORTS.cluster("trimgen"),
+                   brokers=1, kafka_version=version, broker_heap="1g",
+                   broker_overrides={"log.cleaner.enable": "false"},
+                   offsets_segment_bytes=segment_mib * 1024 * 1024)
+    spec.security = "sasl_ssl" if spec.modern else "ssl"
+    spec.zk_security = "sasl" if spec.modern and not spec.kraft else ""
+    return spec
+
+
+def partition_bytes(spec: LabSpec, p: int) -> int:
+    return sum(f.stat().st_size for f in (spec.log_dir(0) / f"{OFFSETS_TOPIC}-{p}").glob("*.log"))
+
+
+def read_offsets(spec: LabSpec, groups: dict[str, tuple[str, int]]) -> dict[str, dict[int, int]]:
+    return {g: committed_offsets(spec.bootstrap, g, topic, n, spec.kafka_version, spec.security_config("admin"))
+            for g, (topic, n) in groups.items()}
+
+
+def fill(spec: LabSpec, lab: Lab, P: int, args) -> tuple[dict[str, tuple[str, int]], float]:
+    """The groups on P and what they committed; returns ({group: (topic, partitions)}, seconds)."""
+    early = groups_on_partition(P, 50, 1, "early bird é {i}")[0]
+    stopped = groups_on_partition(P, 50, 1, "stopped-{i}")[0]
+    bulk = groups_on_partition(P, 50, args.groups, "bulk-writer-{i}")
+    commit_when_led(lab, "early-topic", 1, {early: {0: 0}})
+    commit_when_led(lab, "bulk", args.partitions, {})
+    target = int(args.gib * 2**30)
+    meta = "m" * args.metadata_bytes
+    config = spec.client_config()
+    chunk = args.partitions * 40  # records per group and turn: 40 commits of every partition
+    t0, turn, stopped_done, last_print = time.monotonic(), 0, False, 0.0
+    while (size := partition_bytes(spec, P)) < target:
+        for g in bulk:
+            bulk_commits(config, g, "bulk", chunk, args.partitions, in_flight=16, metadata=meta, first=turn * 40 + 1)
+        turn += 1
+        if not stopped_done and size >= target / 2:
+            commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}})
+            stopped_done = True
+        if time.monotonic() - last_print > 15:
+            last_print = time.monotonic()
+            print(f"  {size / 2**30:.2f} of {args.gib} GiB in {time.monotonic() - t0:.0f}s", flush=True)
+    if not stopped_done:
+        commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}})
+    groups = {early: ("early-topic", 1), stopped: ("stopped-topic", 1), **{g: ("bulk", args.partitions) for g in bulk}}
+    return groups, time.monotonic() - t0
+
+
+def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str], load_stuck: int) -> dict:
+    """Restart the broker, then poll the ownership check until every sample group answers OK."""
+    from fleetctl.connect import connected
+    from fleetkit.ownership.rules import LOAD_STUCK, OK, partition_verdict, who, worst
+
+    server_log = spec.broker_dir(0) / "logs" / "server.log"
+    mark = server_log.stat() if server_log.exists() else None
+    size = partition_bytes(spec, P)
+    lab.stop_broker(0)
+    t_start = time.monotonic()
+    lab.start_broker(0)
+    answered = time.monotonic()  # the broker answers metadata again: the new leader is in place
+    seen, stuck, epoch, polls = {}, None, None, 0
+    with connected(cluster, 5.0, stores=False) as (kafka, zk, _):
+        while True:
+            polls += 1
+            try:
+                rows = who(kafka, zk, sample)
+            except Exception as e:  # noqa: BLE001 - an answer the check could not get is counted, not fatal
+                rows, err = [], f"{type(e).__name__}"
+                seen[err] = seen.get(err, 0) + 1
+            now = time.monotonic()
+            if rows:
+                verdicts = [r["verdict"] for r in rows]
+                for r in rows:
+                    key = f"{r['verdict']} ({r['error']})" if r["error"] else r["verdict"]
+                    seen[key] = seen.get(key, 0) + 1
+                epoch = rows[0]["leader_epoch"]
+                pv = partition_verdict(worst(verdicts), rows[0]["leader"], int(now - answered), load_stuck)
+                if pv == LOAD_STUCK and stuck is None:
+                    stuck = {"partition": P, "leader": rows[0]["leader"], "leader_epoch": epoch,
+                             "size_bytes": size, "waiting_s": round(now - answered, 1)}
+                    print(f"  ownership: LOAD_STUCK {OFFSETS_TOPIC}-{P} leader {stuck['leader']} epoch {epoch}, "
+                          f"{size / 2**30:.2f} GiB, loading for {stuck['waiting_s']} s (threshold {load_stuck} s)",
+                          flush=True)
+                if all(v == OK for v in verdicts):
+                    break
+            if now - answered > 1800:
+                raise SystemExit(f"the groups of {OFFSETS_TOPIC}-{P} did not answer within 30 min of the restart")
+            time.sleep(0.25)
+    done = time.monotonic()
+    grown = log_grown_since(server_log, mark, limit=1 << 30).decode(errors="replace")
+    broker_ms = [int(ms) for p, ms in LOAD_LINE.findall(grown) if int(p) == P]
+    return {"restart_to_answer_s": round(answered - t_start, 1), "load_s": round(done - answered, 2),
+            "broker_load_s": broker_ms[-1] / 1000 if broker_ms else None, "observations": seen,
+            "load_stuck": stuck, "leader_epoch": epoch, "polls": polls}
+
+
+def migrate_airflow_db() -> bool:
+    """The tests' PostgreSQL (started unless running) and a migrated database; True if started here."""
+    tc.TEST_AIRFLOW_HOME.mkdir(exist_ok=True)
+    was_running = postgres.running(tc.TEST_PG) is not None
+    postgres.up(tc.TEST_PG)
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"], capture_output=True,
+                         text=True, env=dict(os.environ))
+    if out.returncode != 0:
+        raise SystemExit(f"airflow db migrate failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return not was_running
+
+
+def run_trim(spec: LabSpec, P: int, tmp: Path) -> tuple[float, object, Path]:
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tests.hitl import Answerer
+
+    data = tmp / "data"
+    os.environ.update(FLEET_FILE=str(tmp / "fleet.yaml"), FLEET_DATA_ROOT=str(data), FLEET_LOCK_DIR=str(tmp / "locks"))
+    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag(DAG)
+    answer = Answerer(DAG, "Approve", timeout=3600)
+    answer.start()
+    t0 = time.monotonic()
+    dr = dag.test(run_conf={"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0,
+                            "requested_by": "admin"})
+    wall = time.monotonic() - t0
+    answer.join(5)
+    if answer.error is not None:
+        raise SystemExit(f"approving the trim failed: {answer.error}")
+    tis = dr.get_task_instances()
+    print(f"  trim run {dr.state} in {wall:.0f}s; tasks: "
+          + ", ".join(f"{ti.task_id} {ti.state} {ti.duration or 0:.0f}s" for ti in tis), flush=True)
+    if dr.state != "success":
+        raise SystemExit(f"the trim run ended {dr.state}")
+    return wall, dr, data
+
+
+def one_generation(version: str, args) -> str:
+    spec = seed_spec(version, args.segment_mib)
+    lab = Lab(spec)
+    lab.down()
+    shutil.rmtree(spec.path, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-seed-"))
+    try:
+        print(f"Kafka {version}: one-broker {spec.security} lab in {spec.path}, cleaner off, "
+              f"{args.segment_mib} MiB offsets segments", flush=True)
+        lab.up()
+        for k, v in spec.connection_env().items():
+            os.environ[k] = v
+        tc.write_fleet_file(spec, tmp / "fleet.yaml")
+        from fleetkit.core.fleet import load_fleet
+        cluster = load_fleet(tmp / "fleet.yaml").cluster(spec.name)
+
+        P = partition_for("seed-incident", 50)  # any partition: the groups are chosen to hash onto it
+        groups, fill_s = fill(spec, lab, P, args)
+        size = partition_bytes(spec, P)
+        segments = len(list((spec.log_dir(0) / f"{OFFSETS_TOPIC}-{P}").glob("*.log")))
+        keys = sum(n for _, n in groups.values())
+        print(f"  {OFFSETS_TOPIC}-{P}: {size / 2**30:.2f} GiB in {segments} segments, {keys:,} group keys, "
+              f"filled in {fill_s:.0f}s", flush=True)
+        reference = read_offsets(spec, groups)
+        sample = list(groups)[:2] + list(groups)[2:7]
+        before = restart_and_watch(spec, lab, cluster, P, sample, args.load_stuck)
+        print(f"  before the trim: groups answered {before['load_s']} s after the broker did "
+              f"(broker's own load figure {before['broker_load_s']} s); observations {before['observations']}",
+              flush=True)
+
+        trim_s, dr, data = run_trim(spec, P, tmp)
+        manifests = [json.loads(m.read_text()) for m in (data / "quarantine").rglob("manifest.json")]
+        moved = sum(f.get("size") or 0 for m in manifests for f in m["files"])
+        files = sum(len(m["files"]) for m in manifests)
+        after_size = partition_bytes(spec, P)
+
+        after = restart_and_watch(spec, lab, cluster, P, sample, args.load_stuck)
+        print(f"  after the trim: {after_size / 2**20:.0f} MiB; groups answered {after['load_s']} s after the broker "
+              f"did (broker's own load figure {after['broker_load_s']} s); observations {after['observations']}",
+              flush=True)
+        now = read_offsets(spec, groups)
+        lost = sum(1 for g, offs in reference.items() for p, o in offs.items() if now[g].get(p) != o)
+        total = sum(len(offs) for offs in reference.values())
+        ratio = before["load_s"] / after["load_s"] if after["load_s"] else float("inf")
+        verdict = "met" if ratio >= 10 and lost == 0 and before["load_stuck"] else "NOT met"
+        return (f"RESULT Kafka {version}: {size / 2**30:.2f} GiB ({segments} segments, {keys:,} keys) -> "
+                f"{after_size / 2**20:.0f} MiB; load {before['load_s']} s -> {after['load_s']} s ({ratio:.1f}x; "
+                f"broker {before['broker_load_s']} -> {after['broker_load_s']} s); "
+                f"LOAD_STUCK seen: {'yes, ' + str(before['load_stuck']) if before['load_stuck'] else 'no'}; "
+                f"trim run {trim_s:.0f} s, {files} files / {moved / 2**30:.2f} GiB moved to quarantine; "
+                f"offsets lost {lost} of {total}; target (>=10x, 0 lost, LOAD_STUCK seen) {verdict}")
+    finally:
+        if args.keep:
+            print(f"  --keep: the lab stays up in {spec.path} (stop it with Lab.down / fleetlab)")
+        else:
+            print(f"  {spec.name}: {'; '.join(lab.down())}", flush=True)
+            shutil.rmtree(spec.path, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--generations", default="0.9.0.1,3.9.2,4.3.1")
+    ap.add_argument("--gib", type=float, default=2.0, help="the bloated partition's size (default 2 GiB)")
+    ap.add_argument("--segment-mib", type=int, default=100)
+    ap.add_argument("--groups", type=int, default=60, help="bulk groups on the partition (x --partitions keys)")
+    ap.add_argument("--partitions", type=int, default=500)
+    ap.add_argument("--metadata-bytes", type=int, default=256)
+    ap.add_argument("--load-stuck", type=int, default=5, help="the ownership check's load_stuck seconds")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+    started = migrate_airflow_db()
+    results = []
+    try:
+        for version in args.generations.split(","):
+            results.append(one_generation(version.strip(), args))
+            print(results[-1], flush=True)
+    finally:
+        if started:
+            tc._close_airflow_sessions()
+            print(f"postgresql: {postgres.down(tc.TEST_PG)}")
+    print("\n".join(results))
+    return 0 if all(r.endswith(" met") and "NOT met" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
