@@ -342,37 +342,52 @@ def recommit_decision(planned: int, before: int | None, now: int | None, state: 
 
 
 def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, before: dict) -> tuple[list, list]:
+    """Put back the planned offsets that were only in quarantined segments, group by group: per
+    group one state read, one read of its committed offsets and one commit of what is decided (a
+    partition's tens of thousands of keys took a client start per key). The window in which a
+    standalone consumer's commit can be overwritten stays one round trip (Kafka has no conditional
+    commit); the journal's intents are durable before the commit, its outcomes after."""
     recommitted, skipped = [], []
+    todo: dict[str, list[tuple[str, dict]]] = {}
     for p in plan["details"]["trim_plan"]["partitions"]:
         for c in p["recommit"]:
             seq = f"recommit {json.dumps([c['group'], c['topic'], c['partition']], ensure_ascii=False)}"
             e = entries.get(seq) or {}
             if e.get("status") == "done":
                 recommitted.append(c)
-                continue
-            if e.get("status") == "skipped":
+            elif e.get("status") == "skipped":
                 skipped.append({**c, "reason": e.get("reason")})
-                continue
+            else:
+                todo.setdefault(c["group"], []).append((seq, c))
+    for group, items in todo.items():
+        state = group_states(ctx, [group]).get(group)
+        now_all = ctx.kafka.group_offsets(group, [(c["topic"], c["partition"]) for _, c in items])
+        b = before.get(group)
+        outcomes, intents, to_commit, committing = [], [], {}, []
+        for seq, c in items:
             tp = (c["topic"], c["partition"])
-            b = before.get(c["group"])
-            before_off = b.get(tp) if isinstance(b, dict) else None
-            # read right before the commit: the window in which a standalone consumer's commit can
-            # still be overwritten is this one round trip (Kafka has no conditional commit)
-            state = group_states(ctx, [c["group"]]).get(c["group"])
-            now = ctx.kafka.group_offsets(c["group"], [tp]).get(tp)
-            decision, why = recommit_decision(c["offset"], before_off, now, state)
+            now = now_all.get(tp)
+            decision, why = recommit_decision(c["offset"], b.get(tp) if isinstance(b, dict) else None, now, state)
             if decision == "skip":
-                journal.outcome(seq, "skipped", group=c["group"], topic=c["topic"], partition=c["partition"],
-                                planned=c["offset"], now=now, reason=why)
-                log.warning("re-commit of group %r %s-%s skipped: %s", c["group"], c["topic"], c["partition"], why)
+                outcomes.append({"seq": seq, "status": "skipped", "group": group, "topic": c["topic"],
+                                 "partition": c["partition"], "planned": c["offset"], "now": now, "reason": why})
+                log.warning("re-commit of group %r %s-%s skipped: %s", group, c["topic"], c["partition"], why)
                 skipped.append({**c, "now": now, "reason": why})
-                continue
-            if decision == "commit":
-                journal.intent(seq, step="recommit", group=c["group"], topic=c["topic"], partition=c["partition"],
-                               offset=c["offset"], before=now)
-                ctx.kafka.commit_offsets(c["group"], {tp: c["offset"]}, retry_for=300)
-            journal.outcome(seq, "done", note=why)
-            recommitted.append(c)
+            elif decision == "commit":
+                intents.append({"seq": seq, "status": "intent", "step": "recommit", "group": group, "topic": c["topic"],
+                                "partition": c["partition"], "offset": c["offset"], "before": now})
+                to_commit[tp] = c["offset"]
+                committing.append((seq, c, why))
+            else:
+                outcomes.append({"seq": seq, "status": "done", "note": why})
+                recommitted.append(c)
+        if to_commit:
+            journal.write(intents)
+            ctx.kafka.commit_offsets(group, to_commit, retry_for=300)
+            outcomes += [{"seq": seq, "status": "done", "note": why} for seq, _, why in committing]
+            recommitted += [c for _, c, _ in committing]
+        if outcomes:
+            journal.write(outcomes)
     return recommitted, skipped
 
 
