@@ -5,12 +5,13 @@ and every committed offset checked.
 
     FLEET_TEST_PORT_OFFSET=3000 env -u PYTHONDONTWRITEBYTECODE .venv/bin/python bench/seed_incident.py \
         [--generations 0.9.0.1,3.9.2,4.3.1] [--gib 2] [--segment-mib 100] [--groups 60] [--partitions 500]
-        [--metadata-bytes 256] [--load-stuck 5] [--keep]
+        [--metadata-bytes 256] [--load-stuck 5] [--cold] [--keep]
 
 For each generation, one after the other, in the tests' `trimgen` port slot (FLEET_TEST_PORT_OFFSET
-moves it; one lab at a time, in .lab-seed/<version>, removed afterwards unless --keep): a one-broker
-lab secured as the lab fleet is (0.9 mutual TLS and ACLs; 3.9 SASL_SSL, SCRAM, ACLs and a SASL
-ZooKeeper; 4.3 SASL_SSL, SCRAM and ACLs in KRaft mode), with the log cleaner off
+moves it; one lab at a time, in .lab-seed/<version>, removed afterwards unless --keep): a lab
+secured as the lab fleet is (0.9 mutual TLS and ACLs, one broker; 3.9 SASL_SSL, SCRAM, ACLs and a SASL
+ZooKeeper, one broker; 4.3 SASL_SSL, SCRAM and ACLs in KRaft mode, three combined nodes, the partition
+on all three: the trim refuses to stop a lone controller), with the log cleaner off
 (`log.cleaner.enable=false`: a partition the cleaner never compacts, the incident's state) and
 __consumer_offsets segments of --segment-mib. All traffic is on one __consumer_offsets partition P:
 
@@ -23,14 +24,17 @@ __consumer_offsets segments of --segment-mib. All traffic is on one __consumer_o
 Then, with the lab's `fleet` principal as an operator's tools have it:
 
 1. every group's committed offsets are read (the reference);
-2. the broker is restarted (a leader change: a new leader epoch) and the library's ownership check
+2. a leader change (one broker: restarted, a new leader epoch; three nodes: P's leader stopped, another
+   replica takes over and loads P, the node started again once it has) and the library's ownership check
    (`fleetkit.ownership.rules.who` through fleetctl's connection, then `partition_verdict` with
    --load-stuck) is polled on the real broker until the groups answer: the LOADING observations, the
    first LOAD_STUCK with its evidence (partition, leader epoch, size, seconds), the time until the
    groups answered, and the broker's own "Finished loading" figure;
 3. runbook_offsets_trim (dag.test on the tests' PostgreSQL metadata database, approved by a second
    listed approver through tests.hitl, the plan from the offsets health Spark job), timed;
-4. the restart again: the load after the trim; then every group's offsets compared with (1).
+4. the leader change again: the load after the trim; then every group's offsets compared with (1).
+With --cold the page cache is dropped (root only) before each judged load, so the partition is read
+from disk as a partition larger than memory is; the warm loads are printed too.
 
 Prints one RESULT line per generation: the load before and after (and the ratio, target >= 10x),
 the trim's wall time, the bytes moved to quarantine, and the offsets lost (target 0).
@@ -72,6 +76,9 @@ def seed_spec(version: str, segment_mib: int) -> LabSpec:
                    offsets_segment_bytes=segment_mib * 1024 * 1024)
     spec.security = "sasl_ssl" if spec.modern else "ssl"
     spec.zk_security = "sasl" if spec.modern and not spec.kraft else ""
+    # KRaft: three combined nodes, so that stopping one (the leader change, the trim's restarts)
+    # leaves the metadata quorum standing (the trim refuses to stop a lone controller)
+    spec.brokers = 3 if spec.kraft else 1
     return spec
 
 
@@ -112,19 +119,45 @@ def fill(spec: LabSpec, lab: Lab, P: int, args) -> tuple[dict[str, tuple[str, in
     return groups, time.monotonic() - t0
 
 
-def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str], load_stuck: int) -> dict:
-    """Restart the broker, then poll the ownership check until every sample group answers OK."""
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache() -> bool:
+    """Empty the kernel's page cache (root only): the partition is then read from disk, as a
+    partition larger than the broker's memory is (the incident's 200 GB). False when not allowed."""
+    try:
+        os.sync()
+        DROP_CACHES.write_text("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str], load_stuck: int,
+                      cold: bool = False) -> dict:
+    """A leader change of P, then the ownership check polled until every sample group answers OK.
+    One broker: it is restarted (a new leader epoch; `cold`: the page cache dropped while it is
+    down). Several (KRaft: three combined nodes): P's leader is stopped, another replica becomes
+    leader and loads P; the stopped node is started again afterwards and waited back into the ISR."""
     from fleetctl.connect import connected
     from fleetkit.ownership.rules import LOAD_STUCK, OK, partition_verdict, who, worst
 
-    server_log = spec.broker_dir(0) / "logs" / "server.log"
-    mark = server_log.stat() if server_log.exists() else None
+    logs = {b: spec.broker_dir(b) / "logs" / "server.log" for b in range(spec.brokers)}
+    marks = {b: (p.stat() if p.exists() else None) for b, p in logs.items()}
     size = partition_bytes(spec, P)
-    lab.stop_broker(0)
+    with connected(cluster, 5.0, stores=False) as (kafka, zk, _):
+        leader = who(kafka, zk, sample[:1])[0]["leader"]
+    # dropped before the stop: several nodes move P's leadership during the leader's controlled
+    # shutdown, and the new leader starts loading then
+    if cold and not drop_page_cache():
+        raise SystemExit(f"--cold: {DROP_CACHES} is not writable here (root only); run without --cold")
     t_start = time.monotonic()
-    lab.start_broker(0)
-    answered = time.monotonic()  # the broker answers metadata again: the new leader is in place
-    seen, stuck, epoch, polls = {}, None, None, 0
+    lab.stop_broker(leader)
+    if spec.brokers == 1:
+        lab.start_broker(leader)
+    # one broker: it answers again; several: the leadership moved during the controlled shutdown
+    changed = time.monotonic() if spec.brokers == 1 else t_start
+    seen, stuck, epoch, polls, new_leader = {}, None, None, 0, None
     with connected(cluster, 5.0, stores=False) as (kafka, zk, _):
         while True:
             polls += 1
@@ -139,25 +172,45 @@ def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str
                 for r in rows:
                     key = f"{r['verdict']} ({r['error']})" if r["error"] else r["verdict"]
                     seen[key] = seen.get(key, 0) + 1
-                epoch = rows[0]["leader_epoch"]
-                pv = partition_verdict(worst(verdicts), rows[0]["leader"], int(now - answered), load_stuck)
+                epoch, new_leader = rows[0]["leader_epoch"], rows[0]["leader"]
+                pv = partition_verdict(worst(verdicts), new_leader, int(now - changed), load_stuck)
                 if pv == LOAD_STUCK and stuck is None:
-                    stuck = {"partition": P, "leader": rows[0]["leader"], "leader_epoch": epoch,
-                             "size_bytes": size, "waiting_s": round(now - answered, 1)}
-                    print(f"  ownership: LOAD_STUCK {OFFSETS_TOPIC}-{P} leader {stuck['leader']} epoch {epoch}, "
+                    stuck = {"partition": P, "leader": new_leader, "leader_epoch": epoch,
+                             "size_bytes": size, "waiting_s": round(now - changed, 1)}
+                    print(f"  ownership: LOAD_STUCK {OFFSETS_TOPIC}-{P} leader {new_leader} epoch {epoch}, "
                           f"{size / 2**30:.2f} GiB, loading for {stuck['waiting_s']} s (threshold {load_stuck} s)",
                           flush=True)
                 if all(v == OK for v in verdicts):
                     break
-            if now - answered > 1800:
-                raise SystemExit(f"the groups of {OFFSETS_TOPIC}-{P} did not answer within 30 min of the restart")
+            if now - changed > 1800:
+                raise SystemExit(f"the groups of {OFFSETS_TOPIC}-{P} did not answer within 30 min of the leader change")
             time.sleep(0.25)
-    done = time.monotonic()
-    grown = log_grown_since(server_log, mark, limit=1 << 30).decode(errors="replace")
+        done = time.monotonic()
+        if spec.brokers > 1:  # the stopped node back, and back in P's ISR (the trim checks it)
+            lab.start_broker(leader)
+            deadline = time.monotonic() + 600
+            while len(who(kafka, zk, sample[:1])[0]["isr"]) < spec.brokers:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"node {leader} did not rejoin the ISR of {OFFSETS_TOPIC}-{P} within 10 min")
+                time.sleep(1)
+    # the load of the leader that served the groups (a node started again later loads P too)
+    grown = log_grown_since(logs[new_leader], marks[new_leader], limit=1 << 30).decode(errors="replace")
     broker_ms = [int(ms) for p, ms in LOAD_LINE.findall(grown) if int(p) == P]
-    return {"restart_to_answer_s": round(answered - t_start, 1), "load_s": round(done - answered, 2),
-            "broker_load_s": broker_ms[-1] / 1000 if broker_ms else None, "observations": seen,
-            "load_stuck": stuck, "leader_epoch": epoch, "polls": polls}
+    return {"restart_to_answer_s": round(changed - t_start, 1), "load_s": round(done - changed, 2),
+            "broker_load_s": broker_ms[0] / 1000 if broker_ms else None, "observations": seen,
+            "load_stuck": stuck, "leader_epoch": epoch, "leader_before": leader, "leader_after": new_leader,
+            "polls": polls}
+
+
+def judged_loads(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str], args, when: str) -> dict:
+    """The load after a leader change, warm, then (--cold) with the page cache dropped: the last one judged."""
+    out = None
+    for cold in (False, True) if args.cold else (False,):
+        out = restart_and_watch(spec, lab, cluster, P, sample, args.load_stuck, cold=cold)
+        print(f"  {when}{', page cache dropped' if cold else ''}: groups answered {out['load_s']} s after the leader "
+              f"change (broker's own load figure {out['broker_load_s']} s); observations {out['observations']}",
+              flush=True)
+    return out
 
 
 def migrate_airflow_db() -> bool:
@@ -204,7 +257,7 @@ def one_generation(version: str, args) -> str:
     shutil.rmtree(spec.path, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-seed-"))
     try:
-        print(f"Kafka {version}: one-broker {spec.security} lab in {spec.path}, cleaner off, "
+        print(f"Kafka {version}: {spec.brokers}-node {spec.security} lab in {spec.path}, cleaner off, "
               f"{args.segment_mib} MiB offsets segments", flush=True)
         lab.up()
         for k, v in spec.connection_env().items():
@@ -222,10 +275,7 @@ def one_generation(version: str, args) -> str:
               f"filled in {fill_s:.0f}s", flush=True)
         reference = read_offsets(spec, groups)
         sample = list(groups)[:2] + list(groups)[2:7]
-        before = restart_and_watch(spec, lab, cluster, P, sample, args.load_stuck)
-        print(f"  before the trim: groups answered {before['load_s']} s after the broker did "
-              f"(broker's own load figure {before['broker_load_s']} s); observations {before['observations']}",
-              flush=True)
+        before = judged_loads(spec, lab, cluster, P, sample, args, "before the trim")
 
         trim_s, dr, data = run_trim(spec, P, tmp)
         manifests = [json.loads(m.read_text()) for m in (data / "quarantine").rglob("manifest.json")]
@@ -233,10 +283,7 @@ def one_generation(version: str, args) -> str:
         files = sum(len(m["files"]) for m in manifests)
         after_size = partition_bytes(spec, P)
 
-        after = restart_and_watch(spec, lab, cluster, P, sample, args.load_stuck)
-        print(f"  after the trim: {after_size / 2**20:.0f} MiB; groups answered {after['load_s']} s after the broker "
-              f"did (broker's own load figure {after['broker_load_s']} s); observations {after['observations']}",
-              flush=True)
+        after = judged_loads(spec, lab, cluster, P, sample, args, f"after the trim ({after_size / 2**20:.0f} MiB)")
         now = read_offsets(spec, groups)
         lost = sum(1 for g, offs in reference.items() for p, o in offs.items() if now[g].get(p) != o)
         total = sum(len(offs) for offs in reference.values())
@@ -247,9 +294,11 @@ def one_generation(version: str, args) -> str:
         else:
             ratio = before["load_s"] / after["load_s"] if after["load_s"] else float("inf")
         verdict = "met" if ratio >= 10 and lost == 0 and before["load_stuck"] else "NOT met"
-        return (f"RESULT Kafka {version}: {size / 2**30:.2f} GiB ({segments} segments, {keys:,} keys) -> "
-                f"{after_size / 2**20:.0f} MiB; load (broker) {before['broker_load_s']} s -> {after['broker_load_s']} s "
-                f"({ratio:.1f}x; groups answering {before['load_s']} s -> {after['load_s']} s after the restart); "
+        cold = " (page cache dropped before each load)" if args.cold else ""
+        return (f"RESULT Kafka {version}{cold}: {size / 2**30:.2f} GiB ({segments} segments, {keys:,} keys) "
+                f"-> {after_size / 2**20:.0f} MiB; load (broker) {before['broker_load_s']} s -> "
+                f"{after['broker_load_s']} s ({ratio:.1f}x; groups answering {before['load_s']} s -> "
+                f"{after['load_s']} s after the leader change); "
                 f"LOAD_STUCK seen: {'yes, ' + str(before['load_stuck']) if before['load_stuck'] else 'no'}; "
                 f"trim run {trim_s:.0f} s, {files} files / {moved / 2**30:.2f} GiB moved to quarantine; "
                 f"offsets lost {lost} of {total}; target (>=10x, 0 lost, LOAD_STUCK seen) {verdict}")
@@ -271,6 +320,9 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=500)
     ap.add_argument("--metadata-bytes", type=int, default=256)
     ap.add_argument("--load-stuck", type=int, default=5, help="the ownership check's load_stuck seconds")
+    ap.add_argument("--cold", action="store_true",
+                    help="judge the loads with the page cache dropped while the broker is down (root only): read "
+                         "from disk, as a partition larger than memory is; the warm loads are printed too")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
     started = migrate_airflow_db()

@@ -10,6 +10,10 @@ from contextlib import contextmanager
 from fleetkit.core.errors import FleetError
 
 
+#: seconds a command waits for a cluster's answer where it takes no --timeout
+CONNECT_TIMEOUT = 15.0
+
+
 def airflow_context() -> None:
     """Before Airflow is imported: project settings, and the server-side secrets chain.
 

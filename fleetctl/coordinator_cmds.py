@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fleetctl.connect import airflow_context
+from fleetctl.connect import CONNECT_TIMEOUT, connected, load_cluster
 from fleetctl.output import say_blind
 
 
@@ -20,17 +20,12 @@ def cmd_coordinator_partition(args) -> int:
 
 
 def cmd_coordinator_who(args) -> int:
-    airflow_context()
-    from fleetkit.core.fleet import load_fleet
-    from fleetkit.ownership.rules import who
-    from fleetkit.core.render import visible_controls
-
-    from fleet_airflow import clusters, settings
-
     from fleetkit.core.errors import blind_summary
+    from fleetkit.core.render import visible_controls
+    from fleetkit.ownership.rules import who
 
-    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
-    with clusters.connected(cluster) as (kafka, zk):
+    cluster = load_cluster(args)
+    with connected(cluster, CONNECT_TIMEOUT, stores=False) as (kafka, zk, _):
         try:
             rows = who(kafka, zk, args.groups)
         except LookupError as e:

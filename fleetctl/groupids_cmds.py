@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from fleetctl.connect import airflow_context
+from fleetctl.connect import CONNECT_TIMEOUT, connected, load_cluster
 
 
 def cmd_groupids_diff(args) -> int:
     """Read a cluster's KoP mappings and live members now and print the findings (never writes)."""
-    airflow_context()
     from fleetkit.group_ids import collect as group_id_collect
     from fleetkit.group_ids import rules as group_ids
-    from fleetkit.core.fleet import load_fleet
     from fleetkit.core.render import visible_controls
 
-    from fleet_airflow import clusters, settings
-
-    cluster = load_fleet(args.fleet or settings.fleet_file()).cluster(args.cluster)
+    cluster = load_cluster(args)
     cfg = cluster.group_id_mappings
     if cfg is None:  # not an error: e.g. a KRaft cluster (no ZooKeeper) has no KoP mappings
         print(f"cluster {visible_controls(cluster.name)}: {group_id_collect.no_mappings(cluster)}")
         return 0
-    with clusters.connected(cluster) as (kafka, zk):
+    with connected(cluster, CONNECT_TIMEOUT, stores=False) as (kafka, zk, _):
         coll = group_id_collect.collect(cluster, kafka, zk.client)
     findings = group_ids.diff(coll.mappings, coll.members, cfg.root, cfg.grace_seconds)
     print(coll.summary())
