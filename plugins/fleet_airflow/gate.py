@@ -333,7 +333,9 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             log.warning("refused if approved now: %s", visible_controls(line))
         _audit(params, context, action, "planned", digest=digest, message=plan["title"],
                details={"changes": plan["changes"]})
-        return {"digest": digest, "title": plan["title"], "changes": len(plan["changes"]),
+        # the XCom goes into the metadata database: a name from the cluster in the title with a NUL
+        # (PostgreSQL's JSONB refuses it) or a control character is shown escaped, as in the logs
+        return {"digest": digest, "title": visible_controls(plan["title"]), "changes": len(plan["changes"]),
                 "refused_now": len(plan.get("refused_now") or [])}
 
     @task.short_circuit(task_id="dry_run_stop")
