@@ -35,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
 # Airflow for them (nor for --help), so they start in a fraction of a second.
-AIRFLOW_FREE_COMMANDS = ("offsets", "coordinator partition", "lock", "lag", "stuck", "collect")
+AIRFLOW_FREE_COMMANDS = ("offsets", "coordinator partition", "coordinator who", "lock", "lag", "stuck", "collect",
+                         "groupids diff")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

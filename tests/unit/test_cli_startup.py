@@ -65,9 +65,9 @@ def test_airflow_free_commands_import_no_heavy_library(argv):
     (["offsets", "decode", "--key", "00"], False),
     (["offsets", "cleaner-capacity", "--dedupe-buffer-size", "1"], False),
     (["coordinator", "partition", "g"], False),
-    (["coordinator", "who", "g", "--cluster", "lab"], True),
+    (["coordinator", "who", "g", "--cluster", "lab"], False),  # like collect: JSON connection variables, else Airflow
     (["collect", "--cluster", "lab"], False),  # like lag and stuck: JSON connection variables, else Airflow
-    (["groupids", "diff", "--cluster", "lab"], True),
+    (["groupids", "diff", "--cluster", "lab"], False),
     (["audit", "list"], True),
     (["lag", "g", "--cluster", "lab"], False),  # connections from AIRFLOW_CONN_ JSON variables (else Airflow)
     (["stuck", "--cluster", "lab"], False),
