@@ -109,14 +109,12 @@ def bulk_commits(config: dict, group: str, topic: str, records: int, per_request
             errors.append(err)
 
     c = Consumer({**config, "group.id": group, "enable.auto.commit": False, "on_commit": on_commit})
+    meta = {} if metadata is None else {"metadata": metadata}  # TopicPartition takes no None
     try:
         done = 0
         while done < records:
             n = min(per_request, records - done)
-            offset = sent[0] + first
-            c.commit(offsets=[TopicPartition(topic, p, offset) if metadata is None
-                              else TopicPartition(topic, p, offset, metadata=metadata) for p in range(n)],
-                     asynchronous=True)
+            c.commit(offsets=[TopicPartition(topic, p, sent[0] + first, **meta) for p in range(n)], asynchronous=True)
             done += n
             sent[0] += 1
             while sent[0] - acked[0] > in_flight:

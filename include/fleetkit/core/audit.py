@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow, write_collection
-from fleetkit.core.durable import fsync_dir
+from fleetkit.core.durable import fsync_dir, replace_file
 from fleetkit.core.errors import FleetError
 from fleetkit.core.render import visible_controls as v
 
@@ -297,13 +297,8 @@ class Chain:
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
             fsync_dir(folder.parent)
-        tmp = self.head_path.with_name(f".tmp-{uuid.uuid4().hex}-{self.head_path.name}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, sort_keys=True, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.head_path)
-        fsync_dir(folder)  # a head lost in a crash would read as a deleted one (re-anchored)
+        # flushed with its folder: a head lost in a crash would read as a deleted one (re-anchored)
+        replace_file(self.head_path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
 
     def head_doc(self, row: dict, **extra) -> dict:
         return {"cluster": self.cluster, "data_root": root_id(self.root), "hash": row["hash"],

@@ -4,6 +4,8 @@ folder that names it is flushed too (the data's fsync does not cover the folder'
 from __future__ import annotations
 
 import os
+import uuid
+from pathlib import Path
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -16,3 +18,18 @@ def fsync_dir(path: str | os.PathLike) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def replace_file(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` as file `path`, whole or not at all: a hidden temporary file beside it, flushed,
+    renamed over `path`, then the folder flushed (created with its parents if missing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+    return path

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from fleetkit.core import settings
+from fleetkit.core.durable import replace_file
 from fleetkit.core.errors import FleetError
 
 REQUIRED = ("action", "cluster", "title", "preconditions", "changes", "rollback")
@@ -71,11 +72,7 @@ def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -
     if isinstance(rollback, dict) and rollback.get("conf") and not rollback.get("dag_id"):
         # `fleetctl audit rollback` triggers the DAG the record names: a conf without one cannot run
         raise PlanError(f"plan {plan['action']!r}: its rollback has a conf but names no dag_id to run it with")
-    path = plan_path(plans_root, dag_id, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(canonical(plan))
-    os.replace(tmp, path)
+    path = replace_file(plan_path(plans_root, dag_id, run_id), canonical(plan))
     return path, digest(plan)
 
 
@@ -89,12 +86,8 @@ def store_result(plans_root: str | os.PathLike, dag_id: str, run_id: str, result
     what the cluster said (group names, commit metadata: any string, NUL included, which
     PostgreSQL's JSONB refuses) and grows with it (every offset of every group of a trimmed
     partition)."""
-    path = result_path(plans_root, dag_id, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(json.dumps(result, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
-    os.replace(tmp, path)
-    return path
+    return replace_file(result_path(plans_root, dag_id, run_id),
+                        json.dumps(result, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
 
 
 def load_result(plans_root: str | os.PathLike, dag_id: str, run_id: str):

@@ -25,7 +25,6 @@ Deployment settings (fleet file, data root, lock folder) come from the deploymen
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -34,6 +33,7 @@ from fleetkit.core import audit
 from fleetkit.core import journal as core_journal
 from fleetkit.core import plans, settings
 from fleetkit.core.datasets import DataRoot
+from fleetkit.core.durable import replace_file
 from fleetkit.core.errors import FleetConfigError, FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
 from fleetkit.core.locks import ClusterLock
@@ -161,15 +161,8 @@ def read_approval(plans_root: str, dag_id: str, run_id: str) -> dict | None:
 
 
 def write_approval(plans_root: str, dag_id: str, run_id: str, record: dict) -> Path:
-    path = approval_path(plans_root, dag_id, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f, sort_keys=True, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
+    return replace_file(approval_path(plans_root, dag_id, run_id),
+                        json.dumps(record, sort_keys=True, default=str).encode("utf-8"))
 
 
 # -- one run --------------------------------------------------------------------------------------
