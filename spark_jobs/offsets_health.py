@@ -35,14 +35,28 @@ from fleetkit.core.fleet import load_fleet  # noqa: E402
 PKEYS = ["cluster", "partition"]
 
 
-def read_dataset(spark, root: str, name: str) -> DataFrame:
-    from jobs_common import data_files
+def read_dataset(spark, root: str, name: str, clusters: list[str] | None = None) -> DataFrame:
+    """The dataset's files under ROOT; with `clusters`, only theirs (the `cluster=<name>` folders
+    of the clusters the fleet file lists: a cluster taken out of the fleet leaves its data behind,
+    with no settings to judge it by). Names the clusters whose data it leaves out."""
+    import re
 
-    from jobs_common import path_join
+    from jobs_common import data_files, path_join
 
     parquet, _ = data_files(path_join(root, name))
+    if clusters is not None:
+        def cluster_of(path: str) -> str | None:
+            m = re.search(r"/cluster=([^/]+)/", path)
+            return m.group(1) if m else None
+
+        left_out = sorted({c for c in map(cluster_of, parquet) if c not in clusters})
+        if left_out:
+            print(f"{name}: left out the data of {len(left_out)} cluster(s) not in the fleet file: "
+                  f"{', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}", flush=True)
+        parquet = [f for f in parquet if cluster_of(f) in clusters]
     if not parquet:
-        raise SystemExit(f"no {name} data under {root} (run the offsets collection first)")
+        raise SystemExit(f"no {name} data under {root}" + (f" for the clusters {', '.join(clusters)}" if clusters else "")
+                         + " (run the offsets collection first)")
     return spark.read.parquet(*parquet)
 
 
@@ -293,9 +307,10 @@ def main(argv=None) -> int:
         parts = trim_plan.parse_partitions(args.partitions)
     t0 = time.monotonic()
     spark = session("offsets_health", args.master)
-    out, per_segment = health(read_dataset(spark, args.data_root, "offsets_topic_records"),
-                              read_dataset(spark, args.data_root, "segment_inventory"),
-                              read_dataset(spark, args.data_root, "cleaner_checkpoints"),
+    fleet = [c.name for c in load_fleet(args.fleet).clusters]  # only the clusters the fleet file lists
+    out, per_segment = health(read_dataset(spark, args.data_root, "offsets_topic_records", fleet),
+                              read_dataset(spark, args.data_root, "segment_inventory", fleet),
+                              read_dataset(spark, args.data_root, "cleaner_checkpoints", fleet),
                               settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes,
                               broker_settings_frame(spark, args.data_root, args.fleet))
     out = out.cache()  # one row per replica, read by the file, its line count and the verdict counts
