@@ -4,7 +4,7 @@
         --out DIR [--partitions 3,7 | all-unhealthy]
 
 For each unhealthy partition replica (from offsets_health's health.jsonl): the segments to
-quarantine (every rolled segment but the newest one; never the active one), the bytes freed, and
+quarantine (fleetkit.trim.rules: every rolled segment but the newest one; never the active one), the bytes freed, and
 the live keys whose newest record sits only in those segments -- the offsets that would vanish.
 Those are re-committed after the trim (for groups that are Empty); active groups are listed for
 the operator; group-metadata keys in removed segments are listed (those groups will rebalance).
@@ -19,24 +19,42 @@ import argparse
 import json
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs_common import path_exists, path_join, session, write_text  # noqa: E402
 from offsets_health import latest_inventory, newest_per_key, read_dataset  # noqa: E402
 
-from pyspark.sql import DataFrame, Window  # noqa: E402
+from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from fleetkit.core.kafka_names import EMPTY_STATES  # noqa: E402
+from fleetkit.trim import rules  # noqa: E402
 
 
-def quarantine_segments(segments: DataFrame, targets: DataFrame) -> DataFrame:
-    """Per targeted (cluster, broker, partition): rolled segments except the newest rolled one."""
+def replicas_to_trim(segments: DataFrame, targets: DataFrame) -> dict[tuple, list[dict]]:
+    """{(cluster, broker, partition): its segments of the latest inventory, oldest first, each with
+    "quarantine" from rules.quarantined}: collected to the driver (a replica has tens of segments)."""
     latest = latest_inventory(segments).join(targets, ["cluster", "broker", "partition"])
-    w = Window.partitionBy("cluster", "broker", "partition").orderBy(F.col("base_offset").desc())
-    ranked = latest.withColumn("_rank", F.row_number().over(w))  # 1 = active, 2 = newest rolled
-    return ranked.withColumn("quarantine", ~F.col("is_active") & (F.col("_rank") > 2)).drop("_rank")
+    out: dict[tuple, list[dict]] = defaultdict(list)
+    for r in latest.orderBy("cluster", "partition", "broker", "base_offset").collect():
+        out[(r["cluster"], r["broker"], r["partition"])].append(r.asDict())
+    for segs in out.values():
+        moved = rules.quarantined((seg["base_offset"], seg["is_active"]) for seg in segs)
+        for seg in segs:
+            seg["quarantine"] = seg["base_offset"] in moved
+    return out
+
+
+def cutoffs_of(replicas: dict[tuple, list[dict]]) -> dict[tuple, int]:
+    """{(cluster, partition): the offset below which a trimmed replica keeps no record}: a key is
+    lost if any trimmed replica loses it (leadership may move), so the highest cutoff counts."""
+    out: dict[tuple, int] = {}
+    for (cluster, _broker, partition), segs in replicas.items():
+        if any(seg["quarantine"] for seg in segs):
+            kept = min(seg["base_offset"] for seg in segs if not seg["quarantine"])
+            out[(cluster, partition)] = max(out.get((cluster, partition), kept), kept)
+    return out
 
 
 def lost_keys(newest: DataFrame, cutoffs: DataFrame) -> DataFrame:
@@ -51,13 +69,9 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
     if partitions is not None:
         unhealthy = health.filter(F.col("partition").isin(partitions))
     targets = unhealthy.select("cluster", "broker", "partition").distinct()
-    segs = quarantine_segments(segments, targets).cache()
-    kept = segs.filter(~F.col("quarantine")).groupBy("cluster", "broker", "partition").agg(
-        F.min("base_offset").alias("oldest_kept"))
-    # a key is lost if any trimmed replica loses it (leadership may move): the highest cutoff counts
-    cutoffs = (segs.filter(F.col("quarantine")).select("cluster", "broker", "partition").distinct()
-               .join(kept, ["cluster", "broker", "partition"])
-               .groupBy("cluster", "partition").agg(F.max("oldest_kept").alias("cutoff")))
+    replicas = replicas_to_trim(segments, targets)
+    cutoffs = records.sparkSession.createDataFrame([(c, p, v) for (c, p), v in sorted(cutoffs_of(replicas).items())],
+                                                   "cluster string, partition long, cutoff long")
     # one aggregation of the records serves every question below (lost keys, live groups, group state)
     relevant = records.join(F.broadcast(cutoffs.select("cluster", "partition")), ["cluster", "partition"])
     newest = newest_per_key(relevant.withColumn("has_members", F.coalesce(F.size("members") > 0, F.lit(False))),
@@ -68,20 +82,18 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
     metadata = (relevant.select(*at, "metadata").join(lost.select(*at), at, "left_semi")
                 .groupBy(*at).agg(F.first("metadata").alias("metadata")))
     commits = lost.filter(F.col("key_version") != 2).join(metadata, at, "left")
-    # is the group active? its newest group-metadata record (members, not a tombstone) says so; the
-    # collected coordinator state, when there is one, wins. The executor re-checks live before it commits.
+    # is the group active? (rules.group_state, from the collected coordinator state and the group's
+    # newest group-metadata record). The executor re-checks live before it commits.
     gm = (newest.filter(F.col("key_version") == 2)
-          .select("cluster", "group", F.when(~F.col("tombstone") & F.col("has_members"), F.lit("Stable"))
-                  .otherwise(F.lit("Empty")).alias("metadata_state")))
+          .select("cluster", "group", (~F.col("tombstone") & F.col("has_members")).alias("metadata_live")))
     commits = commits.join(gm, ["cluster", "group"], "left")
     if group_states is not None:
         commits = commits.join(group_states, ["cluster", "group"], "left")
     else:
         commits = commits.withColumn("group_state", F.lit(None).cast("string"))
-    commits = commits.withColumn("group_state", F.coalesce("group_state", "metadata_state", F.lit("Empty")))
 
     plans: dict[str, dict] = {}
-    for r in segs.orderBy("cluster", "partition", "broker", "base_offset").collect():
+    for r in (seg for key in sorted(replicas, key=lambda k: (k[0], k[2], k[1])) for seg in replicas[key]):
         c = plans.setdefault(r["cluster"], {"cluster": r["cluster"], "partitions": {}})
         p = c["partitions"].setdefault(r["partition"], {"partition": r["partition"], "replicas": {},
                                                         "recommit": [], "active_groups": [],
@@ -99,10 +111,11 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
         p = plans[r["cluster"]]["partitions"].get(r["partition"])
         if p is None:
             continue
+        state = rules.group_state(r["group_state"], r["metadata_live"])
         item = {"group": r["group"], "topic": r["topic"], "partition": r["topic_partition"],
                 "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
-                "group_state": r["group_state"]}
-        (p["recommit"] if r["group_state"] in EMPTY_STATES else p["active_groups"]).append(item)
+                "group_state": state}
+        (p["recommit"] if rules.may_recommit(state) else p["active_groups"]).append(item)
     live_groups = (newest.filter(~F.col("tombstone") & (F.col("key_version") != 2))
                    .select("cluster", "partition", "group").distinct())
     for r in live_groups.orderBy("cluster", "partition", "group").collect():

@@ -19,6 +19,7 @@ from fleetkit.trim import execute as trim
 from fleetkit.trim import plan as trim_plan
 from fleetkit.trim import verify as trim_verify
 from fleetkit.core.fleet import load_fleet, parse_fleet
+from fleetkit.trim import rules as trim_rules
 from fleetkit.trim.rules import HealthFacts, verdict
 from fleetkit.clients.broker_files import LocalBrokerFiles, parse_checkpoint
 from fleetkit.core.settings import safe_component
@@ -244,8 +245,27 @@ def test_resumed_preconditions_only_check_what_is_left(tmp_path):
     assert "broker 0 is not in the ISR" in trim.check(plan, {3: [0], 4: []}, {}, read_journal(journal_file))[-1]
 
 
+def test_the_trim_moves_every_rolled_segment_but_the_newest_and_never_the_active_one():
+    q = trim_rules.quarantined
+    assert q([(0, False), (100, False), (200, False), (300, True)]) == {0, 100}
+    assert q([(300, True), (0, False), (200, False), (100, False)]) == {0, 100}  # any order
+    assert q([(0, False), (100, True)]) == set()  # one rolled segment: kept
+    assert q([(0, True)]) == set() and q([]) == set()
+    # an active segment below a rolled one (a log dir copied by hand) is still never moved
+    assert q([(500, True), (0, False), (700, False), (900, False)]) == {0, 700}
+
+
+def test_a_groups_state_in_the_plan():
+    g = trim_rules.group_state
+    assert g("PreparingRebalance", False) == "PreparingRebalance"  # the collected state wins
+    assert g(None, True) == "Stable"  # members in its newest group-metadata record
+    assert g(None, False) == "Empty" and g(None, None) == "Empty" and g("", None) == "Empty"
+    assert [s for s in ("Empty", "Dead", "Stable", "PreparingRebalance", None) if trim_rules.may_recommit(s)] == \
+        ["Empty", "Dead"]
+
+
 def test_recommit_never_rewinds():
-    d = trim.recommit_decision
+    d = trim_rules.recommit_decision
     assert d(5, 5, None, "Empty")[0] == "commit"  # the trim removed it: put back
     assert d(5, 5, 5, "Empty")[0] == "already"
     assert d(5, 5, 9, "Empty") == ("skip", "committed offset moved after the plan was read (plan 5, now 9): "

@@ -26,10 +26,11 @@ from pathlib import Path
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
 from fleetkit.core.journal import Journal, read_journal
-from fleetkit.core.kafka_names import EMPTY_STATES, OFFSETS_TOPIC
+from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.clients.broker_control import control_for, stop_problems
 from fleetkit.clients import offsets_leaders
 from fleetkit.clients.broker_files import sha256_file
+from fleetkit.trim import rules
 from fleetkit.trim.cleaner import fix_mode
 from fleetkit.trim.layout import FILE_ORDER, kraft, quarantine_folder
 from fleetkit.trim.verify import all_groups, offsets_from_json, offsets_json, read_offsets_when_loaded
@@ -303,7 +304,7 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
     for p in plan["details"]["trim_plan"]["partitions"]:
         for c in p["recommit"]:
             state = recommit_states.get(c["group"])
-            if state not in EMPTY_STATES:
+            if not rules.may_recommit(state):
                 problems.append(f"group {c['group']!r} is {state} now: re-committing its offset could overwrite "
                                 "a newer one; re-plan")
     return problems
@@ -321,26 +322,7 @@ def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
     return problems
 
 
-# -- re-commits that never rewind ----------------------------------------------------------------
-def recommit_decision(planned: int, before: int | None, now: int | None, state: str | None) -> tuple[str, str]:
-    """Whether to re-commit a planned offset: ("commit" | "already" | "skip", why).
-
-    `before` is the group's committed offset read when execute started, `now` the one read right
-    before the commit. A re-commit only puts back an offset the trim removed; it never sets a
-    group back (a standalone consumer commits while its group is Empty)."""
-    if state not in EMPTY_STATES:
-        return "skip", f"the group is {state} now (live members commit their own offsets)"
-    if now == planned:
-        return "already", f"committed offset is {now}, as planned"
-    if now is not None:
-        return "skip", (f"committed offset moved after the plan was read (plan {planned}, now {now}): "
-                        "not set back")
-    if before != planned:
-        return "skip", (f"committed offset was {before} when execute started, the plan read {planned}: "
-                        "it moved after the plan; not re-committed")
-    return "commit", f"offset {planned} was only in a quarantined segment"
-
-
+# -- re-commits that never rewind (the decision: rules.recommit_decision) ----------------------
 def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, before: dict) -> tuple[list, list]:
     """Put back the planned offsets that were only in quarantined segments, group by group: per
     group one state read, one read of its committed offsets and one commit of what is decided (a
@@ -367,7 +349,7 @@ def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, 
         for seq, c in items:
             tp = (c["topic"], c["partition"])
             now = now_all.get(tp)
-            decision, why = recommit_decision(c["offset"], b.get(tp) if isinstance(b, dict) else None, now, state)
+            decision, why = rules.recommit_decision(c["offset"], b.get(tp) if isinstance(b, dict) else None, now, state)
             if decision == "skip":
                 outcomes.append({"seq": seq, "status": "skipped", "group": group, "topic": c["topic"],
                                  "partition": c["partition"], "planned": c["offset"], "now": now, "reason": why})
@@ -415,7 +397,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             inactive = list(entries["before"]["inactive"])
         else:
             before, _ = read_offsets_when_loaded(ctx, groups)
-            inactive = sorted(g for g, s in group_states(ctx, groups).items() if s in EMPTY_STATES)
+            inactive = sorted(g for g, s in group_states(ctx, groups).items() if rules.may_recommit(s))
             journal.write([{"seq": "before", "status": "read", "offsets": offsets_json(before), "inactive": inactive}])
         for b, fix in sorted(d["cleaner_fix"].items()):
             fix = {k: v for k, v in fix.items() if k != "apply"}  # the settings only (apply: for the runbook)

@@ -1,4 +1,5 @@
-"""__consumer_offsets health: the verdict rules (one definition, used by the Spark job and tests).
+"""__consumer_offsets health and trim: the rules (one definition, used by the Spark jobs, the
+runbook's execute step and the tests).
 
 Per (cluster, broker, partition), from the decoded records, the segment inventory and the cleaner
 checkpoint history:
@@ -15,14 +16,28 @@ checkpoint history:
 
 Each unhealthy verdict carries the cleaner setting that fixes the cause, and how it is applied
 ("apply": "live" from Kafka 1.1, IncrementalAlterConfigs with no restart; "restart" before).
+
+The trim plan's rules (spark_jobs/trim_plan.py applies them; trim/execute.py re-checks them live):
+
+  which segments   every rolled segment of a replica except the newest rolled one; never the
+                   active one (`quarantined`)
+  a group's state  the coordinator's state as last collected; without one, the newest
+                   group-metadata record: members and no tombstone is a live group, else Empty
+                   (`group_state`)
+  re-commit        only for a group that is Empty (or Dead) now (`may_recommit`), and only an
+                   offset the trim removed: never one that moved since the plan
+                   (`recommit_decision`)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fleetkit.trim.cleaner import buffer_for, capacity, fix_mode
+from typing import Iterable
+
 from fleetkit.core.fleet import version_tuple
+from fleetkit.core.kafka_names import EMPTY_STATES
+from fleetkit.trim.cleaner import buffer_for, capacity, fix_mode
 
 DEFAULT_BLOAT_RATIO = 10.0
 DEFAULT_MIN_BLOAT_BYTES = 64 * 1024 * 1024
@@ -113,3 +128,45 @@ def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads
                 "the groups of this partition.", fix_for(f.largest_segment_messages))
     return ("HEALTHY", f"{f.disk_bytes:,} bytes on disk, {f.live_keys:,} live keys, largest segment "
                        f"{f.largest_segment_messages:,} messages (one pass maps {keys_per_pass:,}).", None)
+
+
+# -- the trim plan ---------------------------------------------------------------------------------
+def quarantined(segments: Iterable[tuple[int, bool]]) -> set[int]:
+    """Of one replica's segments, (base offset, is active) each, the base offsets the trim moves to
+    the quarantine: every rolled segment except the newest rolled one (the broker keeps a recent
+    segment to load from), never the active one."""
+    rolled = sorted((base for base, active in segments if not active), reverse=True)
+    return set(rolled[1:])
+
+
+def group_state(collected: str | None, metadata_live: bool | None) -> str:
+    """A group's state for the plan: the coordinator's, as last collected; without one, from its
+    newest group-metadata record (`metadata_live`: members and not a tombstone) "Stable", else
+    "Empty" (no record either: a standalone committer, Empty)."""
+    if collected:
+        return collected
+    return "Stable" if metadata_live else "Empty"
+
+
+def may_recommit(state: str | None) -> bool:
+    """A group whose removed offset may be put back: no member is there to commit its own."""
+    return state in EMPTY_STATES
+
+
+def recommit_decision(planned: int, before: int | None, now: int | None, state: str | None) -> tuple[str, str]:
+    """Whether to re-commit a planned offset: ("commit" | "already" | "skip", why).
+
+    `before` is the group's committed offset read when execute started, `now` the one read right
+    before the commit. A re-commit only puts back an offset the trim removed; it never sets a
+    group back (a standalone consumer commits while its group is Empty)."""
+    if not may_recommit(state):
+        return "skip", f"the group is {state} now (live members commit their own offsets)"
+    if now == planned:
+        return "already", f"committed offset is {now}, as planned"
+    if now is not None:
+        return "skip", (f"committed offset moved after the plan was read (plan {planned}, now {now}): "
+                        "not set back")
+    if before != planned:
+        return "skip", (f"committed offset was {before} when execute started, the plan read {planned}: "
+                        "it moved after the plan; not re-committed")
+    return "commit", f"offset {planned} was only in a quarantined segment"
