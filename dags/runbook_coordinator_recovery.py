@@ -76,8 +76,10 @@ with DAG(**runbook_dag_args(
         plan, _ = plans.load(plans_root(params), dag.dag_id, run_id)
         conf = {"cluster": params["cluster"], "partitions": str(plan["details"]["partition"]),
                 "dry_run": bool(params["dry_run"])}
-        requested_by = (dag_run.conf or {}).get("requested_by")
-        if requested_by:  # the trim is requested by whoever requested the recovery
+        # the trim is requested by whoever requested the recovery: named in its conf too (the
+        # child run also inherits the triggering user where the execution API passes it on)
+        requested_by = (dag_run.conf or {}).get("requested_by") or getattr(dag_run, "triggering_user_name", None)
+        if requested_by:
             conf["requested_by"] = requested_by
         return conf
 

@@ -53,7 +53,7 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # next module starts); its PLAINTEXT loopback listeners at brokers + 25
                                   "ssl09lab": 3,
                                   # __consumer_offsets trims on 3.9 (one broker) and 4.3 (three KRaft nodes),
-                                  # secured, one after the other (test_trim_generations): it shares slot 6
+                                  # secured, one after the other (tests/ui/test_trim_per_generation): it shares slot 6
                                   # with trimlab (module-scoped labs of different modules)
                                   "trimgen": 6}
 #: single-purpose labs that share a slot (never running at the same time): name -> the other lab

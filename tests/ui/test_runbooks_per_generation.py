@@ -26,9 +26,9 @@ from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import produce
 from tests.conftest import GENERATIONS
-from tests.helpers import commit_when_led, committed_offsets
-from tests.ui.approvals import (approve_in_browser, finished, pending_approval, rolled_back_by_the_other_approver, settle,
-                                task_states, trigger, unpause, wait_for)
+from tests.helpers import commit_when_led, committed_offsets, wait_until
+from tests.ui.approvals import (answer, approve_in_browser, finished, pending_approval, q, rolled_back_by_the_other_approver,
+                                settle, task_states, trigger, unpause, wait_for)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
 SECURED = ["3.9", "4.3"]
@@ -239,6 +239,15 @@ OFFSETS = "__consumer_offsets"
 
 @pytest.fixture(params=SECURED, ids=[f"kafka-{g}" for g in SECURED])
 def recovery_case(request, lab_fleet, airflow_server, unique):
+    yield from recovery_setup(request.param, lab_fleet, airflow_server, unique)
+
+
+@pytest.fixture
+def recovery_43(lab_fleet, airflow_server, unique):
+    yield from recovery_setup("4.3", lab_fleet, airflow_server, unique)
+
+
+def recovery_setup(generation, lab_fleet, airflow_server, unique):
     """A live group on a secured cluster, leaders balanced; the move: its coordinator's partition
     led by the last replica instead of the first."""
     from fleetkit.clients import leadership
@@ -246,7 +255,7 @@ def recovery_case(request, lab_fleet, airflow_server, unique):
     from fleetlab.traffic import ConsumerThread
     from tests.helpers import LeadershipHandles
 
-    handle = lab_fleet(GENERATIONS[request.param])
+    handle = lab_fleet(GENERATIONS[generation])
     spec = handle.spec
     movers = LeadershipHandles(handle)
     leadership.elect_preferred_leaders(movers.admin, OFFSETS)
@@ -308,3 +317,76 @@ def test_move_leader_approved_in_the_browser_then_rolled_back(recovery_case, mon
     rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys)
     assert leadership.assignment(admin, OFFSETS)[p] == original  # leader and order as before
     assert leadership.state(admin, OFFSETS, p).leader == before.leader
+
+
+def test_trim_handover_starts_the_trim_runbook_as_the_requester(recovery_case):
+    """trim_handover (dry run: it changes nothing itself) under the scheduler: the trim run it
+    starts carries the partition and who asked, and a deployment's execution API gives the child
+    run its parent's triggering user (dag.test() cannot show this)."""
+    from fleetkit.core import plans
+
+    case = dict(recovery_case, conf=dict(recovery_case["conf"], action="trim_handover", dry_run=True))
+    run_id = trigger(case, user="admin")
+    assert wait_for(lambda: finished(case, run_id), 300, "the hand-over run to finish") == "success", \
+        task_states(case, run_id)
+    states = task_states(case, run_id)
+    assert states["start_trim_runbook"] == "success" and states["dry_run_stop"] == "skipped", states
+    plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], run_id)
+    assert plan["changes"] == [] and plan["details"]["partition"] == case["partition"]
+    runs = case["api"]("GET", "/api/v2/dags/runbook_offsets_trim/dagRuns?order_by=-id&limit=50")["dag_runs"]
+    child = next(r for r in runs if r["run_type"] == "operator_triggered"
+                 and r["conf"].get("cluster") == case["conf"]["cluster"])
+    # ended here (a dry run of the trim is tested on its own): no later test's trim queues behind it
+    case["api"]("PATCH", f"/api/v2/dags/runbook_offsets_trim/dagRuns/{q(child['dag_run_id'])}", {"state": "failed"})
+    assert child["conf"] == {"cluster": case["conf"]["cluster"], "partitions": str(case["partition"]),
+                             "dry_run": True, "requested_by": "admin"}, child
+    assert child["triggering_user_name"] == "admin", child
+
+
+def test_restart_broker_on_kraft_refused_without_quorum_then_approved_in_the_browser(lab_fleet, airflow_server,
+                                                                                   recovery_43):
+    """Kafka 4.3, three combined broker+controller nodes, under the scheduler: restart_broker of the
+    coordinator's node, approved; a second voter stopped after the approval: the execute step's
+    re-check refuses (one voter of three would be left) and nothing is stopped. With the quorum
+    whole again, the next run approved in the browser restarts the node through the cluster's
+    broker_control and verify sees it back in the ISR."""
+    from fleetkit.clients import leadership
+    from fleetkit.core import plans
+    from fleetkit.ownership import execute as ownership_execute
+
+    case = recovery_43
+    admin, p, lab = case["movers"].admin, case["partition"], case["handle"].lab
+    leader = leadership.state(admin, OFFSETS, p).leader
+    other = next(b for b in range(3) if b != leader)
+    conf = dict(case["conf"], action="restart_broker", target_broker=-1)
+
+    run_id = trigger(dict(case, conf=conf), user="admin")
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], run_id)
+    assert plan["details"]["target"] == leader
+    assert any("controller quorum" in c["what"] for c in plan["preconditions"]), plan["preconditions"]
+    lab.stop_broker(other)  # after the plan, before the approval: the re-check must see it
+    try:
+        wait_until(lambda: ownership_execute.check(admin, plan) or None, 60, "the quorum check to see the stop")
+        answer(case, run_id, "Approve", user="approver")
+        assert wait_for(lambda: finished(case, run_id), 240, "the refused run to end") == "failed"
+        recs = audit.records(case["root"], case["conf"]["cluster"], run_id)
+        assert [r["event"] for r in recs] == ["planned", "approved", "refused"], recs
+        assert f"stopping node {leader} (a controller voter) leaves 1 of 3 voters" in recs[-1]["message"], recs[-1]
+        assert leader in admin.broker_ids()  # nothing was stopped
+    finally:
+        lab.start_broker(other)
+    wait_until(lambda: set(admin.broker_ids()) == {0, 1, 2} or None, 120, "the stopped node back")
+
+    run_id = trigger(dict(case, conf=conf), user="admin")
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    approve_in_browser(case, run_id, "approver", ["What will change", f"{OFFSETS}-{p}"],
+                       screenshot="approval-restart-broker-lab43test.png")
+    assert wait_for(lambda: finished(case, run_id), 300, "the restart to finish") == "success", task_states(case, run_id)
+    recs = audit.records(case["root"], case["conf"]["cluster"], run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                       ("executed", "approver"), ("verified", None)]
+    assert recs[2]["details"]["result"]["restarted"] == leader
+    assert leader in admin.broker_ids() and leader in leadership.state(admin, OFFSETS, p).isr

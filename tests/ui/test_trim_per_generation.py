@@ -1,16 +1,23 @@
-"""runbook_offsets_trim executed on Kafka 3.9 (ZooKeeper mode, one broker) and 4.3 (KRaft, three
-combined broker+controller nodes, the partition replicated on all three), both secured (SASL_SSL,
-ACLs: the plan reads as `fleet`, the runbook acts as `fleet-runbook`), then `fleetctl trim
-restore`.
+"""runbook_offsets_trim under the real scheduler on Kafka 3.9 (ZooKeeper mode, one broker) and 4.3
+(KRaft, three combined broker+controller nodes, the partition replicated on all three), both
+secured (SASL_SSL, ACLs: the plan reads as `fleet`, the runbook acts as `fleet-runbook`): triggered
+through the REST API by one user, approved in the browser by the other, then `fleetctl trim
+restore` run by an operator against the live api-server (which answers that the run ended).
+
+The cluster joins the deployment as a user adds one: its entry in the deployment's fleet file and
+its connections created in Airflow's metadata database through the REST API (not AIRFLOW_CONN_
+variables: the scheduler started before this lab existed); both removed after the test. The 4.3
+run follows the 3.9 one in the deployment's data root, where the 3.9 cluster's records stay after
+it left the fleet file: the health job judges only the clusters the fleet file lists.
 
 A lab of its own per generation (the trim stops its brokers), one after the other in the
 "trimgen" port slot, with the log cleaner off (`log.cleaner.enable=false`: a partition the cleaner
 never compacts, the state the incident left) and small __consumer_offsets segments. Groups on one
 partition: `early`, whose only commit sits in the first segment (the trim re-commits it),
 `stopped`, which commits once in the middle of the log, and `bulk`, whose commits roll the
-segments. After the approved trim (dag.test, the gate's tasks and the Spark health job): the
-partition is smaller on every replica, the coordinator loads it and no group lost a committed
-offset; the restore then puts every file back byte for byte on every replica.
+segments. After the approved trim (the gate's tasks and the Spark health job, run by the
+scheduler): the partition is smaller on every replica, the coordinator loads it and no group lost
+a committed offset; the restore then puts every file back byte for byte on every replica.
 """
 
 from __future__ import annotations
@@ -24,14 +31,20 @@ from pathlib import Path
 
 import pytest
 
+import yaml
+
+from fleetkit.core import audit
+from fleetkit.core.datasets import DataRoot
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
+from fleetkit.core.settings import quarantine_root
+from fleetkit.trim.layout import quarantine_folder
 from fleetlab.lab import LabSpec
 from fleetlab.traffic import bulk_commits
 
-from tests.conftest import TEST_PORTS, write_fleet_file
+from tests.conftest import TEST_APPROVERS, TEST_PORTS
 from tests.helpers import commit_when_led, committed_offsets, fresh_lab, groups_on_partition, wait_until
-from tests.hitl import Answerer
+from tests.ui.approvals import approve_in_browser, finished, pending_approval, settle, task_states, trigger, unpause, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1500)]
@@ -51,6 +64,45 @@ def spec_for(version: str) -> LabSpec:
 def trim_gen(request):
     with fresh_lab(spec_for(request.param)) as lab:
         yield lab
+
+
+def rest_connection(conn_id: str, env_json: str) -> dict:
+    """The REST API's body for a connection given as an AIRFLOW_CONN_ JSON value."""
+    doc = json.loads(env_json)
+    body = {"connection_id": conn_id, "conn_type": doc["conn_type"]}
+    for key in ("host", "port", "login", "password"):
+        if key in doc:
+            body[key] = doc[key]
+    if "extra" in doc:
+        body["extra"] = json.dumps(doc["extra"])
+    return body
+
+
+@pytest.fixture
+def deployed(trim_gen, lab_fleet, airflow_server):
+    """The trim lab in the running deployment: its fleet-file entry (the test approvers) beside the
+    shared clusters', its connections in Airflow's database (as the admin user); removed after."""
+    spec = trim_gen.spec
+    lab_fleet("labtest")  # the deployment's fleet file exists (the server's own cluster)
+    from tests.conftest import TEST_FLEET_FILE
+
+    before = TEST_FLEET_FILE.read_text()
+    doc = yaml.safe_load(before)
+    entry = spec.fleet_cluster()
+    entry["approvers"] = list(TEST_APPROVERS)
+    doc["clusters"].append(entry)
+    TEST_FLEET_FILE.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    made = []
+    try:
+        for var, value in spec.connection_env().items():
+            conn_id = var.removeprefix("AIRFLOW_CONN_").lower()
+            airflow_server.api("POST", "/api/v2/connections", rest_connection(conn_id, value))
+            made.append(conn_id)
+        yield airflow_server
+    finally:
+        for conn_id in made:
+            airflow_server.api("DELETE", f"/api/v2/connections/{conn_id}")
+        TEST_FLEET_FILE.write_text(before)
 
 
 def replica_files(spec: LabSpec, partition: int) -> dict[int, dict[str, str]]:
@@ -74,11 +126,9 @@ def commit_bulk(spec: LabSpec, group: str) -> None:
     bulk_commits(spec.client_config(), group, "bulk", BULK_COMMITS * BULK_PARTITIONS, BULK_PARTITIONS)
 
 
-def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db, tmp_path, monkeypatch):
+def test_trim_approved_in_the_browser_then_restored(trim_gen, deployed):
     lab = trim_gen
     spec = lab.spec
-    for k, v in spec.connection_env().items():
-        monkeypatch.setenv(k, v)
     bulk = "bulk-writer"
     P = partition_for(bulk, 50)
     early, stopped = groups_on_partition(P, 50, 2, "early bird é {i}")[0], groups_on_partition(P, 50, 1, "stopped-{i}")[0]
@@ -103,24 +153,24 @@ def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db,
     assert replicas == list(range(spec.brokers)), before_files  # every broker holds a replica
     assert all(sum(n.endswith(".log") for n in files) >= 4 for files in before_files.values()), before_files
 
-    fleet_file = write_fleet_file(spec, tmp_path / "fleet.yaml")
-    data = tmp_path / "data"
-    monkeypatch.setenv("FLEET_FILE", str(fleet_file))
-    monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
-    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
-    from airflow.dag_processing.dagbag import DagBag
-
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag(DAG)
-    answer = Answerer(DAG, "Approve", timeout=900)
-    answer.start()
+    data = DataRoot(os.environ["FLEET_DATA_ROOT"])  # the deployment's (the services read it from their env)
+    case = {"api": deployed.api, "dag_id": DAG, "airflow": deployed, "root": data,
+            "conf": {"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0}}
+    unpause(case)
     t0 = time.monotonic()
-    dr = dag.test(run_conf={"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0,
-                            "requested_by": "admin"})
-    answer.join(5)
-    assert answer.error is None, answer.error
-    states = {ti.task_id: ti.state for ti in dr.get_task_instances()}
-    print(f"trim run {dr.state} in {time.monotonic() - t0:.1f}s: {states}")
-    assert dr.state == "success", states
+    run_id = trigger(case, user="admin")
+    detail = wait_for(lambda: pending_approval(case, run_id), 300, "the approval request")
+    assert [u["name"] for u in detail["assigned_users"]] == ["approver"]  # not the requester
+    assert log_bytes(spec, P) == before_bytes  # nothing moved before the approval
+    settle(case, run_id)
+    approve_in_browser(case, run_id, "approver", ["What will change", f"{OFFSETS_TOPIC}-{P}"],
+                       screenshot=f"approval-trim-{spec.name}.png")
+    state = wait_for(lambda: finished(case, run_id), 900, "the trim run to finish")
+    print(f"trim run {state} in {time.monotonic() - t0:.1f}s: {task_states(case, run_id)}")
+    assert state == "success", task_states(case, run_id)
+    recs = audit.records(data, spec.name, run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                       ("executed", "approver"), ("verified", None)]
 
     after_bytes = log_bytes(spec, P)
     print(f"{OFFSETS_TOPIC}-{P} per replica: {before_bytes} bytes before, {after_bytes} after")
@@ -131,7 +181,8 @@ def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db,
                       retry_on=(Exception,))
 
     # what the trim quarantined, per replica (its manifests): old segments only, never the active one
-    manifests = [json.loads(m.read_text()) for m in (data / "quarantine").rglob("manifest.json")]
+    manifests = [json.loads((quarantine_folder(quarantine_root(data.path), run_id, b, P) / "manifest.json").read_text())
+                 for b in replicas]
     moved = {(m["broker"], Path(f["source"]).name) for m in manifests for f in m["files"]}
     assert {b for b, _ in moved} == set(replicas), moved
     for b in replicas:
@@ -139,15 +190,19 @@ def test_trim_executes_and_restores_on_a_modern_generation(trim_gen, airflow_db,
         assert (b, active) not in moved and any(n.endswith(".log") for bb, n in moved if bb == b)
         assert all((spec.log_dir(b) / f"{OFFSETS_TOPIC}-{P}" / n).exists() is False for bb, n in moved if bb == b)
 
-    # restore: every quarantined file back, byte for byte, on every replica
-    # the deployment's settings; no api-server here (dag.test), so acting needs --force (the run ended)
-    env = dict(os.environ, FLEET_FILE=str(fleet_file), FLEET_DATA_ROOT=str(data), FLEET_LOCK_DIR=str(tmp_path / "locks"),
-               FLEET_AIRFLOW_USER="tester", FLEET_AIRFLOW_URL="http://127.0.0.1:9")
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "trim", "restore", dr.run_id, "--execute",
-                          "--force"],
+    # restore: every quarantined file back, byte for byte, on every replica, by an operator with the
+    # CLI as their own Airflow user (the api-server answers that the run ended: no --force)
+    from fleetlab.airflow_services import API_HOST, API_PORT, passwords
+
+    # its connections from Airflow's database, as the deployment's (none in this process' environment)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(f"AIRFLOW_CONN_{spec.conn_prefix.upper()}_")}
+    env.update(FLEET_AIRFLOW_USER="approver", FLEET_AIRFLOW_PASSWORD=passwords()["approver"],
+               FLEET_AIRFLOW_URL=f"http://{API_HOST}:{API_PORT}")
+    out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "trim", "restore", run_id, "--execute"],
                          capture_output=True, text=True, env=env, timeout=900)
     print(f"fleetctl trim restore -> {out.returncode}\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     assert out.returncode == 0, out.stderr[-3000:]
+    assert passwords()["approver"] not in out.stdout + out.stderr
     restored = replica_files(spec, P)
     differ = sorted((b, n) for b, n in moved if restored[b].get(n) != before_files[b][n])
     assert not differ, f"not restored byte for byte: {differ}"
