@@ -1,14 +1,15 @@
-"""runbook_offsets_trim under the real scheduler on Kafka 3.9 (ZooKeeper mode, one broker) and 4.3
-(KRaft, three combined broker+controller nodes, the partition replicated on all three), both
-secured (SASL_SSL, ACLs: the plan reads as `fleet`, the runbook acts as `fleet-runbook`): triggered
-through the REST API by one user, approved in the browser by the other, then `fleetctl trim
-restore` run by an operator against the live api-server (which answers that the run ended).
+"""runbook_offsets_trim under the real scheduler on Kafka 0.9 (one broker, mutual TLS and ACLs), 3.9
+(ZooKeeper mode, one broker) and 4.3 (KRaft, three combined broker+controller nodes, the partition
+replicated on all three), the last two SASL_SSL with ACLs (the plan reads as `fleet`, the runbook
+acts as `fleet-runbook`): triggered through the REST API by one user, approved in the browser by
+the other, then `fleetctl trim restore` run by an operator against the live api-server (which
+answers that the run ended).
 
 The cluster joins the deployment as a user adds one: its entry in the deployment's fleet file and
 its connections created in Airflow's metadata database through the REST API (not AIRFLOW_CONN_
-variables: the scheduler started before this lab existed); both removed after the test. The 4.3
-run follows the 3.9 one in the deployment's data root, where the 3.9 cluster's records stay after
-it left the fleet file: the health job judges only the clusters the fleet file lists.
+variables: the scheduler started before this lab existed); both removed after the test. Each run
+follows the previous generation's in the deployment's data root, where that cluster's records stay
+after it left the fleet file: the health job judges only the clusters the fleet file lists.
 
 A lab of its own per generation (the trim stops its brokers), one after the other in the
 "trimgen" port slot, with the log cleaner off (`log.cleaner.enable=false`: a partition the cleaner
@@ -53,14 +54,16 @@ BULK_PARTITIONS, BULK_COMMITS = 100, 600  # twice: 120,000 records on one partit
 
 
 def spec_for(version: str) -> LabSpec:
+    """0.9: one broker, mutual TLS; 3.9: one broker, SASL_SSL; 4.3: three KRaft nodes, SASL_SSL."""
     short = version.replace(".", "")[:2]
     return LabSpec(lab_dir=str(REPO / f".lab-trimgen-{short}"), name=f"trim{short}", **TEST_PORTS.cluster("trimgen"),
-                   brokers=1 if version.startswith("3.") else 3, kafka_version=version, security="sasl_ssl",
+                   brokers=3 if version.startswith("4.") else 1, kafka_version=version,
+                   security="ssl" if version.startswith("0.") else "sasl_ssl",
                    broker_overrides={"log.cleaner.enable": "false"},
                    offsets_segment_bytes=1024 * 1024)  # Kafka 4's minimum
 
 
-@pytest.fixture(scope="module", params=["3.9.2", "4.3.1"], ids=["kafka-3.9", "kafka-4.3-kraft"])
+@pytest.fixture(scope="module", params=["0.9.0.1", "3.9.2", "4.3.1"], ids=["kafka-0.9", "kafka-3.9", "kafka-4.3-kraft"])
 def trim_gen(request):
     with fresh_lab(spec_for(request.param)) as lab:
         yield lab
