@@ -390,3 +390,124 @@ def test_restart_broker_on_kraft_refused_without_quorum_then_approved_in_the_bro
                                                        ("executed", "approver"), ("verified", None)]
     assert recs[2]["details"]["result"]["restarted"] == leader
     assert leader in admin.broker_ids() and leader in leadership.state(admin, OFFSETS, p).isr
+
+
+def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, airflow_server, unique,
+                                                                                monkeypatch, capsys):
+    """KoP's client-to-group mappings in the 3.9 cluster's ZooKeeper (SASL login), seeded by
+    tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here): the runbook under the scheduler,
+    approved in the browser, overwrites the mismatched mapping and deletes the stale one, each
+    conditional on the version it read; the rollback approved by the other approver puts both back."""
+    import time
+    import uuid
+
+    import yaml
+
+    from fleetlab.traffic import ConsumerThread
+    from tests.helpers import admin_kafka
+    from tests.kop_standin import kop_write
+
+    handle = lab_fleet(GENERATIONS["3.9"])
+    spec, host = handle.spec, "127.0.0.1"
+    root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
+    topic, group, gone_group = unique("kopui"), unique("ui grp 'q' ünï"), unique("gone|grp")
+    mism = f"mism-{uuid.uuid4().hex[:6]}"
+    commit_when_led(handle.lab, topic, 3, {})
+    zk = spec.zk_client()
+    kop_write(zk, root, host, mism, "wrong-group")
+    kop_write(zk, root, host, "gone-1", gone_group)
+    paths = {n: f"{root}/{host}-{n}" for n in (mism, "gone-1")}
+    deployment = handle.fleet_file
+    before = deployment.read_text()
+    doc = yaml.safe_load(before)
+    for entry in doc["clusters"]:
+        if entry["name"] == spec.name:
+            entry["group_id_mappings"] = {"root": root, "grace": "2s"}
+    deployment.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    member = ConsumerThread(handle.bootstrap, group, [topic], client_id=mism, kafka_version=spec.kafka_version)
+    member.start()
+    kafka = admin_kafka(spec)
+    case = {"api": airflow_server.api, "dag_id": "runbook_group_id_reconciliation", "airflow": airflow_server,
+            "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "conf": {"cluster": spec.name, "dry_run": False}}
+    try:
+        wait_until(lambda: {m.client_id for m in kafka.describe_groups([group])[group].members} == {mism} or None,
+                   90, "the consumer in its group")
+        time.sleep(2.5)  # gone-1 is now older than the 2 s grace
+        unpause(case)
+        run_id = trigger(case, user="admin")
+        detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+        assert [u["name"] for u in detail["assigned_users"]] == ["approver"]
+        assert zk.get(paths[mism])[0].decode() == "wrong-group" and zk.exists(paths["gone-1"])  # nothing yet
+        settle(case, run_id)
+        approve_in_browser(case, run_id, "approver", ["What will change", paths[mism]],
+                           screenshot="approval-group-ids-lab39test.png")
+        assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
+        assert zk.get(paths[mism])[0].decode() == group and zk.get(paths[mism])[1].version == 1
+        assert zk.exists(paths["gone-1"]) is None
+        recs = audit.records(case["root"], spec.name, run_id)
+        assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                           ("executed", "approver"), ("verified", None)]
+        rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys)
+        assert zk.get(paths[mism])[0].decode() == "wrong-group"
+        assert zk.get(paths["gone-1"])[0].decode() == gone_group
+    finally:
+        member.stop()
+        kafka.close()
+        deployment.write_text(before)
+        zk.delete(root, recursive=True)
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.parametrize("generation", SECURED, ids=[f"kafka-{g}" for g in SECURED])
+def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, airflow_server, unique):
+    """A consumer stuck on a poison record on a secured cluster: four collections into the
+    deployment's data root show it STALLED; runbook_stuck_partition under the scheduler diagnoses
+    it (the record's offset and key, never its value) and, approved in the browser, skips the
+    record through the Admin API (the group Empty, as Kafka requires)."""
+    import time
+
+    from fleet_airflow import clusters
+    from fleetlab.traffic import POISON, ConsumerThread, not_poison, producer
+
+    handle = lab_fleet(GENERATIONS[generation])
+    spec = handle.spec
+    topic, group = unique(f"poisoned-{spec.name}"), unique(f"stuck ĝ {spec.name}")
+    commit_when_led(handle.lab, topic, 3, {})
+    produce(handle.bootstrap, topic, {0: 3, 1: 2, 2: 2}, kafka_version=spec.kafka_version)
+    p = producer(handle.bootstrap, spec.kafka_version)
+    p.produce(topic, value=POISON, key=b"poison-key", partition=0)
+    p.flush(10)
+    produce(handle.bootstrap, topic, {0: 4}, kafka_version=spec.kafka_version)  # records behind the poison one
+    data = os.environ["FLEET_DATA_ROOT"]
+    member = ConsumerThread(handle.bootstrap, group, [topic], handle=not_poison, client_id=f"stuck-{spec.name}",
+                            kafka_version=spec.kafka_version)
+    member.start()
+    try:
+        # four snapshots 11 s apart: the offset waits at the poison record for three snapshot
+        # intervals, past the two a partition of unknown rhythm needs (fleetkit.stuck.rules, rule 6)
+        time.sleep(8)
+        for i in range(4):
+            if i:
+                time.sleep(11)
+            clusters.collect(handle.cluster, data)
+    finally:
+        member.stop()
+    frozen = committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version)
+    assert frozen == {0: 3, 1: 2, 2: 2}, frozen
+
+    case = {"api": airflow_server.api, "dag_id": "runbook_stuck_partition", "airflow": airflow_server,
+            "root": DataRoot(data), "conf": {"cluster": spec.name, "group": group, "topic": topic, "partition": 0,
+                                             "skip": 1, "window": "1m", "dry_run": False}}
+    unpause(case)
+    run_id = trigger(case, user="admin")
+    wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    settle(case, run_id)
+    page = approve_in_browser(case, run_id, "approver", ["STALLED", "offset 3", "poison-key"],
+                              screenshot=f"approval-stuck-{spec.name}.png")
+    assert POISON.decode() not in page  # never the record's value
+    assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
+    assert committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version) == {0: 4, 1: 2, 2: 2}
+    recs = audit.records(case["root"], spec.name, run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+                                                       ("executed", "approver"), ("verified", None)]
