@@ -1,17 +1,21 @@
-"""The destructive runbooks on the secured generations (Kafka 3.9 in ZooKeeper mode, 4.3 in KRaft
-mode) under the real scheduler, approved in the browser by a second user, then rolled back with
-`fleetctl audit rollback`: the offsets come back exactly. The 0.9 cluster's runs are in
-test_approval_server.py.
+"""The destructive runbooks on every generation under the real scheduler, triggered through the REST
+API by one user, approved in the browser by the other, rolled back with `fleetctl audit rollback`
+where they can be: the state comes back exactly.
 
-On 3.9 and 4.3 the runbook's execute step resets through the Admin API
+Offset resets on the secured generations (Kafka 3.9 in ZooKeeper mode, 4.3 in KRaft mode; the 0.9
+cluster's runs are in test_approval_server.py): the execute step resets through the Admin API
 (AlterConsumerGroupOffsets, which Kafka allows only while the group is Empty), as the runbooks'
 own principal `fleet-runbook` (the cluster's runbook connection), while plan and verify read as
-`fleet`.
+`fleet`. The stuck-partition skip the same way.
 
 Offsets kept in ZooKeeper (the old consumer's /consumers and Storm spouts' znodes) on the
 generations that have one, 0.9 and 3.9 (whose ZooKeeper requires a SASL login): the same flow,
 the store declared in the deployment's fleet file for the test; the rollback puts every znode back
-byte for byte (a Storm rollback is confirmed again with --topology-deactivated)."""
+byte for byte (a Storm rollback is confirmed again with --topology-deactivated).
+
+Coordinator recovery on 0.9, 3.9 and 4.3: move_leader (ZooKeeper reassignment, or the Admin API on
+KRaft) and its rollback, trim_handover, and restart_broker on the KRaft nodes with the quorum
+check. Group-id reconciliation on 3.9's ZooKeeper. The fleet_maintenance run over all three."""
 
 from __future__ import annotations
 
@@ -237,7 +241,7 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
 OFFSETS = "__consumer_offsets"
 
 
-@pytest.fixture(params=SECURED, ids=[f"kafka-{g}" for g in SECURED])
+@pytest.fixture(params=list(GENERATIONS), ids=[f"kafka-{g}" for g in GENERATIONS])
 def recovery_case(request, lab_fleet, airflow_server, unique):
     yield from recovery_setup(request.param, lab_fleet, airflow_server, unique)
 
