@@ -6,7 +6,7 @@ Offset resets on the secured generations (Kafka 3.9 in ZooKeeper mode, 4.3 in KR
 cluster's runs are in test_approval_server.py): the execute step resets through the Admin API
 (AlterConsumerGroupOffsets, which Kafka allows only while the group is Empty), as the runbooks'
 own principal `fleet-runbook` (the cluster's runbook connection), while plan and verify read as
-`fleet`. The stuck-partition skip the same way.
+`fleet`. The stuck-partition skip on all three.
 
 Offsets kept in ZooKeeper (the old consumer's /consumers and Storm spouts' znodes) on the
 generations that have one, 0.9 and 3.9 (whose ZooKeeper requires a SASL login): the same flow,
@@ -463,12 +463,12 @@ def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back
         zk.close()
 
 
-@pytest.mark.parametrize("generation", SECURED, ids=[f"kafka-{g}" for g in SECURED])
+@pytest.mark.parametrize("generation", list(GENERATIONS), ids=[f"kafka-{g}" for g in GENERATIONS])
 def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, airflow_server, unique):
-    """A consumer stuck on a poison record on a secured cluster: four collections into the
-    deployment's data root show it STALLED; runbook_stuck_partition under the scheduler diagnoses
-    it (the record's offset and key, never its value) and, approved in the browser, skips the
-    record through the Admin API (the group Empty, as Kafka requires)."""
+    """A consumer stuck on a poison record: four collections into the deployment's data root show it
+    STALLED; runbook_stuck_partition under the scheduler diagnoses it (the record's offset and key,
+    never its value) and, approved in the browser, skips the record (an offset commit on 0.9, the
+    Admin API on 3.9 and 4.3, the group Empty as Kafka requires)."""
     import time
 
     from fleet_airflow import clusters
