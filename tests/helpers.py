@@ -207,3 +207,24 @@ class LeadershipHandles:
             self.zk.stop()
         self.kafka.close()
         self.runbook_kafka.close()
+
+
+def poisoned_consumer_collected(handle, topic: str, group: str, data_root: str, client_id: str) -> None:
+    """A consumer of `group` stuck on the poison record of `topic` (fleetlab.traffic.not_poison),
+    collected four times 11 s apart into `data_root`, then stopped: its offset waits at the poison
+    record for three snapshot intervals, past the two a partition of unknown rhythm needs
+    (fleetkit.stuck.rules, rule 6)."""
+    from fleet_airflow import clusters
+    from fleetlab.traffic import ConsumerThread, not_poison
+
+    member = ConsumerThread(handle.bootstrap, group, [topic], handle=not_poison, client_id=client_id,
+                            kafka_version=handle.spec.kafka_version)
+    member.start()
+    try:
+        time.sleep(8)
+        for i in range(4):
+            if i:
+                time.sleep(11)
+            clusters.collect(handle.cluster, str(data_root))
+    finally:
+        member.stop()

@@ -4,7 +4,6 @@ approval gate moves the group past it."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -12,10 +11,10 @@ import pytest
 from fleetkit.core import audit
 from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
-from fleetlab.traffic import POISON, ConsumerThread, not_poison, produce, producer, wait_topic
+from fleetlab.traffic import POISON, produce, producer, wait_topic
 
-from fleet_airflow import clusters
 from tests.dags.test_runbook_reset_offsets import offsets, states
+from tests.helpers import poisoned_consumer_collected
 from tests.hitl import Answerer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,18 +39,7 @@ def test_diagnose_and_skip_the_poison_record(dag, lab, tmp_path, unique, monkeyp
     produce(lab.bootstrap, topic, {0: 4})  # records behind the poison one
 
     data = tmp_path / "data"
-    member = ConsumerThread(lab.bootstrap, group, [topic], handle=not_poison, client_id="stuck-1")
-    member.start()
-    try:
-        # four snapshots 11 s apart: the offset waits at the poison record for three snapshot
-        # intervals, past the two a partition of unknown rhythm needs (fleetkit.stuck.rules, rule 6)
-        time.sleep(8)
-        for i in range(4):
-            if i:
-                time.sleep(11)
-            clusters.collect(lab.cluster, str(data))
-    finally:
-        member.stop()
+    poisoned_consumer_collected(lab, topic, group, str(data), "stuck-1")
     assert offsets(lab, group, topic) == {0: 3, 1: 2, 2: 2}  # frozen at the poison record
 
     conf = {"cluster": "labtest", "group": group, "topic": topic, "partition": 0, "skip": 1, "window": "1m",

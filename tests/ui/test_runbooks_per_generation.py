@@ -469,10 +469,8 @@ def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, air
     STALLED; runbook_stuck_partition under the scheduler diagnoses it (the record's offset and key,
     never its value) and, approved in the browser, skips the record (an offset commit on 0.9, the
     Admin API on 3.9 and 4.3, the group Empty as Kafka requires)."""
-    import time
-
-    from fleet_airflow import clusters
-    from fleetlab.traffic import POISON, ConsumerThread, not_poison, producer
+    from fleetlab.traffic import POISON, producer
+    from tests.helpers import poisoned_consumer_collected
 
     handle = lab_fleet(GENERATIONS[generation])
     spec = handle.spec
@@ -484,19 +482,7 @@ def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, air
     p.flush(10)
     produce(handle.bootstrap, topic, {0: 4}, kafka_version=spec.kafka_version)  # records behind the poison one
     data = os.environ["FLEET_DATA_ROOT"]
-    member = ConsumerThread(handle.bootstrap, group, [topic], handle=not_poison, client_id=f"stuck-{spec.name}",
-                            kafka_version=spec.kafka_version)
-    member.start()
-    try:
-        # four snapshots 11 s apart: the offset waits at the poison record for three snapshot
-        # intervals, past the two a partition of unknown rhythm needs (fleetkit.stuck.rules, rule 6)
-        time.sleep(8)
-        for i in range(4):
-            if i:
-                time.sleep(11)
-            clusters.collect(handle.cluster, data)
-    finally:
-        member.stop()
+    poisoned_consumer_collected(handle, topic, group, data, f"stuck-{spec.name}")
     frozen = committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version)
     assert frozen == {0: 3, 1: 2, 2: 2}, frozen
 
