@@ -58,3 +58,13 @@ def test_every_dashboard_metric_is_published():
     # the compatible names are on it, so kafka-lag-exporter's users find theirs
     assert {"kafka_consumergroup_group_lag", "kafka_consumergroup_group_lag_seconds"} <= used
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+
+
+def test_docs_name_every_published_metric_and_every_alert():
+    import yaml
+
+    repo = DASHBOARD.parents[2]
+    doc = (repo / "docs" / "metrics.md").read_text()
+    assert [n for n in METRICS if f"`{n}`" not in doc] == []
+    rules = yaml.safe_load((repo / "deploy" / "prometheus" / "fleet-rules.yml").read_text())["groups"][0]["rules"]
+    assert [r["alert"] for r in rules if f"`{r['alert']}`" not in doc] == []
