@@ -96,8 +96,12 @@ def root(tmp_path, monkeypatch):
 def samples(body: bytes, openmetrics: bool = False) -> dict[str, list]:
     parse = parse_openmetrics if openmetrics else parse_text
     out: dict[str, list] = {}
+    seen = set()
     for fam in parse(body.decode("utf-8")):
         for s in fam.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in seen, f"a series twice in one scrape (Prometheus refuses the scrape): {key}"
+            seen.add(key)
             out.setdefault(s.name, []).append((s.labels, s.value))
     return out
 
