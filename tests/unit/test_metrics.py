@@ -177,10 +177,16 @@ def test_every_published_series_is_declared_with_its_labels(root):
     assert all(n.startswith("fleet_") for n in METRICS if n not in COMPAT)
 
 
+#: what Prometheus 2.42 (Debian bookworm's) sends
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
 def test_openmetrics_when_the_scraper_asks_for_it(root):
-    body, ctype = scraped(root, "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5")
-    assert ctype.startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+    body, ctype = scraped(root, PROMETHEUS_ACCEPT)
+    assert ctype.startswith("application/openmetrics-text; version=1.0.0") and body.endswith(b"# EOF\n")
     assert value(samples(body, openmetrics=True), "fleet_pending_approvals") == 2
+    assert scraped(root, "text/plain;version=0.0.4")[1].startswith("text/plain; version=0.0.4")
 
 
 @pytest.mark.parametrize("openmetrics", [False, True])
