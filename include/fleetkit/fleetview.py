@@ -287,12 +287,17 @@ class FleetView:
         """The newest stuck run's partitions not OK, worst first (cached per file version)."""
         return cached(self.stuck / "findings.jsonl", FlaggedPartitions.parse) or FlaggedPartitions()
 
+    def report_file(self, report: str) -> Path | None:
+        """The newest result file of a report the page and the metrics read (None: none yet):
+        stuck, coordinator or offsets."""
+        if report == "stuck":
+            groups = self.stuck / "groups.jsonl"
+            return groups if groups.is_file() else None
+        name = {"coordinator": "partitions.jsonl", "offsets": "health.jsonl"}[report]
+        return newest(self.root / "reports" / report, name)
+
     def report_files(self) -> dict[str, Path | None]:
-        """The newest result file of each report the page and the metrics read (None: none yet)."""
-        groups = self.stuck / "groups.jsonl"
-        return {"stuck": groups if groups.is_file() else None,
-                "coordinator": newest(self.root / "reports" / "coordinator", "partitions.jsonl"),
-                "offsets": newest(self.root / "reports" / "offsets", "health.jsonl")}
+        return {r: self.report_file(r) for r in ("stuck", "coordinator", "offsets")}
 
     def clusters(self, fleet) -> list[dict]:
         idx = self.groups()
@@ -361,7 +366,7 @@ class FleetView:
     # coordinator ownership, offsets health
     def coordinators(self) -> tuple[list[dict], str | None]:
         """Coordinator ownership per cluster from the newest ownership run: partitions not OK first."""
-        path = self.report_files()["coordinator"]
+        path = self.report_file("coordinator")
         if path is None:
             return [], None
         rows = [r for r in cached(path, _jsonl) or [] if r.get("verdict") not in (None, "OK", "NO_GROUPS")]
@@ -369,7 +374,7 @@ class FleetView:
 
     def offsets_replicas(self) -> tuple[list[dict], str | None]:
         """Every `__consumer_offsets` replica of the newest offsets-health run (verdict, disk_bytes...)."""
-        path = self.report_files()["offsets"]
+        path = self.report_file("offsets")
         if path is None:
             return [], None
         return cached(path, _jsonl) or [], path.parent.name
