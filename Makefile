@@ -36,7 +36,9 @@ setup: system-deps $(STAMP) kafka-dist airflow-env
 # chromium + chromium-driver run the browser test of the approval page; postgresql provides the
 # server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
 # the cluster the package creates on 5432 is not used); redis-server is the Celery broker of the
-# cluster profile (started on loopback by fleetlab, never as the package's service).
+# cluster profile (started on loopback by fleetlab, never as the package's service); prometheus
+# (promtool checks and tests deploy/prometheus/fleet-rules.yml) and prometheus-alertmanager are
+# never started as the packages' services either.
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
@@ -45,6 +47,8 @@ system-deps:
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \

@@ -2,8 +2,8 @@
 
 The demo lives in 2xxxx, the tests in 1xxxx (shifted by FLEET_TEST_PORT_OFFSET, so two checkouts
 can run their suites side by side). Everything binds 127.0.0.1. Nothing here uses a default port
-of its product (2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793), so a real service on the machine
-never collides with the lab.
+of its product (2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793, 9090, 9093), so a real service on
+the machine never collides with the lab.
 
     what                                demo            tests (+ offset)
     Airflow api-server                  28080           18080
@@ -12,6 +12,7 @@ never collides with the lab.
     Celery workers' log servers         28793, 28794    18793, 18794
     Spark master / master UI            27077 / 28180   17077 / 18180
     Spark workers / worker UIs          27078+i / 28181+i  17078+i / 18181+i
+    Prometheus / Alertmanager           24090 / 24093   14090 / 14093 (Alertmanager unclustered)
     cluster `lab` (Kafka 0.9.0.1)       ZK 22181, brokers 29092-29094    ZK 12181, brokers 19092-
     cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 12281, brokers 19192-
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
@@ -109,6 +110,14 @@ class PortPlan:
 
     def spark_worker_ui(self, worker: int) -> int:
         return self.base + 8181 + worker
+
+    @property
+    def prometheus(self) -> int:
+        return self.base + 4090
+
+    @property
+    def alertmanager(self) -> int:
+        return self.base + 4093
 
     def zookeeper(self, slot: int) -> int:
         return self.base + 2181 + 100 * slot

@@ -1,6 +1,7 @@
 """Registers the toolkit with Airflow: the report link on tasks, the /fleet-reports pages (the
 reports folder under the data root, served read-only by the api-server) and the fleet page /fleet/
-(fleet_airflow.fleet_page), both in the UI's navigation.
+(fleet_airflow.fleet_page), both in the UI's navigation; the fleet page's app also serves the
+Prometheus scrape /fleet/metrics (docs/metrics.md).
 
 The reports name clusters, hosts, client ids, broker paths and trim plans, so /fleet-reports
 answers only logged-in users who may read DAGs: the api-server's own authentication (a Bearer

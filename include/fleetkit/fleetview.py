@@ -8,6 +8,8 @@ No second store: everything comes from the data root the DAGs write.
   `findings.jsonl`, `series.jsonl`, copied there by the report task);
 * coordinator ownership: the newest `reports/coordinator/*/groups.jsonl` / `partitions.jsonl`;
 * `__consumer_offsets` health: the newest `reports/offsets/*/health.jsonl`;
+* the flagged partitions (every verdict but OK) of the newest stuck run, worst first, for the
+  metrics (`fleetkit.metrics`): findings.jsonl parsed once per version by Arrow;
 * destructive runs: the audit dataset (planned, approved by whom, executed, verified, rolled back),
   and pending approvals: approval records (`<plans>/<dag>/<run>/approval.json`) without an answer.
 
@@ -158,7 +160,8 @@ class GroupIndex:
         n = t.num_rows
 
         def col(name, default):
-            return t.column(name) if name in t.column_names else pa.nulls(n).fill_null(default)
+            # (typed from the default: a null-typed column cannot be filled with it)
+            return t.column(name) if name in t.column_names else pa.nulls(n, pa.scalar(default).type).fill_null(default)
 
         status = col("status", "OK").cast(pa.string())
         # (a dict lookup: Arrow's index_in spends about a second setting itself up on its first call)
@@ -226,6 +229,41 @@ class GroupIndex:
         return self._rows(t.slice(0, 1))[0] if t.num_rows else None
 
 
+#: the columns of findings.jsonl a flagged partition's metrics need (an explicit schema: Arrow's
+#: inference would stop at a column that is null in the first block and set further down)
+FINDING_COLUMNS = (("cluster", "string"), ("source", "string"), ("group", "string"), ("topic", "string"),
+                   ("partition", "int64"), ("status", "string"), ("lag", "int64"), ("committed_offset", "int64"),
+                   ("log_end_offset", "int64"), ("lag_seconds", "float64"), ("lag_seconds_kind", "string"))
+
+
+@dataclass
+class FlaggedPartitions:
+    """The partitions of the newest stuck run whose verdict is not OK, worst first (verdict, then
+    lag), as plain rows of FINDING_COLUMNS; `total`: every partition of the run."""
+
+    rows: list[dict] = field(default_factory=list)
+    total: int = 0
+
+    @classmethod
+    def parse(cls, path: Path) -> "FlaggedPartitions":
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyarrow import json as pajson
+
+        if path.stat().st_size == 0:
+            return cls()
+        schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in FINDING_COLUMNS])
+        t = pajson.read_json(str(path), read_options=pajson.ReadOptions(block_size=8 << 20),
+                             parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                               unexpected_field_behavior="ignore"))
+        total = t.num_rows
+        t = t.filter(pc.fill_null(pc.not_equal(t.column("status"), "OK"), True))
+        rank = pa.array([GROUP_RANK.get(v, len(GROUP_RANK)) for v in t.column("status").to_pylist()], pa.int8())
+        keyed = pa.table({"rank": rank, "lag": pc.negate(pc.fill_null(t.column("lag"), 0))})
+        order = pc.sort_indices(keyed, sort_keys=[("rank", "ascending"), ("lag", "ascending")])
+        return cls(t.take(order).to_pylist(), total)
+
+
 class FleetView:
     """The read model over one data root (and the plans folder, for pending approvals)."""
 
@@ -244,6 +282,22 @@ class FleetView:
 
     def groups(self) -> GroupIndex:
         return cached(self.stuck / "groups.jsonl", GroupIndex.parse) or GroupIndex()
+
+    def flagged_partitions(self) -> FlaggedPartitions:
+        """The newest stuck run's partitions not OK, worst first (cached per file version)."""
+        return cached(self.stuck / "findings.jsonl", FlaggedPartitions.parse) or FlaggedPartitions()
+
+    def report_file(self, report: str) -> Path | None:
+        """The newest result file of a report the page and the metrics read (None: none yet):
+        stuck, coordinator or offsets."""
+        if report == "stuck":
+            groups = self.stuck / "groups.jsonl"
+            return groups if groups.is_file() else None
+        name = {"coordinator": "partitions.jsonl", "offsets": "health.jsonl"}[report]
+        return newest(self.root / "reports" / report, name)
+
+    def report_files(self) -> dict[str, Path | None]:
+        return {r: self.report_file(r) for r in ("stuck", "coordinator", "offsets")}
 
     def clusters(self, fleet) -> list[dict]:
         idx = self.groups()
@@ -312,19 +366,25 @@ class FleetView:
     # coordinator ownership, offsets health
     def coordinators(self) -> tuple[list[dict], str | None]:
         """Coordinator ownership per cluster from the newest ownership run: partitions not OK first."""
-        path = newest(self.root / "reports" / "coordinator", "partitions.jsonl")
+        path = self.report_file("coordinator")
         if path is None:
             return [], None
-        rows = [r for r in cached(path, _jsonl) if r.get("verdict") not in (None, "OK", "NO_GROUPS")]
+        rows = [r for r in cached(path, _jsonl) or [] if r.get("verdict") not in (None, "OK", "NO_GROUPS")]
         return rows, path.parent.name
 
-    def offsets_health(self) -> tuple[list[dict], Counter, str | None]:
-        path = newest(self.root / "reports" / "offsets", "health.jsonl")
+    def offsets_replicas(self) -> tuple[list[dict], str | None]:
+        """Every `__consumer_offsets` replica of the newest offsets-health run (verdict, disk_bytes...)."""
+        path = self.report_file("offsets")
         if path is None:
+            return [], None
+        return cached(path, _jsonl) or [], path.parent.name
+
+    def offsets_health(self) -> tuple[list[dict], Counter, str | None]:
+        rows, run = self.offsets_replicas()
+        if run is None:
             return [], Counter(), None
-        rows = cached(path, _jsonl)
         return ([r for r in rows if r.get("verdict") != "HEALTHY"],
-                Counter((r.get("cluster"), r.get("verdict")) for r in rows), path.parent.name)
+                Counter((r.get("cluster"), r.get("verdict")) for r in rows), run)
 
     # destructive runs
     def audit_timeline(self, limit: int = 30) -> list[dict]:

@@ -21,6 +21,9 @@ Pages (server-rendered, paged on the server, every name from a cluster escaped):
   /fleet/group            one group's partitions: lag in records and time, lag-over-time charts,
                           the verdict's reason and since when, a runbook button per flagged partition
   /fleet/runbook          the runbook's form, prefilled (dry run on); POST starts the run
+  /fleet/metrics          the same state for Prometheus (fleetkit.metrics; OpenMetrics when the
+                          Accept header asks for it), behind the same login and permission: a
+                          scrape sends a Bearer token from Airflow's /auth/token
 Handlers are plain functions: FastAPI runs them in worker threads, so file reads never block the
 api-server's event loop. Data: fleetkit.fleetview (the jobs' outputs, cached per file version).
 """
@@ -34,7 +37,7 @@ import logging
 import urllib.parse
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 
 from fleet_airflow import settings
 from fleet_airflow.web_auth import reader, require_dag_read, token_of
@@ -152,6 +155,17 @@ def fleet_app() -> FastAPI:
         n = _int(page, "page", 1)
         return _page("fleet_page.html.j2", **overview_context(_view(), _fleet(), cluster, status_, q, n),
                      user=getattr(user, "get_name", lambda: None)())
+
+    @app.get("/metrics")
+    def metrics(request: Request, user=Depends(may_read)):
+        """One Prometheus scrape: the collector reads the fleet file and the data root now."""
+        from fleetkit.metrics import FleetCollector, scrape
+
+        try:
+            body, content_type = scrape(FleetCollector(_view(), _fleet), request.headers.get("accept"))
+        except ValueError as e:  # a FLEET_METRICS_* limit set wrong in the deployment
+            raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"fleet metrics: {e}") from None
+        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
 
     @app.get("/group", response_class=HTMLResponse)
     def group_page(cluster: str, group: str, user=Depends(may_read)):

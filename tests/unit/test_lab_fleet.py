@@ -14,7 +14,8 @@ from fleetlab.lab import LabSpec, fleet_specs
 
 
 def _all_ports(plan: ports.PortPlan) -> list[int]:
-    out = [plan.airflow_api, plan.postgres, plan.redis, plan.spark_master, plan.spark_master_ui]
+    out = [plan.airflow_api, plan.postgres, plan.redis, plan.spark_master, plan.spark_master_ui, plan.prometheus,
+           plan.alertmanager]
     for i in range(2):
         out += [plan.celery_log_server(i), plan.spark_worker(i), plan.spark_worker_ui(i)]
     for name in list(ports.CLUSTERS) + list(ports.SINGLE_PURPOSE):
@@ -39,7 +40,7 @@ def test_port_plan_has_no_collision_within_or_between_the_demo_and_test_labs(mon
         # to a client socket as its local port, so a restarted broker can always bind its own
         assert all(1024 < p < 32768 for p in used), f"{name}: {sorted(p for p in used if p >= 32768)}"
         # no product's default port: a real service on the machine never collides with the lab
-        assert not set(used) & {2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793}
+        assert not set(used) & {2181, 9092, 5432, 6379, 7077, 8080, 8081, 8793, 9090, 9093, 9094}
     for (a, pa), (b, pb) in itertools.combinations(plans.items(), 2):
         assert not set(_all_ports(pa)) & set(_all_ports(pb)), f"{a} and {b} share a port"
 

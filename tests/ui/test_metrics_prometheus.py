@@ -1,0 +1,142 @@
+"""The fleet's metrics where SREs look: a real Prometheus (Debian's package, on loopback at the
+port plan's `prometheus` port) scrapes the real api-server's /fleet/metrics with a Bearer token from
+/auth/token, loads deploy/prometheus/fleet-rules.yml, and sends the alert an approval waiting for
+two hours fires to a real Alertmanager (the plan's `alertmanager` port, unclustered). Both are
+stopped by PID (SIGTERM, then SIGKILL after a timeout)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fleetlab import ports
+from tests.helpers import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.airflow
+
+
+def _get(url: str, token: str | None = None, accept: str | None = None) -> tuple[int, bytes, dict]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if accept:
+        req.add_header("Accept", accept)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read(), dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers)
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen:
+    out = open(log, "wb")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 15) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.fixture
+def waiting_approval():
+    """An approval record unanswered for two hours in the api-server's plans folder (removed after)."""
+    from fleetkit.core.runbook import approval_path, write_approval
+    from fleetkit.core.settings import data_root, plans_root
+
+    plans = plans_root(data_root())
+    run_id = f"manual__metrics-test-{os.getpid()}"
+    requested = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2)).isoformat().replace("+00:00", "Z")
+    path = write_approval(plans, "runbook_stuck_partition", run_id,
+                          {"dag_id": "runbook_stuck_partition", "run_id": run_id, "answer": None,
+                           "requested_at": requested})
+    yield path
+    shutil.rmtree(approval_path(plans, "runbook_stuck_partition", run_id).parent, ignore_errors=True)
+
+
+@pytest.fixture
+def prometheus_and_alertmanager(airflow_server, waiting_approval, tmp_path):
+    for exe in ("prometheus", "prometheus-alertmanager"):
+        if shutil.which(exe) is None:
+            pytest.fail(f"{exe} is not installed: `make system-deps` installs it")
+    plan = ports.tests()
+    token = airflow_server.api_token("admin")
+    api = f"127.0.0.1:{os.environ['FLEET_AIRFLOW_PORT']}"
+    (tmp_path / "alertmanager.yml").write_text(
+        "route: {receiver: fleet, group_wait: 1s, group_interval: 1s}\nreceivers: [{name: fleet}]\n")
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "prometheus.yml").write_text(json.dumps({
+        "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
+        "rule_files": [str(REPO / "deploy" / "prometheus" / "fleet-rules.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{plan.alertmanager}"]}]}]},
+        "scrape_configs": [{"job_name": "kafka-fleet", "metrics_path": "/fleet/metrics",
+                            "authorization": {"credentials_file": str(tmp_path / "token")},
+                            "static_configs": [{"targets": [api]}]}]}))
+    am = _start(["prometheus-alertmanager", f"--config.file={tmp_path / 'alertmanager.yml'}",
+                 f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{plan.alertmanager}",
+                 "--cluster.listen-address="], tmp_path / "alertmanager.log")
+    prom = _start(["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+                   f"--storage.tsdb.path={tmp_path / 'prom-data'}", f"--web.listen-address=127.0.0.1:{plan.prometheus}"],
+                  tmp_path / "prometheus.log")
+    try:
+        yield {"prometheus": f"http://127.0.0.1:{plan.prometheus}", "alertmanager": f"http://127.0.0.1:{plan.alertmanager}",
+               "token": token, "api": f"http://{api}", "logs": tmp_path}
+    finally:
+        _stop(prom)
+        _stop(am)
+
+
+def _query(base: str, promql: str) -> list[dict]:
+    status, body, _ = _get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+    assert status == 200, body[:500]
+    return json.loads(body)["data"]["result"]
+
+
+def test_prometheus_scrapes_with_a_token_and_alertmanager_gets_the_alert(prometheus_and_alertmanager):
+    s = prometheus_and_alertmanager
+    # the endpoint itself: no token 401, the token 200 in OpenMetrics as Prometheus asks for it
+    assert _get(f"{s['api']}/fleet/metrics")[0] == 401
+    status, body, headers = _get(f"{s['api']}/fleet/metrics", s["token"], "application/openmetrics-text; version=1.0.0")
+    assert status == 200 and headers["content-type"].startswith("application/openmetrics-text"), body[:300]
+
+    def scraped():
+        up = _query(s["prometheus"], 'up{job="kafka-fleet"}')
+        return up and up[0]["value"][1] == "1"
+    try:
+        wait_until(scraped, timeout=90, interval=1, what="Prometheus scraping /fleet/metrics",
+                   retry_on=(OSError,))
+    except Exception:
+        print((s["logs"] / "prometheus.log").read_text()[-3000:])
+        print(_get(f"{s['prometheus']}/api/v1/targets")[1][:2000])
+        raise
+    waiting = _query(s["prometheus"], "fleet_pending_approval_oldest_age_seconds")
+    assert waiting and float(waiting[0]["value"][1]) > 3600
+    assert _query(s["prometheus"], 'fleet_metrics_source_up{source="approvals"}')[0]["value"][1] == "1"
+
+    def alert_at_alertmanager():
+        status, body, _ = _get(f"{s['alertmanager']}/api/v2/alerts")
+        return status == 200 and [a for a in json.loads(body) if a["labels"].get("alertname") == "FleetApprovalWaiting"]
+    try:
+        alerts = wait_until(alert_at_alertmanager, timeout=90, interval=1, what="FleetApprovalWaiting at Alertmanager",
+                            retry_on=(OSError,))
+    except Exception:
+        print((s["logs"] / "alertmanager.log").read_text()[-3000:])
+        raise
+    assert alerts[0]["labels"]["severity"] == "warning" and alerts[0]["status"]["state"] == "active"

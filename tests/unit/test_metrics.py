@@ -1,0 +1,290 @@
+"""fleetkit.metrics: the fleet's newest judged state as Prometheus metrics, over a data root written
+by the writers the jobs and tasks use (publish_rows: the report task's reports/stuck/latest and the
+jobs' JSON Lines; record_status: the collect task; write_approval: the approval task)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from fleetkit.collection.groups import record_status
+from fleetkit.core.datasets import DataRoot, publish_rows
+from fleetkit.core.fleet import parse_fleet
+from fleetkit.core.runbook import write_approval
+from fleetkit.fleetview import FleetView
+from fleetkit.metrics import COMPAT, METRICS, FleetCollector, scrape
+from fleetkit.metrics.collector import label
+
+NOW = dt.datetime.now(dt.timezone.utc)
+PASSWORD = "hunter2-s3cr3t-pw"
+HOSTILE = ['quo"te', "two\nlines", "back\\slash", "nul\x00byte", "ünï\u202ecode 🐘", "brace}{=,"]
+
+
+def iso(t: dt.datetime) -> str:
+    return t.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+FLEET = parse_fleet("""
+version: 1
+clusters:
+  - {name: lab, kafka_version: "0.9.0.1", kafka_conn_id: lab_kafka, zookeeper: {conn_id: lab_zk}, approvers: [x]}
+  - {name: lab43, kafka_version: "4.3.1", kafka_conn_id: lab43_kafka, approvers: [x]}
+""", path="test")
+
+
+def finding(cluster, group, topic, p, status, lag, **kw):
+    return {"cluster": cluster, "source": "kafka", "group": group, "topic": topic, "partition": p, "status": status,
+            "lag": lag, "committed_offset": 100, "log_end_offset": 100 + lag, "lag_seconds": 30.0 if lag else 0.0,
+            "lag_seconds_kind": "interpolated" if lag else "exact", "lag_seconds_error": 2.0, "reason": "r", **kw}
+
+
+@pytest.fixture
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "5m")
+    monkeypatch.delenv("FLEET_METRICS_MAX_PARTITION_SERIES", raising=False)
+    monkeypatch.delenv("FLEET_METRICS_MAX_GROUP_SERIES", raising=False)
+    latest = tmp_path / "reports" / "stuck" / "latest"
+    latest.mkdir(parents=True)
+    groups = [{"cluster": "lab", "source": "kafka", "group": f"ok-{i}", "status": "OK", "total_lag": 0,
+               "counts": {"OK": 1}} for i in range(5)]
+    groups += [{"cluster": "lab", "source": "kafka", "group": "stalled", "status": "STALLED", "total_lag": 70,
+                "counts": {"STALLED": 1, "OK": 1}},
+               {"cluster": "lab", "source": "zookeeper", "group": "stalled", "status": "STOPPED", "total_lag": 9,
+                "counts": {"STOPPED": 1}},
+               {"cluster": "lab43", "source": "kafka", "group": "stormy", "status": "OK", "total_lag": 0,
+                "rebalance_storm": True, "counts": {"OK": 1}}]
+    findings = [finding("lab", f"ok-{i}", "orders", 0, "OK", 0) for i in range(5)]
+    findings += [finding("lab", "stalled", "orders", 0, "STALLED", 50, stalled_since=iso(NOW)),
+                 finding("lab", "stalled", "orders", 1, "LAGGING", 20),
+                 finding("lab", "stalled", "orders", 2, "OK", 0),
+                 dict(finding("lab", "stalled", "legacy", 0, "STOPPED", 9), source="zookeeper",
+                      lag_seconds=None, lag_seconds_kind="unknown"),
+                 finding("lab43", "stormy", "events", 0, "OK", 0)]
+    publish_rows(groups, latest / "groups.jsonl")
+    publish_rows(findings, latest / "findings.jsonl")
+    publish_rows([], latest / "series.jsonl")
+    data = DataRoot(str(tmp_path))
+    record_status(data, "lab", ok={"observed_at": iso(NOW - dt.timedelta(seconds=60)), "groups": 7, "problems": []})
+    record_status(data, "lab43", ok={"observed_at": iso(NOW - dt.timedelta(seconds=30)), "groups": 1,
+                                     "problems": []})
+    (tmp_path / "reports" / "offsets" / "run1").mkdir(parents=True)
+    publish_rows([{"cluster": "lab", "broker": 0, "partition": 17, "verdict": "BLOATED", "disk_bytes": 5 * 10**9},
+                  {"cluster": "lab", "broker": 1, "partition": 17, "verdict": "HEALTHY", "disk_bytes": 10**6}],
+                 tmp_path / "reports" / "offsets" / "run1" / "health.jsonl")
+    (tmp_path / "reports" / "coordinator" / "run1").mkdir(parents=True)
+    publish_rows([{"cluster": "lab", "partition": 12, "verdict": "LOAD_STUCK", "mismatch": 0, "loading": 3,
+                   "unavailable": 1, "not_ok_seconds": 900},
+                  {"cluster": "lab", "partition": 13, "verdict": "OK", "mismatch": 0, "loading": 0, "unavailable": 0}],
+                 tmp_path / "reports" / "coordinator" / "run1" / "partitions.jsonl")
+    plans = str(tmp_path / "plans")
+    write_approval(plans, "runbook_stuck_partition", "manual__1",
+                   {"dag_id": "runbook_stuck_partition", "run_id": "manual__1", "answer": None,
+                    "requested_at": iso(NOW - dt.timedelta(hours=2))})
+    write_approval(plans, "runbook_reset_offsets", "manual__2",
+                   {"dag_id": "runbook_reset_offsets", "run_id": "manual__2", "answer": None,
+                    "requested_at": iso(NOW - dt.timedelta(minutes=5))})
+    write_approval(plans, "runbook_reset_offsets", "manual__3",
+                   {"dag_id": "runbook_reset_offsets", "run_id": "manual__3", "requested_at": iso(NOW),
+                    "answer": {"chosen_options": ["Approve"]}})
+    return tmp_path
+
+
+def samples(body: bytes, openmetrics: bool = False) -> dict[str, list]:
+    parse = parse_openmetrics if openmetrics else parse_text
+    out: dict[str, list] = {}
+    seen = set()
+    for fam in parse(body.decode("utf-8")):
+        for s in fam.samples:
+            key = (s.name, tuple(sorted(s.labels.items())))
+            assert key not in seen, f"a series twice in one scrape (Prometheus refuses the scrape): {key}"
+            seen.add(key)
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def scraped(root, accept=None, **kw) -> tuple[bytes, str]:
+    return scrape(FleetCollector(FleetView(root), FLEET, **kw), accept)
+
+
+def value(found, name, **labels):
+    hits = [v for lab, v in found.get(name, []) if all(lab.get(k) == x for k, x in labels.items())]
+    assert len(hits) == 1, (name, labels, found.get(name))
+    return hits[0]
+
+
+def test_the_newest_judged_state_is_published_with_the_lag_exporters_names(root):
+    body, ctype = scraped(root)
+    assert ctype.startswith("text/plain")
+    m = samples(body)
+    part = {"cluster_name": "lab", "group": "stalled", "source": "kafka", "topic": "orders", "partition": "0"}
+    assert value(m, "kafka_consumergroup_group_offset", **part) == 100
+    assert value(m, "kafka_consumergroup_group_lag", **part) == 50
+    assert value(m, "kafka_consumergroup_group_lag_seconds", **part, kind="interpolated") == 30
+    assert value(m, "kafka_partition_latest_offset", cluster_name="lab", topic="orders", partition="0") == 150
+    assert value(m, "fleet_partition_verdict", **part) == 1
+    assert value(m, "fleet_partition_verdict", **part, verdict="STALLED") == 1
+    # only flagged partitions: the OK ones have no per-partition series
+    assert {lab["partition"] for lab, _ in m["fleet_partition_verdict"] if lab["topic"] == "orders"} == {"0", "1"}
+    assert not [lab for lab, _ in m["fleet_partition_verdict"] if lab["group"].startswith("ok-")]
+    # a ZooKeeper-stored offset of the same group name is its own series; its unknown time lag has none
+    zk = dict(part, source="zookeeper", topic="legacy")
+    assert value(m, "fleet_partition_verdict", **zk, verdict="STOPPED") == 1
+    assert not [lab for lab, _ in m["kafka_consumergroup_group_lag_seconds"] if lab["source"] == "zookeeper"]
+    # groups: worst verdict, storm flag, total lag
+    assert value(m, "fleet_group_verdict", cluster_name="lab", group="stalled", source="kafka") == 1
+    assert value(m, "fleet_group_verdict", cluster_name="lab", group="stalled", source="kafka",
+                 verdict="STALLED") == 1
+    assert value(m, "fleet_group_rebalance_storm", cluster_name="lab43", group="stormy") == 1
+    assert value(m, "fleet_group_rebalance_storm", cluster_name="lab", group="stalled", source="kafka") == 0
+    assert value(m, "kafka_consumergroup_group_sum_lag", cluster_name="lab", group="stalled", source="kafka") == 70
+    assert value(m, "fleet_cluster_groups", cluster_name="lab", verdict="OK") == 5
+    assert value(m, "fleet_partitions_flagged", cluster_name="lab", verdict="LAGGING") == 1
+    # clusters, __consumer_offsets, coordinators, approvals
+    assert value(m, "fleet_cluster_state", cluster_name="lab", state="OK") == 1
+    assert value(m, "fleet_cluster_blind", cluster_name="lab") == 0
+    assert 55 <= value(m, "fleet_cluster_collection_age_seconds", cluster_name="lab") < 600
+    assert value(m, "fleet_collection_interval_seconds") == 300
+    assert value(m, "fleet_offsets_partition_verdict", cluster_name="lab", broker="0", partition="17",
+                 verdict="BLOATED") == 1
+    assert value(m, "fleet_offsets_partition_size_bytes", cluster_name="lab", broker="0", partition="17") == 5e9
+    assert value(m, "fleet_offsets_partition_verdict", broker="1", verdict="HEALTHY") == 1
+    assert value(m, "fleet_coordinator_partition_verdict", cluster_name="lab", partition="12",
+                 verdict="LOAD_STUCK") == 1
+    assert "13" not in {lab["partition"] for lab, _ in m["fleet_coordinator_partition_verdict"]}
+    assert value(m, "fleet_coordinator_partition_groups_affected", partition="12") == 4
+    assert value(m, "fleet_coordinator_partition_not_ok_seconds", partition="12") == 900
+    assert value(m, "fleet_pending_approvals") == 2
+    assert 7190 < value(m, "fleet_pending_approval_oldest_age_seconds") < 7800
+    assert value(m, "fleet_metrics_series_left_out", kind="partition") == 0
+    assert {lab["source"]: v for lab, v in m["fleet_metrics_source_up"]} == {
+        "clusters": 1, "stuck": 1, "offsets": 1, "coordinator": 1, "approvals": 1, "reports": 1}
+    assert {lab["report"] for lab, _ in m["fleet_report_age_seconds"]} == {"stuck", "coordinator", "offsets"}
+
+
+def test_every_published_series_is_declared_with_its_labels(root):
+    m = samples(scraped(root)[0])
+    assert set(m) <= set(METRICS)
+    for name, rows in m.items():
+        for labels, _ in rows:
+            assert tuple(labels) == METRICS[name][0] or set(labels) == set(METRICS[name][0]), name
+    assert set(COMPAT) == {"kafka_consumergroup_group_offset", "kafka_consumergroup_group_lag",
+                           "kafka_consumergroup_group_lag_seconds", "kafka_partition_latest_offset",
+                           "kafka_consumergroup_group_sum_lag"}
+    assert all(n.startswith("fleet_") for n in METRICS if n not in COMPAT)
+
+
+#: what Prometheus 2.42 (Debian bookworm's) sends
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def test_openmetrics_when_the_scraper_asks_for_it(root):
+    body, ctype = scraped(root, PROMETHEUS_ACCEPT)
+    assert ctype.startswith("application/openmetrics-text; version=1.0.0") and body.endswith(b"# EOF\n")
+    assert value(samples(body, openmetrics=True), "fleet_pending_approvals") == 2
+    assert scraped(root, "text/plain;version=0.0.4")[1].startswith("text/plain; version=0.0.4")
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_hostile_group_names_are_escaped_and_parse_back_exactly(root, openmetrics):
+    latest = root / "reports" / "stuck" / "latest"
+    publish_rows([{"cluster": "lab", "source": "kafka", "group": g, "status": "STALLED", "total_lag": 3,
+                   "counts": {"STALLED": 1}} for g in HOSTILE], latest / "groups.jsonl")
+    publish_rows([finding("lab", g, f"t-{g}", 0, "STALLED", 3) for g in HOSTILE], latest / "findings.jsonl")
+    body, _ = scraped(root, "application/openmetrics-text; version=1.0.0" if openmetrics else None)
+    text = body.decode("utf-8")
+    # every sample is one line: a line feed in a name is written \n, a quote \", a backslash \\
+    assert 'group="quo\\"te"' in text and 'group="two\\nlines"' in text and 'group="back\\\\slash"' in text
+    assert "two\nlines" not in text
+    m = samples(body, openmetrics)
+    expected = set(HOSTILE)
+    assert {lab["group"] for lab, _ in m["fleet_group_verdict"]} == expected
+    assert {lab["group"] for lab, _ in m["kafka_consumergroup_group_lag"]} == expected
+    assert {lab["topic"] for lab, _ in m["kafka_partition_latest_offset"]} == {"t-" + g for g in expected}
+
+
+def test_a_label_carries_a_name_exactly_but_what_utf8_cannot_carry():
+    assert label("ünï\u202e\x00") == "ünï\u202e\x00" and label(None) == "" and label(7) == "7"
+    assert label("a\ud800b") == "a\\ud800b"  # a lone surrogate (a JSON \ud800 escape) cannot be UTF-8
+
+
+def test_the_limits_keep_the_worst_and_count_what_they_leave_out(root, monkeypatch):
+    latest = root / "reports" / "stuck" / "latest"
+    rows = [finding("lab", f"g{i}", "orders", i, "LAGGING", i) for i in range(50)]
+    rows += [finding("lab", "worst", "orders", 99, "OUT_OF_RANGE", 1), finding("lab", "ok", "orders", 98, "OK", 0)]
+    publish_rows(rows, latest / "findings.jsonl")
+    monkeypatch.setenv("FLEET_METRICS_MAX_PARTITION_SERIES", "3")
+    monkeypatch.setenv("FLEET_METRICS_MAX_GROUP_SERIES", "2")
+    m = samples(scraped(root)[0])
+    shown = [(lab["group"], lab["verdict"]) for lab, _ in m["fleet_partition_verdict"]]
+    assert shown == [("worst", "OUT_OF_RANGE"), ("g49", "LAGGING"), ("g48", "LAGGING")]  # worst, then most lag
+    assert value(m, "fleet_metrics_series_left_out", kind="partition") == 48
+    assert len(m["kafka_consumergroup_group_lag"]) == 3
+    assert value(m, "fleet_partitions_flagged", cluster_name="lab", verdict="LAGGING") == 50  # counts are whole
+    assert [(lab["group"], lab["verdict"]) for lab, _ in m["fleet_group_verdict"]] == [
+        ("stalled", "STOPPED"), ("stalled", "STALLED")]
+    assert value(m, "fleet_metrics_series_left_out", kind="group") == 6
+    assert sum(v for _, v in m["fleet_cluster_groups"]) == 8
+    monkeypatch.setenv("FLEET_METRICS_MAX_PARTITION_SERIES", "many")
+    with pytest.raises(ValueError, match="FLEET_METRICS_MAX_PARTITION_SERIES='many' is not a whole number"):
+        scraped(root)
+
+
+def test_a_blind_a_stale_and_a_failing_cluster_never_show_ok(root):
+    data = DataRoot(str(root))
+    record_status(data, "lab43", ok={"observed_at": iso(NOW), "groups": 1, "problems": [],
+                                     "blind": ["1 group(s) not seen ('stormy'): not authorized"],
+                                     "blind_groups": ["stormy"], "blind_all": False})
+    m = samples(scraped(root)[0])
+    assert value(m, "fleet_cluster_state", cluster_name="lab43", state="BLIND") == 1
+    assert value(m, "fleet_cluster_blind", cluster_name="lab43") == 1
+    assert value(m, "fleet_group_verdict", cluster_name="lab43", group="stormy", verdict="BLIND") == 1
+    assert value(m, "fleet_cluster_groups", cluster_name="lab43", verdict="BLIND") == 1
+    assert not [v for lab, v in m["fleet_cluster_groups"] if lab["cluster_name"] == "lab43" and lab["verdict"] == "OK"]
+    # stale: the newest collection is older than twice the interval
+    record_status(data, "lab", ok={"observed_at": iso(NOW - dt.timedelta(hours=1)), "groups": 7, "problems": []})
+    m = samples(scraped(root)[0])
+    assert value(m, "fleet_cluster_state", cluster_name="lab", state="STALE") == 1
+    assert value(m, "fleet_cluster_stale", cluster_name="lab") == 1
+    assert value(m, "fleet_cluster_collection_age_seconds", cluster_name="lab") >= 3600
+    assert value(m, "fleet_cluster_groups", cluster_name="lab", verdict="BLIND") == 5  # its OK groups
+    assert value(m, "fleet_group_verdict", cluster_name="lab", group="stalled", source="kafka",
+                 verdict="STALLED") == 1  # a flagged verdict stays
+    # failing: the newest attempt did not complete
+    record_status(data, "lab", failed={"at": iso(NOW), "error": "login failed"})
+    m = samples(scraped(root)[0])
+    assert value(m, "fleet_cluster_state", cluster_name="lab", state="FAILING") == 1
+    assert value(m, "fleet_cluster_blind", cluster_name="lab") == 1
+
+
+def test_no_secret_and_no_error_text_ever_appears(root, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_LAB_KAFKA", json.dumps({
+        "conn_type": "kafka", "password": PASSWORD,
+        "extra": {"bootstrap.servers": "127.0.0.1:1", "sasl.password": PASSWORD}}))
+    data = DataRoot(str(root))
+    record_status(data, "lab", failed={"at": iso(NOW), "error": f"SASL login failed (password {PASSWORD})"})
+    record_status(data, "lab43", ok={"observed_at": iso(NOW), "groups": 1, "problems": [f"x {PASSWORD}"],
+                                     "blind": [f"refused with sasl.password={PASSWORD}"], "blind_all": True})
+    for accept in (None, "application/openmetrics-text; version=1.0.0"):
+        body, _ = scraped(root, accept)
+        assert PASSWORD.encode() not in body and b"SASL" not in body and b"refused" not in body
+        assert b'fleet_cluster_state{cluster_name="lab",state="FAILING"} 1' in body
+
+
+def test_a_part_that_cannot_be_read_says_so_and_the_rest_is_published(root):
+    (root / "reports" / "coordinator" / "run1" / "partitions.jsonl").write_text("{not json\n")
+    m = samples(scraped(root)[0])
+    assert value(m, "fleet_metrics_source_up", source="coordinator") == 0
+    assert value(m, "fleet_metrics_source_up", source="stuck") == 1
+    assert value(m, "fleet_pending_approvals") == 2
+
+
+def test_an_empty_data_root_is_a_valid_scrape(tmp_path):
+    m = samples(scrape(FleetCollector(FleetView(tmp_path), FLEET))[0])
+    assert value(m, "fleet_cluster_state", cluster_name="lab", state="NEVER") == 1
+    assert value(m, "fleet_pending_approvals") == 0 and value(m, "fleet_pending_approval_oldest_age_seconds") == 0
+    assert "fleet_group_verdict" not in m and "fleet_report_age_seconds" not in m
