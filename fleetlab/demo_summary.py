@@ -83,6 +83,10 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
             print(line)
     print(f"fleet page     http://{services.API_HOST}:{services.API_PORT}/fleet/ (\"Kafka fleet\" in the UI's navigation: "
           "groups by verdict, lag charts, a prefilled runbook form per flagged partition)")
+    print(f"metrics        http://{services.API_HOST}:{services.API_PORT}/fleet/metrics (Prometheus; a Bearer token from "
+          f"/auth/token); scrape config: - {{job_name: kafka-fleet, metrics_path: /fleet/metrics, "
+          f"authorization: {{credentials_file: TOKEN_FILE}}, static_configs: [{{targets: "
+          f"[\"{services.API_HOST}:{services.API_PORT}\"]}}]}} (docs/metrics.md)")
     print("incident CLI   .venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
           "(README: During an incident)")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "

@@ -283,3 +283,19 @@ def test_a_left_over_run_the_api_server_will_not_mark_failed_is_still_never_used
     assert w.run_id == "manual__new" and w.triggered
     assert [c for c in calls if c[0] == "PATCH"] == [("PATCH", "/api/v2/dags/fleet_maintenance/dagRuns/scheduled__old")] * 3
     assert "could not be marked failed" in out.getvalue()
+
+
+def test_the_demo_summary_names_the_metrics_url_and_a_scrape_config(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from fleetlab import demo_summary
+    from fleetlab import airflow_services as services
+
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    demo_summary.main(stuck_run=None, runs=None)
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("metrics "))
+    url = f"http://{services.API_HOST}:{services.API_PORT}/fleet/metrics"
+    assert url in line
+    job = yaml.safe_load(line.split("scrape config: ", 1)[1].rsplit(" (docs/", 1)[0])[0]  # valid YAML, as printed
+    assert job["metrics_path"] == "/fleet/metrics" and "credentials_file" in job["authorization"]
+    assert job["static_configs"][0]["targets"] == [f"{services.API_HOST}:{services.API_PORT}"]
