@@ -20,13 +20,13 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "include"), str(REPO / "plugins")]
 
-from fleetkit.core.fleet import parse_fleet  # noqa: E402
+from measure import synthetic_fleet, timed  # noqa: E402
+
 from fleetkit.core.render import render  # noqa: E402
 from fleetkit.fleetview import FleetView, _cache  # noqa: E402
 from fleet_airflow.fleet_page import overview_context  # noqa: E402
@@ -76,21 +76,13 @@ def generate(root: Path, groups: int, per_group: int) -> None:
                                                      "assigned": ["approver"]}))
 
 
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=100_000)
     ap.add_argument("--partitions-per-group", type=int, default=3)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    fleet = parse_fleet("version: 1\nclusters:\n" + "".join(
-        f"  - {{name: {c}, kafka_version: '3.9.2', kafka_conn_id: {c.replace('-', '_')}_kafka, approvers: [a]}}\n"
-        for c in CLUSTERS), path="bench")
+    fleet = synthetic_fleet(CLUSTERS)
     with tempfile.TemporaryDirectory(prefix="bench-fleet-page-") as tmp:
         root = Path(tmp)
         t, _ = timed(lambda: generate(root, args.groups, args.partitions_per_group))

@@ -148,3 +148,19 @@ def format_breakdown(b: dict) -> str:
             f"{b['shuffle']:.1f}s, Python UDF {b['python_udf']:.1f}s, hash aggregation {b['aggregate']:.1f}s, sort "
             f"{b['sort']:.1f}s, GC {b['gc']:.1f}s | longest stages: "
             + ", ".join(f"{s:.1f}s {n}" for s, n in b["stages"]))
+
+
+def timed(fn) -> tuple[float, object]:
+    """(seconds, result) of one call of `fn`."""
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def synthetic_fleet(clusters: list[str]):
+    """A parsed fleet file of `clusters` (Kafka 3.9.2, one approver) for benchmarks over generated data."""
+    from fleetkit.core.fleet import parse_fleet
+
+    return parse_fleet("version: 1\nclusters:\n" + "".join(
+        f"  - {{name: {c}, kafka_version: '3.9.2', kafka_conn_id: {c.replace('-', '_')}_kafka, approvers: [a]}}\n"
+        for c in clusters), path="bench")

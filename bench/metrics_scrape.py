@@ -22,15 +22,15 @@ import random
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "include")]
 
+from measure import synthetic_fleet, timed  # noqa: E402
+
 from fleetkit.collection.groups import record_status  # noqa: E402
 from fleetkit.core.datasets import DataRoot, publish_rows  # noqa: E402
-from fleetkit.core.fleet import parse_fleet  # noqa: E402
 from fleetkit.core.runbook import write_approval  # noqa: E402
 from fleetkit.fleetview import FleetView, _cache  # noqa: E402
 from fleetkit.metrics import FleetCollector, scrape  # noqa: E402
@@ -92,12 +92,6 @@ def generate(root: Path, groups: int, per_group: int, flagged: float) -> int:
     return len(findings)
 
 
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=int, default=10_000)
@@ -105,9 +99,7 @@ def main() -> int:
     ap.add_argument("--flagged", type=float, default=0.1, help="share of the groups flagged")
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    fleet = parse_fleet("version: 1\nclusters:\n" + "".join(
-        f"  - {{name: {c}, kafka_version: '3.9.2', kafka_conn_id: {c.replace('-', '_')}_kafka, approvers: [a]}}\n"
-        for c in CLUSTERS), path="bench")
+    fleet = synthetic_fleet(CLUSTERS)
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
         root = Path(tmp)
         t, n = timed(lambda: generate(root, args.groups, args.partitions_per_group, args.flagged))
