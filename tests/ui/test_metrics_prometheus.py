@@ -1,8 +1,13 @@
 """The fleet's metrics where SREs look: a real Prometheus (Debian's package, on loopback at the
 port plan's `prometheus` port) scrapes the real api-server's /fleet/metrics with a Bearer token from
-/auth/token, loads deploy/prometheus/fleet-rules.yml, and sends the alert an approval waiting for
-two hours fires to a real Alertmanager (the plan's `alertmanager` port, unclustered). Both are
-stopped by PID (SIGTERM, then SIGKILL after a timeout)."""
+/auth/token, loads deploy/prometheus/fleet-rules.yml, and sends the alerts to a real Alertmanager
+(the plan's `alertmanager` port, unclustered): an approval waiting for two hours, and a live
+consumer on the lab stuck on its record, judged STALLED by the real stuck job (tests/ui/conftest.py's
+`stalled`: a group name with markup, quotes, shell characters and an emoji), whose verdict and lag
+series Prometheus stores with the right labels and whose FleetGroupStalled alert reaches
+Alertmanager. The rules' `for` durations are promtool's to test (fleet-rules.test.yml): here
+FleetGroupStalled fires at its first evaluation. Both servers are stopped by PID (SIGTERM, then
+SIGKILL after a timeout)."""
 
 from __future__ import annotations
 
@@ -17,13 +22,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fleetlab import ports
 from tests.helpers import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 def _get(url: str, token: str | None = None, accept: str | None = None) -> tuple[int, bytes, dict]:
@@ -82,9 +88,15 @@ def prometheus_and_alertmanager(airflow_server, waiting_approval, tmp_path):
     (tmp_path / "alertmanager.yml").write_text(
         "route: {receiver: fleet, group_wait: 1s, group_interval: 1s}\nreceivers: [{name: fleet}]\n")
     (tmp_path / "token").write_text(token)
+    doc = yaml.safe_load((REPO / "deploy" / "prometheus" / "fleet-rules.yml").read_text())
+    for rule in doc["groups"][0]["rules"]:
+        if rule.get("alert") == "FleetGroupStalled":
+            rule["for"] = "0s"  # (its 15m is tested by promtool)
+    rules = tmp_path / "fleet-rules.yml"
+    rules.write_text(yaml.safe_dump(doc, sort_keys=False))
     (tmp_path / "prometheus.yml").write_text(json.dumps({
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
-        "rule_files": [str(REPO / "deploy" / "prometheus" / "fleet-rules.yml")],
+        "rule_files": [str(rules)],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{plan.alertmanager}"]}]}]},
         "scrape_configs": [{"job_name": "kafka-fleet", "metrics_path": "/fleet/metrics",
                             "authorization": {"credentials_file": str(tmp_path / "token")},
@@ -103,6 +115,24 @@ def prometheus_and_alertmanager(airflow_server, waiting_approval, tmp_path):
         _stop(am)
 
 
+def wait_scraped(s) -> None:
+    def scraped():
+        up = _query(s["prometheus"], 'up{job="kafka-fleet"}')
+        return up and up[0]["value"][1] == "1"
+    try:
+        wait_until(scraped, timeout=90, interval=1, what="Prometheus scraping /fleet/metrics",
+                   retry_on=(OSError,))
+    except Exception:
+        print((s["logs"] / "prometheus.log").read_text()[-3000:])
+        print(_get(f"{s['prometheus']}/api/v1/targets")[1][:2000])
+        raise
+
+
+def alerts_at(s, name: str) -> list[dict]:
+    status, body, _ = _get(f"{s['alertmanager']}/api/v2/alerts")
+    return [a for a in json.loads(body) if a["labels"].get("alertname") == name] if status == 200 else []
+
+
 def _query(base: str, promql: str) -> list[dict]:
     status, body, _ = _get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
     assert status == 200, body[:500]
@@ -116,27 +146,42 @@ def test_prometheus_scrapes_with_a_token_and_alertmanager_gets_the_alert(prometh
     status, body, headers = _get(f"{s['api']}/fleet/metrics", s["token"], "application/openmetrics-text; version=1.0.0")
     assert status == 200 and headers["content-type"].startswith("application/openmetrics-text"), body[:300]
 
-    def scraped():
-        up = _query(s["prometheus"], 'up{job="kafka-fleet"}')
-        return up and up[0]["value"][1] == "1"
-    try:
-        wait_until(scraped, timeout=90, interval=1, what="Prometheus scraping /fleet/metrics",
-                   retry_on=(OSError,))
-    except Exception:
-        print((s["logs"] / "prometheus.log").read_text()[-3000:])
-        print(_get(f"{s['prometheus']}/api/v1/targets")[1][:2000])
-        raise
+    wait_scraped(s)
     waiting = _query(s["prometheus"], "fleet_pending_approval_oldest_age_seconds")
     assert waiting and float(waiting[0]["value"][1]) > 3600
     assert _query(s["prometheus"], 'fleet_metrics_source_up{source="approvals"}')[0]["value"][1] == "1"
 
-    def alert_at_alertmanager():
-        status, body, _ = _get(f"{s['alertmanager']}/api/v2/alerts")
-        return status == 200 and [a for a in json.loads(body) if a["labels"].get("alertname") == "FleetApprovalWaiting"]
     try:
-        alerts = wait_until(alert_at_alertmanager, timeout=90, interval=1, what="FleetApprovalWaiting at Alertmanager",
-                            retry_on=(OSError,))
+        alerts = wait_until(lambda: alerts_at(s, "FleetApprovalWaiting"), timeout=90, interval=1,
+                            what="FleetApprovalWaiting at Alertmanager", retry_on=(OSError,))
     except Exception:
         print((s["logs"] / "alertmanager.log").read_text()[-3000:])
         raise
     assert alerts[0]["labels"]["severity"] == "warning" and alerts[0]["status"]["state"] == "active"
+
+
+
+def test_a_stalled_consumer_is_a_series_and_its_alert_reaches_alertmanager(stalled, prometheus_and_alertmanager):
+    s, group, topic = prometheus_and_alertmanager, stalled["group"], stalled["topic"]
+    wait_scraped(s)
+    verdicts = _query(s["prometheus"], 'fleet_group_verdict{cluster_name="labtest", verdict="STALLED"} == 1')
+    mine = [r["metric"] for r in verdicts if r["metric"].get("group") == group]
+    assert mine and mine[0]["source"] == "kafka", [r["metric"].get("group") for r in verdicts]
+    # each partition: committed 2, log end 5, nothing processed since
+    lags = {r["metric"]["partition"]: r["value"][1] for r in
+            _query(s["prometheus"], f'kafka_consumergroup_group_lag{{cluster_name="labtest", topic="{topic}"}}')
+            if r["metric"]["group"] == group}
+    assert lags == {"0": "3", "1": "3", "2": "3"}, lags
+    stalled_parts = _query(s["prometheus"], f'fleet_partition_verdict{{topic="{topic}", verdict="STALLED"}}')
+    assert {r["metric"]["partition"] for r in stalled_parts if r["metric"]["group"] == group}
+
+    def fired():
+        return [a for a in alerts_at(s, "FleetGroupStalled") if a["labels"].get("group") == group]
+    try:
+        alert = wait_until(fired, timeout=90, interval=1, what="FleetGroupStalled at Alertmanager",
+                           retry_on=(OSError,))[0]
+    except Exception:
+        print((s["logs"] / "alertmanager.log").read_text()[-3000:])
+        raise
+    assert alert["labels"]["cluster_name"] == "labtest" and alert["labels"]["severity"] == "page"
+    assert alert["annotations"]["summary"].endswith(" on labtest is STALLED"), alert["annotations"]
