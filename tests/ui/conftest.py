@@ -21,6 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 NAME = 'pay<b>ments</b> "q" \'s\' $(id) \U0001F600'
 
 
+def stuck_member(lab, topic: str, group: str, client_id: str) -> ConsumerThread:
+    """`topic` with 5 records on each of 3 partitions, `group` committed at 2 on each, and a started
+    live member that never gets past its record: the committed offset stays at 2, lag 3."""
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
+    commit(lab.bootstrap, group, {(topic, p): 2 for p in range(3)})
+    member = ConsumerThread(lab.bootstrap, group, [topic], handle=lambda msg: False, client_id=client_id)
+    member.start()
+    return member
+
+
 @pytest.fixture
 def stalled(lab, airflow_server, unique):
     """A STALLED group in the api-server's data root, judged by the stuck job."""
@@ -28,11 +39,7 @@ def stalled(lab, airflow_server, unique):
 
     topic = unique("fleetpage")
     group = f"{NAME} {unique('g')}"
-    wait_topic(lab.bootstrap, topic)
-    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
-    commit(lab.bootstrap, group, {(topic, p): 2 for p in range(3)})
-    member = ConsumerThread(lab.bootstrap, group, [topic], handle=lambda msg: False, client_id="fleet-page-1")
-    member.start()
+    member = stuck_member(lab, topic, group, "fleet-page-1")
     root = settings.data_root()  # the api-server's (the tests' FLEET_DATA_ROOT)
     api = airflow_server.api
     dag = "/api/v2/dags/fleet_maintenance"

@@ -22,7 +22,7 @@ import pytest
 
 from fleetkit.core.render import visible_controls
 from fleetkit.core.settings import run_folder
-from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
+from tests.ui.conftest import stuck_member
 from tests.helpers import wait_until
 
 DAG_ID = "fleet_maintenance"
@@ -59,12 +59,7 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, unique
     api = airflow_server.api
     topic = unique("hostile")
     group = f"{HOSTILE} {unique('g')}"
-    wait_topic(lab.bootstrap, topic)
-    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
-    commit(lab.bootstrap, group, {(topic, p): 2 for p in range(3)})
-    # a live member that never gets past its record: the committed offset stays at 2, lag 3
-    member = ConsumerThread(lab.bootstrap, group, [topic], handle=lambda msg: False, client_id="hostile-1")
-    member.start()
+    member = stuck_member(lab, topic, group, "hostile-1")  # never gets past its record: committed 2, lag 3
 
     # the deployment's fleet file and data root (the servers were started with them; a run cannot
     # choose either): this test's data are told apart by its group name and its run id
