@@ -92,15 +92,23 @@ def current_state(status: dict) -> dict:
     return cluster_state(status, dt.datetime.now(dt.timezone.utc), collection_interval())
 
 
+def parse_time(value) -> dt.datetime | None:
+    """A status file's time (ISO-8601, Z or an offset; naive is UTC; a datetime as is), or None."""
+    if not value:
+        return None
+    if isinstance(value, dt.datetime):
+        t = value
+    else:
+        try:
+            t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t
+
+
 def _age_seconds(observed_at, now: dt.datetime | None) -> float | None:
-    if now is None or not observed_at:
-        return None
-    try:
-        t = dt.datetime.fromisoformat(str(observed_at).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    t = t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t
-    return max(0.0, (now - t).total_seconds())
+    t = parse_time(observed_at) if now is not None else None
+    return None if t is None else max(0.0, (now - t).total_seconds())
 
 
 def shown_status(status: str, group: str, state: dict | None) -> str:

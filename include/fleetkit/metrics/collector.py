@@ -16,7 +16,6 @@ published: never an error text, a collection's blind line or anything from a con
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ from collections import Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.samples import Sample
 
-from fleetkit.collection.blind import shown_status
+from fleetkit.collection.blind import parse_time, shown_status
 from fleetkit.metrics.names import METRICS
 
 log = logging.getLogger(__name__)
@@ -70,16 +69,8 @@ def label(value) -> str:
 
 
 def epoch(iso) -> float | None:
-    if not iso:
-        return None
-    if isinstance(iso, dt.datetime):
-        t = iso
-    else:
-        try:
-            t = dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
-        except ValueError:
-            return None
-    return (t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t).timestamp()
+    t = parse_time(iso)
+    return None if t is None else t.timestamp()
 
 
 class _Families:
