@@ -46,17 +46,24 @@ def fleet_wire_security(spec):
     return fleet_kafka(spec).wire_security
 
 
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,
-                      kafka_version: str = "0.9.0.1", security: dict | None = None) -> dict[int, int]:
-    """The group's committed offset of each partition of `topic` (-1001: none), read through the
-    admin API the way kafka-consumer-groups does (`security`: a secured lab's admin login)."""
+def committed(bootstrap: str, group: str, topic: str, partitions: int = 3,
+              kafka_version: str = "0.9.0.1", security: dict | None = None) -> list[TopicPartition]:
+    """The group's commit of each partition of `topic` (offset -1001: none; metadata as librdkafka
+    reads it, up to its trailing NUL), read through the admin API the way kafka-consumer-groups does
+    (`security`: a secured lab's admin login)."""
     from fleetlab.traffic import login_for
 
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **login_for(bootstrap, security)},
                                       kafka_version))
     fut = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
-    return {tp.partition: tp.offset for tp in next(iter(fut.values())).result().topic_partitions}
+    return next(iter(fut.values())).result().topic_partitions
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,
+                      kafka_version: str = "0.9.0.1", security: dict | None = None) -> dict[int, int]:
+    """The group's committed offset of each partition of `topic` (-1001: none)."""
+    return {tp.partition: tp.offset for tp in committed(bootstrap, group, topic, partitions, kafka_version, security)}
 
 
 def wait_until(fn, timeout: float, what: str, interval: float = 0.5, retry_on: tuple = ()):
@@ -156,11 +163,12 @@ def fresh_lab(spec):
 
 
 def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[int, int] | list[dict[int, int]]],
-                    gap: float = 0.0) -> None:
+                    gap: float = 0.0, metadata: str | None = None) -> None:
     """Create `topic`, wait until every partition has a leader (a commit right after CreateTopics
     may meet UNKNOWN_TOPIC_OR_PART), then commit {group: {partition: offset}} as the lab's admin.
     A list of {partition: offset} per group commits each in turn, `gap` seconds apart (a consumer
-    with a commit rhythm the collection reads from __consumer_offsets)."""
+    with a commit rhythm the collection reads from __consumer_offsets). `metadata`: every commit's
+    commit metadata."""
     from confluent_kafka import Consumer, KafkaException
 
     lab.create_topic(topic, partitions=partitions)
@@ -180,8 +188,10 @@ def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[in
             for i, offsets in enumerate([sequence] if isinstance(sequence, dict) else sequence):
                 if i:
                     time.sleep(gap)
-                wait_until(lambda: c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()],
-                                            asynchronous=False), 30, f"a commit to {topic}", retry_on=(KafkaException,))
+                tps = [TopicPartition(topic, p, o) if metadata is None else TopicPartition(topic, p, o, metadata=metadata)
+                       for p, o in offsets.items()]
+                wait_until(lambda: c.commit(offsets=tps, asynchronous=False), 30, f"a commit to {topic}",
+                           retry_on=(KafkaException,))
         finally:
             c.close()
 

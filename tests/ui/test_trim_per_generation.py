@@ -14,9 +14,9 @@ after it left the fleet file: the health job judges only the clusters the fleet 
 A lab of its own per generation (the trim stops its brokers), one after the other in the
 "trimgen" port slot, with the log cleaner off (`log.cleaner.enable=false`: a partition the cleaner
 never compacts, the state the incident left) and small __consumer_offsets segments. Groups on one
-partition: `early`, whose only commit sits in the first segment (the trim re-commits it),
-`stopped`, which commits once in the middle of the log, and `bulk`, whose commits roll the
-segments. After the approved trim (the gate's tasks and the Spark health job, run by the
+partition: `early`, whose only commit sits in the first segment (the trim re-commits it, with its
+commit metadata), `stopped`, which commits once in the middle of the log, and `bulk`, whose
+commits roll the segments. After the approved trim (the gate's tasks and the Spark health job, run by the
 scheduler): the partition is smaller on every replica, the coordinator loads it and no group lost
 a committed offset; the restore then puts every file back byte for byte on every replica.
 """
@@ -44,7 +44,7 @@ from fleetlab.lab import LabSpec
 from fleetlab.traffic import bulk_commits
 
 from tests.conftest import TEST_APPROVERS, TEST_PORTS
-from tests.helpers import commit_when_led, committed_offsets, fresh_lab, groups_on_partition, wait_until
+from tests.helpers import commit_when_led, committed, committed_offsets, fresh_lab, groups_on_partition, wait_until
 from tests.ui.approvals import approve_in_browser, finished, pending_approval, settle, task_states, trigger, unpause, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,6 +124,10 @@ def log_bytes(spec: LabSpec, partition: int) -> dict[int, int]:
             for b in range(spec.brokers) if (spec.log_dir(b) / f"{OFFSETS_TOPIC}-{partition}").is_dir()}
 
 
+#: the early group's commit metadata (a client's JSON, non-ASCII included)
+EARLY_METADATA = '{"app": "early é", "ts": 1}'
+
+
 def commit_bulk(spec: LabSpec, group: str) -> None:
     """BULK_COMMITS commits of BULK_PARTITIONS partitions of "bulk" (offsets 1..BULK_COMMITS)."""
     bulk_commits(spec.client_config(), group, "bulk", BULK_COMMITS * BULK_PARTITIONS, BULK_PARTITIONS)
@@ -135,7 +139,8 @@ def test_trim_approved_in_the_browser_then_restored(trim_gen, deployed):
     bulk = "bulk-writer"
     P = partition_for(bulk, 50)
     early, stopped = groups_on_partition(P, 50, 2, "early bird é {i}")[0], groups_on_partition(P, 50, 1, "stopped-{i}")[0]
-    commit_when_led(lab, "early-topic", 1, {early: {0: 0}})  # its only commit: the first segment
+    # its only commit (the first segment), with a librdkafka client's commit metadata
+    commit_when_led(lab, "early-topic", 1, {early: {0: 0}}, metadata=EARLY_METADATA)
     commit_when_led(lab, "bulk", BULK_PARTITIONS, {})
     t0 = time.monotonic()
     commit_bulk(spec, bulk)
@@ -182,6 +187,9 @@ def test_trim_approved_in_the_browser_then_restored(trim_gen, deployed):
     # record was in a quarantined segment: re-committed)
     assert wait_until(lambda: all(offsets_intact().values()) or None, 120, "every group's offsets after the trim",
                       retry_on=(Exception,))
+    # ... with its commit metadata (the re-commit carries what the quarantined record held)
+    [back] = committed(spec.bootstrap, early, "early-topic", 1, spec.kafka_version, spec.security_config("admin"))
+    assert (back.offset, back.metadata) == (0, EARLY_METADATA)
 
     # what the trim quarantined, per replica (its manifests): old segments only, never the active one
     manifests = [json.loads((quarantine_folder(quarantine_root(data.path), run_id, b, P) / "manifest.json").read_text())

@@ -275,6 +275,18 @@ def test_recommit_never_rewinds():
     assert d(5, 5, None, "HasMembers:Stable")[0] == "skip"
 
 
+def test_recommit_carries_the_metadata_a_librdkafka_client_wrote_byte_for_byte():
+    m = trim_rules.recommit_metadata
+    assert m(None) == (None, None) and m("") == (None, None)
+    assert m("m1\x00") == ("m1", None)  # librdkafka adds the NUL back: stored exactly as before
+    assert m("\x00") == ("", None)  # a librdkafka client's empty string
+    assert m("{\"é\": 1}\x00") == ('{"é": 1}', None)
+    # a Java client's (Kafka Streams' base64 timestamps): a NUL more could break its decoding
+    for stored in ("AQAAAY0", "a\x00b\x00", "a\x00b"):
+        carried, note = m(stored)
+        assert carried is None and "not carried" in note and "trailing NUL" in note, stored
+
+
 def test_checkpoint_parsing():
     assert parse_checkpoint("0\n2\n__consumer_offsets 3 17\nmy topic 0 5\n") == {("__consumer_offsets", 3): 17,
                                                                                   ("my topic", 0): 5}

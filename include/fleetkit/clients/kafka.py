@@ -657,26 +657,32 @@ class KafkaCluster:
                  "COORDINATOR_NOT_AVAILABLE", "GROUP_COORDINATOR_NOT_AVAILABLE", "GROUP_LOAD_IN_PROGRESS",
                  "_TIMED_OUT", "_TRANSPORT", "TIMED_OUT")
 
-    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int], retry_for: float = 0.0) -> None:
+    def commit_offsets(self, group: str, offsets: dict[tuple[str, int], int], retry_for: float = 0.0,
+                       metadata: dict[tuple[str, int], str] | None = None) -> None:
         """Commit offsets for a group without joining it (the group must have no live members:
         the coordinator rejects a simple commit for a group that is rebalancing or stable).
-        With retry_for, coordinator errors (a partition still loading) are retried that long."""
+        With retry_for, coordinator errors (a partition still loading) are retried that long.
+        `metadata`: the commit metadata of some partitions (librdkafka stores it with a trailing
+        NUL; the others get none)."""
         deadline = time.monotonic() + retry_for
         while True:
             try:
-                return self._commit_once(group, offsets)
+                return self._commit_once(group, offsets, metadata or {})
             except ClusterUnreachable as e:
                 if time.monotonic() >= deadline or not any(code in str(e) for code in self.RETRIABLE):
                     raise
                 time.sleep(0.5)
 
-    def _commit_once(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+    def _commit_once(self, group: str, offsets: dict[tuple[str, int], int],
+                     metadata: dict[tuple[str, int], str]) -> None:
         from confluent_kafka import Consumer
 
         self.verify_login()  # a synchronous commit waits out its timeout on a refused login
         c = Consumer(dict(self.config, **{"group.id": group, "enable.auto.commit": False}))
         try:
-            res = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+            res = c.commit(offsets=[TopicPartition(t, p, o) if metadata.get((t, p)) is None
+                                    else TopicPartition(t, p, o, metadata=metadata[(t, p)])
+                                    for (t, p), o in sorted(offsets.items())],
                            asynchronous=False)
         except KafkaException as e:
             self.login_failed()

@@ -345,7 +345,7 @@ def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, 
         state = group_states(ctx, [group]).get(group)
         now_all = ctx.kafka.group_offsets(group, [(c["topic"], c["partition"]) for _, c in items])
         b = before.get(group)
-        outcomes, intents, to_commit, committing = [], [], {}, []
+        outcomes, intents, to_commit, metadata, committing = [], [], {}, {}, []
         for seq, c in items:
             tp = (c["topic"], c["partition"])
             now = now_all.get(tp)
@@ -359,13 +359,17 @@ def _recommit(ctx: ClusterContext, journal: Journal, entries: dict, plan: dict, 
                 intents.append({"seq": seq, "status": "intent", "step": "recommit", "group": group, "topic": c["topic"],
                                 "partition": c["partition"], "offset": c["offset"], "before": now})
                 to_commit[tp] = c["offset"]
+                metadata[tp], left_out = rules.recommit_metadata(c.get("metadata"))
+                if left_out:
+                    why = f"{why}; {left_out}"
+                    log.warning("re-commit of group %r %s-%s: %s", group, c["topic"], c["partition"], left_out)
                 committing.append((seq, c, why))
             else:
                 outcomes.append({"seq": seq, "status": "done", "note": why})
                 recommitted.append(c)
         if to_commit:
             journal.write(intents)
-            ctx.kafka.commit_offsets(group, to_commit, retry_for=300)
+            ctx.kafka.commit_offsets(group, to_commit, retry_for=300, metadata=metadata)
             outcomes += [{"seq": seq, "status": "done", "note": why} for seq, _, why in committing]
             recommitted += [c for _, c, _ in committing]
         if outcomes:

@@ -26,7 +26,8 @@ The trim plan's rules (spark_jobs/trim_plan.py applies them; trim/execute.py re-
                    (`group_state`)
   re-commit        only for a group that is Empty (or Dead) now (`may_recommit`), and only an
                    offset the trim removed: never one that moved since the plan
-                   (`recommit_decision`)
+                   (`recommit_decision`), with the commit metadata the record held when the
+                   client can write it back byte for byte (`recommit_metadata`)
 """
 
 from __future__ import annotations
@@ -170,3 +171,20 @@ def recommit_decision(planned: int, before: int | None, now: int | None, state: 
         return "skip", (f"committed offset was {before} when execute started, the plan read {planned}: "
                         "it moved after the plan; not re-committed")
     return "commit", f"offset {planned} was only in a quarantined segment"
+
+
+def recommit_metadata(stored: str | None) -> tuple[str | None, str | None]:
+    """The commit metadata to give the client for a re-commit, and why it is not carried when not.
+
+    `stored` is the metadata exactly as the quarantined record held it. The toolkit commits through
+    librdkafka, which stores a metadata string with a trailing NUL: a string its own clients wrote
+    ("m1" stored as "m1\\x00") goes back byte for byte when given without that NUL. A string another
+    client wrote (a Java client's, Kafka Streams' encoded timestamps) would come back with a NUL
+    more, which its owner may fail to decode: it is not carried (the offset is), and the note says so."""
+    if not stored:
+        return None, None
+    if stored.endswith("\x00") and "\x00" not in stored[:-1]:
+        return stored[:-1], None
+    return None, (f"its commit metadata ({len(stored.encode('utf-8', 'surrogatepass'))} bytes, not written by a "
+                  "librdkafka client) is not carried: librdkafka would store it with a trailing NUL")
+
