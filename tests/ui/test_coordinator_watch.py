@@ -35,10 +35,20 @@ def _ts(text: str) -> float:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_server, unique):
+@pytest.fixture
+def watching(airflow_server):
+    """coordinator_ownership unpaused for this test only: left on, every leader change the later
+    tests make (trims, broker restarts, reassignments) would start a Spark run in the background of
+    theirs."""
     api = airflow_server.api
     wait_for(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 180, "the DAG parsed by the dag-processor")
     api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+    yield api
+    api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": True})
+
+
+def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_server, watching, unique):
+    api = watching
     triggerer_log = Path(airflow_server.airflow_home()) / "logs" / "triggerer.out"
     wait_for(lambda: "watching 50 __consumer_offsets partition states of cluster labtest"
              in triggerer_log.read_text(errors="replace"), 180, "the leader-change trigger running in the triggerer")
