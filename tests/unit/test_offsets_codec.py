@@ -87,8 +87,12 @@ def test_tombstones_and_other_versions():
     assert decode(i16(16) + s("g") + s("orders.*"), None)["regex"] == "orders.*"
     assert decode(i16(11) + s("share"), i16(0) + b"whatever")["kind"] == "share_group_metadata"
     assert decode(i16(23) + s("streams"), i16(0))["kind"] == "streams_group_topology"
+    # types only some releases write (Kafka's message specs: 9 and 18 in some, 24 in the newest sources)
+    assert [decode(i16(v) + s("g"), None)["kind"] for v in (9, 18, 24)] == [
+        "share_group_partition_metadata", "streams_group_partition_metadata",
+        "streams_group_target_assignment_resolved_topic_ids"]
     # versions this decoder does not know: kind "unknown" with the version, never an error
-    for v in (9, 18, 24, 25, 99, -1):
+    for v in (25, 99, -1, 9999):
         assert decode(i16(v) + b"whatever", b"x") == {"key_version": v, "kind": "unknown", "tombstone": False}
 
 

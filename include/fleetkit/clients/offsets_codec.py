@@ -4,10 +4,12 @@ Keys start with an int16 version, which is the record type: 0 and 1 are offset-c
 topic, partition), 2 is a group-metadata key (group). 3-8 and 16 are the records of the consumer
 group protocol (KIP-848, Kafka 4.x): group metadata (epoch), partition metadata, member metadata,
 target assignment metadata and member, current member assignment, regular expression; they are
-decoded (tagged fields skipped). 10-15 (share groups) and 17-23 (streams groups) are named and
-their key decoded. Any other version is kind "unknown" with its version (counted by the reader,
-never an error). Keys are never flexible (int16-length strings); the values of types 3-23 are
-flexible (compact strings and arrays, tagged fields).
+decoded (tagged fields skipped). 9-15 (share groups; 9, partition metadata, only in the releases
+that wrote it) and 17-24 (streams groups; 18, partition metadata, and 24, the target assignment's
+resolved topic ids, likewise) are named and their key decoded. Any other version is kind
+"unknown" with its version (counted by the reader, never an error). Keys are never flexible
+(int16-length strings); the values of types 3-24 are flexible (compact strings and arrays, tagged
+fields).
 
 Values: offset commit v0-v4 (v4 flexible: compact strings, tagged fields), group metadata v0-v4
 (v4 flexible). A missing value is a tombstone. Strings are returned exactly as stored (librdkafka
@@ -27,13 +29,13 @@ KNOWN_KEY_KINDS = {0: "offset_commit", 1: "offset_commit", 2: "group_metadata",
                    3: "consumer_group_metadata", 4: "consumer_group_partition_metadata",
                    5: "consumer_group_member_metadata", 6: "consumer_group_target_assignment_metadata",
                    7: "consumer_group_target_assignment_member", 8: "consumer_group_current_member_assignment",
-                   10: "share_group_member_metadata", 11: "share_group_metadata",
+                   9: "share_group_partition_metadata", 10: "share_group_member_metadata", 11: "share_group_metadata",
                    12: "share_group_target_assignment_metadata", 13: "share_group_target_assignment_member",
                    14: "share_group_current_member_assignment", 15: "share_group_state_partition_metadata",
                    16: "consumer_group_regular_expression", 17: "streams_group_metadata",
-                   19: "streams_group_member_metadata", 20: "streams_group_target_assignment_metadata",
+                   18: "streams_group_partition_metadata", 19: "streams_group_member_metadata", 20: "streams_group_target_assignment_metadata",
                    21: "streams_group_target_assignment_member", 22: "streams_group_current_member_assignment",
-                   23: "streams_group_topology"}
+                   23: "streams_group_topology", 24: "streams_group_target_assignment_resolved_topic_ids"}
 #: record types of the newer protocols (everything but the classic offset commits and group metadata)
 OTHER_KEY_VERSIONS = tuple(v for v in KNOWN_KEY_KINDS if v > 2)
 #: the second key field of the types keyed by (group, member id) or (group, regular expression)
