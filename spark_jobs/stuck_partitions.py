@@ -34,8 +34,8 @@ from pyspark.sql import types as T  # noqa: E402
 from fleetkit.stuck import rules as stuck  # noqa: E402
 from fleetkit.stuck import timelag  # noqa: E402
 from fleetkit.stuck.columnar import (  # noqa: E402
-    CODE_BITS, FACT_INPUT, FACTS_SCHEMA, GROUP_FACTS_SCHEMA, GROUP_ID, GROUP_KEYS, KEYS, PACKED, TP_KEYS,
-    task_facts, task_output_ddl, unpack_points,
+    CODE_BITS, FACT_INPUT, FACTS_SCHEMA, GROUP_FACTS_SCHEMA, GROUP_ID, GROUP_KEYS, KEYS, TP_KEYS, group_id_column,
+    packed_columns, task_facts, task_output_ddl, unpack_points,
 )
 
 
@@ -62,27 +62,13 @@ GK = GROUP_KEYS
 
 
 def packed_small_values(vocab: Column) -> list[Column]:
-    """fleetkit.stuck.columnar.PACKED of each row: assigned, whether its group state is a
-    rebalancing one, generation, rejoins, and the codes (1-based positions in `vocab`) of its rejoin
-    cause and assignor."""
-    def code(c):
-        return F.coalesce(F.array_position(vocab, F.col(c)), F.lit(0)).cast("long")
-
-    def bit(cond, n):
-        return F.when(cond, F.lit(1 << n)).otherwise(F.lit(0)).cast("long")
-
-    assigned = F.when(F.col("assigned").isNull(), 0).when(F.col("assigned"), 2).otherwise(1).cast("long")
-    flags = (assigned + bit(F.coalesce(F.col("group_state").isin(*stuck.REBALANCING), F.lit(False)), 2)
-             + bit(F.col("generation").isNull(), 3) + bit(F.col("rejoins").isNull(), 4)
-             + F.shiftleft(code("rejoin_cause"), 8) + F.shiftleft(code("assignor"), 8 + CODE_BITS))
-    both = (F.shiftleft(F.coalesce(F.col("generation"), F.lit(0)).cast("long"), 32)
-            .bitwiseOR(F.coalesce(F.col("rejoins"), F.lit(0)).cast("long").bitwiseAND(F.lit(0xFFFFFFFF))))
-    return [flags.alias(PACKED[0]), both.alias(PACKED[1])]
+    """fleetkit.stuck.columnar.PACKED of each row (its encoder, beside the decoder)."""
+    return packed_columns(F, vocab, stuck.REBALANCING)
 
 
 def group_id() -> Column:
     """fleetkit.stuck.columnar.group_id of each row's cluster, source and group."""
-    return F.concat(*[F.coalesce(F.concat(F.length(c).cast("string"), F.lit(":"), F.col(c)), F.lit("-")) for c in GK])
+    return group_id_column(F)
 
 
 def _vocabulary(words: list[str]):

@@ -22,6 +22,13 @@ def group_id(cluster: str | None, source: str | None, group: str | None) -> str:
     return "".join("-" if v is None else f"{len(v)}:{v}" for v in (cluster, source, group))
 
 
+def group_id_column(F):
+    """`group_id` of each row's cluster, source and group as a Spark Column (the job's encoder;
+    `F` is pyspark.sql.functions, passed in: this library imports no Spark)."""
+    return F.concat(*[F.coalesce(F.concat(F.length(c).cast("string"), F.lit(":"), F.col(c)), F.lit("-"))
+                      for c in ("cluster", "source", "group")])
+
+
 def parse_group_id(text: str) -> tuple[str | None, str | None, str | None]:
     """group_id's parts back; ValueError for a string group_id cannot have built."""
     out, i = [], 0
@@ -64,6 +71,26 @@ def expand_group_ids(table):
 #:   `_gen_rejoins`: generation in the high 32 bits, rejoins in the low 32 (two's complement)
 PACKED = ["_flags", "_gen_rejoins"]
 CODE_BITS = 20  # codes are positions in the job's vocabulary of causes and assignors: < 2**20
+
+
+def packed_columns(F, vocab, rebalancing_states) -> list:
+    """PACKED of each row as Spark Columns (the job's encoder of what `unpack_small_values` decodes):
+    assigned, whether its group state is one of `rebalancing_states`, generation, rejoins, and the
+    codes (1-based positions in the array Column `vocab`) of its rejoin cause and assignor. `F` is
+    pyspark.sql.functions, passed in."""
+    def code(c):
+        return F.coalesce(F.array_position(vocab, F.col(c)), F.lit(0)).cast("long")
+
+    def bit(cond, n):
+        return F.when(cond, F.lit(1 << n)).otherwise(F.lit(0)).cast("long")
+
+    assigned = F.when(F.col("assigned").isNull(), 0).when(F.col("assigned"), 2).otherwise(1).cast("long")
+    flags = (assigned + bit(F.coalesce(F.col("group_state").isin(*rebalancing_states), F.lit(False)), 2)
+             + bit(F.col("generation").isNull(), 3) + bit(F.col("rejoins").isNull(), 4)
+             + F.shiftleft(code("rejoin_cause"), 8) + F.shiftleft(code("assignor"), 8 + CODE_BITS))
+    both = (F.shiftleft(F.coalesce(F.col("generation"), F.lit(0)).cast("long"), 32)
+            .bitwiseOR(F.coalesce(F.col("rejoins"), F.lit(0)).cast("long").bitwiseAND(F.lit(0xFFFFFFFF))))
+    return [flags.alias(PACKED[0]), both.alias(PACKED[1])]
 
 
 def unpack_small_values(table):
