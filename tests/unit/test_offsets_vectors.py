@@ -140,8 +140,8 @@ COMMIT = (encode_offset_key("g", "t", 0), encode_offset_value_v1(5, "", 1, 2))
 
 def test_unknown_record_type_is_counted_with_its_version():
     res = feed(batch(0, [COMMIT, (struct.pack(">h", 99) + b"future", b"v"), (struct.pack(">h", 99) + b"x", None),
-                         (struct.pack(">h", 9), b"")]))
-    assert res.unknown_versions == {99: 2, 9: 1}
+                         (struct.pack(">h", 25), b"")]))
+    assert res.unknown_versions == {99: 2, 25: 1}
     assert [r["committed_offset"] for r in res.rows] == [5]
     assert res.kinds == {"offset_commit": 1, "unknown": 3}
     assert "key version 99" in res.summary() and res.positions == {0: 4}
