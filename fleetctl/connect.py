@@ -1,6 +1,8 @@
 """How fleetctl reaches a cluster and Airflow: the deployment's settings, the fleet-file cluster,
 its Kafka and ZooKeeper clients from AIRFLOW_CONN_<ID> variables in JSON form (no Airflow import),
-else through Airflow (fleet_airflow.clusters), and who acts, for the audit."""
+else through Airflow (fleet_airflow.clusters), and who acts, for the audit. Every command reaches
+clusters here: the read-only connections, or the runbook ones for a command that changes the
+cluster (`changes`)."""
 
 from __future__ import annotations
 
@@ -58,56 +60,66 @@ def airflow_clusters():
     return clusters
 
 
-def kafka_client(cluster, timeout: float):
-    """The cluster's KafkaCluster: from its AIRFLOW_CONN_ variable when that is JSON, else Airflow."""
+def kafka_client(cluster, timeout: float, changes: bool = False):
+    """The cluster's KafkaCluster: from its AIRFLOW_CONN_ variable when that is JSON, else Airflow.
+    `changes`: the runbook connection (the fleet file's runbook_kafka_conn_id), for a command that
+    changes the cluster."""
     from fleetkit.clients.kafka import KafkaCluster, client_config
     from fleetkit.core.connections import from_env, kafka_config
 
-    conn = from_env(cluster.kafka_conn_id)
+    conn = from_env(cluster.kafka_conn_id_for(changes))
     config = kafka_config(conn) if conn is not None else None
     if config is None:
-        return airflow_clusters().kafka_for(cluster, timeout=timeout)
+        return airflow_clusters().kafka_for(cluster, timeout=timeout, changes=changes)
     return KafkaCluster(cluster.name, client_config(config, cluster.kafka_version), timeout=timeout)
 
 
-def zookeeper_client(cluster, conn_id: str, chroot: str | None, name: str):
-    """A not yet started ZooKeeperCluster for a connection id (JSON variable, else Airflow)."""
+def zookeeper_client(cluster, conn_id: str, chroot: str | None, name: str, changes: bool = False):
+    """A not yet started ZooKeeperCluster for a connection id (JSON variable, else Airflow; `changes`:
+    the id is a runbook connection)."""
     from fleetkit.clients.zookeeper import ZooKeeperCluster, connection_settings
     from fleetkit.core.connections import from_env
 
     conn = from_env(conn_id)
     if conn is None:
         clusters = airflow_clusters()
-        if conn_id == getattr(cluster.zookeeper, "conn_id", None) and chroot == cluster.zookeeper.chroot:
-            return clusters.zookeeper_for(cluster)
-        store = next(s for s in cluster.offset_stores if s.conn_id == conn_id)
-        return clusters.offset_store_zookeeper(cluster, store)
+        zk = cluster.zookeeper
+        if zk is not None and conn_id == zk.conn_id_for(changes) and chroot == zk.chroot:
+            return clusters.zookeeper_for(cluster, changes=changes)
+        store = next(s for s in cluster.offset_stores if s.conn_id_for(changes) == conn_id)
+        return clusters.offset_store_zookeeper(cluster, store, changes=changes)
     s = connection_settings(conn_id, conn.host, conn.port, conn.login, conn.password, conn.extra, chroot)
     return ZooKeeperCluster.from_settings(name, s)
 
 
 @contextmanager
-def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = True):
-    """(kafka, zk or None, store clients or None), closed on exit."""
+def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = True, changes: bool = False):
+    """(kafka, zk or None, store clients or None), closed on exit. `changes`: through the runbook
+    connections, for a command that changes the cluster (whose own errors are then raised as they
+    are: a failed change is not a verdict on the cluster's reachability)."""
     from fleetkit.collection.zk_offsets import started_store_clients
 
     from fleetkit.core.errors import ClusterUnreachable
 
-    kafka = kafka_client(cluster, timeout)
+    kafka = kafka_client(cluster, timeout, changes)
     zk = None
     try:
         if zookeeper and cluster.zookeeper is not None:
-            zk = zookeeper_client(cluster, cluster.zookeeper.conn_id, cluster.zookeeper.chroot, cluster.name)
+            zk = zookeeper_client(cluster, cluster.zookeeper.conn_id_for(changes), cluster.zookeeper.chroot,
+                                  cluster.name, changes)
             zk.start()
         if stores and cluster.offset_stores:
             with started_store_clients(cluster, lambda s: zookeeper_client(
-                    cluster, s.conn_id, s.chroot or None, f"{cluster.name} {s.kind} store")) as clients:
+                    cluster, s.conn_id_for(changes), s.chroot or None, f"{cluster.name} {s.kind} store",
+                    changes)) as clients:
                 yield kafka, zk, clients
         else:
             yield kafka, zk, None
     except FleetError:
         raise
     except Exception as e:
+        if changes:
+            raise
         # a broker dropping mid-request, a kazoo session lost: name the cluster, keep the cause
         raise ClusterUnreachable(f"cluster {cluster.name!r} ({kafka.bootstrap}): {type(e).__name__}: {e}") from e
     finally:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from fleetctl.connect import CONNECT_TIMEOUT, airflow_context, connected
 from fleetctl.connect import actor as current_actor
-from fleetctl.connect import airflow_context
 
 
 def _trim_command(args, what: str) -> int:
@@ -18,7 +18,6 @@ def _trim_command(args, what: str) -> int:
     from fleetkit.core.runbook import Refused, run_state_problem
     from fleetkit.trim import resume as trim_resume
 
-    from fleet_airflow import clusters
     from fleetctl.airflow_api import run_state_or_none
 
     actor = current_actor()
@@ -49,7 +48,8 @@ def _trim_command(args, what: str) -> int:
 
     cluster = rb.fleet_cluster()
     owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
-    with clusters.connected(cluster, changes=True) as (kafka, zk):  # it changes the cluster: the runbook principal
+    # it changes the cluster: the runbook connections (principal)
+    with connected(cluster, CONNECT_TIMEOUT, stores=False, changes=True) as (kafka, zk, _):
         lock = rb.lock(cluster, kafka, zk, owner, holder_running)  # the cluster's identity
         try:
             ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)

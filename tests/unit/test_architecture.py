@@ -103,6 +103,9 @@ def test_fleetctl_uses_only_the_adapters_settings_and_connections():
     used = {i for m, imps in GRAPH.items() if m.split(".")[0] == "fleetctl" for i in imps
             if i.split(".")[0] == "fleet_airflow"}
     assert used <= {"fleet_airflow.settings", "fleet_airflow.clusters"}
+    # connections only through fleetctl.connect (JSON variables first, Airflow where one lives there)
+    through = sorted(m for m, imps in GRAPH.items() if m.split(".")[0] == "fleetctl" and "fleet_airflow.clusters" in imps)
+    assert through == ["fleetctl.connect"], through
 
 
 def layer(module: str) -> str | None:

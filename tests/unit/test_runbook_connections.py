@@ -93,3 +93,19 @@ def test_the_gate_connects_execute_and_cleanup_as_the_runbook_principal(fleet, m
         seen.append(("store", zk.identity))
     assert seen == [("connected", False), ("store", "digest:fleet"),
                     ("connected", True), ("store", "sasl:fleet-runbook")]
+
+
+def test_fleetctl_reaches_the_cluster_with_the_same_principals_without_airflow(fleet):
+    """fleetctl's own connection module (JSON AIRFLOW_CONN_ variables, no Airflow import): the
+    read-only connections, and the runbook ones for a command that changes the cluster (fleetctl
+    trim resume / restore)."""
+    from fleetctl import connect
+
+    c = fleet.cluster("prod")
+    assert connect.kafka_client(c, 5).bootstrap == "127.0.0.1:1001"
+    assert connect.kafka_client(c, 5, changes=True).bootstrap == "127.0.0.1:1002"
+    for changes, want in ((False, ("127.0.0.1:2001", "digest:fleet")), (True, ("127.0.0.1:2002", "sasl:fleet-runbook"))):
+        zk = connect.zookeeper_client(c, c.zookeeper.conn_id_for(changes), c.zookeeper.chroot, c.name, changes)
+        assert (zk.hosts, zk.chroot, zk.identity) == (*want[:1], "/kafka", want[1])
+    storm = c.offset_stores[1]
+    assert connect.zookeeper_client(c, storm.conn_id_for(True), None, "storm", True).identity == "digest:storm-runbook"
