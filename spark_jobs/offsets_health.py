@@ -60,6 +60,35 @@ def read_dataset(spark, root: str, name: str, clusters: list[str] | None = None)
     return spark.read.parquet(*parquet)
 
 
+def current_records(spark, root: str, clusters: list[str] | None = None) -> DataFrame:
+    """offsets_topic_records (read_dataset) without the rows of a log the collection found replaced
+    under it (fleetkit.collection.log_marks: a cluster re-created under the same name, a truncated
+    log): per partition, only the rows collected since."""
+    import re
+
+    import datetime as dt
+
+    from jobs_common import data_files, path_join
+
+    from fleetkit.collection import log_marks
+    from fleetkit.core.datasets import DataRoot
+
+    records = read_dataset(spark, root, "offsets_topic_records", clusters)
+    names = clusters if clusters is not None else sorted(
+        {m.group(1) for f in data_files(path_join(root, "offsets_topic_records"))[0]
+         for m in [re.search(r"/cluster=([^/]+)/", f)] if m})
+    data = DataRoot(root)
+    since = [(c, p, dt.datetime.fromisoformat(t)) for c in names for p, t in log_marks.superseded_before(data, c).items()]
+    if not since:
+        return records
+    for c, p, t in since:
+        print(f"offsets_topic_records: {c} partition {p}: only the rows collected since {t.isoformat()} (the log "
+              "was replaced under the collection)", flush=True)
+    marks = spark.createDataFrame(since, "cluster string, partition int, _since timestamp")
+    return (records.join(F.broadcast(marks), ["cluster", "partition"], "left")
+            .filter(F.col("_since").isNull() | (F.col("observed_at") >= F.col("_since"))).drop("_since"))
+
+
 def key_columns() -> list:
     """The compaction key of each record, as columns: offset commits by (group, topic, partition),
     group metadata (key version 2) by group alone."""
@@ -308,7 +337,7 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     spark = session("offsets_health", args.master)
     fleet = [c.name for c in load_fleet(args.fleet).clusters]  # only the clusters the fleet file lists
-    out, per_segment = health(read_dataset(spark, args.data_root, "offsets_topic_records", fleet),
+    out, per_segment = health(current_records(spark, args.data_root, fleet),
                               read_dataset(spark, args.data_root, "segment_inventory", fleet),
                               read_dataset(spark, args.data_root, "cleaner_checkpoints", fleet),
                               settings_frame(spark, args.fleet), args.bloat_ratio, args.min_bloat_bytes,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs_common import path_exists, path_join, session, write_text  # noqa: E402
-from offsets_health import latest_inventory, newest_per_key, read_dataset  # noqa: E402
+from offsets_health import current_records, latest_inventory, newest_per_key, read_dataset  # noqa: E402
 
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -164,7 +164,7 @@ def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | Non
     if not path_exists(health_file):
         raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
     health = spark.read.json(health_file)
-    plans = build(read_dataset(spark, data_root, "offsets_topic_records"),
+    plans = build(current_records(spark, data_root),
                   read_dataset(spark, data_root, "segment_inventory"), health,
                   group_states_frame(spark, data_root), parts)
     write_text(path_join(out, "trim_plan.json"),

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from fleetkit.collection import log_marks
 from fleetkit.collection.offsets_topic import collect_offsets_topic, settings_path
 from fleetkit.core.datasets import DataRoot
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
@@ -78,6 +79,32 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
                               [(hammered_p, b, "BLOATED") for b in brokers])
     fixes = [json.loads(r["fix"]) for r in rows if r["verdict"] == "BLOATED"]
     assert {f["apply"] for f in fixes} == {"live" if modern else "restart"}
+
+    # the next collection reads on from the saved positions: the same log (the records at the marks
+    # read back byte for byte), nothing read again
+    marks = log_marks.load(root, cluster.name)["marks"]
+    assert set(marks) == {quiet_p, hammered_p}
+    again = collect_offsets_topic(cluster, kafka, root, partitions=[quiet_p, hammered_p],
+                                  files_for=(lambda b: None) if modern else None)
+    assert (again.problems, again.restarted, again.records_written) == ([], [], 0)
+    # a mark whose record reads back other bytes (what a cluster re-created under the same name
+    # gives): that partition is read again from its log start, the rows before superseded
+    state = log_marks.load(root, cluster.name)
+    state["marks"][hammered_p]["sha256"] = "0" * 64
+    log_marks.save(root, cluster.name, state)
+    third = collect_offsets_topic(cluster, kafka, root, partitions=[quiet_p, hammered_p],
+                                  files_for=(lambda b: None) if modern else None)
+    assert third.restarted == [hammered_p] and "is not the one read before" in third.problems[0], third.problems
+    assert set(log_marks.superseded_before(root, cluster.name)) == {hammered_p}
+    per_partition = {r["partition"]: r["n"] for r in offsets_health.current_records(spark, root.uri)
+                     .groupBy("partition").count().withColumnRenamed("count", "n").collect()}
+    everything = {r["partition"]: r["n"] for r in offsets_health.read_dataset(spark, root.uri, "offsets_topic_records")
+                  .groupBy("partition").count().withColumnRenamed("count", "n").collect()}
+    # of the hammered partition only the re-read rows (the earlier ones stay in the dataset, superseded);
+    # the quiet partition's untouched
+    assert per_partition[hammered_p] == third.records_written > 0 and everything[hammered_p] > third.records_written
+    assert per_partition[quiet_p] == everything[quiet_p]
+    assert log_marks.load(root, cluster.name)["marks"][hammered_p]["sha256"] != "0" * 64  # marked again
     if not modern:
         return
     # the fix, live: the cluster-wide default, read back from every broker, then rolled back; by the

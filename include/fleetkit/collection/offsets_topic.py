@@ -2,8 +2,9 @@
 
 Records: the first run reads each partition from its log start, later runs from where the last
 stopped (positions kept under the data root: a 200 GB partition cannot be re-read every five
-minutes), starting over when the log start moved past the saved position. Each run stops at the
-high watermark it saw when it began. Undecodable records are counted and reported with their
+minutes), starting over when the log start moved past the saved position or the log is another
+one than the one read before (a cluster or topic re-created under the same name, a truncated log:
+`log_marks`). Each run stops at the high watermark it saw when it began. Undecodable records are counted and reported with their
 partition and offset; decoding goes on.
 
 Partitions are read on the wire (fleetkit.clients.wire_logs: Fetch v4-v11 and record batches v2
@@ -38,7 +39,7 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 from fleetkit.clients.broker_files import BrokerFiles, LocalBrokerFiles
 from fleetkit.clients.kafka import KafkaCluster, error_name
 from fleetkit.clients.offsets_codec import DecodeError, decode
-from fleetkit.collection import rebalances
+from fleetkit.collection import log_marks, rebalances
 from fleetkit.core.datasets import SCHEMAS, DataRoot, Staging, table_from_rows, utcnow
 from fleetkit.core.errors import ClusterUnreachable
 from fleetkit.core.fleet import Cluster
@@ -517,6 +518,27 @@ def settings_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "cleaner_settings.json")
 
 
+def _records_at(cluster: Cluster, kafka: KafkaCluster, offsets: dict[int, int], logs: dict | None = None) -> dict[int, str]:
+    """log_marks.fingerprint of the record at each partition's offset, where one can be read (none
+    when it was compacted away, is below the log start or is a control record). `logs`: the
+    partitions' log offsets when already asked."""
+    got: dict[int, str] = {}
+    if not offsets:
+        return got
+
+    def on_record(p: int, off: int, key: bytes | None, value: bytes | None) -> None:
+        if off == offsets.get(p):
+            got[p] = log_marks.fingerprint(key, value)
+
+    logs = logs or kafka.log_offsets([(OFFSETS_TOPIC, p) for p in offsets])
+    readable = {p: o for p, o in offsets.items()
+                if (lambda s, e: s is not None and e is not None and s <= o < e)(*logs[(OFFSETS_TOPIC, p)][:2])}
+    if readable:
+        read_records(cluster.name, kafka, sorted(readable), dict(readable), on_record=on_record,
+                     ends={p: o + 1 for p, o in readable.items()})
+    return got
+
+
 def positions_path(root: DataRoot, cluster: str) -> str:
     return root.join("_state", f"cluster={cluster}", "offsets_topic_positions.json")
 
@@ -533,10 +555,29 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     parts = partitions if partitions is not None else list(range(cluster.offsets_topic_partitions))
     saved = {int(k): v for k, v in (root.read_json(positions_path(root, cluster.name), default={}) or {}).items()}
     now = utcnow()
+    # the saved positions are of this log? (log_marks: a cluster re-created under the same name)
+    state = log_marks.load(root, cluster.name)
+    probe = {p: m["offset"] for p, m in state["marks"].items()
+             if p in parts and saved.get(p) is not None and m["offset"] < saved[p]}
+    replaced: dict[int, str] = {}
+    if probe:
+        logs = kafka.log_offsets([(OFFSETS_TOPIC, p) for p in probe])
+        replaced = log_marks.changed({p: state["marks"][p] for p in probe}, saved,
+                                     {p: logs[(OFFSETS_TOPIC, p)][1] for p in probe},
+                                     _records_at(cluster, kafka, probe, logs))
+    for p, why in sorted(replaced.items()):
+        log.warning("%s-%d of cluster %s: %s: read again from its log start; the rows collected before are "
+                    "superseded", OFFSETS_TOPIC, p, cluster.name, why)
+        saved.pop(p, None)
+        state["marks"].pop(p, None)
+        state["superseded_before"][p] = now.isoformat()
     staging = Staging(root, cluster.name, now)
     try:
         res = read_records(cluster.name, kafka, parts, saved, observed_at=now,
                            table_sink=lambda table: staging.add_table("offsets_topic_records", table))
+        res.restarted += sorted(replaced)
+        res.problems += [f"{OFFSETS_TOPIC}-{p}: {why}: read again from its log start (the rows collected "
+                         "before are superseded)" for p, why in sorted(replaced.items())]
         skipped: list[int] = []
         segs, cps = inventory(cluster, files_for=files_for, observed_at=now, partitions=parts, skipped=skipped)
         if skipped and cluster.version_tuple >= DESCRIBE_LOG_DIRS_SINCE:
@@ -551,6 +592,11 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
         raise
     written = staging.commit()
     root.write_json_atomic(positions_path(root, cluster.name), {str(k): v for k, v in res.positions.items()})
+    # the new marks: the last record read where the position moved (a mark that cannot be read stays)
+    moved = {p: at - 1 for p, at in res.positions.items() if at and (at != saved.get(p) or p not in state["marks"])}
+    for p, fp in _records_at(cluster, kafka, moved).items():
+        state["marks"][p] = {"offset": moved[p], "sha256": fp}
+    log_marks.save(root, cluster.name, state)
     if cluster.version_tuple >= DESCRIBE_CONFIGS_SINCE:
         try:
             got = cleaner_settings(kafka.admin, [b.id for b in cluster.brokers], kafka.timeout, kafka)
