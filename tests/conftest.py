@@ -70,6 +70,9 @@ TEST_FLEET_FILE = REPO / ".lab-test" / "fleet.yaml"
 os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
 # runs that take the default data root (e.g. started by an asset watcher) never write the demo's ./data
 os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
+# the audit chains' heads live as long as that data root (across sessions, whatever lock folder a
+# test takes): a head lost while its chain stays is reported, and refuses a trim's restore
+os.environ["FLEET_AUDIT_HEADS_DIR"] = str(TEST_AIRFLOW_HOME / "audit-heads")
 # the suite's clusters are collected when a test needs it, not every 5 min: none goes stale during a run
 # (the STALE state is tested with explicit intervals in tests/unit/test_blind.py and test_fleetview.py)
 os.environ["FLEET_COLLECTION_INTERVAL"] = "1h"
