@@ -29,9 +29,9 @@ with DAG(**runbook_dag_args(
     "Diagnose a stuck partition; skip a poison record (approval required)",
     DOC,
     {
-        "group": Param("", type="string", minLength=1),
-        "topic": Param("", type="string", minLength=1),
-        "partition": Param(0, type="integer", minimum=0),
+        "group": Param("", type="string", minLength=1, description="consumer group id (exactly as the cluster has it)"),
+        "topic": Param("", type="string", minLength=1, description="topic"),
+        "partition": Param(0, type="integer", minimum=0, description="partition"),
         "skip": Param(1, type="integer", minimum=1, description="records to skip forward"),
         "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
     },

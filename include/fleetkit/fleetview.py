@@ -27,7 +27,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from fleetkit.collection.blind import current_state, shown_status
 from fleetkit.core.settings import newest_in_runs as newest
@@ -46,20 +46,39 @@ RUNBOOKS = {
     "OUT_OF_RANGE": ("runbook_reset_offsets", "reset the group's offset into the log (approval required)"),
     "REWOUND": ("runbook_reset_offsets", "restore the offsets from before the rewind (approval required)"),
 }
-#: the trigger-form fields of each runbook the page offers, in order: (param, type, help)
-RUNBOOK_FIELDS = {
-    "runbook_stuck_partition": [("cluster", "string", "cluster name from the fleet file"),
-                                ("group", "string", "consumer group id"), ("topic", "string", "topic"),
-                                ("partition", "integer", "partition"),
-                                ("skip", "integer", "records to skip forward"),
-                                ("dry_run", "boolean", "plan and render only")],
-    "runbook_reset_offsets": [("cluster", "string", "cluster name from the fleet file"),
-                              ("group", "string", "consumer group id"), ("topic", "string", "topic"),
-                              ("partitions", "string", "'all' or partition numbers like 0,2"),
-                              ("target", "string", "earliest | latest | offset N | skip N | restore"),
-                              ("source", "string", "kafka | zookeeper | storm"),
-                              ("dry_run", "boolean", "plan and render only")],
+#: which of each runbook DAG's params the fleet page's form shows, in order; their types,
+#: descriptions and minimums are the DAG's own Params (`form_fields`)
+RUNBOOK_FORMS = {
+    "runbook_stuck_partition": ("cluster", "group", "topic", "partition", "skip", "dry_run"),
+    "runbook_reset_offsets": ("cluster", "group", "topic", "partitions", "target", "source", "dry_run"),
 }
+
+
+class FormField(NamedTuple):
+    name: str
+    kind: str            # boolean | integer | string
+    help: str            # the Param's description
+    minimum: int | None  # the Param's minimum (integers)
+
+
+def form_fields(dag_id: str, params: dict[str, dict]) -> list[FormField]:
+    """The runbook form's fields from the DAG's params (`params`: name -> the Param's JSON schema,
+    with its description under "description"). ValueError for a DAG this page does not start, or
+    whose params lack one of its fields."""
+    names = RUNBOOK_FORMS.get(dag_id)
+    if names is None:
+        raise ValueError(f"{dag_id!r} is not a runbook this page starts ({', '.join(RUNBOOK_FORMS)})")
+    out = []
+    for name in names:
+        schema = params.get(name)
+        if schema is None:
+            raise ValueError(f"the DAG {dag_id!r} has no param {name!r} (its params: {', '.join(sorted(params))})")
+        types = schema.get("type")
+        types = [t for t in (types if isinstance(types, list) else [types]) if t != "null"]
+        kind = types[0] if types and types[0] in ("boolean", "integer") else "string"
+        out.append(FormField(name, kind, schema.get("description") or name,
+                             schema.get("minimum") if kind == "integer" else None))
+    return out
 
 
 def runbook_conf(finding: dict) -> tuple[str, dict] | None:
@@ -76,29 +95,26 @@ def runbook_conf(finding: dict) -> tuple[str, dict] | None:
                  "source": finding.get("source") or "kafka"}
 
 
-def coerce_conf(dag_id: str, form: dict[str, str]) -> dict:
-    """A submitted runbook form -> the run conf, typed by RUNBOOK_FIELDS. Raises ValueError naming
-    the field that is wrong."""
-    fields = RUNBOOK_FIELDS.get(dag_id)
-    if fields is None:
-        raise ValueError(f"{dag_id!r} is not a runbook this page starts ({', '.join(RUNBOOK_FIELDS)})")
+def coerce_conf(fields: list[FormField], form: dict[str, str]) -> dict:
+    """A submitted runbook form -> the run conf, typed by its `form_fields`. Raises ValueError
+    naming the field that is wrong."""
     conf: dict = {}
-    for name, kind, _ in fields:
-        raw = form.get(name)
-        if kind == "boolean":
-            conf[name] = str(raw).lower() in ("1", "true", "on", "yes")
+    for f in fields:
+        raw = form.get(f.name)
+        if f.kind == "boolean":
+            conf[f.name] = str(raw).lower() in ("1", "true", "on", "yes")
             continue
         if raw is None or str(raw).strip() == "":
-            raise ValueError(f"{name}: a value is required")
-        if kind == "integer":
+            raise ValueError(f"{f.name}: a value is required")
+        if f.kind == "integer":
             try:
-                conf[name] = int(str(raw).strip())
+                conf[f.name] = int(str(raw).strip())
             except ValueError:
-                raise ValueError(f"{name}: {raw!r} is not a whole number") from None
-            if conf[name] < 0:
-                raise ValueError(f"{name}: {raw!r} is negative")
+                raise ValueError(f"{f.name}: {raw!r} is not a whole number") from None
+            if f.minimum is not None and conf[f.name] < f.minimum:
+                raise ValueError(f"{f.name}: {raw!r} is below its minimum {f.minimum}")
         else:
-            conf[name] = str(raw)  # names are taken exactly as the cluster has them
+            conf[f.name] = str(raw)  # names are taken exactly as the cluster has them
     return conf
 
 

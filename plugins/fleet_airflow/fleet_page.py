@@ -91,6 +91,30 @@ def api_base_url() -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
+def _runbook_fields(dag_id: str):
+    """The runbook form's fields (fleetview.form_fields) from the DAG's own Params, as the
+    dag-processor serialized them: 400 for a DAG this page does not start, 503 before it is parsed."""
+    from airflow.models.serialized_dag import SerializedDagModel
+
+    from fleetkit.fleetview import RUNBOOK_FORMS, form_fields
+
+    if dag_id not in RUNBOOK_FORMS:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST,
+                            f"dag_id {dag_id!r}: not a runbook this page starts ({', '.join(RUNBOOK_FORMS)})")
+    dag = SerializedDagModel.get_dag(dag_id)
+    if dag is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE,
+                            f"the DAG {dag_id!r} is not parsed yet (dag-processor): try again in a minute")
+    params = {}
+    for name in dag.params:
+        p = dag.params.get_param(name)
+        params[name] = {**(p.schema or {}), "description": p.description}
+    try:
+        return form_fields(dag_id, params)
+    except ValueError as e:
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, str(e)) from None
+
+
 def _page(template: str, **context) -> HTMLResponse:
     from fleetkit.core.render import render
 
@@ -194,12 +218,7 @@ def fleet_app() -> FastAPI:
 
     @app.get("/runbook", response_class=HTMLResponse)
     def runbook_form(request: Request, dag_id: str, user=Depends(may_read)):
-        from fleetkit.fleetview import RUNBOOK_FIELDS
-
-        fields = RUNBOOK_FIELDS.get(dag_id)
-        if fields is None:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST,
-                                f"dag_id {dag_id!r}: not a runbook this page starts ({', '.join(RUNBOOK_FIELDS)})")
+        fields = _runbook_fields(dag_id)
         values = {k: v for k, v in request.query_params.items() if k != "dag_id"}
         values.setdefault("dry_run", "true")
         return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=values,
@@ -211,18 +230,16 @@ def fleet_app() -> FastAPI:
         request's host) with the user's own token, so Airflow checks the trigger permission."""
         import httpx
 
-        from fleetkit.fleetview import RUNBOOK_FIELDS, coerce_conf
+        from fleetkit.fleetview import coerce_conf
 
         form = {k: str(v) for k, v in (await request.form()).items()}
         token = token_of(request)
         dag_id = form.pop("dag_id", "")
         if not _csrf_ok(form.pop("csrf", None), token):
             raise HTTPException(status.HTTP_403_FORBIDDEN, "the form is stale or not from this page: open it again")
-        fields = RUNBOOK_FIELDS.get(dag_id)
-        if fields is None:
-            raise HTTPException(status.HTTP_400_BAD_REQUEST, f"dag_id {dag_id!r}: not a runbook this page starts")
+        fields = _runbook_fields(dag_id)
         try:
-            conf = coerce_conf(dag_id, form)
+            conf = coerce_conf(fields, form)
         except ValueError as e:
             return _page("fleet_runbook.html.j2", dag_id=dag_id, fields=fields, values=form, csrf=_csrf(token),
                          result=None, error=str(e))

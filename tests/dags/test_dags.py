@@ -22,6 +22,25 @@ def test_dagbag_has_no_import_errors(dagbag):
         assert dag.doc_md and len(dag.doc_md) > 200, f"{dag_id} needs doc_md"
 
 
+def test_the_fleet_pages_runbook_forms_come_from_the_dags_params(dagbag):
+    """The page reads each runbook's Params (the serialized DAG's in the api-server): every field it
+    shows is a param of the DAG, typed and described there."""
+    from fleetkit.fleetview import RUNBOOK_FORMS, form_fields
+
+    forms = {}
+    for dag_id in RUNBOOK_FORMS:
+        params = dagbag.get_dag(dag_id).params
+        forms[dag_id] = {f.name: f for f in form_fields(dag_id, {
+            n: {**params.get_param(n).schema, "description": params.get_param(n).description} for n in params})}
+        undescribed = [n for n in RUNBOOK_FORMS[dag_id] if not params.get_param(n).description]
+        assert undescribed == [], f"{dag_id}: params the form shows without a description: {undescribed}"
+    stuck, reset = forms["runbook_stuck_partition"], forms["runbook_reset_offsets"]
+    assert [(f.kind, f.minimum) for f in (stuck["partition"], stuck["skip"], stuck["dry_run"])] == [
+        ("integer", 0), ("integer", 1), ("boolean", None)]
+    assert (reset["partitions"].kind, reset["source"].kind, reset["cluster"].help) == (
+        "string", "string", "cluster name from the fleet file")
+
+
 def test_fleet_maintenance_schedule(dagbag):
     dag = dagbag.get_dag("fleet_maintenance")
     assert dag.schedule == "*/5 * * * *"

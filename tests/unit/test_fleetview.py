@@ -11,7 +11,7 @@ import pytest
 
 from fleetkit.core.fleet import parse_fleet
 from fleetkit.core.render import render
-from fleetkit.fleetview import FleetView, coerce_conf, runbook_conf
+from fleetkit.fleetview import FleetView, coerce_conf, form_fields, runbook_conf
 from fleetkit.stuck import rules
 
 NOW = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
@@ -107,16 +107,38 @@ def test_pending_approvals_and_health(root):
     assert [r["verdict"] for r in bad] == ["BLOATED"] and counts[("lab", "HEALTHY")] == 1 and run == "run1"
 
 
-def test_form_values_are_typed_and_checked():
-    form = {"cluster": "lab", "group": EVIL, "topic": "t", "partition": "2", "skip": "1", "dry_run": "true"}
-    assert coerce_conf("runbook_stuck_partition", form) == {**form, "partition": 2, "skip": 1, "dry_run": True}
-    assert coerce_conf("runbook_stuck_partition", {**form, "dry_run": None})["dry_run"] is False
-    with pytest.raises(ValueError, match="partition: 'x' is not a whole number"):
-        coerce_conf("runbook_stuck_partition", {**form, "partition": "x"})
-    with pytest.raises(ValueError, match="group: a value is required"):
-        coerce_conf("runbook_stuck_partition", {**form, "group": ""})
+#: the stuck runbook's params as the dag-processor serializes them (the real DAG's are checked in
+#: tests/dags/test_dags.py)
+STUCK_PARAMS = {"cluster": {"type": "string", "description": "cluster name from the fleet file"},
+                "group": {"type": "string", "minLength": 1, "description": "consumer group id"},
+                "topic": {"type": "string", "description": None}, "partition": {"type": "integer", "minimum": 0},
+                "skip": {"type": ["null", "integer"], "minimum": 1, "description": "records to skip forward"},
+                "window": {"type": "string"}, "dry_run": {"type": "boolean", "description": "plan and render only"}}
+
+
+def test_form_fields_come_from_the_dags_params():
+    fields = form_fields("runbook_stuck_partition", STUCK_PARAMS)
+    assert [(f.name, f.kind, f.help, f.minimum) for f in fields] == [
+        ("cluster", "string", "cluster name from the fleet file", None), ("group", "string", "consumer group id", None),
+        ("topic", "string", "topic", None), ("partition", "integer", "partition", 0),
+        ("skip", "integer", "records to skip forward", 1), ("dry_run", "boolean", "plan and render only", None)]
     with pytest.raises(ValueError, match="not a runbook"):
-        coerce_conf("fleet_maintenance", form)
+        form_fields("fleet_maintenance", STUCK_PARAMS)
+    with pytest.raises(ValueError, match="has no param 'skip'"):
+        form_fields("runbook_stuck_partition", {k: v for k, v in STUCK_PARAMS.items() if k != "skip"})
+
+
+def test_form_values_are_typed_and_checked():
+    fields = form_fields("runbook_stuck_partition", STUCK_PARAMS)
+    form = {"cluster": "lab", "group": EVIL, "topic": "t", "partition": "2", "skip": "1", "dry_run": "true"}
+    assert coerce_conf(fields, form) == {**form, "partition": 2, "skip": 1, "dry_run": True}
+    assert coerce_conf(fields, {**form, "dry_run": None})["dry_run"] is False
+    with pytest.raises(ValueError, match="partition: 'x' is not a whole number"):
+        coerce_conf(fields, {**form, "partition": "x"})
+    with pytest.raises(ValueError, match="group: a value is required"):
+        coerce_conf(fields, {**form, "group": ""})
+    with pytest.raises(ValueError, match="skip: '0' is below its minimum 1"):  # the DAG's minimum, before Airflow's
+        coerce_conf(fields, {**form, "skip": "0"})
 
 
 def test_pages_escape_names_and_keep_form_values_exact(root):
@@ -130,7 +152,7 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
     assert "did not answer &lt;x&gt;" in html and "tasks/approve/required_actions" in html
     assert "group?cluster=lab&amp;group=pay%3Cb%3Ements" in html  # the link carries the exact name
     form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
-                  fields=[("group", "string", "consumer group id"), ("dry_run", "boolean", "plan only")],
+                  fields=[("group", "string", "consumer group id", None), ("dry_run", "boolean", "plan only", None)],
                   values={"group": EVIL, "dry_run": "true"}, csrf="c", result=None, error=None)
     assert 'value="pay&lt;b&gt;ments&lt;/b&gt; &#34;q&#34; &#39;s&#39; $(id) ü\u202e"' in form  # exact, escaped
     assert 'name="dry_run" value="true" checked' in form
@@ -139,7 +161,7 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
 def test_a_name_with_a_line_break_goes_in_a_hidden_field_exactly():
     name = "two\nlines"
     form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
-                  fields=[("group", "string", "consumer group id")], values={"group": name}, csrf="c", result=None,
+                  fields=[("group", "string", "consumer group id", None)], values={"group": name}, csrf="c", result=None,
                   error=None)
     assert '<input type="hidden" id="f-group" name="group" value="two\nlines">' in form
     assert "<code>two\\nlines</code>" in form
