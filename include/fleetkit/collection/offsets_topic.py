@@ -4,8 +4,8 @@ Records: the first run reads each partition from its log start, later runs from 
 stopped (positions kept under the data root: a 200 GB partition cannot be re-read every five
 minutes), starting over when the log start moved past the saved position or the log is another
 one than the one read before (a cluster or topic re-created under the same name, a truncated log:
-`log_marks`). Each run stops at the high watermark it saw when it began. Undecodable records are counted and reported with their
-partition and offset; decoding goes on.
+`log_marks`). Each run stops at the high watermark it saw when it began. Undecodable records are
+counted and reported with their partition and offset; decoding goes on.
 
 Partitions are read on the wire (fleetkit.clients.wire_logs: Fetch v4-v11 and record batches v2
 from brokers that answer ApiVersions, Fetch v0 and message sets from 0.9), so the reader sees what
@@ -531,8 +531,11 @@ def _records_at(cluster: Cluster, kafka: KafkaCluster, offsets: dict[int, int], 
             got[p] = log_marks.fingerprint(key, value)
 
     logs = logs or kafka.log_offsets([(OFFSETS_TOPIC, p) for p in offsets])
-    readable = {p: o for p, o in offsets.items()
-                if (lambda s, e: s is not None and e is not None and s <= o < e)(*logs[(OFFSETS_TOPIC, p)][:2])}
+    readable = {}
+    for p, o in offsets.items():
+        start, end, _ = logs[(OFFSETS_TOPIC, p)]
+        if start is not None and end is not None and start <= o < end:
+            readable[p] = o
     if readable:
         read_records(cluster.name, kafka, sorted(readable), dict(readable), on_record=on_record,
                      ends={p: o + 1 for p, o in readable.items()})
