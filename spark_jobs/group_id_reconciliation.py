@@ -6,9 +6,9 @@
 
 Reads the datasets group_id_mappings and group_members (the newest collection of each cluster:
 rows whose observed_at is the cluster's latest in either dataset) and classifies every path, first
-match wins. The rules live in fleetkit.group_ids.rules (one definition): this job aggregates each
-path's facts (rules.PathFacts) in one shuffle and calls rules.name_problem and rules.classify on
-them through Arrow-optimised Python UDFs, so reasons are the library's word for word:
+match wins. The rules live in fleetkit.group_ids.rules (one definition): this job slices the rows
+by the path's name in one shuffle and runs rules.diff, the runbook's own aggregation, on each slice
+(Arrow tables in and out), so findings and reasons are the library's word for word:
 
   UNREPRESENTABLE  a member whose <ip>-<clientId> cannot be a znode name (client id with '/',
                    characters ZooKeeper refuses, no host): reported, never written
@@ -56,13 +56,18 @@ MEMBERS_SCHEMA = T.StructType([
     T.StructField("group", T.StringType()), T.StructField("client_id", T.StringType()),
     T.StructField("client_host", T.StringType()), T.StructField("member_id", T.StringType()),
 ])
-CONFIG_SCHEMA = T.StructType([T.StructField("cluster", T.StringType()), T.StructField("root", T.StringType()),
-                              T.StructField("grace_seconds", T.DoubleType())])
-
-_Z_COLS = [("path", "string"), ("znode_group", "string"), ("znode_version", "int"), ("ctime_ms", "long"),
-           ("mtime", "timestamp"), ("age_seconds", "double"), ("z_host", "string"), ("z_client_id", "string")]
-
-_VERDICT = T.StructType([T.StructField("class", T.StringType()), T.StructField("reason", T.StringType())])
+#: the findings rules.diff returns, one column per key (plus the cluster)
+FINDINGS_SCHEMA = T.StructType([
+    T.StructField("cluster", T.StringType()), T.StructField("path", T.StringType()),
+    T.StructField("class", T.StringType()), T.StructField("reason", T.StringType()),
+    T.StructField("group", T.StringType()), T.StructField("groups", T.ArrayType(T.StringType())),
+    T.StructField("client_host", T.StringType()), T.StructField("client_id", T.StringType()),
+    T.StructField("member_ids", T.ArrayType(T.StringType())), T.StructField("znode_group", T.StringType()),
+    T.StructField("znode_version", T.IntegerType()), T.StructField("ctime_ms", T.LongType()),
+    T.StructField("mtime", T.TimestampType()), T.StructField("age_seconds", T.DoubleType()),
+])
+#: slices of each cluster's paths that rules.diff judges one at a time (a name's rows share one)
+SLICES = 64
 
 
 def latest(mappings: DataFrame, members: DataFrame) -> tuple[DataFrame, DataFrame]:
@@ -118,94 +123,46 @@ def latest_by_stats(mappings: DataFrame, members: DataFrame, newest: dict) -> tu
     return mappings.filter(cond), members.filter(cond)
 
 
-def _rule_udfs():
-    """rules.name_problem and rules.classify as column functions (the one definition, run as is).
+def _diff_slices(unknown: dict, config: dict, default_root: str, default_grace: float):
+    """rules.diff over one (cluster, slice) of znodes and members, as Arrow tables in and out.
     Everything the workers run is defined in here or in fleetkit: this file is not importable there."""
+    import pyarrow as pa
 
-    def _none(x):
-        """A null as Python sees it (None; NaN when a batch arrives as pandas)."""
-        return None if x is None or (isinstance(x, float) and x != x) else x
+    schema = pa.schema([("cluster", pa.string()), ("path", pa.string()), ("class", pa.string()),
+                        ("reason", pa.string()), ("group", pa.string()), ("groups", pa.list_(pa.string())),
+                        ("client_host", pa.string()), ("client_id", pa.string()),
+                        ("member_ids", pa.list_(pa.string())), ("znode_group", pa.string()),
+                        ("znode_version", pa.int32()), ("ctime_ms", pa.int64()),
+                        ("mtime", pa.timestamp("us", tz="UTC")), ("age_seconds", pa.float64())])
 
-    @F.udf(returnType=T.StringType(), useArrow=True)
-    def name_problem(client_host, client_id):
-        return rules.name_problem(_none(client_host), _none(client_id))
+    def judge(key, znodes, members):
+        cluster = key[0].as_py()
+        root, grace = config.get(cluster, (default_root, default_grace))
+        found = rules.diff(znodes.to_pylist(), members.to_pylist(), root, grace,
+                           unknown=unknown.get(cluster, set()))
+        return pa.Table.from_pylist([dict(f, cluster=cluster) for f in found], schema=schema)
 
-    @F.udf(returnType=_VERDICT, useArrow=True)
-    def classify_path(problem, groups, znode_group, age_seconds, group_unknown, grace_seconds):
-        facts = rules.PathFacts(member_groups=frozenset(str(g) for g in groups) if groups is not None else frozenset(),
-                                znode_group=_none(znode_group), age_seconds=_none(age_seconds),
-                                problem=_none(problem), group_unknown=bool(_none(group_unknown)))
-        return rules.classify(facts, float(grace_seconds))
-
-    return name_problem, classify_path
+    return judge
 
 
-def classify(mappings: DataFrame, members: DataFrame, config: DataFrame | None = None,
+def classify(mappings: DataFrame, members: DataFrame, config: dict | None = None,
              default_root: str = DEFAULT_GROUP_ID_ROOT, default_grace: float = DEFAULT_GROUP_ID_GRACE_SECONDS) -> DataFrame:
-    """One row per path (and per unrepresentable member) with its class, first match wins: the
-    facts of rules.PathFacts are aggregated here, rules.classify judges them."""
-    spark = mappings.sparkSession
-    if config is None:
-        config = spark.createDataFrame([], CONFIG_SCHEMA)
-    name_problem, classify_path = _rule_udfs()
-    cfg = F.broadcast(config.select("cluster", "root", "grace_seconds"))
-    name = F.concat(F.col("client_host"), F.lit("-"), F.col("client_id"))
+    """One row per path (and per unrepresentable member) with its class, first match wins.
+    config: cluster -> (root, grace seconds). The facts are aggregated by rules.diff, the runbook's
+    own function: the rows are sliced by the path's name (members' <ip>-<clientId>, the znodes' last
+    path component), so every row of one name reaches one call; the markers of groups whose members
+    are unknown (few) are read first and given to every call of their cluster."""
     marker = F.col("member_id").isNull() & F.col("client_id").isNull() & F.col("client_host").isNull()
-    unknown = (members.filter(marker & F.col("group").isNotNull())
-               .select("cluster", F.col("group").alias("znode_group")).distinct()
-               .withColumn("group_unknown", F.lit(True)))
-    # a marker with no group (rules.ALL_GROUPS): the listing was partial, every group is unknown
-    cluster_unknown = (members.filter(marker & F.col("group").isNull()).select("cluster").distinct()
-                       .withColumn("cluster_unknown", F.lit(True)))
-    m = members.filter(~marker).withColumn("problem", name_problem("client_host", "client_id")).withColumn("name", name)
-    unrep = (m.filter(F.col("problem").isNotNull())
-             .select("cluster", F.lit(None).cast("string").alias("path"), "problem",
-                     F.array("group").alias("groups"), "group", "client_host",
-                     "client_id", F.array("member_id").alias("member_ids"),
-                     F.lit(None).cast("string").alias("znode_group"), F.lit(None).cast("int").alias("znode_version"),
-                     F.lit(None).cast("long").alias("ctime_ms"), F.lit(None).cast("timestamp").alias("mtime"),
-                     F.lit(None).cast("double").alias("age_seconds"), F.lit(False).alias("group_unknown"),
-                     F.lit(None).cast("double").alias("grace")))
-    # one shuffle: members and znodes keyed by (cluster, name), aggregated together
-    mem_side = (m.filter(F.col("problem").isNull())
-                .select("cluster", "name", F.col("group").alias("m_group"), F.col("client_host").alias("m_host"),
-                        F.col("client_id").alias("m_client_id"), "member_id",
-                        *[F.lit(None).cast(t).alias(c) for c, t in _Z_COLS]))
-    z_side = mappings.select(
-        "cluster", F.element_at(F.split("path", "/"), -1).alias("name"),
-        *[F.lit(None).cast("string").alias(c) for c in ("m_group", "m_host", "m_client_id", "member_id")],
-        "path", F.col("group").alias("znode_group"), "znode_version", F.unix_millis("ctime").alias("ctime_ms"),
-        "mtime", (F.col("observed_at").cast("double") - F.col("mtime").cast("double")).alias("age_seconds"),
-        F.col("client_host").alias("z_host"), F.col("client_id").alias("z_client_id"))
-    j = (mem_side.unionByName(z_side).groupBy("cluster", "name").agg(
-        F.array_sort(F.collect_set("m_group")).alias("groups"),
-        F.first("m_host", ignorenulls=True).alias("m_host"),
-        F.first("m_client_id", ignorenulls=True).alias("m_client_id"),
-        F.array_sort(F.collect_list("member_id")).alias("member_ids"),
-        *[F.first(c, ignorenulls=True).alias(c) for c, _ in _Z_COLS])
-        .join(cfg, "cluster", "left")
-        .join(F.broadcast(unknown), ["cluster", "znode_group"], "left")
-        .join(F.broadcast(cluster_unknown), "cluster", "left"))
-    n = F.size("groups")  # collect_set of no value: an empty array
-    root = F.coalesce(F.col("root"), F.lit(default_root))
-    paths = j.select("cluster",
-                     F.coalesce(F.col("path"), F.concat(F.regexp_replace(root, "/$", ""), F.lit("/"), F.col("name"))).alias("path"),
-                     F.lit(None).cast("string").alias("problem"),
-                     F.coalesce(F.col("groups"), F.array().cast("array<string>")).alias("groups"),
-                     F.when(n == 1, F.col("groups")[0]).alias("group"),
-                     F.coalesce("m_host", "z_host").alias("client_host"),
-                     F.coalesce("m_client_id", "z_client_id").alias("client_id"),
-                     F.coalesce(F.col("member_ids"), F.array().cast("array<string>")).alias("member_ids"),
-                     "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds",
-                     (F.coalesce(F.col("group_unknown"), F.lit(False))
-                      | F.coalesce(F.col("cluster_unknown"), F.lit(False))).alias("group_unknown"),
-                     F.col("grace_seconds").alias("grace"))
-    grace = F.coalesce(F.col("grace"), F.lit(float(default_grace)))
-    verdict = classify_path("problem", "groups", "znode_group", "age_seconds", "group_unknown", grace)
-    return (paths.unionByName(unrep).withColumn("verdict", verdict)
-            .select("cluster", "path", F.col("verdict.class").alias("class"), F.col("verdict.reason").alias("reason"),
-                    "group", "groups", "client_host", "client_id", "member_ids", "znode_group", "znode_version",
-                    "ctime_ms", "mtime", "age_seconds"))
+    unknown: dict[str, set] = {}
+    for r in members.filter(marker).select("cluster", "group").distinct().collect():
+        unknown.setdefault(r["cluster"], set()).add(r["group"])
+    member_name = F.concat(F.col("client_host"), F.lit("-"), F.col("client_id"))
+    znode_name = F.element_at(F.split("path", "/"), -1)
+    m = members.filter(~marker).withColumn("slice", F.pmod(F.xxhash64(member_name), F.lit(SLICES)))
+    z = mappings.withColumn("slice", F.pmod(F.xxhash64(znode_name), F.lit(SLICES)))
+    judge = _diff_slices(unknown, dict(config or {}), default_root, float(default_grace))
+    return (z.groupBy("cluster", "slice").cogroup(m.groupBy("cluster", "slice"))
+            .applyInArrow(judge, schema=FINDINGS_SCHEMA))
 
 
 def read_input(spark, path: str, schema: T.StructType) -> DataFrame:
@@ -229,15 +186,16 @@ def read_input(spark, path: str, schema: T.StructType) -> DataFrame:
     return out
 
 
-def fleet_config(spark, fleet_file: str | None) -> DataFrame:
-    rows = []
+def fleet_config(fleet_file: str | None) -> dict[str, tuple[str, float]]:
+    """cluster -> (root, grace seconds) from the fleet file's group_id_mappings sections."""
+    config: dict[str, tuple[str, float]] = {}
     if fleet_file:
         from fleetkit.core.fleet import load_fleet
 
         for c in load_fleet(fleet_file).clusters:
             if c.group_id_mappings is not None:
-                rows.append((c.name, c.group_id_mappings.root, float(c.group_id_mappings.grace_seconds)))
-    return spark.createDataFrame(rows, CONFIG_SCHEMA)
+                config[c.name] = (c.group_id_mappings.root, float(c.group_id_mappings.grace_seconds))
+    return config
 
 
 def main(argv=None) -> int:
@@ -290,7 +248,7 @@ def main(argv=None) -> int:
             mappings = mappings.filter(F.col("observed_at") >= F.lit(cutoff))
             members = members.filter(F.col("observed_at") >= F.lit(cutoff))
     mappings, members = latest(mappings, members) if newest is None else latest_by_stats(mappings, members, newest)
-    findings = classify(mappings, members, fleet_config(spark, args.fleet), args.root, grace).persist()
+    findings = classify(mappings, members, fleet_config(args.fleet), args.root, grace).persist()
     counts: dict[str, dict[str, int]] = {}
     for r in findings.groupBy("cluster", "class").count().collect():
         counts.setdefault(r["cluster"], {})[r["class"]] = r["count"]

@@ -1,7 +1,7 @@
 """The correctness proof of group-id reconciliation: a numbered table of cases, each with why its
-answer is right. tests/unit runs it through fleetkit.group_ids.rules.diff (Python), tests/spark through
-the Spark job's classify (which calls fleetkit.group_ids.rules.classify on the facts it aggregates);
-both must give every case's classes exactly.
+answer is right. tests/unit runs it through fleetkit.group_ids.rules.diff on each cluster's rows,
+tests/spark through the Spark job's classify (rules.diff on slices of the rows, the unknown groups
+given from outside the slice); both must give every case's classes exactly.
 
 A case: (number, title, members [(group, client_host, client_id)], znodes {name: (group, age s)},
 expected {path-or-"member:<client_id>": class}, why). Grace is 3600 s everywhere.

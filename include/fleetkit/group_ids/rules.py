@@ -13,11 +13,12 @@ This module is the one definition of:
   control characters, U+D800-U+F8FF, U+FFF0-U+FFFF and every character outside the BMP: such a
   member is reported UNREPRESENTABLE with the reason, never written);
 * the classes (``classify``), first match wins: UNREPRESENTABLE, CONFLICT, MISMATCHED, MISSING,
-  STALE, OK. The Spark job (spark_jobs/group_id_reconciliation.py) computes the facts
-  (``PathFacts``) with one aggregation and calls ``name_problem`` and ``classify`` on them; tests
-  run one case table through both;
-* a cluster's findings in Python (``diff``) and the conditional writes that repair them
-  (``ops_for``).
+  STALE, OK;
+* the aggregation of the collected rows into each path's facts (``PathFacts``) and findings
+  (``diff``): the runbook calls it on one cluster's rows, the Spark job
+  (spark_jobs/group_id_reconciliation.py) on slices of the paths; tests run one case table
+  through both;
+* the conditional writes that repair the findings (``ops_for``).
 
 Collecting lives in collect.py, planning in plan.py, applying in execute.py.
 """
@@ -120,13 +121,16 @@ def classify(f: PathFacts, grace_seconds: float) -> tuple[str, str]:
 
 
 def diff(mappings: Iterable[dict], members: Iterable[dict], root: str, grace_seconds: float,
-         as_of: dt.datetime | None = None) -> list[dict]:
-    """Findings (one per path, plus one per unrepresentable member) from collected rows, in Python:
-    the reference the Spark job is tested against, and what the runbook plans with (one cluster)."""
+         as_of: dt.datetime | None = None, unknown: set[str | None] | None = None) -> list[dict]:
+    """Findings (one per path, plus one per unrepresentable member) of one cluster's collected rows:
+    the one aggregation of the facts. The runbook plans with it; the Spark job runs it on each
+    slice of the paths (every row of one ip-clientId name lands in one slice), giving `unknown`,
+    the cluster's unknown_groups, which a slice cannot see (None: read from `members`)."""
     by_name: dict[str, dict] = {}
     unrepresentable: list[dict] = []
     members = list(members)
-    unknown = unknown_groups(members)
+    if unknown is None:
+        unknown = unknown_groups(members)
     every_group_unknown = ALL_GROUPS in unknown
     for m in members:
         if is_unknown_marker(m):
