@@ -10,7 +10,9 @@ DIR/groups.jsonl (one per group) and DIR/series.jsonl (lag over the window of ev
 partition, for the report's charts); with --data-root also appends them as Parquet datasets
 `stuck_findings` and `stuck_groups`. The rules live in fleetkit.stuck.rules (one definition); this job
 computes the facts they need per partition (fleetkit.stuck.columnar, numpy over each task's rows)
-and applies them.
+and applies them. A small input on local paths (up to FLEET_STUCK_INPROCESS_MAX_ROWS rows, 200,000
+by default; `--engine`) is judged without starting Spark, by fleetkit.stuck.inprocess: the same
+facts, rules and files.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from pyspark.sql import Column, DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+from fleetkit.stuck import inprocess  # noqa: E402
 from fleetkit.stuck import rules as stuck  # noqa: E402
 from fleetkit.stuck import timelag  # noqa: E402
 from fleetkit.stuck.columnar import (  # noqa: E402
@@ -109,9 +112,13 @@ def partition_features(snapshots: DataFrame, as_of: dt.datetime, window: dt.time
     agg = (out.filter(F.col("_row") == 0).select(*KEYS, *facts)
            .withColumn("span_seconds", F.col("last_at").cast("double") - F.col("first_at").cast("double")))
     group_cols = [c.split(" ")[0] for c in GROUP_FACTS_SCHEMA.split(", ")]
+    # a null code is no word: element_at of a null read from the tasks' Arrow output gave the word at
+    # the null slot's leftover value (a group with no assignor was called eager), so nulls are tested
+    def word(code: str) -> Column:
+        return F.when(F.col(code).isNotNull(), F.element_at(vocab, F.col(code).cast("int")))
+
     groups = (out.filter(F.col("_row") == 1).select(*GK, *group_cols)
-              .withColumn("cause", F.element_at(vocab, F.col("cause_code").cast("int")))
-              .withColumn("assignor", F.element_at(vocab, F.col("assignor_code").cast("int"))))
+              .withColumn("cause", word("cause_code")).withColumn("assignor", word("assignor_code")))
     points = out.filter(F.col("_row") == 2).select(*TP_KEYS, "points")
     windowed = F.col("snapshots") > 0
     features = (agg
@@ -343,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-root", help="also append the results as Parquet datasets here")
     ap.add_argument("--recent-days", type=int, help="read only date=YYYY-MM-DD folders of the last N days")
     ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
+    ap.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto",
+                    help="auto (default): inputs of up to FLEET_STUCK_INPROCESS_MAX_ROWS rows (200,000) on local "
+                         "paths are judged in this process (fleetkit.stuck.inprocess: the same rules and "
+                         "outputs, no Spark start-up), larger ones by Spark")
     args = ap.parse_args(argv)
     try:
         window = stuck.parse_duration(args.window)
@@ -354,10 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     as_of = parse_ts(args.as_of) if args.as_of else None
 
     t0 = time.monotonic()
-    spark = session("stuck_partitions", args.master)
     since = None
     if args.recent_days:
         since = (as_of or dt.datetime.now(dt.timezone.utc)).date() - dt.timedelta(days=args.recent_days)
+    local_paths = all(inprocess.is_local(p) for p in (args.snapshots, args.out, args.data_root or ""))
+    if args.engine == "in-process" or (args.engine == "auto" and local_paths
+                                       and inprocess.small_input(args.snapshots, since)):
+        summary = inprocess.run(args.snapshots, args.out, window, as_of, args.lag_growth_ratio, retention,
+                                args.data_root, since)
+        print(json.dumps(summary), flush=True)
+        return 0
+    spark = session("stuck_partitions", args.master)
     snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at", "committed_at"), since)
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
     out = args.out
