@@ -1,7 +1,7 @@
 """Benchmark: the stuck_partitions job over 1M, 10M and 30M snapshot rows on local[2].
 
     .venv/bin/python bench/stuck_partitions.py [--partitions 100000] [--snapshots 100] [--sizes 1M,10M,30M]
-        [--baseline OTHER_CHECKOUT]
+        [--baseline OTHER_CHECKOUT] [--in-process]
 
 Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows; a tenth
 and three times that), then times `spark-submit --master local[2] spark_jobs/stuck_partitions.py`
@@ -9,7 +9,9 @@ end to end (Spark start included), samples the peak RSS of the whole process tre
 the time went (from the job's event log). Targets: 10M rows <= 60 s, and linear: the 10M/1M and
 30M/10M time ratios are printed beside the row ratios. With --baseline the same job of an older
 checkout runs on the same 10M rows and both findings are compared (statuses, reasons, lags), and
-the groups and chart series line for line.
+the groups and chart series line for line. With --in-process each size also runs as analyse_stuck
+runs a small input (`python spark_jobs/stuck_partitions.py --engine in-process`, no JVM), timed the
+same way beside the Spark run, and the outputs of the two are compared.
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ def timed_job(snapshots: Path, out: Path, driver_memory: str, repo: Path = REPO)
     return {"wall_s": wall, "peak_gb": peak_gb, "start_s": b.get("spark_start", 0.0), "summary": json.loads(stdout.strip().splitlines()[-1])}
 
 
+def timed_in_process(snapshots: Path, out: Path) -> dict:
+    import os
+
+    from measure import run_measured, spark_env
+
+    env = dict(spark_env(), PYTHONPATH=os.pathsep.join([str(REPO / "include"), str(REPO / "spark_jobs")]))
+    wall, peak_gb, stdout = run_measured(
+        [sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots),
+         "--out", str(out), "--window", "15m", "--engine", "in-process"], env)
+    return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
+
+
 def lines_of(path: Path) -> list[str]:
     """A JSON Lines output's objects with sorted keys, sorted (the job writes lines in no particular
     order, and an older job wrote a group's status counts in any order)."""
@@ -93,6 +107,8 @@ def main() -> int:
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--baseline", type=Path, help="another checkout: its job runs on the 10M rows too and the "
                     "findings are compared")
+    ap.add_argument("--in-process", action="store_true", help="also run each size in process (no Spark) and "
+                    "compare the outputs")
     args = ap.parse_args()
     scale = {"1M": 0.1, "10M": 1, "30M": 3}
     work = Path(tempfile.mkdtemp(prefix="bench-stuck-"))
@@ -111,6 +127,15 @@ def main() -> int:
             print(f"{label}: {rows:,} rows, wall {r['wall_s']:.1f}s (Spark start included), "
                   f"{rows / r['wall_s']:,.0f} rows/s, peak RSS {r['peak_gb']:.2f} GB, statuses "
                   f"{r['summary']['statuses']}", flush=True)
+            if args.in_process:
+                ip = timed_in_process(data, work / f"out-{label}-in-process")
+                same = findings_of(work / f"out-{label}") == findings_of(work / f"out-{label}-in-process")
+                alike = {name: lines_of(work / f"out-{label}" / name) == lines_of(work / f"out-{label}-in-process" / name)
+                         for name in ("groups.jsonl", "series.jsonl")}
+                print(f"{label}: in process (no Spark) wall {ip['wall_s']:.1f}s, peak RSS {ip['peak_gb']:.2f} GB "
+                      f"beside Spark's {r['wall_s']:.1f}s / {r['peak_gb']:.2f} GB (x{r['wall_s'] / ip['wall_s']:.0f}); "
+                      f"findings {'identical' if same else 'DIFFERENT'}; "
+                      + ", ".join(f"{n} {'identical' if ok else 'DIFFERENT'}" for n, ok in alike.items()), flush=True)
             if label == "10M" and args.baseline:
                 base = timed_job(data, work / "out-baseline", args.driver_memory, args.baseline)
                 same = findings_of(work / "out-10M") == findings_of(work / "out-baseline")

@@ -32,7 +32,9 @@ Every 5 minutes, for **every cluster in the fleet file**:
    cluster with groups) is written, then fails its `collect` task with one line naming what was not
    seen; the fleet page and the report show the cluster BLIND in red, its unseen groups never OK.
 2. **analyse_stuck** (Spark, `spark_jobs/stuck_partitions.py`, master from the `spark_default`
-   connection): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
+   connection; an input of up to 200,000 rows on a local data root is judged in the task's own
+   process with the same rules and files, without Spark's start-up: `FLEET_STUCK_INPROCESS_MAX_ROWS`,
+   0 for always Spark): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
    OK, INSUFFICIENT_DATA, REWOUND, STALLED (alive, offset frozen: a poison record), STOPPED (no live
    member), LAGGING (falling behind production); groups get their worst status and a rebalance-storm
    flag from the members that left and came back (group-metadata records of `__consumer_offsets`),
@@ -122,6 +124,7 @@ with DAG(
         ],
         trigger_rule="all_done",
         execution_timeout=dt.timedelta(minutes=20),
+        in_process_input="--snapshots",
     )
 
     report = StuckReportOperator(

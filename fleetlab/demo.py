@@ -270,6 +270,9 @@ def describe_task(ti: dict, events: list | None = None) -> str:
         split = spark_split(events) if events else None
         if split:
             ran += f" (spark-submit start-up {fmt_seconds(split[0])}, job {fmt_seconds(split[1])})"
+        elif any(isinstance(e, dict) and "runs in process (no Spark start-up)" in str(e.get("event", ""))
+                 for e in events or ()):
+            ran += " (small input: judged in process, no Spark start-up)"
         parts.append(ran)
     return f"{name} {ti['state']}: {', '.join(parts)}"
 

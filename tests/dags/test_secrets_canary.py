@@ -107,6 +107,9 @@ def test_no_password_anywhere_after_a_demo_like_run(secured, dagbag, tmp_path, u
     monkeypatch.setenv("FLEET_FILE", str(fleet_file))
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    # the stuck job through spark-submit (its --conf and --py-files arguments are the wider surface),
+    # not in process as a small input would run
+    monkeypatch.setenv("FLEET_STUCK_INPROCESS_MAX_ROWS", "0")
     sampler = CommandLines()
     sampler.start()
     cli_out = []

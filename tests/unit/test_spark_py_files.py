@@ -129,3 +129,40 @@ def test_job_is_a_module_name_of_spark_jobs(job):
 
     with pytest.raises(ValueError, match="module name"):
         spark_job_operator("t", job, [])
+
+
+def test_a_small_stuck_input_runs_in_process_and_a_large_one_through_spark_submit(tmp_path, monkeypatch):
+    """analyse_stuck's operator: a small input on a local path runs the job under the worker's Python
+    (no spark-submit, no JVM: JAVA_HOME points nowhere) and writes the job's files; above
+    FLEET_STUCK_INPROCESS_MAX_ROWS it goes to spark-submit."""
+    import datetime as dt
+    import json
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from fleet_airflow.operators import spark as spark_ops
+
+    snaps = tmp_path / "offsets_snapshots" / "cluster=c1" / f"date={dt.date.today().isoformat()}"
+    snaps.mkdir(parents=True)
+    at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    with open(snaps / "part-1.jsonl", "w") as f:
+        for i in range(4):
+            t = (at - dt.timedelta(seconds=60 * i)).isoformat().replace("+00:00", "Z")
+            f.write(json.dumps({"cluster": "c1", "group": "g", "topic": "t", "partition": 0, "observed_at": t,
+                                "committed_offset": 5, "log_start_offset": 0, "log_end_offset": 9,
+                                "group_state": "Stable", "assigned": True}) + "\n")
+    out = tmp_path / "out"
+    op = spark_ops.spark_job_operator(
+        "analyse_stuck", "stuck_partitions",
+        ["--snapshots", str(tmp_path / "offsets_snapshots"), "--out", str(out), "--window", "4m",
+         "--recent-days", "2"], in_process_input="--snapshots")
+    submitted = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: submitted.append(self.task_id))
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    op.execute({})
+    assert submitted == []
+    (finding,) = [json.loads(x) for x in (out / "findings.jsonl").read_text().splitlines()]
+    assert (finding["group"], finding["status"], finding["lag"]) == ("g", "STALLED", 4)
+    monkeypatch.setenv("FLEET_STUCK_INPROCESS_MAX_ROWS", "3")
+    op.execute({})
+    assert submitted == ["analyse_stuck"]

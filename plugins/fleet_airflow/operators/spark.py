@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.common.compat.sdk import AirflowException
 
 from fleet_airflow import settings
 
@@ -69,11 +70,57 @@ def build_py_files(folder: str | Path, library: str | Path | None = None, jobs: 
     return dest
 
 
+def _arg(args: Sequence[str], name: str) -> str | None:
+    """The value after `name` in a job's arguments (None when absent)."""
+    args = list(args)
+    return args[args.index(name) + 1] if name in args[:-1] else None
+
+
 class FleetSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator whose job gets the project's code as --py-files (a zip built when the task
-    runs, added to any py_files given)."""
+    runs, added to any py_files given).
+
+    `in_process_input`: the argument naming the job's input (stuck_partitions: `--snapshots`).
+    When that input is small (fleetkit.stuck.inprocess.small_input: up to
+    FLEET_STUCK_INPROCESS_MAX_ROWS rows on a local path), the job runs with `--engine in-process`
+    under the worker's Python instead of spark-submit: no JVM, the same files."""
+
+    def __init__(self, *, in_process_input: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.in_process_input = in_process_input
+
+    def _small_input(self) -> bool:
+        if not self.in_process_input:
+            return False
+        import datetime as dt
+
+        from fleetkit.stuck import inprocess
+
+        path = _arg(self.application_args or [], self.in_process_input)
+        days = _arg(self.application_args or [], "--recent-days")
+        since = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=int(days)) if days else None
+        return bool(path) and inprocess.small_input(path, since)
+
+    def _run_in_process(self) -> None:
+        import os
+        import subprocess
+        import sys
+
+        argv = [sys.executable, str(self.application), *self.application_args, "--engine", "in-process"]
+        env = {**os.environ, **settings.spark_env(),
+               "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
+        self.log.info("small input: %s runs in process (no Spark start-up): %s", self.name,
+                      " ".join([Path(argv[1]).name, *argv[2:]]))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.log.info("%s", line.rstrip())
+        if proc.wait() != 0:
+            raise AirflowException(f"{self.name} (in process) exited with code {proc.returncode}: see the lines above")
 
     def execute(self, context: Any) -> Any:
+        if self._small_input():
+            return self._run_in_process()
         folder = Path(tempfile.mkdtemp(prefix=f"fleet-spark-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.task_id)}-"))
         try:
             zip_path = build_py_files(folder)
@@ -90,7 +137,7 @@ def spark_job_operator(task_id: str, job: str, application_args: Sequence[str], 
     """The task that runs spark_jobs/<job>.py (application name `job`) with these arguments
     (templated) through the spark_default connection, the project's code as --py-files, the
     settings.spark_env() environment and SPARK_CONF (plus `conf`). Other keyword arguments
-    (trigger_rule, execution_timeout, ...) go to the operator."""
+    (trigger_rule, execution_timeout, in_process_input, ...) go to the operator."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", job):
         raise ValueError(f"job {job!r} must be a module name of spark_jobs/ (like 'stuck_partitions')")
     return FleetSparkSubmitOperator(
