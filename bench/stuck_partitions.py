@@ -64,9 +64,12 @@ def generate(out: Path, partitions: int, snapshots: int) -> None:
 
 
 def timed_job(snapshots: Path, out: Path, driver_memory: str, repo: Path = REPO) -> dict:
+    # Spark, whatever the input's size (this checkout's job would judge a small one in process; an older
+    # checkout's job has no --engine and always runs Spark)
+    engine = ["--engine", "spark"] if Path(repo).resolve() == REPO.resolve() else []
     wall, peak_gb, stdout, b = spark_submit_profiled(
         [str(repo / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
-         "--window", "15m"], driver_memory=driver_memory, repo=repo)
+         "--window", "15m", *engine], driver_memory=driver_memory, repo=repo)
     print(f"  {format_breakdown(b)}", flush=True)
     return {"wall_s": wall, "peak_gb": peak_gb, "start_s": b.get("spark_start", 0.0), "summary": json.loads(stdout.strip().splitlines()[-1])}
 

@@ -309,10 +309,10 @@ SERIES_LIMIT = 500
 def lag_series(findings: DataFrame, snapshots: DataFrame, as_of: dt.datetime, window: dt.timedelta,
                limit: int = SERIES_LIMIT) -> DataFrame:
     """Lag over the window of the flagged partitions the report charts (the `limit` worst by
-    status, then lag)."""
+    status, then lag; equal ones by key, so the choice is the same on every run)."""
     rank = F.array_position(F.array(*[F.lit(s) for s in stuck.GROUP_ORDER]), F.col("status"))
     flagged = (findings.filter(F.col("status").isin(*stuck.FLAGGED))
-               .orderBy(rank, F.col("lag").desc_nulls_last()).limit(limit).select(*KEYS, "status"))
+               .orderBy(rank, F.col("lag").desc_nulls_last(), *KEYS).limit(limit).select(*KEYS, "status"))
     lo = as_of - window
     # the flagged groups' names first (a set lookup per snapshot row is cheaper than the join's hash
     # of the key), then the join on the few rows left

@@ -276,10 +276,13 @@ def group_rollup(findings: list[dict], group_facts: dict[tuple, dict], words: li
 def lag_series(findings: list[dict], snapshots, as_of: dt.datetime, window: dt.timedelta,
                limit: int = SERIES_LIMIT) -> list[dict]:
     """Lag over the window of the flagged partitions the report charts (the `limit` worst by status,
-    then lag), as the Spark job's lag_series."""
+    then lag, then key), as the Spark job's lag_series."""
     rank = {s: i for i, s in enumerate(rules.GROUP_ORDER)}
-    flagged = sorted((f for f in findings if f["status"] in rules.FLAGGED),
-                     key=lambda f: (rank[f["status"]], f["lag"] is None, -(f["lag"] or 0)))[:limit]
+    def worst_first(f):  # status, lag (nulls last), then the key (nulls first), as the Spark job orders them
+        return (rank[f["status"]], f["lag"] is None, -(f["lag"] or 0),
+                *((f[k] is not None, f[k] if f[k] is not None else "") for k in KEYS))
+
+    flagged = sorted((f for f in findings if f["status"] in rules.FLAGGED), key=worst_first)[:limit]
     wanted = {tuple(f[k] for k in KEYS): f["status"] for f in flagged}
     if not wanted:
         return []
