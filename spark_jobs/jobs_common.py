@@ -34,7 +34,7 @@ from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
-from fleetkit.core.datasets import SCHEMAS  # noqa: E402
+from fleetkit.core.datasets import SCHEMAS, date_folder_before  # noqa: E402
 
 ISO_Z = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"
 
@@ -282,19 +282,10 @@ def data_files(path: str, since: dt.date | None = None,
             dirs, names = folder.listing()
             files.extend(folder.child(n).text for n in names if not n.startswith(("_", ".")))
             folders.extend(reversed([folder.child(d) for d in dirs
-                                     if not d.startswith(("_", ".")) and not _too_old(d, since)]))
+                                     if not d.startswith(("_", ".")) and not date_folder_before(d, since)]))
     parquet = [f for f in files if PurePosixPath(f).suffix == ".parquet"]
     jsonl = [f for f in files if PurePosixPath(f).suffix in (".jsonl", ".json")]
     return parquet, jsonl
-
-
-def _too_old(folder: str, since: dt.date | None) -> bool:
-    if since is None or not folder.startswith("date="):
-        return False
-    try:
-        return dt.date.fromisoformat(folder[5:]) < since
-    except ValueError:
-        return False
 
 
 def read_rows(spark: SparkSession, path: str, schema: T.StructType, ts_fields: tuple[str, ...],

@@ -167,6 +167,9 @@ def test_data_files_of_a_local_path_are_as_before(live, tmp_path, monkeypatch, s
     parquet, jsonl = data_files(str(tmp_path / "data"), since)
     assert (parquet, jsonl) == old_data_files(str(tmp_path / "data"), since)
     assert len(parquet) == (5 if since is None else 3) and len(jsonl) == 4
+    # the stuck job in process reads the same files in the same order
+    from fleetkit.stuck.inprocess import input_files
+    assert input_files(str(tmp_path / "data"), since) == (parquet, jsonl)
     monkeypatch.chdir(tmp_path)  # relative paths: relative to this process's folder, and kept relative
     assert data_files("data", since) == old_data_files("data", since)
     assert data_files("./data/top.jsonl") == ([], ["data/top.jsonl"])

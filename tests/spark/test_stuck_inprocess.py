@@ -15,7 +15,7 @@ import pytest
 
 from fleetkit.core.datasets import SCHEMAS
 from fleetkit.stuck import inprocess
-from tests.spark.test_stuck_job import AS_OF, STORM_GROUPS, case_rows, to_jsonl
+from tests.spark.test_stuck_job import AS_OF, case_rows, storm_rows, to_jsonl
 from tests.stuck_cases import WINDOW
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,15 +28,7 @@ HOSTILE = ["", "3:abc", "a\"b' $(id)", "grüße 🚀", "1:x-2:yy"]
 def mixed_rows() -> list[dict]:
     """The rule table's cases, the storm groups, a group of three verdicts, hostile names, a
     ZooKeeper-stored group, a partition without a log end, and rows after as_of."""
-    rows = case_rows()
-    for group, (points, assignor, _) in STORM_GROUPS.items():
-        for i, (generation, rejoins, cause) in enumerate(points):
-            for p in range(2):
-                rows.append({"cluster": "c1", "group": group, "topic": "t", "partition": p,
-                             "observed_at": AS_OF - dt.timedelta(seconds=10 * (len(points) - 1 - i)),
-                             "committed_offset": 5, "log_start_offset": 0, "log_end_offset": 5,
-                             "group_state": "Stable", "assigned": True, "generation": generation,
-                             "rejoins": rejoins, "rejoin_cause": cause, "assignor": assignor})
+    rows = case_rows() + storm_rows()
     for n, name in enumerate(HOSTILE):
         for p, (c, e) in enumerate([(10, 10), (5, 50), (7, 70)]):
             for i in range(5):

@@ -112,12 +112,8 @@ STORM_GROUPS = {
 }
 
 
-def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
-    # (before the tests that run main(): it stops the session)
-    from stuck_partitions import evaluate
-
-    from jobs_common import SNAPSHOT_SCHEMA
-
+def storm_rows() -> list[dict]:
+    """STORM_GROUPS as snapshot rows: two partitions per group, one snapshot 10 s apart per point."""
     rows = []
     for group, (points, assignor, _) in STORM_GROUPS.items():
         for i, (generation, rejoins, cause) in enumerate(points):
@@ -127,6 +123,16 @@ def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
                              "committed_offset": 5, "log_start_offset": 0, "log_end_offset": 5,
                              "group_state": "Stable", "assigned": True, "generation": generation,
                              "rejoins": rejoins, "rejoin_cause": cause, "assignor": assignor})
+    return rows
+
+
+def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
+    # (before the tests that run main(): it stops the session)
+    from stuck_partitions import evaluate
+
+    from jobs_common import SNAPSHOT_SCHEMA
+
+    rows = storm_rows()
     df = spark.createDataFrame([tuple(r.get(f.name) for f in SNAPSHOT_SCHEMA.fields) for r in rows], SNAPSHOT_SCHEMA)
     _, groups, _ = evaluate(df, WINDOW)
     got = {g["group"]: g for g in groups.collect()}

@@ -316,6 +316,17 @@ def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
     return staging.commit()
 
 
+def date_folder_before(name: str, since: dt.date | None) -> bool:
+    """Whether a folder named date=YYYY-MM-DD holds a day before `since` (False for any other name,
+    and for no `since`): what the jobs skip when told to read only recent days."""
+    if since is None or not name.startswith("date="):
+        return False
+    try:
+        return dt.date.fromisoformat(name[5:]) < since
+    except ValueError:
+        return False
+
+
 def read_dataset(root: DataRoot, dataset: str, cluster: str | None = None,
                  since: dt.date | None = None) -> pa.Table:
     """All committed rows of a dataset (for tests, small reports and the CLI; Spark reads at scale),

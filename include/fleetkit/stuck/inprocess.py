@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-from fleetkit.core.datasets import SCHEMAS, TS, publish_rows, read_jsonl
+from fleetkit.core.datasets import SCHEMAS, TS, date_folder_before, publish_rows, read_jsonl
 from fleetkit.stuck import rules, timelag
 from fleetkit.stuck.columnar import GROUP_KEYS, KEYS, TP_KEYS, task_facts, unpack_points
 
@@ -58,15 +58,6 @@ def _local(path: str) -> Path:
     return Path(path[len("file://"):] if path.startswith("file://") else path)
 
 
-def _too_old(name: str, since: dt.date | None) -> bool:
-    if since is None or not name.startswith("date="):
-        return False
-    try:
-        return dt.date.fromisoformat(name[5:]) < since
-    except ValueError:
-        return False
-
-
 def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], list[str]]:
     """(parquet files, JSON Lines files) under a local file or folder, as the job lists them: names
     starting with _ or . skipped (files and folders), date=YYYY-MM-DD folders older than `since`
@@ -79,7 +70,7 @@ def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], lis
         files = [str(root)]
     else:
         for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not _too_old(d, since))
+            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not date_folder_before(d, since))
             files.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith(("_", ".")))
     parquet = [f for f in files if f.endswith(".parquet")]
     jsonl = [f for f in files if f.endswith((".jsonl", ".json"))]
