@@ -51,7 +51,7 @@ sys.path[:0] = [str(REPO / "bench"), str(REPO / "include"), str(REPO / "plugins"
 from collect_offsets import bench_lab  # noqa: E402
 from stuck_latency import ALARMS, EXPECTED, PREFIX, SCENARIOS, Traffic  # noqa: E402
 
-from fleetctl.incident import print_table, red  # noqa: E402
+from fleetctl.output import print_table, red  # noqa: E402
 from fleetlab import dists, ports, procs  # noqa: E402
 
 FLEETCTL = str(REPO / ".venv" / "bin" / "fleetctl")
