@@ -166,3 +166,38 @@ def test_a_small_stuck_input_runs_in_process_and_a_large_one_through_spark_submi
     monkeypatch.setenv("FLEET_STUCK_INPROCESS_MAX_ROWS", "3")
     op.execute({})
     assert submitted == ["analyse_stuck"]
+
+
+def test_killing_the_task_stops_the_job_it_runs_in_process(tmp_path):
+    """on_kill ends the in-process job by its PID (SIGTERM; SIGKILL after the grace period)."""
+    import threading
+    import time
+
+    from fleet_airflow.operators import spark as spark_ops
+
+    job = tmp_path / "slow_job.py"
+    job.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('started', flush=True)\n"
+                   "time.sleep(120)\n")
+    op = spark_ops.spark_job_operator("analyse_stuck", "stuck_partitions", [], in_process_input="--snapshots")
+    op.application = str(job)
+    op.KILL_GRACE_SECONDS = 1.0
+    errors = []
+
+    def run():
+        try:
+            op._run_in_process()
+        except Exception as e:  # noqa: BLE001 - the killed job's exit is the task's error
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while op._in_process is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    started = time.monotonic()
+    op.on_kill()  # the job ignores SIGTERM: killed after the grace period
+    t.join(30)
+    assert not t.is_alive() and op._in_process.returncode == -9
+    assert time.monotonic() - started < 10
+    assert errors and "exited with code -9" in str(errors[0])

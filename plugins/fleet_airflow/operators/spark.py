@@ -85,9 +85,13 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
     FLEET_STUCK_INPROCESS_MAX_ROWS rows on a local path), the job runs with `--engine in-process`
     under the worker's Python instead of spark-submit: no JVM, the same files."""
 
+    #: seconds a job run in process gets to end on SIGTERM when the task is killed, before SIGKILL
+    KILL_GRACE_SECONDS = 10.0
+
     def __init__(self, *, in_process_input: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.in_process_input = in_process_input
+        self._in_process = None
 
     def _small_input(self) -> bool:
         if not self.in_process_input:
@@ -111,12 +115,28 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
                "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
         self.log.info("small input: %s runs in process (no Spark start-up): %s", self.name,
                       " ".join([Path(argv[1]).name, *argv[2:]]))
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        proc = self._in_process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                   text=True, env=env)
         assert proc.stdout is not None
         for line in proc.stdout:
             self.log.info("%s", line.rstrip())
         if proc.wait() != 0:
             raise AirflowException(f"{self.name} (in process) exited with code {proc.returncode}: see the lines above")
+
+    def on_kill(self) -> None:
+        """A killed task stops the job it runs in process too (by its PID: SIGTERM, then SIGKILL)."""
+        import subprocess
+
+        proc = self._in_process
+        if proc is None:
+            return super().on_kill()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(self.KILL_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def execute(self, context: Any) -> Any:
         if self._small_input():
