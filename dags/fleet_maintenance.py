@@ -156,7 +156,7 @@ with DAG(
         "offsets_health", "offsets_health",
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OFFSETS_OUT, "--trim-plan"],
-        execution_timeout=dt.timedelta(minutes=30))
+        execution_timeout=dt.timedelta(minutes=30), in_process_input="--data-root")
     report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ fleet_settings.fleet_file }}")
     [collect_offsets, analyse] >> health_due() >> health >> report_offsets

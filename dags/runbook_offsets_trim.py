@@ -62,6 +62,7 @@ with DAG(**runbook_dag_args(
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OUT, "--bloat-ratio", "{{ params.bloat_ratio }}",
          "--min-bloat-bytes", "{{ params.min_bloat_bytes }}",
-         "--trim-plan", "--partitions", "{{ params.partitions }}"])
+         "--trim-plan", "--partitions", "{{ params.partitions }}"],
+        in_process_input="--data-root")
     first, _ = approval_gate(TRIM_OFFSETS)
     collect >> health >> first

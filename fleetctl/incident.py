@@ -398,7 +398,8 @@ def _size(n) -> str:
 
 def cmd_offsets_health(args) -> int:
     """Read the new __consumer_offsets records and the segment inventory into the data root (the
-    scheduled collect_offsets step), run the offsets_health job on them (Spark, local), print the
+    scheduled collect_offsets step), run the offsets_health job on them (in process for a small data
+    root, else Spark, local), print the
     cluster's verdicts and fixes."""
     import os
     import subprocess
@@ -424,7 +425,10 @@ def cmd_offsets_health(args) -> int:
     job = Path(__file__).resolve().parents[1] / "spark_jobs" / "offsets_health.py"
     with tempfile.TemporaryDirectory(prefix="fleetctl-health-") as out:
         t1 = time.monotonic()
-        print(f"judging with the offsets_health job (Spark {args.master}) ...", file=sys.stderr, flush=True)
+        from fleetkit.trim import inprocess
+
+        engine = "in process: a small data root" if inprocess.small_input(root_path) else f"Spark {args.master}"
+        print(f"judging with the offsets_health job ({engine}) ...", file=sys.stderr, flush=True)
         env = {**os.environ, **spark_env()}
         run = subprocess.run([sys.executable, str(job), "--data-root", root_path, "--fleet", args.fleet or fleet_file(),
                               "--out", out, "--master", args.master], capture_output=True, text=True, env=env)
@@ -463,14 +467,15 @@ def add_health_parser(o_sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_wrap("Reads the new records of __consumer_offsets and the segment inventory into the data "
                           "root (what the scheduled collect_offsets step does), runs the offsets_health job on "
-                          "them (Spark, local; about half a minute on a small cluster) and prints the replicas that "
+                          "them (in process for up to FLEET_OFFSETS_INPROCESS_MAX_ROWS records, 1,000,000 by default: "
+                          "seconds; above that Spark, local) and prints the replicas that "
                           "are not healthy, with the reason and the cleaner setting that fixes it."),
         epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "
                "flagged, 2 bad input, 4 the cluster could not be reached or read (a refused login, a missing ACL)")
     oh.add_argument("--cluster", required=True, help="cluster name from the fleet file")
     oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
     oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT or ./data)")
-    oh.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    oh.add_argument("--master", default="local[2]", help="Spark master for a data root too large to judge in process (default local[2])")
     oh.add_argument("--all", action="store_true", help="list healthy replicas too")
     oh.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     oh.add_argument("--json", action="store_true", help="every replica as JSON")

@@ -11,7 +11,9 @@ segment's message count against the cleaner's capacity, checkpoint progress, and
 (HEALTHY, BLOATED, CLEANER_STALLED, OVER_CAPACITY) with the cleaner setting that would fix it.
 The verdict rules live in fleetkit.trim.rules. With --trim-plan the same Spark application then
 writes DIR/trim_plan.json (spark_jobs/trim_plan.py's plans from that health), saving a second Spark
-start.
+start. A data root of up to FLEET_OFFSETS_INPROCESS_MAX_ROWS records (1,000,000 by default) on a
+local path is judged without starting Spark, by fleetkit.trim.inprocess: the same rules and files
+(`--engine`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+from fleetkit.core import inprocess as core_inprocess  # noqa: E402
+from fleetkit.trim import inprocess  # noqa: E402
 from fleetkit.trim import rules as offsets_health  # noqa: E402
 from fleetkit.core.fleet import load_fleet  # noqa: E402
 
@@ -205,15 +209,17 @@ def partition_summary(records: DataFrame, segments: DataFrame) -> DataFrame:
 
 def segment_messages(summary: DataFrame, segments: DataFrame) -> DataFrame:
     """Messages per segment of each broker: `partition_summary`'s buckets summed over each broker's
-    segment range."""
-    fine = summary.filter(F.col("bucket").isNotNull()).select(*PKEYS, "bucket", "n")
+    segment range (a segment no bucket falls in, e.g. an empty active segment: 0)."""
+    fine = summary.filter(F.col("bucket").isNotNull()).select(
+        F.col("cluster").alias("_c"), F.col("partition").alias("_p"), "bucket", "n")
     sw = Window.partitionBy("cluster", "broker", "partition").orderBy("base_offset")
     segs = segments.withColumn("next_base", F.lead("base_offset").over(sw))
-    joined = segs.join(fine, PKEYS, "left").filter(
-        F.col("bucket").isNull() | ((F.col("bucket") >= F.col("base_offset")) &
-                                    (F.col("next_base").isNull() | (F.col("bucket") < F.col("next_base")))))
-    return (joined.groupBy("cluster", "broker", "log_dir", "partition", "base_offset", "next_base", "size_bytes",
-                           "is_active")
+    inside = ((F.col("_c") == F.col("cluster")) & (F.col("_p") == F.col("partition"))
+              & (F.col("bucket") >= F.col("base_offset"))
+              & (F.col("next_base").isNull() | (F.col("bucket") < F.col("next_base"))))
+    return (segs.join(fine, inside, "left")
+            .groupBy("cluster", "broker", "log_dir", "partition", "base_offset", "next_base", "size_bytes",
+                     "is_active")
             .agg(F.coalesce(F.sum("n"), F.lit(0)).alias("messages")))
 
 
@@ -263,20 +269,15 @@ def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, sett
         facts = (facts.withColumn("min_cleanable_ratio", F.lit(None).cast("double"))
                  .withColumn("segment_bytes", F.lit(None).cast("long")))
 
+    names = [*offsets_health.SETTING_FIELDS, *fields]
+
     @F.udf(returnType=_VERDICT)
-    def judge(version, buffer_size, threads, load_factor, min_ratio, segment_bytes, *values):
-        f = offsets_health.HealthFacts(*[0 if v is None and i < 8 else v for i, v in enumerate(values)])
-        v, reason, fix = offsets_health.verdict(f, version or "0.9.0.1", int(buffer_size), int(threads),
-                                                float(load_factor), bloat_ratio, min_bloat_bytes,
-                                                0.5 if min_ratio is None else float(min_ratio),
-                                                None if segment_bytes is None else int(segment_bytes))
-        return v, reason, json.dumps(fix) if fix else None
+    def judge(*values):
+        return offsets_health.judge_replica(dict(zip(names, values)), bloat_ratio, min_bloat_bytes)
 
     cap = F.floor(F.floor(F.least(F.col("dedupe_buffer_size") / F.col("threads"), F.lit(2**31 - 1)) / 24)
                   * F.col("load_factor")).cast("long")
-    out = (facts.withColumn("v", judge(F.col("kafka_version"), F.col("dedupe_buffer_size"), F.col("threads"),
-                                       F.col("load_factor"), F.col("min_cleanable_ratio"), F.col("segment_bytes"),
-                                       *[F.col(c) for c in fields]))
+    out = (facts.withColumn("v", judge(*[F.col(c) for c in names]))
            .withColumn("keys_per_pass", cap)
            .select("cluster", "broker", "log_dir", "partition", "records", "live_keys", "tombstones", "record_bytes",
                    "live_bytes", "disk_bytes", "segments", "duplicate_ratio", "largest_segment_messages",
@@ -329,11 +330,21 @@ def main(argv=None) -> int:
     ap.add_argument("--partitions", default="all-unhealthy",
                     help="with --trim-plan: 'all-unhealthy' or partition numbers like 3,7")
     ap.add_argument("--master")
+    ap.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto",
+                    help="auto (default): a data root of up to FLEET_OFFSETS_INPROCESS_MAX_ROWS __consumer_offsets "
+                         "records (1,000,000) on a local path is judged in this process (fleetkit.trim.inprocess: "
+                         "the same rules and files, no Spark start-up), a larger one by Spark")
     args = ap.parse_args(argv)
+    parts = None
     if args.trim_plan:
         import trim_plan  # spark_jobs/trim_plan.py (it imports this module's readers)
 
         parts = trim_plan.parse_partitions(args.partitions)
+    local_paths = all(core_inprocess.is_local(p) for p in (args.data_root, args.out))
+    if args.engine == "in-process" or (args.engine == "auto" and local_paths and inprocess.small_input(args.data_root)):
+        inprocess.run(args.data_root, args.fleet, args.out, args.bloat_ratio, args.min_bloat_bytes, args.trim_plan,
+                      parts)
+        return 0
     t0 = time.monotonic()
     spark = session("offsets_health", args.master)
     fleet = [c.name for c in load_fleet(args.fleet).clusters]  # only the clusters the fleet file lists

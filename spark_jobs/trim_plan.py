@@ -29,32 +29,17 @@ from offsets_health import current_records, latest_inventory, newest_per_key, re
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from fleetkit.trim import rules  # noqa: E402
+from fleetkit.trim import planning  # noqa: E402
 
 
 def replicas_to_trim(segments: DataFrame, targets: DataFrame) -> dict[tuple, list[dict]]:
     """{(cluster, broker, partition): its segments of the latest inventory, oldest first, each with
-    "quarantine" from rules.quarantined}: collected to the driver (a replica has tens of segments)."""
+    "quarantine" (planning.mark_quarantine)}: collected to the driver (a replica has tens of segments)."""
     latest = latest_inventory(segments).join(targets, ["cluster", "broker", "partition"])
     out: dict[tuple, list[dict]] = defaultdict(list)
     for r in latest.orderBy("cluster", "partition", "broker", "base_offset").collect():
         out[(r["cluster"], r["broker"], r["partition"])].append(r.asDict())
-    for segs in out.values():
-        moved = rules.quarantined((seg["base_offset"], seg["is_active"]) for seg in segs)
-        for seg in segs:
-            seg["quarantine"] = seg["base_offset"] in moved
-    return out
-
-
-def cutoffs_of(replicas: dict[tuple, list[dict]]) -> dict[tuple, int]:
-    """{(cluster, partition): the offset below which a trimmed replica keeps no record}: a key is
-    lost if any trimmed replica loses it (leadership may move), so the highest cutoff counts."""
-    out: dict[tuple, int] = {}
-    for (cluster, _broker, partition), segs in replicas.items():
-        if any(seg["quarantine"] for seg in segs):
-            kept = min(seg["base_offset"] for seg in segs if not seg["quarantine"])
-            out[(cluster, partition)] = max(out.get((cluster, partition), kept), kept)
-    return out
+    return planning.mark_quarantine(out)
 
 
 def lost_keys(newest: DataFrame, cutoffs: DataFrame) -> DataFrame:
@@ -70,7 +55,7 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
         unhealthy = health.filter(F.col("partition").isin(partitions))
     targets = unhealthy.select("cluster", "broker", "partition").distinct()
     replicas = replicas_to_trim(segments, targets)
-    cutoffs = records.sparkSession.createDataFrame([(c, p, v) for (c, p), v in sorted(cutoffs_of(replicas).items())],
+    cutoffs = records.sparkSession.createDataFrame([(c, p, v) for (c, p), v in sorted(planning.cutoffs_of(replicas).items())],
                                                    "cluster string, partition long, cutoff long")
     # one aggregation of the records serves every question below (lost keys, live groups, group state)
     relevant = records.join(F.broadcast(cutoffs.select("cluster", "partition")), ["cluster", "partition"])
@@ -92,52 +77,14 @@ def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_stat
     else:
         commits = commits.withColumn("group_state", F.lit(None).cast("string"))
 
-    plans: dict[str, dict] = {}
-    for r in (seg for key in sorted(replicas, key=lambda k: (k[0], k[2], k[1])) for seg in replicas[key]):
-        c = plans.setdefault(r["cluster"], {"cluster": r["cluster"], "partitions": {}})
-        p = c["partitions"].setdefault(r["partition"], {"partition": r["partition"], "replicas": {},
-                                                        "recommit": [], "active_groups": [],
-                                                        "group_metadata_lost": []})
-        b = p["replicas"].setdefault(str(r["broker"]), {"broker": r["broker"], "log_dir": r["log_dir"],
-                                                        "quarantine": [], "kept": [], "bytes_freed": 0})
-        seg = {"base_offset": r["base_offset"], "size_bytes": r["size_bytes"], "is_active": r["is_active"],
-               "modified_at": r["modified_at"].isoformat() if r["modified_at"] else None}
-        if r["quarantine"]:
-            b["quarantine"].append(seg)
-            b["bytes_freed"] += r["size_bytes"]
-        else:
-            b["kept"].append(seg)
-    for r in commits.orderBy("cluster", "partition", "group", "topic", "topic_partition").collect():
-        p = plans[r["cluster"]]["partitions"].get(r["partition"])
-        if p is None:
-            continue
-        state = rules.group_state(r["group_state"], r["metadata_live"])
-        item = {"group": r["group"], "topic": r["topic"], "partition": r["topic_partition"],
-                "offset": r["committed_offset"], "metadata": r["metadata"], "record_offset": r["offset"],
-                "group_state": state}
-        (p["recommit"] if rules.may_recommit(state) else p["active_groups"]).append(item)
+    commits = commits.orderBy("cluster", "partition", "group", "topic", "topic_partition")
     live_groups = (newest.filter(~F.col("tombstone") & (F.col("key_version") != 2))
-                   .select("cluster", "partition", "group").distinct())
-    for r in live_groups.orderBy("cluster", "partition", "group").collect():
-        p = plans.get(r["cluster"], {}).get("partitions", {}).get(r["partition"])
-        if p is not None:
-            p.setdefault("groups", []).append(r["group"])
-    for r in lost.filter(F.col("key_version") == 2).orderBy("cluster", "partition", "group").collect():
-        p = plans[r["cluster"]]["partitions"].get(r["partition"])
-        if p is not None:
-            p["group_metadata_lost"].append({"group": r["group"], "generation": r["generation"],
-                                             "record_offset": r["offset"]})
+                   .select("cluster", "partition", "group").distinct().orderBy("cluster", "partition", "group"))
+    metadata_lost = lost.filter(F.col("key_version") == 2).orderBy("cluster", "partition", "group")
     health_rows = {(r["cluster"], r["broker"], r["partition"]): r.asDict() for r in unhealthy.collect()}
-    for c in plans.values():
-        for p in c["partitions"].values():
-            for b in p["replicas"].values():
-                h = health_rows.get((c["cluster"], b["broker"], p["partition"]), {})
-                b["verdict"], b["reason"] = h.get("verdict"), h.get("reason")
-                b["fix"] = json.loads(h["fix"]) if h.get("fix") else None
-        c["partitions"] = [c["partitions"][k] for k in sorted(c["partitions"])]
-        for p in c["partitions"]:
-            p["replicas"] = [p["replicas"][k] for k in sorted(p["replicas"], key=int)]
-    return plans
+    return planning.assemble(replicas, [r.asDict() for r in commits.select(*planning.COMMIT_FIELDS).collect()],
+                             [r.asDict() for r in live_groups.collect()],
+                             [r.asDict() for r in metadata_lost.collect()], health_rows)
 
 
 def group_states_frame(spark, root: str) -> DataFrame | None:
@@ -167,14 +114,8 @@ def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | Non
     plans = build(current_records(spark, data_root),
                   read_dataset(spark, data_root, "segment_inventory"), health,
                   group_states_frame(spark, data_root), parts)
-    write_text(path_join(out, "trim_plan.json"),
-               json.dumps(list(plans.values()), indent=1, sort_keys=True, default=str))
-    return {c: {"partitions": len(p["partitions"]),
-                "segments": sum(len(b["quarantine"]) for q in p["partitions"] for b in q["replicas"]),
-                "bytes_freed": sum(b["bytes_freed"] for q in p["partitions"] for b in q["replicas"]),
-                "recommit": sum(len(q["recommit"]) for q in p["partitions"]),
-                "active_groups": sum(len(q["active_groups"]) for q in p["partitions"])}
-            for c, p in plans.items()}
+    write_text(path_join(out, "trim_plan.json"), planning.plan_json(plans))
+    return planning.summary(plans)
 
 
 def main(argv=None) -> int:

@@ -201,3 +201,39 @@ def test_killing_the_task_stops_the_job_it_runs_in_process(tmp_path):
     assert not t.is_alive() and op._in_process.returncode == -9
     assert time.monotonic() - started < 10
     assert errors and "exited with code -9" in str(errors[0])
+
+
+def test_a_small_offsets_data_root_is_judged_in_process_and_a_large_one_through_spark_submit(tmp_path, monkeypatch):
+    """offsets_health's operator (fleet_maintenance, runbook_offsets_trim): a data root of few
+    __consumer_offsets records runs the job under the worker's Python (JAVA_HOME points nowhere)
+    and writes health.jsonl and trim_plan.json; above FLEET_OFFSETS_INPROCESS_MAX_ROWS it goes
+    to spark-submit."""
+    import json
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from fleet_airflow.operators import spark as spark_ops
+    from tests.spark.test_offsets_inprocess import write_root
+
+    root = tmp_path / "data"
+    fleet = write_root(root)
+    out = tmp_path / "out"
+    op = spark_ops.spark_job_operator(
+        "offsets_health", "offsets_health",
+        ["--data-root", str(root), "--fleet", str(fleet), "--out", str(out), "--bloat-ratio", "3",
+         "--min-bloat-bytes", "0", "--trim-plan"], in_process_input="--data-root")
+    submitted = []
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: submitted.append(self.task_id))
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    monkeypatch.delenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", raising=False)
+    op.execute({})
+    assert submitted == []
+    health = {(r["cluster"], r["broker"], r["partition"]): r
+              for r in map(json.loads, (out / "health.jsonl").read_text().splitlines())}
+    assert health[("c1", 0, 0)]["verdict"] == "CLEANER_STALLED"  # the checkpoint never moved
+    plans = json.loads((out / "trim_plan.json").read_text())
+    c1 = next(c for c in plans if c["cluster"] == "c1")
+    assert [b["quarantine"] != [] for b in c1["partitions"][0]["replicas"]] == [True, True]
+    monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "10")
+    op.execute({})
+    assert submitted == ["offsets_health"]

@@ -164,6 +164,15 @@ def publish_rows(rows, dest) -> None:
     _publish(dest, write)
 
 
+def publish_text(text: str, dest) -> None:
+    """Write `text` (UTF-8) to `dest` (published as publish_copy publishes a file)."""
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    _publish(dest, write)
+
+
 def publish_copy(src, dest) -> None:
     """Copy a job's output file to `dest` so that a reader (the fleet page, a person) sees the old
     file or the new one, never a half-written one: copied beside it, then renamed over it."""

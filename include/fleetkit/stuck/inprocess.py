@@ -18,15 +18,17 @@ import datetime as dt
 import os
 import uuid
 from collections import defaultdict
-from pathlib import Path
 
-from fleetkit.core.datasets import SCHEMAS, TS, date_folder_before, publish_rows, read_jsonl
+from fleetkit.core import inprocess as core_inprocess
+from fleetkit.core.datasets import SCHEMAS, TS, publish_rows, read_jsonl
+from fleetkit.core.inprocess import input_files, is_local, local_path  # noqa: F401 - is_local: the job asks here
 from fleetkit.stuck import rules, timelag
 from fleetkit.stuck.columnar import GROUP_KEYS, KEYS, TP_KEYS, task_facts, unpack_points
 
+JOB = "stuck_partitions"
 #: inputs up to this many rows are judged in process (a deployment may change it with the
-#: FLEET_STUCK_INPROCESS_MAX_ROWS environment variable; 0 always uses Spark)
-SMALL_ROWS = 200_000
+#: FLEET_STUCK_INPROCESS_MAX_ROWS environment variable; 0 always uses Spark): fleetkit.core.inprocess
+SMALL_ROWS = core_inprocess.LIMITS[JOB][1]
 #: the report charts this many flagged partitions (as the Spark job's lag_series)
 SERIES_LIMIT = 500
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
@@ -44,68 +46,12 @@ GROUP_COLUMNS = ("cluster", "source", "group", "status", "total_lag", "counts", 
 
 
 def max_rows() -> int:
-    try:
-        return max(0, int(os.environ.get("FLEET_STUCK_INPROCESS_MAX_ROWS", SMALL_ROWS)))
-    except ValueError:
-        return SMALL_ROWS
-
-
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def _local(path: str) -> Path:
-    return Path(path[len("file://"):] if path.startswith("file://") else path)
-
-
-def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], list[str]]:
-    """(parquet files, JSON Lines files) under a local file or folder, as the job lists them: names
-    starting with _ or . skipped (files and folders), date=YYYY-MM-DD folders older than `since`
-    skipped."""
-    root = _local(path)
-    if not root.exists():
-        raise SystemExit(f"input {path!r} does not exist")
-    files: list[str] = []
-    if root.is_file():
-        files = [str(root)]
-    else:
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not date_folder_before(d, since))
-            files.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith(("_", ".")))
-    parquet = [f for f in files if f.endswith(".parquet")]
-    jsonl = [f for f in files if f.endswith((".jsonl", ".json"))]
-    return parquet, jsonl
-
-
-def count_rows(parquet: list[str], jsonl: list[str], limit: int) -> int | None:
-    """The input's rows (Parquet footers, JSON Lines lines), or None once more than `limit` (or a
-    file that cannot be read: the Spark job then names it)."""
-    import pyarrow.parquet as pq
-
-    n = 0
-    try:
-        for f in parquet:
-            n += pq.ParquetFile(f).metadata.num_rows
-            if n > limit:
-                return None
-        for f in jsonl:
-            with open(f, "rb") as fh:
-                for line in fh:
-                    n += bool(line.strip())
-                    if n > limit:
-                        return None
-    except Exception:  # noqa: BLE001 - unreadable here: Spark reads it and says what is wrong
-        return None
-    return n
+    return core_inprocess.max_rows(JOB)
 
 
 def small_input(path: str, since: dt.date | None = None) -> bool:
     """Whether the job's input is small enough to judge in process (and on a local path)."""
-    limit = max_rows()
-    if limit <= 0 or not is_local(path) or not _local(path).exists():
-        return False
-    parquet, jsonl = input_files(path, since)
-    return count_rows(parquet, jsonl, limit) is not None
+    return core_inprocess.small_input(JOB, path, since)
 
 
 def _parse_ts(value):
@@ -328,7 +274,7 @@ def write_dataset(rows: list[dict], schema, data_root: str, dataset: str, run_st
     import pyarrow.parquet as pq
 
     day = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    folder = _local(data_root) / dataset / f"date={day}"
+    folder = local_path(data_root) / dataset / f"date={day}"
     final = folder / f"run={run_stamp}"
     if final.exists():
         raise FileExistsError(f"{final} already exists")
@@ -352,7 +298,7 @@ def run(snapshots_path: str, out: str, window: dt.timedelta, as_of: dt.datetime 
         raise SystemExit(f"input {snapshots_path!r} holds no .parquet or .jsonl files")
     snapshots = read_snapshots(parquet, jsonl)
     findings, groups, as_of = evaluate(snapshots, window, as_of, ratio, retention)
-    folder = _local(out)
+    folder = local_path(out)
     folder.mkdir(parents=True, exist_ok=True)
     publish_rows(for_json(findings), folder / "findings.jsonl")
     publish_rows(groups_for_json(groups), folder / "groups.jsonl")

@@ -131,6 +131,28 @@ def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads
                        f"{f.largest_segment_messages:,} messages (one pass maps {keys_per_pass:,}).", None)
 
 
+#: the settings columns `judge_replica` reads beside the HealthFacts fields
+SETTING_FIELDS = ("kafka_version", "dedupe_buffer_size", "threads", "load_factor", "min_cleanable_ratio",
+                  "segment_bytes")
+
+
+def judge_replica(row: dict, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
+                  min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES) -> tuple[str, str, str | None]:
+    """(verdict, reason, fix as JSON text or None) of one replica's row of the offsets_health job:
+    the HealthFacts fields (the counts null where nothing was read: 0) and SETTING_FIELDS (the
+    broker's reported cleaner settings over the fleet file's; a version not known: 0.9.0.1)."""
+    import json
+
+    names = list(HealthFacts.__dataclass_fields__)
+    f = HealthFacts(*[0 if row.get(n) is None and i < 8 else row.get(n) for i, n in enumerate(names)])
+    min_ratio, segment_bytes = row.get("min_cleanable_ratio"), row.get("segment_bytes")
+    v, reason, fix = verdict(f, row.get("kafka_version") or "0.9.0.1", int(row["dedupe_buffer_size"]),
+                             int(row["threads"]), float(row["load_factor"]), bloat_ratio, min_bloat_bytes,
+                             0.5 if min_ratio is None else float(min_ratio),
+                             None if segment_bytes is None else int(segment_bytes))
+    return v, reason, json.dumps(fix) if fix else None
+
+
 # -- the trim plan ---------------------------------------------------------------------------------
 def quarantined(segments: Iterable[tuple[int, bool]]) -> set[int]:
     """Of one replica's segments, (base offset, is active) each, the base offsets the trim moves to

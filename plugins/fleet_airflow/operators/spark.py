@@ -80,10 +80,11 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator whose job gets the project's code as --py-files (a zip built when the task
     runs, added to any py_files given).
 
-    `in_process_input`: the argument naming the job's input (stuck_partitions: `--snapshots`).
-    When that input is small (fleetkit.stuck.inprocess.small_input: up to
-    FLEET_STUCK_INPROCESS_MAX_ROWS rows on a local path), the job runs with `--engine in-process`
-    under the worker's Python instead of spark-submit: no JVM, the same files."""
+    `in_process_input`: the argument naming the job's input (stuck_partitions: `--snapshots`,
+    offsets_health: `--data-root`). When that input is small (fleetkit.core.inprocess.small_input:
+    up to the job's row limit, FLEET_STUCK_INPROCESS_MAX_ROWS / FLEET_OFFSETS_INPROCESS_MAX_ROWS,
+    on a local path), the job runs with `--engine in-process` under the worker's Python instead of
+    spark-submit: no JVM, the same files."""
 
     #: seconds a job run in process gets to end on SIGTERM when the task is killed, before SIGKILL
     KILL_GRACE_SECONDS = 10.0
@@ -98,12 +99,12 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             return False
         import datetime as dt
 
-        from fleetkit.stuck import inprocess
+        from fleetkit.core import inprocess
 
         path = _arg(self.application_args or [], self.in_process_input)
         days = _arg(self.application_args or [], "--recent-days")
         since = dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=int(days)) if days else None
-        return bool(path) and inprocess.small_input(path, since)
+        return bool(path) and inprocess.small_input(self.name, path, since)
 
     def _run_in_process(self) -> None:
         import os
