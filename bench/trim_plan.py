@@ -1,6 +1,7 @@
 """Benchmark: offsets_health + trim_plan for one 10M-record __consumer_offsets partition on local[2].
 
     .venv/bin/python bench/trim_plan.py [--records 10000000] [--keys 100000] [--baseline CHECKOUT]
+        [--in-process]
 
 Generates the datasets a bloated partition yields (10M offset-commit records over 100,000 keys,
 ~80 segments on one broker, cleaner checkpoint 0), then times `spark-submit --master local[2]`
@@ -9,6 +10,10 @@ sampling the peak RSS of the process tree, and prints where each job's time went
 log: Spark start, read, shuffle, Python UDF, aggregation, sort). Targets: offsets_health <= 60 s,
 trim_plan <= 30 s, peak RSS <= 3 GB each. With --baseline OTHER_CHECKOUT the same jobs of an older
 commit run on the same data, and health.jsonl / trim_plan.json are compared byte for byte.
+With --in-process the same data root is also judged by the in-process engine the DAGs use for a
+small data root (`python spark_jobs/offsets_health.py --engine in-process --trim-plan`, no JVM),
+timed beside the Spark jobs, and its health.jsonl, segments.jsonl and trim_plan.json are compared
+with Spark's row for row.
 """
 
 from __future__ import annotations
@@ -69,6 +74,23 @@ def timed(argv: list[str], driver_memory: str, repo: Path = REPO) -> tuple[float
     return wall, peak_gb, out.strip().splitlines()[-1]
 
 
+def rows_of(path: Path) -> list[str]:
+    """A JSON Lines file's objects with sorted keys, sorted (Spark writes the rows in no fixed order)."""
+    return sorted(json.dumps(json.loads(line), sort_keys=True) for line in path.read_text().splitlines() if line)
+
+
+def timed_in_process(data: Path, fleet: Path, out: Path) -> tuple[float, float, str]:
+    import os
+
+    from measure import run_measured, spark_env
+
+    env = dict(spark_env(), PYTHONPATH=os.pathsep.join([str(REPO / "include"), str(REPO / "spark_jobs")]))
+    wall, peak_gb, stdout = run_measured(
+        [sys.executable, str(REPO / "spark_jobs" / "offsets_health.py"), "--data-root", str(data), "--fleet",
+         str(fleet), "--out", str(out), "--trim-plan", "--engine", "in-process"], env)
+    return wall, peak_gb, stdout.strip().splitlines()[-1]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=10_000_000)
@@ -76,6 +98,8 @@ def main() -> int:
     ap.add_argument("--driver-memory", default="2g", help="spark-submit --driver-memory (local mode: all of Spark)")
     ap.add_argument("--baseline", type=Path, help="another checkout of this repository (an older commit): its "
                     "jobs run on the same data and the outputs are compared byte for byte")
+    ap.add_argument("--in-process", action="store_true", help="also judge the data root in process (no Spark) "
+                    "and compare the files with Spark's")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-trim-"))
     try:
@@ -87,11 +111,20 @@ def main() -> int:
             "name": "bench", "kafka_version": "0.9.0.1", "kafka_conn_id": "bench",
             "cleaner": {"dedupe_buffer_size": 2 * 1024 * 1024, "threads": 1}}]}))
         h_s, h_gb, h_out = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
-                                  "--out", str(work / "out")], args.driver_memory)
+                                  "--out", str(work / "out"), "--engine", "spark"], args.driver_memory)
         print(f"offsets_health: {h_s:.1f}s, peak {h_gb:.2f} GB, {h_out}", flush=True)
         p_s, p_gb, p_out = timed(["trim_plan.py", "--data-root", str(work / "data"), "--health", str(work / "out"),
                                   "--out", str(work / "out")], args.driver_memory)
         print(f"trim_plan: {p_s:.1f}s, peak {p_gb:.2f} GB, {p_out}", flush=True)
+        if args.in_process:
+            i_s, i_gb, i_out = timed_in_process(work / "data", fleet, work / "in-process")
+            same = {name: rows_of(work / "out" / name) == rows_of(work / "in-process" / name)
+                    for name in ("health.jsonl", "segments.jsonl")}
+            same["trim_plan.json"] = (json.loads((work / "out" / "trim_plan.json").read_text())
+                                      == json.loads((work / "in-process" / "trim_plan.json").read_text()))
+            print(f"in process (health and plan, no Spark): {i_s:.1f}s, peak {i_gb:.2f} GB, {i_out}; Spark: health "
+                  f"{h_s:.1f}s + plan {p_s:.1f}s = {h_s + p_s:.1f}s, peak {max(h_gb, p_gb):.2f} GB; the same files: "
+                  + ", ".join(f"{n} {'yes' if v else 'NO'}" for n, v in same.items()), flush=True)
         if args.baseline:
             b_h, b_hgb, _ = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
                                    "--out", str(work / "base")], args.driver_memory, args.baseline)
