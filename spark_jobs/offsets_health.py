@@ -43,24 +43,11 @@ def read_dataset(spark, root: str, name: str, clusters: list[str] | None = None)
     """The dataset's files under ROOT; with `clusters`, only theirs (the `cluster=<name>` folders
     of the clusters the fleet file lists: a cluster taken out of the fleet leaves its data behind,
     with no settings to judge it by). Names the clusters whose data it leaves out."""
-    import re
-
     from jobs_common import data_files, path_join
 
-    parquet, _ = data_files(path_join(root, name))
-    if clusters is not None:
-        def cluster_of(path: str) -> str | None:
-            m = re.search(r"/cluster=([^/]+)/", path)
-            return m.group(1) if m else None
+    from fleetkit.core.datasets import files_of_clusters
 
-        left_out = sorted({c for c in map(cluster_of, parquet) if c not in clusters})
-        if left_out:
-            print(f"{name}: left out the data of {len(left_out)} cluster(s) not in the fleet file: "
-                  f"{', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}", flush=True)
-        parquet = [f for f in parquet if cluster_of(f) in clusters]
-    if not parquet:
-        raise SystemExit(f"no {name} data under {root}" + (f" for the clusters {', '.join(clusters)}" if clusters else "")
-                         + " (run the offsets collection first)")
+    parquet = files_of_clusters(data_files(path_join(root, name))[0], root, name, clusters)
     return spark.read.parquet(*parquet)
 
 
@@ -68,19 +55,16 @@ def current_records(spark, root: str, clusters: list[str] | None = None) -> Data
     """offsets_topic_records (read_dataset) without the rows of a log the collection found replaced
     under it (fleetkit.collection.log_marks: a cluster re-created under the same name, a truncated
     log): per partition, only the rows collected since."""
-    import re
-
     import datetime as dt
 
     from jobs_common import data_files, path_join
 
     from fleetkit.collection import log_marks
-    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.datasets import DataRoot, cluster_of_path
 
     records = read_dataset(spark, root, "offsets_topic_records", clusters)
     names = clusters if clusters is not None else sorted(
-        {m.group(1) for f in data_files(path_join(root, "offsets_topic_records"))[0]
-         for m in [re.search(r"/cluster=([^/]+)/", f)] if m})
+        {c for f in data_files(path_join(root, "offsets_topic_records"))[0] for c in [cluster_of_path(f)] if c})
     data = DataRoot(root)
     since = [(c, p, dt.datetime.fromisoformat(t)) for c in names for p, t in log_marks.superseded_before(data, c).items()]
     if not since:

@@ -40,9 +40,10 @@ def cluster_airflow(airflow_db, lab, tmp_path_factory):
     from fleetlab import airflow_services as services
 
     before = services.running_profile()
-    # every stuck analysis goes to the standalone master, small input or not: this module proves the
-    # Spark path on a cluster (the in-process one is tests/spark/test_stuck_inprocess.py's)
-    env = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_STUCK_INPROCESS_MAX_ROWS": "0"}
+    # every stuck analysis and offsets health goes to the standalone master, small input or not: this
+    # module proves the Spark path on a cluster (the in-process ones: tests/spark/test_*_inprocess.py)
+    env = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_STUCK_INPROCESS_MAX_ROWS": "0",
+           "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0"}
     if before is None:  # what airflow_server (tests/conftest.py) sets for the Airflow it starts
         env.update({"FLEET_LOCK_DIR": str(tmp_path_factory.mktemp("locks")),
                     "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "3"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +17,8 @@ from fleetkit.collection import log_marks
 from fleetkit.collection.offsets_topic import settings_path
 from fleetkit.core.datasets import DataRoot, write_collection
 from fleetkit.trim import inprocess
+
+from tests.spark.engines import by_key, close
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "spark_jobs"))
@@ -120,29 +122,13 @@ def write_root(root: Path) -> Path:
     return fleet
 
 
-def _close(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def _by_key(rows, keys):
-    out = {tuple(r[k] for k in keys): r for r in rows}
-    assert len(out) == len(rows)
-    return out
-
-
 def _differences(spark_rows, local_rows, keys) -> list[str]:
-    a, b = _by_key(spark_rows, keys), _by_key(local_rows, keys)
+    a, b = by_key(spark_rows, keys), by_key(local_rows, keys)
     out = [f"only in Spark: {k}" for k in sorted(set(a) - set(b), key=str)]
     out += [f"only in process: {k}" for k in sorted(set(b) - set(a), key=str)]
     for k in sorted(set(a) & set(b), key=str):
         out += [f"{k} {f}: Spark {a[k].get(f)!r}, in process {b[k].get(f)!r}"
-                for f in sorted(set(a[k]) | set(b[k])) if not _close(a[k].get(f), b[k].get(f))]
+                for f in sorted(set(a[k]) | set(b[k])) if not close(a[k].get(f), b[k].get(f), 1e-9)]
     return out
 
 
@@ -163,7 +149,7 @@ def test_the_same_data_root_gives_the_same_files_in_process_and_in_spark(tmp_pat
         if partitions:
             args += ["--partitions", partitions]
         run = subprocess.run(args, capture_output=True, text=True, timeout=600,
-                             env={**__import__("os").environ, "PYTHONPATH": f"{REPO / 'include'}"})
+                             env={**os.environ, "PYTHONPATH": f"{REPO / 'include'}"})
         assert run.returncode == 0, run.stderr[-3000:]
         assert "gone" in run.stdout and "left out" in run.stdout  # the cluster not in the fleet file is named
         outs[engine] = out
@@ -173,16 +159,16 @@ def test_the_same_data_root_gives_the_same_files_in_process_and_in_spark(tmp_pat
                         ("cluster", "broker", "partition", "base_offset")) == []
     spark_plan = json.loads((outs["spark"] / "trim_plan.json").read_text(encoding="utf-8"))
     local_plan = json.loads((outs["in-process"] / "trim_plan.json").read_text(encoding="utf-8"))
-    assert _close(spark_plan, local_plan), (json.dumps(spark_plan)[:3000], json.dumps(local_plan)[:3000])
+    assert close(spark_plan, local_plan, 1e-9), (json.dumps(spark_plan)[:3000], json.dumps(local_plan)[:3000])
 
     # the data exercised what it was built for (the comparison is not of two empty files)
-    health = _by_key(local_health, ("cluster", "broker", "partition"))
+    health = by_key(local_health, ("cluster", "broker", "partition"))
     assert {r["cluster"] for r in local_health} == {"c1", "c2"}
     assert health[("c1", 0, 0)]["verdict"] != "HEALTHY" and health[("c1", 0, 0)]["segments"] == 5
     assert health[("c1", 1, 2)]["records"] == 0 and health[("c1", 0, 1)]["records"] == 4
     assert health[("c2", 5, 3)]["records"] == 30  # the rows of the replaced log are left out
     assert health[("c2", 5, 3)]["keys_per_pass"] == 20_833  # the broker's reported settings win
-    segs = _by_key(_read(outs["in-process"], "segments.jsonl"), ("cluster", "broker", "partition", "base_offset"))
+    segs = by_key(_read(outs["in-process"], "segments.jsonl"), ("cluster", "broker", "partition", "base_offset"))
     assert segs[("c1", 0, 0, 418)]["messages"] == 0 and segs[("c1", 0, 0, 0)]["messages"] == 100
     p0 = next(p for c in local_plan if c["cluster"] == "c1" for p in c["partitions"] if p["partition"] == 0)
     assert sorted(i["group"] for i in p0["recommit"]) == sorted(["busy", *HOSTILE])  # empty-group's is kept

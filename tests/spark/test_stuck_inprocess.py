@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,8 @@ from fleetkit.core.datasets import SCHEMAS
 from fleetkit.stuck import inprocess
 from tests.spark.test_stuck_job import AS_OF, case_rows, storm_rows, to_jsonl
 from tests.stuck_cases import WINDOW
+
+from tests.spark.engines import by_key, close
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "spark_jobs"))
@@ -43,22 +44,6 @@ def mixed_rows() -> list[dict]:
     return rows
 
 
-def _close(a, b) -> bool:
-    if isinstance(a, float) or isinstance(b, float):
-        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-6)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def _by_key(rows, keys):
-    out = {tuple(r[k] for k in keys): r for r in rows}
-    assert len(out) == len(rows)
-    return out
-
-
 def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
     spark = live
     import stuck_partitions as job
@@ -82,26 +67,26 @@ def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
     assert as_of2 == AS_OF
     mine = json.loads(json.dumps(inprocess.for_json(f2)))
     keys = ("cluster", "source", "group", "topic", "partition")
-    theirs, ours = _by_key(spark_findings, keys), _by_key(mine, keys)
+    theirs, ours = by_key(spark_findings, keys), by_key(mine, keys)
     assert theirs.keys() == ours.keys()
     assert len(ours) > 60 and {"STALLED", "STOPPED", "OK", "INSUFFICIENT_DATA", "NO_COMMIT"} <= \
         {f["status"] for f in mine}
     for k, want in theirs.items():
         got = ours[k]
         assert list(got) == list(want), k  # the same columns in the same order
-        diff = {c: (want[c], got[c]) for c in want if not _close(want[c], got[c])}
+        diff = {c: (want[c], got[c]) for c in want if not close(want[c], got[c])}
         assert not diff, (k, diff)
     mine_groups = json.loads(json.dumps(inprocess.groups_for_json(g2)))
-    theirs, ours = _by_key(spark_groups, keys[:3]), _by_key(mine_groups, keys[:3])
+    theirs, ours = by_key(spark_groups, keys[:3]), by_key(mine_groups, keys[:3])
     assert theirs.keys() == ours.keys() and any(g["rebalance_storm"] for g in mine_groups)
     for k, want in theirs.items():
         assert list(ours[k]) == list(want), k
-        diff = {c: (want[c], ours[k][c]) for c in want if not _close(want[c], ours[k][c])}
+        diff = {c: (want[c], ours[k][c]) for c in want if not close(want[c], ours[k][c])}
         assert not diff, (k, diff)
     mine_series = json.loads(json.dumps(inprocess.lag_series(f2, table, AS_OF, WINDOW)))
-    assert mine_series and _by_key(mine_series, keys).keys() == _by_key(spark_series, keys).keys()
-    for k, want in _by_key(spark_series, keys).items():
-        assert _close(_by_key(mine_series, keys)[k], want), k
+    assert mine_series and by_key(mine_series, keys).keys() == by_key(spark_series, keys).keys()
+    for k, want in by_key(spark_series, keys).items():
+        assert close(by_key(mine_series, keys)[k], want), k
 
 
 def test_auto_judges_a_small_input_without_spark_and_writes_the_job_files(tmp_path):

@@ -325,6 +325,30 @@ def write_collection(root: DataRoot, cluster: str, observed_at: dt.datetime,
     return staging.commit()
 
 
+def cluster_of_path(path: str) -> str | None:
+    """The cluster of a dataset file from its `cluster=<name>` folder (None outside one)."""
+    import re
+
+    m = re.search(r"/cluster=([^/]+)/", path)
+    return m.group(1) if m else None
+
+
+def files_of_clusters(files: list[str], root: str, dataset: str, clusters: list[str] | None) -> list[str]:
+    """A dataset's files, with `clusters` only those of their `cluster=<name>` folders (a cluster taken
+    out of the fleet file leaves its data behind, with no settings to judge it by), naming the
+    clusters left out on stdout; none left: SystemExit naming the dataset and the root."""
+    if clusters is not None:
+        left_out = sorted({c for c in map(cluster_of_path, files) if c not in clusters})
+        if left_out:
+            print(f"{dataset}: left out the data of {len(left_out)} cluster(s) not in the fleet file: "
+                  f"{', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}", flush=True)
+        files = [f for f in files if cluster_of_path(f) in clusters]
+    if not files:
+        raise SystemExit(f"no {dataset} data under {root}" + (f" for the clusters {', '.join(clusters)}" if clusters else "")
+                         + " (run the offsets collection first)")
+    return files
+
+
 def date_folder_before(name: str, since: dt.date | None) -> bool:
     """Whether a folder named date=YYYY-MM-DD holds a day before `since` (False for any other name,
     and for no `since`): what the jobs skip when told to read only recent days."""

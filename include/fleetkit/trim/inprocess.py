@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 import time
 from collections import defaultdict
 
 from fleetkit.core import inprocess as core
-from fleetkit.core.datasets import SCHEMAS, DataRoot, publish_rows, publish_text, read_file
+from fleetkit.core.datasets import SCHEMAS, DataRoot, files_of_clusters, publish_rows, publish_text, read_file
 from fleetkit.core.fleet import load_fleet
 from fleetkit.trim import planning, rules
 from fleetkit.trim.cleaner import capacity
@@ -46,11 +45,6 @@ def small_input(data_root: str) -> bool:
     return core.small_input(JOB, data_root)
 
 
-def _cluster_of(path: str) -> str | None:
-    m = re.search(r"/cluster=([^/]+)/", path)
-    return m.group(1) if m else None
-
-
 def _frame(table):
     """A pyarrow table as pandas with nullable integers and booleans (a null stays null)."""
     import pandas as pd
@@ -68,15 +62,7 @@ def read_dataset(root: str, name: str, clusters: list[str] | None = None, column
 
     folder = core.local_path(root) / name
     parquet = core.input_files(str(folder))[0] if folder.exists() else []
-    if clusters is not None:
-        left_out = sorted({c for c in map(_cluster_of, parquet) if c not in clusters})
-        if left_out:
-            print(f"{name}: left out the data of {len(left_out)} cluster(s) not in the fleet file: "
-                  f"{', '.join(left_out[:10])}{' ...' if len(left_out) > 10 else ''}", flush=True)
-        parquet = [f for f in parquet if _cluster_of(f) in clusters]
-    if not parquet:
-        raise SystemExit(f"no {name} data under {root}" + (f" for the clusters {', '.join(clusters)}" if clusters else "")
-                         + " (run the offsets collection first)")
+    parquet = files_of_clusters(parquet, root, name, clusters)
     data = DataRoot(str(core.local_path(root)))
     schema = SCHEMAS[name]
     tables = [read_file(data, f, schema) for f in parquet]
