@@ -79,6 +79,7 @@ with DAG(
          "--out", RUN_OUT, "--max-age", "30m"],
         execution_timeout=dt.timedelta(minutes=30),
         trigger_rule="all_done",  # the clusters that answered are reconciled even when one did not
+        in_process_input="--data-root",
     )
     report = GroupIdReportOperator(task_id="report", out_dir=RUN_OUT, fleet_file="{{ fleet_settings.fleet_file }}")
     create = CreateMissingGroupIdsOperator(

@@ -23,7 +23,9 @@ by the path's name in one shuffle and runs rules.diff, the runbook's own aggrega
 Writes DIR/findings.jsonl (every finding that is not OK: cluster, path, class, reason, group,
 groups, client_host, client_id, member_ids, znode_group, znode_version, ctime_ms, mtime, age_seconds) and
 DIR/summary.json (counts per cluster and class); prints the summary as one JSON line. Roots and
-grace periods per cluster come from the fleet file's group_id_mappings sections.
+grace periods per cluster come from the fleet file's group_id_mappings sections. A data root of up
+to FLEET_GROUP_IDS_INPROCESS_MAX_ROWS rows (1,000,000 by default) on a local path is judged without
+starting Spark, by fleetkit.group_ids.inprocess: the same rules and files (`--engine`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+from fleetkit.core import inprocess as core_inprocess  # noqa: E402
+from fleetkit.group_ids import inprocess  # noqa: E402
 from fleetkit.group_ids import rules  # noqa: E402
 from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
 
@@ -211,6 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--max-age", help="ignore clusters whose newest collection is older than this (e.g. 30m): a "
                                       "cluster whose collection just failed is not judged on old data")
     ap.add_argument("--master")
+    ap.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto",
+                    help="auto (default): up to FLEET_GROUP_IDS_INPROCESS_MAX_ROWS mappings and members (1,000,000) "
+                         "on local paths are judged in this process (fleetkit.group_ids.inprocess: the same rules "
+                         "and files, no Spark start-up), more by Spark")
     args = ap.parse_args(argv)
     if not args.data_root and not (args.mappings and args.members):
         raise SystemExit("give --data-root, or both --mappings and --members")
@@ -224,6 +232,13 @@ def main(argv=None) -> int:
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=max_age) if max_age is not None else None
     mappings_path = args.mappings or str(Path(args.data_root) / "group_id_mappings")
     members_path = args.members or str(Path(args.data_root) / "group_members")
+    local = all(core_inprocess.is_local(p) for p in (mappings_path, members_path, args.out))
+    if args.engine == "in-process" or (args.engine == "auto" and local and core_inprocess.small_input(
+            inprocess.JOB, str(Path(mappings_path).parent)) and not (args.mappings or args.members)):
+        summary = inprocess.run(mappings_path, members_path, args.out, fleet_config(args.fleet), args.root, grace,
+                                args.cluster, cutoff)
+        print(json.dumps(summary, sort_keys=True), flush=True)
+        return 0
     t0 = time.monotonic()
     spark = session("group_id_reconciliation", args.master)
     mappings = read_input(spark, mappings_path, MAPPINGS_SCHEMA) if Path(mappings_path).exists() \

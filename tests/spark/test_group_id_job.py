@@ -1,8 +1,10 @@
-"""The group_id_reconciliation Spark job: the case table through Spark, and spark-submit's files."""
+"""The group_id_reconciliation job: the case table through Spark and in process
+(fleetkit.group_ids.inprocess), and the job's files from spark-submit and from the in-process engine."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +41,22 @@ def test_case_table_through_spark(spark):
         assert got.get(f"case-{number:02d}") == expected, f"case {number} {title}: {why}"
 
 
-def test_spark_submit_reads_the_datasets_newest_collection(tmp_path):
+def test_case_table_in_process():
+    from fleetkit.group_ids import inprocess
+
+    zn, mem = _all_rows()
+    got: dict[str, dict[str, str]] = {}
+    for f in inprocess.classify(zn, mem, {}, ROOT, GRACE):
+        got.setdefault(f["cluster"], {})[key(f)] = f["class"]
+    for number, title, _, _, expected, why in CASES:
+        assert got.get(f"case-{number:02d}") == expected, f"case {number} {title}: {why}"
+
+
+@pytest.mark.parametrize("engine", ["spark", "in-process"])
+def test_the_job_reads_the_datasets_newest_collection(tmp_path, engine):
     """Three collections of one cluster: only the newest counts (a znode deleted since is gone); a
-    cluster whose newest collection is older than --max-age is left out."""
+    cluster whose newest collection is older than --max-age is left out. The same files from
+    spark-submit and from the in-process engine (no JVM: JAVA_HOME points nowhere)."""
     root = DataRoot(tmp_path / "data")
     import datetime as dt
 
@@ -62,9 +77,14 @@ def test_spark_submit_reads_the_datasets_newest_collection(tmp_path):
     old_rows = [dict(r, cluster="down", observed_at=old) for r in mem]
     write_collection(root, "down", old, {"group_id_mappings": [], "group_members": old_rows})
     out = tmp_path / "out"
-    proc = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                           str(REPO / "spark_jobs" / "group_id_reconciliation.py"), "--data-root", str(tmp_path / "data"),
-                           "--fleet", str(fleet), "--out", str(out), "--max-age", "30m"], capture_output=True, text=True)
+    job = [str(REPO / "spark_jobs" / "group_id_reconciliation.py"), "--data-root", str(tmp_path / "data"),
+           "--fleet", str(fleet), "--out", str(out), "--max-age", "30m", "--engine", engine]
+    if engine == "spark":
+        proc = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", *job],
+                              capture_output=True, text=True)
+    else:
+        proc = subprocess.run([sys.executable, *job], capture_output=True, text=True,
+                              env={**os.environ, "JAVA_HOME": "/nonexistent", "PYTHONPATH": str(REPO / "include")})
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["clusters"] == {"lab": {"MISMATCHED": 1}} and summary["findings"] == 1

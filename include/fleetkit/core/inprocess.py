@@ -16,13 +16,15 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from fleetkit.core.datasets import date_folder_before
+from fleetkit.core.datasets import SCHEMAS, date_folder_before, read_jsonl
 
 #: per job (spark_jobs/<job>.py): (the environment variable of its row limit, the default limit,
-#: the dataset under the job's input whose rows are counted, None: the input itself)
-LIMITS: dict[str, tuple[str, int, str | None]] = {
-    "stuck_partitions": ("FLEET_STUCK_INPROCESS_MAX_ROWS", 200_000, None),
-    "offsets_health": ("FLEET_OFFSETS_INPROCESS_MAX_ROWS", 1_000_000, "offsets_topic_records"),
+#: the datasets under the job's input whose rows are counted, none: the input itself)
+LIMITS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "stuck_partitions": ("FLEET_STUCK_INPROCESS_MAX_ROWS", 200_000, ()),
+    "offsets_health": ("FLEET_OFFSETS_INPROCESS_MAX_ROWS", 1_000_000, ("offsets_topic_records",)),
+    "group_id_reconciliation": ("FLEET_GROUP_IDS_INPROCESS_MAX_ROWS", 1_000_000,
+                                ("group_id_mappings", "group_members")),
 }
 
 
@@ -85,14 +87,60 @@ def count_rows(parquet: list[str], jsonl: list[str], limit: int) -> int | None:
 
 
 def small_input(job: str, path: str, since: dt.date | None = None) -> bool:
-    """Whether `job`'s input at `path` (for offsets_health: the data root) is small enough to run in
-    process, and on a local path."""
+    """Whether `job`'s input at `path` (for offsets_health and group_id_reconciliation: the data
+    root) is small enough to run in process, and on a local path."""
     limit = max_rows(job)
     if limit <= 0 or not is_local(path):
         return False
-    dataset = LIMITS[job][2]
-    target = local_path(path) / dataset if dataset else local_path(path)
-    if not target.exists():
+    datasets = LIMITS[job][2]
+    targets = [local_path(path) / d for d in datasets] if datasets else [local_path(path)]
+    if not any(t.exists() for t in targets):
         return False
-    parquet, jsonl = input_files(str(target), since)
+    parquet: list[str] = []
+    jsonl: list[str] = []
+    for target in targets:
+        if target.exists():
+            p, j = input_files(str(target), since)
+            parquet += p
+            jsonl += j
     return count_rows(parquet, jsonl, limit) is not None
+
+
+def _parse_ts(value):
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.timezone.utc)
+
+
+def read_table(parquet: list[str], jsonl: list[str], dataset: str):
+    """Parquet and JSON Lines files as one table of the dataset's schema (as the Spark jobs'
+    read_rows: columns a file lacks are null, JSON timestamps ISO-8601 strings); a JSON line that is
+    not such a row is a SystemExit naming the file and the line."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = SCHEMAS[dataset]
+    stamps = {f.name for f in schema if pa.types.is_timestamp(f.type)}
+    tables = []
+    for f in parquet:
+        t = pq.ParquetFile(f).read()
+        names = set(t.column_names)
+        tables.append(pa.Table.from_arrays(
+            [t[fld.name].cast(fld.type) if fld.name in names else pa.nulls(t.num_rows, fld.type) for fld in schema],
+            schema=schema))
+    for f in jsonl:
+        rows = []
+        for number, r in enumerate(read_jsonl(f), 1):
+            if not isinstance(r, dict):
+                raise SystemExit(f"{f}: line {number} is not a JSON object")
+            try:
+                rows.append({fld.name: _parse_ts(r.get(fld.name)) if fld.name in stamps else r.get(fld.name)
+                             for fld in schema})
+            except ValueError as e:
+                raise SystemExit(f"{f}: line {number}: {e}") from None
+        try:
+            tables.append(pa.Table.from_pylist(rows, schema=schema))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+            raise SystemExit(f"{f}: not {dataset} rows: {e}") from None
+    return pa.concat_tables(tables) if tables else schema.empty_table()

@@ -20,7 +20,7 @@ import uuid
 from collections import defaultdict
 
 from fleetkit.core import inprocess as core_inprocess
-from fleetkit.core.datasets import SCHEMAS, TS, publish_rows, read_jsonl
+from fleetkit.core.datasets import TS, publish_rows
 from fleetkit.core.inprocess import input_files, is_local, local_path  # noqa: F401 - is_local: the job asks here
 from fleetkit.stuck import rules, timelag
 from fleetkit.stuck.columnar import GROUP_KEYS, KEYS, TP_KEYS, task_facts, unpack_points
@@ -32,7 +32,6 @@ SMALL_ROWS = core_inprocess.LIMITS[JOB][1]
 #: the report charts this many flagged partitions (as the Spark job's lag_series)
 SERIES_LIMIT = 500
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_TS_FIELDS = ("observed_at", "committed_at", "committed_record_timestamp")
 #: findings.jsonl's columns, in the Spark job's order
 FINDING_COLUMNS = ("cluster", "topic", "partition", "source", "group", "status", "lag", "committed_offset",
                    "log_start_offset", "log_end_offset", "assigned", "window_start", "window_end", "snapshots",
@@ -54,38 +53,9 @@ def small_input(path: str, since: dt.date | None = None) -> bool:
     return core_inprocess.small_input(JOB, path, since)
 
 
-def _parse_ts(value):
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.timezone.utc)
-
-
 def read_snapshots(parquet: list[str], jsonl: list[str]):
     """The input as one table of the offsets_snapshots schema (columns a file lacks are null)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = SCHEMAS["offsets_snapshots"]
-    tables = []
-    for f in parquet:
-        t = pq.ParquetFile(f).read()
-        names = set(t.column_names)
-        tables.append(pa.Table.from_arrays(
-            [t[fld.name].cast(fld.type) if fld.name in names else pa.nulls(t.num_rows, fld.type) for fld in schema],
-            schema=schema))
-    for f in jsonl:
-        rows = []
-        for number, r in enumerate(read_jsonl(f), 1):
-            if not isinstance(r, dict):
-                raise SystemExit(f"{f}: line {number} is not a JSON object")
-            rows.append({fld.name: _parse_ts(r.get(fld.name)) if fld.name in _TS_FIELDS else r.get(fld.name)
-                         for fld in schema})
-        try:
-            tables.append(pa.Table.from_pylist(rows, schema=schema))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-            raise SystemExit(f"{f}: not offsets_snapshots rows: {e}") from None
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+    return core_inprocess.read_table(parquet, jsonl, "offsets_snapshots")
 
 
 def _seconds_ts(seconds: float | None) -> dt.datetime | None:
