@@ -100,8 +100,12 @@ def celery_hostnames() -> list[str]:
 
 def profile_env(name: str | None = None) -> dict[str, str]:
     """What every Airflow process of the profile gets on top of the common environment."""
+    # one api-server process answers the UI, the REST API and the execution API of every task slot:
+    # on a small, busy machine (the lab starting beside it) its answers can take longer than the 5 s
+    # default, and a task whose first call times out fails before it runs
+    common = {"AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30"}
     if profile(name) == "embedded":
-        return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"}
+        return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor", **common}
     spark = spark_spec()
     return {
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -109,9 +113,7 @@ def profile_env(name: str | None = None) -> dict[str, str]:
         # Celery's database result backend on the metadata PostgreSQL
         "AIRFLOW__CELERY__RESULT_BACKEND": "db+" + pg_spec().url(),
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(CELERY_CONCURRENCY),
-        # one api-server process answers the UI, the REST API and the execution API of every task
-        # slot: on a small, busy machine its answers can take longer than the 5 s default
-        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        **common,
         # the api-server asks a running task's worker for its log on this port (worker 0's log
         # server; on one machine every worker writes the same log folder, which it reads first)
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port_plan().celery_log_server(0)),

@@ -66,7 +66,8 @@ def test_exec_venv_versions_are_the_lock_pins(tmp_path):
 def test_profiles(monkeypatch):
     monkeypatch.delenv("FLEET_PROFILE", raising=False)
     assert services.profile() == "embedded"
-    assert services.profile_env() == {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor"}
+    assert services.profile_env() == {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                                      "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30"}
     monkeypatch.setenv("FLEET_PROFILE", "cluster")
     assert services.profile() == "cluster"
     with pytest.raises(FleetError, match=r"unknown Airflow profile 'k8s'.*embedded, cluster"):
