@@ -55,8 +55,6 @@ def current_records(spark, root: str, clusters: list[str] | None = None) -> Data
     """offsets_topic_records (read_dataset) without the rows of a log the collection found replaced
     under it (fleetkit.collection.log_marks: a cluster re-created under the same name, a truncated
     log): per partition, only the rows collected since."""
-    import datetime as dt
-
     from jobs_common import data_files, path_join
 
     from fleetkit.collection import log_marks
@@ -66,12 +64,9 @@ def current_records(spark, root: str, clusters: list[str] | None = None) -> Data
     names = clusters if clusters is not None else sorted(
         {c for f in data_files(path_join(root, "offsets_topic_records"))[0] for c in [cluster_of_path(f)] if c})
     data = DataRoot(root)
-    since = [(c, p, dt.datetime.fromisoformat(t)) for c in names for p, t in log_marks.superseded_before(data, c).items()]
+    since = log_marks.superseded_since(data, names)
     if not since:
         return records
-    for c, p, t in since:
-        print(f"offsets_topic_records: {c} partition {p}: only the rows collected since {t.isoformat()} (the log "
-              "was replaced under the collection)", flush=True)
     marks = spark.createDataFrame(since, "cluster string, partition int, _since timestamp")
     return (records.join(F.broadcast(marks), ["cluster", "partition"], "left")
             .filter(F.col("_since").isNull() | (F.col("observed_at") >= F.col("_since"))).drop("_since"))

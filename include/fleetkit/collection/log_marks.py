@@ -21,6 +21,7 @@ dataset's rows are of the current log; the health and trim jobs read only those.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 
 from fleetkit.core.datasets import DataRoot
@@ -59,6 +60,17 @@ def superseded_before(root: DataRoot, cluster: str) -> dict[int, str]:
     """Per partition whose log changed under the collection: the collection time (ISO) from which
     the dataset's rows are of the current log."""
     return load(root, cluster)["superseded_before"]
+
+
+def superseded_since(root: DataRoot, clusters) -> list[tuple[str, int, dt.datetime]]:
+    """(cluster, partition, collection time) of every partition of `clusters` whose log changed
+    under the collection: the readers of offsets_topic_records keep only its rows collected since.
+    Names each on stdout (the jobs' logs)."""
+    since = [(c, p, dt.datetime.fromisoformat(t)) for c in clusters for p, t in superseded_before(root, c).items()]
+    for c, p, t in since:
+        print(f"offsets_topic_records: {c} partition {p}: only the rows collected since {t.isoformat()} (the log "
+              "was replaced under the collection)", flush=True)
+    return since
 
 
 def changed(marks: dict[int, dict], saved: dict[int, int], log_ends: dict[int, int | None],

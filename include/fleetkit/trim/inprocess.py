@@ -87,12 +87,9 @@ def current_records(root: str, clusters: list[str] | None = None):
     records = read_dataset(root, "offsets_topic_records", clusters)
     names = clusters if clusters is not None else sorted(records["cluster"].dropna().unique())
     data = DataRoot(str(core.local_path(root)))
-    since = [(c, p, dt.datetime.fromisoformat(t)) for c in names for p, t in log_marks.superseded_before(data, c).items()]
+    since = log_marks.superseded_since(data, names)
     if not since:
         return records
-    for c, p, t in since:
-        print(f"offsets_topic_records: {c} partition {p}: only the rows collected since {t.isoformat()} (the log "
-              "was replaced under the collection)", flush=True)
     marks = pd.DataFrame([(c, int(p), pd.Timestamp(t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)))
                           for c, p, t in since], columns=["cluster", "partition", "_since"])
     marks["partition"] = marks["partition"].astype("Int32")
