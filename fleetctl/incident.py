@@ -427,11 +427,13 @@ def cmd_offsets_health(args) -> int:
         t1 = time.monotonic()
         from fleetkit.trim import inprocess
 
-        engine = "in process: a small data root" if inprocess.small_input(root_path) else f"Spark {args.master}"
+        small = inprocess.small_input(root_path)  # decided once: the job is told which engine
+        engine = "in process: a small data root" if small else f"Spark {args.master}"
         print(f"judging with the offsets_health job ({engine}) ...", file=sys.stderr, flush=True)
         env = {**os.environ, **spark_env()}
         run = subprocess.run([sys.executable, str(job), "--data-root", root_path, "--fleet", args.fleet or fleet_file(),
-                              "--out", out, "--master", args.master], capture_output=True, text=True, env=env)
+                              "--out", out, "--master", args.master,
+                              "--engine", "in-process" if small else "spark"], capture_output=True, text=True, env=env)
         if run.returncode != 0:
             raise FleetError(f"the offsets_health job failed ({run.returncode}): {run.stderr.strip()[-1500:]}")
         rows = [r for r in read_jsonl(Path(out) / "health.jsonl") if r["cluster"] == cluster.name]

@@ -106,6 +106,11 @@ def small_input(job: str, path: str, since: dt.date | None = None) -> bool:
     return count_rows(parquet, jsonl, limit) is not None
 
 
+def iso_micro_z(t: dt.datetime | None) -> str | None:
+    """The Spark jobs' JSON time format (jobs_common.ISO_Z: yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z')."""
+    return None if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _parse_ts(value):
     if value is None or isinstance(value, dt.datetime):
         return value

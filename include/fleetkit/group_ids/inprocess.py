@@ -40,13 +40,12 @@ def _rows(path: str, dataset: str) -> tuple[list[dict], bool]:
     return list(iter_rows(core.read_table(parquet, jsonl, dataset))), not jsonl
 
 
-def _utc(t: dt.datetime) -> dt.datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=dt.timezone.utc)
-
-
-def _iso(t: dt.datetime | None) -> str | None:
-    """The job's JSON time format (yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z')."""
-    return None if t is None else _utc(t).astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _newest(rows: list[dict]) -> dict[str, dt.datetime]:
+    """Each cluster's newest collection time in `rows` (read_table's times are UTC)."""
+    newest: dict[str, dt.datetime] = {}
+    for r in rows:
+        newest[r["cluster"]] = max(newest.get(r["cluster"], r["observed_at"]), r["observed_at"])
+    return newest
 
 
 def classify(mappings: list[dict], members: list[dict], config: dict, default_root: str,
@@ -71,25 +70,18 @@ def run(mappings_path: str, members_path: str, out: str, config: dict, default_r
     if clusters:
         mappings = [r for r in mappings if r["cluster"] in clusters]
         members = [r for r in members if r["cluster"] in clusters]
-    newest: dict[str, dt.datetime] = {}
-    for r in mappings + members:
-        t = _utc(r["observed_at"])
-        if r["cluster"] not in newest or t > newest[r["cluster"]]:
-            newest[r["cluster"]] = t
+    newest = _newest(mappings + members)
     too_old: list[str] = []
     if cutoff is not None:
         if mappings_parquet and members_parquet:  # as the Spark job: a whole cluster left out, and named
             too_old = sorted(c for c, t in newest.items() if t < cutoff)
         else:  # JSON Lines input: the rows before the cutoff left out
-            mappings = [r for r in mappings if _utc(r["observed_at"]) >= cutoff]
-            members = [r for r in members if _utc(r["observed_at"]) >= cutoff]
-            newest = {}
-            for r in mappings + members:
-                t = _utc(r["observed_at"])
-                newest[r["cluster"]] = max(newest.get(r["cluster"], t), t)
+            mappings = [r for r in mappings if r["observed_at"] >= cutoff]
+            members = [r for r in members if r["observed_at"] >= cutoff]
+            newest = _newest(mappings + members)
 
     def latest(r: dict) -> bool:
-        return r["cluster"] not in too_old and _utc(r["observed_at"]) == newest.get(r["cluster"])
+        return r["cluster"] not in too_old and r["observed_at"] == newest.get(r["cluster"])
 
     findings = classify([r for r in mappings if latest(r)], [r for r in members if latest(r)], config, default_root,
                         grace)
@@ -101,7 +93,7 @@ def run(mappings_path: str, members_path: str, out: str, config: dict, default_r
                    key=lambda f: (f["cluster"], f["class"], f["path"] is not None, f["path"] or ""))
     folder = core.local_path(out)
     folder.mkdir(parents=True, exist_ok=True)
-    publish_rows([{**f, "mtime": _iso(f["mtime"])} for f in shown], folder / "findings.jsonl")
+    publish_rows([{**f, "mtime": core.iso_micro_z(f["mtime"])} for f in shown], folder / "findings.jsonl")
     summary = {"clusters": counts, "findings": len(shown), "seconds": round(time.monotonic() - t0, 1),
                "skipped_old_collections": too_old}
     publish_text(json.dumps(summary, indent=1, sort_keys=True), folder / "summary.json")

@@ -21,7 +21,7 @@ from collections import defaultdict
 
 from fleetkit.core import inprocess as core_inprocess
 from fleetkit.core.datasets import TS, publish_rows
-from fleetkit.core.inprocess import input_files, is_local, local_path  # noqa: F401 - is_local: the job asks here
+from fleetkit.core.inprocess import input_files, is_local, iso_micro_z, local_path  # noqa: F401 - is_local: the job asks here
 from fleetkit.stuck import rules, timelag
 from fleetkit.stuck.columnar import GROUP_KEYS, KEYS, TP_KEYS, task_facts, unpack_points
 
@@ -64,11 +64,6 @@ def _seconds_ts(seconds: float | None) -> dt.datetime | None:
     if seconds is None:
         return None
     return EPOCH + dt.timedelta(microseconds=int(seconds * 1_000_000))
-
-
-def _iso(t: dt.datetime | None) -> str | None:
-    """The job's JSON time format (yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z')."""
-    return None if t is None else t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _utc(t: dt.datetime | None) -> dt.datetime | None:
@@ -201,7 +196,7 @@ def lag_series(findings: list[dict], snapshots, as_of: dt.datetime, window: dt.t
         if key not in wanted or t is None or not lo <= t <= as_of:
             continue
         c, e = r["committed_offset"], r["log_end_offset"]
-        series[key].append({"t": _iso(t), "lag": None if c is None or e is None else e - c,
+        series[key].append({"t": iso_micro_z(t), "lag": None if c is None or e is None else e - c,
                             "committed_offset": c, "log_end_offset": e})
 
     def order(p):  # sort_array of structs: field by field, nulls first
@@ -212,11 +207,11 @@ def lag_series(findings: list[dict], snapshots, as_of: dt.datetime, window: dt.t
 
 
 def for_json(findings: list[dict]) -> list[dict]:
-    return [{c: _iso(f[c]) if c in _FINDING_TIMES else f[c] for c in FINDING_COLUMNS} for f in findings]
+    return [{c: iso_micro_z(f[c]) if c in _FINDING_TIMES else f[c] for c in FINDING_COLUMNS} for f in findings]
 
 
 def groups_for_json(groups: list[dict]) -> list[dict]:
-    return [{c: _iso(g[c]) if c == "judged_from" else g[c] for c in GROUP_COLUMNS} for g in groups]
+    return [{c: iso_micro_z(g[c]) if c == "judged_from" else g[c] for c in GROUP_COLUMNS} for g in groups]
 
 
 def _arrow_schemas():

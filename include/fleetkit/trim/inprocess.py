@@ -96,7 +96,7 @@ def current_records(root: str, clusters: list[str] | None = None):
     marks["cluster"] = marks["cluster"].astype(records["cluster"].dtype)
     out = records.merge(marks, on=PKEYS, how="left")
     keep = out["_since"].isna() | (out["observed_at"] >= out["_since"])
-    return out[keep.fillna(False).astype(bool)].drop(columns="_since").reset_index(drop=True)
+    return out[_true(keep)].drop(columns="_since").reset_index(drop=True)
 
 
 def _true(s):
@@ -203,11 +203,10 @@ def checkpoint_facts(segments, checkpoints):
     per = obs.groupby(keys).agg(checkpoint=("checkpoint_offset", "first"), dirty_bytes=("_dirty", "sum")).reset_index()
     per = per.sort_values("observed_at", kind="stable")
     g = per.groupby(REPLICA)
+    first, last = g.head(1).set_index(REPLICA), g.tail(1).set_index(REPLICA)
     out = g.size().rename("observations").to_frame()
-    out["checkpoint_first"] = g.head(1).set_index(REPLICA)["checkpoint"]
-    out["checkpoint_last"] = g.tail(1).set_index(REPLICA)["checkpoint"]
-    out["dirty_bytes_first"] = g.head(1).set_index(REPLICA)["dirty_bytes"]
-    out["dirty_bytes_last"] = g.tail(1).set_index(REPLICA)["dirty_bytes"]
+    out["checkpoint_first"], out["dirty_bytes_first"] = first["checkpoint"], first["dirty_bytes"]
+    out["checkpoint_last"], out["dirty_bytes_last"] = last["checkpoint"], last["dirty_bytes"]
     return out.reset_index()
 
 

@@ -81,9 +81,9 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
     runs, added to any py_files given).
 
     `in_process_input`: the argument naming the job's input (stuck_partitions: `--snapshots`,
-    offsets_health: `--data-root`). When that input is small (fleetkit.core.inprocess.small_input:
-    up to the job's row limit, FLEET_STUCK_INPROCESS_MAX_ROWS / FLEET_OFFSETS_INPROCESS_MAX_ROWS,
-    on a local path), the job runs with `--engine in-process` under the worker's Python instead of
+    offsets_health and group_id_reconciliation: `--data-root`). When that input is small
+    (fleetkit.core.inprocess.small_input: up to the job's row limit in core.inprocess.LIMITS, on a
+    local path), the job runs with `--engine in-process` under the worker's Python instead of
     spark-submit: no JVM, the same files."""
 
     #: seconds a job run in process gets to end on SIGTERM when the task is killed, before SIGKILL
