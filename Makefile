@@ -104,9 +104,12 @@ stop:
 demo-cluster:
 	$(MAKE) demo PROFILE=cluster
 
-# PROFILE=cluster: the tests' own Airflow (tests/conftest.py airflow_server) runs the cluster profile
+# PROFILE=cluster: the tests' own Airflow (tests/conftest.py airflow_server) runs the cluster profile.
+# TEST_WORKERS pytest processes (pytest-xdist), each with its own lab, PostgreSQL and ports
+# (tests/conftest.py); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 test: setup
-	@set -o pipefail; FLEET_PROFILE=$(PROFILE) $(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+	@set -o pipefail; FLEET_PROFILE=$(PROFILE) $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc = 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; exit $$rc
 
 test-unit: setup

@@ -5,6 +5,11 @@ airflow_test) and their own lab fleet in .lab-test (clusters labtest, lab39test,
 A test starts only the clusters it asks for (fixtures `lab`, `lab_fleet`, `generation_lab`).
 FLEET_TEST_PORT_OFFSET (default 0; multiples of 1000 up to 5000) shifts every test port, so two
 checkouts can run their suites side by side.
+
+`make test` runs two pytest processes (pytest-xdist, `-n 2`). Each has its own state and ports: the
+first (gw0) the ones above, the second (gw1) FLEET_TEST_PORT_OFFSET + 1000 and folders suffixed -gw1
+(.airflow-test-gw1, .lab-test-gw1, ...). Every test file runs whole in one process, and the files
+under the real scheduler (tests/ui, tests/cluster) all in the same one: they share its Airflow.
 """
 
 from __future__ import annotations
@@ -20,7 +25,20 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_AIRFLOW_HOME = REPO / ".airflow-test"
+#: the pytest-xdist worker this process is ("gw0", "gw1", ...; "" without -n) and its number
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+SHARD = int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
+if SHARD:  # set before anything reads the port plan (fleetlab.ports) or starts a server
+    os.environ["FLEET_TEST_PORT_OFFSET"] = str(int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0")) + 1000 * SHARD)
+
+
+def state_dir(name: str) -> Path:
+    """The folder `name` of the repository that holds this test process's servers and data
+    (`name-gwN` for the second and later pytest-xdist workers)."""
+    return REPO / (f"{name}-{WORKER}" if SHARD else name)
+
+
+TEST_AIRFLOW_HOME = state_dir(".airflow-test")
 
 os.environ["FLEET_HOME"] = str(REPO)
 os.environ["AIRFLOW_HOME"] = str(TEST_AIRFLOW_HOME)
@@ -54,7 +72,7 @@ os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = TEST_PG.url()
 from fleetlab.lab import Lab, LabSpec, fleet_specs  # noqa: E402
 
 #: the test fleet: cluster name -> LabSpec (.lab-test/<name>)
-TEST_FLEET = fleet_specs(REPO / ".lab-test", TEST_PORTS, suffix="test")
+TEST_FLEET = fleet_specs(state_dir(".lab-test"), TEST_PORTS, suffix="test")
 TEST_LAB = TEST_FLEET["labtest"]
 #: the cluster of each Kafka generation, for tests parametrized over generations
 GENERATIONS = {"0.9": "labtest", "3.9": "lab39test", "4.3": "lab43test"}
@@ -66,7 +84,7 @@ for _spec in TEST_FLEET.values():
 # the driver (the DAGs' tasks and the `spark` fixture alike). Production jobs keep the default.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
 os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-TEST_FLEET_FILE = REPO / ".lab-test" / "fleet.yaml"
+TEST_FLEET_FILE = state_dir(".lab-test") / "fleet.yaml"
 os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
 # runs that take the default data root (e.g. started by an asset watcher) never write the demo's ./data
 os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
@@ -250,6 +268,26 @@ def _dag_params_restored(request):
         param.value = value
 
 
+@pytest.fixture(autouse=True)
+def _dags_paused_for_dag_test(request):
+    """dag.test() runs a DAG's tasks in this process; a real scheduler of the same database (the
+    session's airflow_server, when a test under it ran before in this process) also runs the tasks
+    of unpaused DAGs' runs, with its own settings (data root, fleet file). Every DAG is paused before
+    a test that uses the shared DagBag: the tests under the scheduler unpause what they run."""
+    if "dagbag" not in request.fixturenames:
+        yield
+        return
+    request.getfixturevalue("dagbag")
+    from sqlalchemy import update
+
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        session.execute(update(DagModel).values(is_paused=True))
+    yield
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A local[2] Spark session for DataFrame-level tests."""
@@ -312,6 +350,38 @@ def pytest_collection_modifyitems(config, items):
         present = {m.name for m in item.iter_markers()}
         for mark in sorted(fixture_markers(getattr(item, "fixturenames", ())) - present):
             item.add_marker(mark)
+    # the order work is handed out in under -n (every process collects the same list): the longest
+    # unit first, the tests under the real scheduler; then the folders from the slowest per file
+    # (the small files of tests/unit fill in at the end). Stable: a file's tests keep their order.
+    if getattr(config.option, "numprocesses", None):
+        items.sort(key=lambda item: _FOLDER_ORDER.get(item.nodeid.split("/")[1], len(_FOLDER_ORDER)))
+
+
+# -- two pytest processes (pytest-xdist) ------------------------------------------------------
+#: the folders whose tests drive the session's real Airflow (airflow_server; tests/cluster switches
+#: it to the cluster profile and back): one unit of work, so they all run in the process that owns it
+SCHEDULER_FOLDERS = ("tests/ui/", "tests/cluster/")
+_FOLDER_ORDER = {"ui": 0, "cluster": 0, "integration": 1, "dags": 2, "spark": 3}
+
+
+def _work_unit(nodeid: str) -> str:
+    """What one process runs whole: the tests under the real scheduler together, any other file alone."""
+    return "tests/ui+cluster" if nodeid.startswith(SCHEDULER_FOLDERS) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the scheduler folders as one unit and the collection's order kept."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FleetScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # the order set in pytest_collection_modifyitems
+    return FleetScheduling(config, log)
 
 
 # -- where the time goes: seconds per test file and per folder, at the end of every run ----------
@@ -350,8 +420,9 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
     """After the summary and every fixture's teardown (labs stopped by PID), leave at once: a
     non-daemon thread or an unjoined child left by a library (py4j, a multiprocessing pool) must not
-    hold a finished run open until CI's time limit. FLEET_TEST_SOFT_EXIT=1 keeps the normal exit."""
-    if _EXIT_STATUS and os.environ.get("FLEET_TEST_SOFT_EXIT") != "1":
+    hold a finished run open until CI's time limit. FLEET_TEST_SOFT_EXIT=1 keeps the normal exit. A
+    pytest-xdist worker is left to its controller, which must hear that it finished."""
+    if _EXIT_STATUS and os.environ.get("FLEET_TEST_SOFT_EXIT") != "1" and not WORKER:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(_EXIT_STATUS[-1])

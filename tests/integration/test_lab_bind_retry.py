@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from fleetlab.lab import Lab, LabSpec
-from tests.conftest import TEST_PORTS
+from tests.conftest import TEST_PORTS, state_dir
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-bind"), name="bindlab", **TEST_PORTS.cluster("bindlab"), brokers=1)
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-bind")), name="bindlab", **TEST_PORTS.cluster("bindlab"), brokers=1)
 SERVER_LOG = SPEC.broker_dir(0) / "logs" / "server.log"
 
 

@@ -28,14 +28,14 @@ from fleetlab.lab import Lab, LabSpec, log_grown_since
 from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
-from tests.conftest import TEST_PORTS
+from tests.conftest import TEST_PORTS, state_dir
 from tests.conftest import write_fleet_file
 from tests.helpers import fresh_lab
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark]
 
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-incident"), name="incident", **TEST_PORTS.cluster("incident"),
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-incident")), name="incident", **TEST_PORTS.cluster("incident"),
                brokers=1, broker_overrides={"log.cleaner.dedupe.buffer.size": 2 * 1024 * 1024,
                                             "log.cleaner.backoff.ms": 2000},
                offsets_segment_bytes=8 * 1024 * 1024)

@@ -28,11 +28,11 @@ from fleetkit.core.partitioning import partition_for
 from fleetlab import tls
 from fleetlab.lab import LabSpec
 
-from tests.conftest import TEST_PORTS
+from tests.conftest import TEST_PORTS, state_dir
 from tests.helpers import commit_when_led, fresh_lab
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-secure"), name="securelab", **TEST_PORTS.cluster("securelab"), brokers=1,
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-secure")), name="securelab", **TEST_PORTS.cluster("securelab"), brokers=1,
                kafka_version="4.3.1", security="sasl_ssl")
 TOPIC, GROUP = "secured-orders", "secured-billing"
 pytestmark = pytest.mark.timeout(600)

@@ -37,11 +37,11 @@ from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetlab.lab import Lab, LabSpec
 
-from tests.conftest import TEST_PORTS, write_fleet_file
+from tests.conftest import TEST_PORTS, state_dir, write_fleet_file
 from tests.helpers import commit_when_led, fresh_lab, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-secure-errors"), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-secure-errors")), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
                brokers=1, kafka_version="4.3.1", security="sasl_ssl")
 TOPIC, GROUP = "errors-orders", "errors-billing"
 #: a group name that is hostile input: it must reach a terminal escaped, on one line

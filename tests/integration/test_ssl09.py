@@ -38,11 +38,11 @@ from fleetlab import tls
 from fleetlab.lab import SSL_ACLS, SSL_ORG, LabSpec, ssl_principal
 from fleetlab.traffic import produce
 
-from tests.conftest import TEST_PORTS, write_fleet_file
+from tests.conftest import TEST_PORTS, state_dir, write_fleet_file
 from tests.helpers import commit_when_led, fresh_lab, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-ssl09"), name="ssl09lab", **TEST_PORTS.cluster("ssl09lab"), brokers=1,
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-ssl09")), name="ssl09lab", **TEST_PORTS.cluster("ssl09lab"), brokers=1,
                security="ssl")
 TOPIC, GROUP = "ssl-orders", "ssl-billing"
 FAST = 8.0  # seconds: a failed handshake is said within this (librdkafka alone waits out its timeouts)

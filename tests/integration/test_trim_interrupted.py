@@ -39,11 +39,11 @@ from fleetkit.trim import plan as trim_plan
 from fleetlab.lab import Lab, LabSpec
 from fleetlab.traffic import commit, producer, wait_topic
 
-from tests.conftest import TEST_PORTS
+from tests.conftest import TEST_PORTS, state_dir
 from tests.helpers import committed_offsets, fresh_lab, groups_on_partition, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(REPO / ".lab-trim"), name="trimlab", **TEST_PORTS.cluster("trimlab"), brokers=1,
+SPEC = LabSpec(lab_dir=str(state_dir(".lab-trim")), name="trimlab", **TEST_PORTS.cluster("trimlab"), brokers=1,
                broker_overrides={"log.cleaner.enable": "false"}, offsets_segment_bytes=16 * 1024)
 DAG = "runbook_offsets_trim"
 RUN = "manual__2026-11-23T10:00:00+00:00"

@@ -43,7 +43,7 @@ from fleetkit.trim.layout import quarantine_folder
 from fleetlab.lab import LabSpec
 from fleetlab.traffic import bulk_commits
 
-from tests.conftest import TEST_APPROVERS, TEST_PORTS
+from tests.conftest import TEST_APPROVERS, TEST_PORTS, state_dir
 from tests.helpers import commit_when_led, committed, committed_offsets, fresh_lab, groups_on_partition, wait_until
 from tests.ui.approvals import approve_in_browser, finished, pending_approval, settle, task_states, trigger, unpause, wait_for
 
@@ -56,7 +56,7 @@ BULK_PARTITIONS, BULK_COMMITS = 100, 600  # twice: 120,000 records on one partit
 def spec_for(version: str) -> LabSpec:
     """0.9: one broker, mutual TLS; 3.9: one broker, SASL_SSL; 4.3: three KRaft nodes, SASL_SSL."""
     short = version.replace(".", "")[:2]
-    return LabSpec(lab_dir=str(REPO / f".lab-trimgen-{short}"), name=f"trim{short}", **TEST_PORTS.cluster("trimgen"),
+    return LabSpec(lab_dir=str(state_dir(f".lab-trimgen-{short}")), name=f"trim{short}", **TEST_PORTS.cluster("trimgen"),
                    brokers=3 if version.startswith("4.") else 1, kafka_version=version,
                    security="ssl" if version.startswith("0.") else "sasl_ssl",
                    broker_overrides={"log.cleaner.enable": "false"},
