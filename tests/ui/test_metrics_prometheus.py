@@ -108,6 +108,10 @@ def prometheus_and_alertmanager(airflow_server, waiting_approval, tmp_path):
                    f"--storage.tsdb.path={tmp_path / 'prom-data'}", f"--web.listen-address=127.0.0.1:{plan.prometheus}"],
                   tmp_path / "prometheus.log")
     try:
+        for name, port in (("Alertmanager", plan.alertmanager), ("Prometheus", plan.prometheus)):
+            # both listen before they are ready: until then their API answers 503 Service Unavailable
+            wait_until(lambda port=port: _get(f"http://127.0.0.1:{port}/-/ready")[0] == 200, timeout=90, interval=0.5,
+                       what=f"{name} ready", retry_on=(OSError,))
         yield {"prometheus": f"http://127.0.0.1:{plan.prometheus}", "alertmanager": f"http://127.0.0.1:{plan.alertmanager}",
                "token": token, "api": f"http://{api}", "logs": tmp_path}
     finally:
