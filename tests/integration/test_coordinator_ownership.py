@@ -119,15 +119,24 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
                 target = next(b for b in st.isr if b != st.leader)
                 t0 = time.monotonic()
                 await asyncio.to_thread(leadership.move_leader, zk, OFFSETS, p, target)
-            event = await asyncio.wait_for(pending, timeout=20)
+            # on 0.9 the move is two changes of the state: the reassignment that puts `target` first
+            # bumps the epoch (same leader), then the election moves the leader. Close together they
+            # are one event; apart (a loaded machine) the first is an event of its own, for p alone.
+            first = None
+            while True:
+                event = await asyncio.wait_for(pending, timeout=20)
+                pending = asyncio.ensure_future(events.__anext__())
+                changes = {c["partition"]: c for c in event.payload["changes"]}
+                first = first or changes.get(p)
+                if p in changes and changes[p]["to_leader"] == target:
+                    break
+                assert set(changes) == {p} and changes[p]["to_leader"] == st.leader, changes
             latency = time.monotonic() - t0
             print(f"watch fired {latency:.2f}s after the leader change ({round_})")
-            changes = {c["partition"]: c for c in event.payload["changes"]}
-            assert p in changes and changes[p]["from_leader"] == st.leader and changes[p]["to_leader"] == target
-            assert changes[p]["to_epoch"] > changes[p]["from_epoch"] == st.leader_epoch
+            assert first["from_leader"] == st.leader and first["from_epoch"] == st.leader_epoch, first
+            assert changes[p]["to_epoch"] > changes[p]["from_epoch"] >= st.leader_epoch
             assert latency < 10
             results.append(latency)
-            pending = asyncio.ensure_future(events.__anext__())
         pending.cancel()
         try:
             await pending
