@@ -255,10 +255,14 @@ def dagbag(airflow_db):
 
 
 @pytest.fixture(autouse=True)
-def _dag_params_restored(request):
-    """dag.test() runs tasks in this process, and resolving a run's conf sets the value of the DAG's
-    and its tasks' own Param objects (a run with dry_run false would make the next run's default false). Every
-    test that uses the shared DagBag gets the params' values put back after it."""
+def _dag_test_isolated(request):
+    """What a test that uses the shared DagBag (dag.test(), tasks run in this process) needs apart:
+    - the Params put back after it: resolving a run's conf sets the value of the DAG's and its
+      tasks' own Param objects (a run with dry_run false would make the next run's default false);
+    - every DAG paused before it: a real scheduler of the same database (the session's
+      airflow_server, when a test under it ran before in this process) also runs the tasks of
+      unpaused DAGs' runs, with its own settings (data root, fleet file). The tests under the
+      scheduler unpause what they run."""
     if "dagbag" not in request.fixturenames:
         yield
         return
@@ -266,21 +270,6 @@ def _dag_params_restored(request):
     params = {id(p): p for dag in bag.dags.values()
               for holder in (dag, *dag.tasks) for p in (holder.params.get_param(k) for k in holder.params.keys())}
     saved = [(p, copy.deepcopy(p.value)) for p in params.values()]
-    yield
-    for param, value in saved:
-        param.value = value
-
-
-@pytest.fixture(autouse=True)
-def _dags_paused_for_dag_test(request):
-    """dag.test() runs a DAG's tasks in this process; a real scheduler of the same database (the
-    session's airflow_server, when a test under it ran before in this process) also runs the tasks
-    of unpaused DAGs' runs, with its own settings (data root, fleet file). Every DAG is paused before
-    a test that uses the shared DagBag: the tests under the scheduler unpause what they run."""
-    if "dagbag" not in request.fixturenames:
-        yield
-        return
-    request.getfixturevalue("dagbag")
     from sqlalchemy import update
 
     from airflow.models.dag import DagModel
@@ -289,6 +278,8 @@ def _dags_paused_for_dag_test(request):
     with create_session() as session:
         session.execute(update(DagModel).values(is_paused=True))
     yield
+    for param, value in saved:
+        param.value = value
 
 
 @pytest.fixture(scope="session")
@@ -357,14 +348,21 @@ def pytest_collection_modifyitems(config, items):
     # unit first, the tests under the real scheduler; then the folders from the slowest per file
     # (the small files of tests/unit fill in at the end). Stable: a file's tests keep their order.
     if getattr(config.option, "numprocesses", None):
-        items.sort(key=lambda item: _FOLDER_ORDER.get(item.nodeid.split("/")[1], len(_FOLDER_ORDER)))
+        items.sort(key=_handed_out_rank)
 
 
 # -- two pytest processes (pytest-xdist) ------------------------------------------------------
 #: the folders whose tests drive the session's real Airflow (airflow_server; tests/cluster switches
 #: it to the cluster profile and back): one unit of work, so they all run in the process that owns it
 SCHEDULER_FOLDERS = ("tests/ui/", "tests/cluster/")
-_FOLDER_ORDER = {"ui": 0, "cluster": 0, "integration": 1, "dags": 2, "spark": 3}
+#: the other folders, slowest per file first (tests/unit, not listed, comes last)
+_THEN = ("tests/integration/", "tests/dags/", "tests/spark/")
+
+
+def _handed_out_rank(item) -> int:
+    if item.nodeid.startswith(SCHEDULER_FOLDERS):
+        return 0
+    return next((i for i, folder in enumerate(_THEN, 1) if item.nodeid.startswith(folder)), len(_THEN) + 1)
 
 
 def _work_unit(nodeid: str) -> str:
