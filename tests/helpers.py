@@ -83,6 +83,23 @@ def wait_until(fn, timeout: float, what: str, interval: float = 0.5, retry_on: t
         time.sleep(interval)
 
 
+#: the timeout a "fails fast" test gives the client it calls: a failure the client only reported
+#: once it gave up would take at least this long, so ending before it says the failure was
+#: reported as it happened, not waited out. How soon it is reported is a benchmark figure
+#: (bench/README.md), never a test's assertion: a loaded CI machine makes any such bound a flake.
+GIVE_UP = 60.0
+
+
+@contextmanager
+def not_waited_out(timeout: float = GIVE_UP):
+    """Assert that the block ends before `timeout`, the timeout its client was given (GIVE_UP)."""
+    t0 = time.monotonic()
+    yield
+    elapsed = time.monotonic() - t0
+    print(f"ended after {elapsed:.2f}s (the client's timeout: {timeout:.0f}s)")
+    assert elapsed < timeout, f"{elapsed:.1f}s: the client waited out its own {timeout:.0f}s timeout"
+
+
 def groups_on_partition(partition: int, count: int, n: int, name: str) -> list[str]:
     """`n` group names that hash to `partition` of a `count`-partition __consumer_offsets; `name`
     is a format string with {i} (hostile characters welcome)."""

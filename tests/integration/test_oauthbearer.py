@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -30,11 +29,10 @@ from fleetctl.output import FLAGGED
 from fleetlab import oauth
 
 from tests.conftest import write_fleet_file
-from tests.helpers import commit_when_led
+from tests.helpers import GIVE_UP, commit_when_led, not_waited_out
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOWLIST = "AIRFLOW__APACHE_KAFKA__CALLBACK_ALLOWLIST"
-FAST = 8.0
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -57,10 +55,10 @@ def oauth_conn(spec, monkeypatch, user: str = "fleet", issuer_key: Path | None =
     return conn_id
 
 
-def hook_cluster(spec, conn_id: str):
+def hook_cluster(spec, conn_id: str, timeout: float = 15):
     from fleet_airflow.hooks.kafka_cluster import KafkaClusterHook
 
-    return KafkaClusterHook(conn_id, cluster_name=spec.name, kafka_version=spec.kafka_version, timeout=15).get_conn
+    return KafkaClusterHook(conn_id, cluster_name=spec.name, kafka_version=spec.kafka_version, timeout=timeout).get_conn
 
 
 def test_the_fleet_principal_reads_groups_and_offsets_with_a_token(oauth_lab, monkeypatch):
@@ -94,16 +92,13 @@ def test_fleetctl_lag_answers_through_the_oauthbearer_connection(oauth_lab, monk
 def test_a_token_signed_by_another_key_is_refused_fast(oauth_lab, monkeypatch, tmp_path):
     handle, _topic, group = oauth_lab
     forged, _jwks = oauth.ensure_issuer(tmp_path / "forger")
-    kafka = hook_cluster(handle.spec, oauth_conn(handle.spec, monkeypatch, issuer_key=forged))
-    t0 = time.monotonic()
+    kafka = hook_cluster(handle.spec, oauth_conn(handle.spec, monkeypatch, issuer_key=forged), timeout=GIVE_UP)
     try:
-        with pytest.raises(AuthenticationFailed) as e:
+        with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
             kafka.describe_groups([group])
     finally:
         kafka.close()
-    elapsed = time.monotonic() - t0
-    print(f"{e.value} ({elapsed:.2f}s)")
-    assert elapsed < FAST
+    print(e.value)
     assert str(e.value).startswith(f"authentication failed for User:fleet on {handle.spec.name}: ")
     assert "\n" not in str(e.value)
 

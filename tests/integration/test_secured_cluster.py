@@ -29,7 +29,7 @@ from fleetlab import tls
 from fleetlab.lab import LabSpec
 
 from tests.conftest import TEST_PORTS, state_dir
-from tests.helpers import commit_when_led, fresh_lab
+from tests.helpers import GIVE_UP, commit_when_led, fresh_lab, not_waited_out
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(state_dir(".lab-secure")), name="securelab", **TEST_PORTS.cluster("securelab"), brokers=1,
@@ -46,11 +46,11 @@ def secure_lab():
         yield lab
 
 
-def fleet_kafka(**override) -> KafkaCluster:
+def fleet_kafka(timeout: float = 15, **override) -> KafkaCluster:
     """The cluster as the toolkit opens it: the connection's JSON, its librdkafka config."""
     conn = from_env(SPEC.kafka_conn_id, environ=SPEC.connection_env())
     cfg = client_config(dict(kafka_config(conn), **override), SPEC.kafka_version)
-    return KafkaCluster(SPEC.name, cfg, timeout=15)
+    return KafkaCluster(SPEC.name, cfg, timeout=timeout)
 
 
 def test_connection_carries_the_security_settings(secure_lab):
@@ -102,21 +102,16 @@ def test_log_dirs_and_quorum_on_sasl_ssl(secure_lab):
 
 def test_wrong_password_fails_fast_naming_the_user(secure_lab):
     wrong = "not-the-password-42"
-    kafka = fleet_kafka(**{"sasl.password": wrong})
-    t0 = time.monotonic()
-    with pytest.raises(AuthenticationFailed) as e:
+    kafka = fleet_kafka(GIVE_UP, **{"sasl.password": wrong})
+    with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
         kafka.leader_epochs([TOPIC])
-    elapsed = time.monotonic() - t0
-    print(f"{e.value} ({elapsed:.2f}s)")
-    assert elapsed < 5
+    print(e.value)
     assert str(e.value).startswith("authentication failed for fleet on securelab: ")
     assert wrong not in str(e.value) and wrong not in repr(e.value)
     assert SPEC.passwords()["fleet"] not in str(e.value)
     # the confluent-kafka side too: the first admin request logs in on the wire first
-    t0 = time.monotonic()
-    with pytest.raises(AuthenticationFailed, match="^authentication failed for fleet on securelab: "):
-        fleet_kafka(**{"sasl.password": wrong}).log_offsets([(TOPIC, 0)])
-    assert time.monotonic() - t0 < 5
+    with not_waited_out(), pytest.raises(AuthenticationFailed, match="^authentication failed for fleet on securelab: "):
+        fleet_kafka(GIVE_UP, **{"sasl.password": wrong}).log_offsets([(TOPIC, 0)])
 
 
 def test_unauthenticated_clients_are_refused(secure_lab):
@@ -174,12 +169,10 @@ def test_record_timestamps_without_read_on_the_topic_name_the_missing_acl(outsid
 
 def test_an_untrusted_ca_is_a_clear_tls_error(secure_lab, tmp_path):
     other_ca, _ = tls.make_ca(tmp_path, "some other CA")
-    kafka = fleet_kafka(**{"ssl.ca.location": str(other_ca)})
-    t0 = time.monotonic()
-    with pytest.raises(TlsHandshakeFailed) as e:
+    kafka = fleet_kafka(GIVE_UP, **{"ssl.ca.location": str(other_ca)})
+    with not_waited_out(), pytest.raises(TlsHandshakeFailed) as e:
         kafka.leader_epochs([TOPIC])
     print(e.value)
-    assert time.monotonic() - t0 < 5
     assert f"127.0.0.1:{SPEC.broker_port(0)}" in str(e.value) and "certificate verify failed" in str(e.value)
 
 
@@ -238,10 +231,8 @@ def test_sasl_plain_serves_every_path_of_the_fleet_user(secure_lab, tmp_path):
     assert kafka.committed_offsets([GROUP])[GROUP] == {(TOPIC, q): 10 + q for q in range(3)}
     wrong = "not-the-plain-password-7"
     for step in (lambda k: k.leader_epochs([TOPIC]), lambda k: k.log_offsets([(TOPIC, 0)])):
-        t0 = time.monotonic()
-        with pytest.raises(AuthenticationFailed) as e:
-            step(fleet_kafka(**dict(plain, **{"sasl.password": wrong})))
-        assert time.monotonic() - t0 < 5
+        with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
+            step(fleet_kafka(GIVE_UP, **dict(plain, **{"sasl.password": wrong})))
         assert str(e.value).startswith("authentication failed for fleet on securelab: ") and "\n" not in str(e.value)
         assert wrong not in str(e.value) and SPEC.passwords()["fleet"] not in str(e.value)
 

@@ -38,7 +38,7 @@ from fleetkit.core.partitioning import partition_for
 from fleetlab.lab import Lab, LabSpec
 
 from tests.conftest import TEST_PORTS, state_dir, write_fleet_file
-from tests.helpers import commit_when_led, fresh_lab, wait_until
+from tests.helpers import GIVE_UP, commit_when_led, fresh_lab, not_waited_out, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(state_dir(".lab-secure-errors")), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
@@ -47,7 +47,6 @@ TOPIC, GROUP = "errors-orders", "errors-billing"
 #: a group name that is hostile input: it must reach a terminal escaped, on one line
 HOSTILE = "evil\nerror: all good\u202e"
 WRONG = "not-the-password-for-errors-17"
-FAST = 8.0  # seconds: a refused login is said within this (librdkafka alone waits out its 10-30 s timeouts)
 pytestmark = pytest.mark.timeout(900)
 
 #: the users this module creates: name -> [(resource type, literal name, operation)]
@@ -154,31 +153,25 @@ def test_wrong_password_on_the_confluent_kafka_path(secure_lab, monkeypatch):
     switched off here): librdkafka's _AUTHENTICATION error, caught by the error_cb, is raised."""
     monkeypatch.setattr(KafkaCluster, "verify_login", lambda self: None)
     for user in ("fleet", "nobody-such"):
-        kafka = kafka_as(user, WRONG)
-        t0 = time.monotonic()
-        with pytest.raises(AuthenticationFailed) as e:
+        kafka = kafka_as(user, WRONG, timeout=GIVE_UP)
+        with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
             kafka.list_groups()
-        elapsed = time.monotonic() - t0
-        print(f"admin client: {e.value} ({elapsed:.2f}s)")
-        assert elapsed < FAST
+        print(f"admin client: {e.value}")
         assert str(e.value).startswith(f"authentication failed for {user} on {SPEC.name}: ")
         assert "invalid credentials" in str(e.value) and "\n" not in str(e.value)  # the broker's reason
         no_secret(str(e.value) + repr(e.value))
-    kafka = kafka_as("fleet", WRONG)
-    t0 = time.monotonic()
-    with pytest.raises(AuthenticationFailed, match=f"^authentication failed for fleet on {SPEC.name}: "):
+    kafka = kafka_as("fleet", WRONG, timeout=GIVE_UP)
+    with not_waited_out(), pytest.raises(AuthenticationFailed,
+                                         match=f"^authentication failed for fleet on {SPEC.name}: "):
         kafka.record_at(TOPIC, 0, 0)  # a Consumer, no admin client
-    assert time.monotonic() - t0 < FAST
 
 
 def test_wrong_password_on_the_wire_path(secure_lab):
-    kafka = kafka_as("fleet", WRONG)
-    t0 = time.monotonic()
-    with pytest.raises(AuthenticationFailed) as e:
+    kafka = kafka_as("fleet", WRONG, timeout=GIVE_UP)
+    with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
         kafka.leader_epochs([TOPIC])
-    elapsed = time.monotonic() - t0
-    print(f"wire: {e.value} ({elapsed:.2f}s)")
-    assert elapsed < FAST and str(e.value).startswith(f"authentication failed for fleet on {SPEC.name}: ")
+    print(f"wire: {e.value}")
+    assert str(e.value).startswith(f"authentication failed for fleet on {SPEC.name}: ")
     no_secret(str(e.value))
 
 
@@ -186,9 +179,10 @@ def test_wrong_password_on_the_wire_path(secure_lab):
                                      ("offsets", "dump", "--cluster", SPEC.name, "--partition", "0"),
                                      ("offsets", "health", "--cluster", SPEC.name)])
 def test_wrong_password_in_the_cli_exits_4_in_one_line(secure_lab, tmp_path, command):
-    out, seconds = fleetctl(tmp_path, *command, password=WRONG, data=command[1] != "dump")
+    out, seconds = fleetctl(tmp_path, *command, "--timeout", str(GIVE_UP), password=WRONG, data=command[1] != "dump")
     line = one_error_line(out)
-    assert out.returncode == 4 and seconds < FAST
+    assert out.returncode == 4
+    assert seconds < GIVE_UP, f"{seconds:.1f}s: the refused login was waited out, not reported"
     assert line.startswith(f"error: authentication failed for fleet on {SPEC.name}: ")
     no_secret(out.stdout + out.stderr)
 
@@ -239,17 +233,15 @@ def test_coordinator_who_without_group_acls_is_blind(secure_lab, tmp_path):
 
 
 def test_the_offsets_reader_names_read_on_the_offsets_topic(secure_lab, tmp_path):
-    kafka = kafka_as("noread")
+    kafka = kafka_as("noread", timeout=GIVE_UP)
     p = partition_for(GROUP)
     for max_records in (None, 1000):  # the wire reader, then the consumer (commit_index's)
-        t0 = time.monotonic()
-        with pytest.raises(NotAuthorized) as e:
+        with not_waited_out(), pytest.raises(NotAuthorized) as e:
             read_records(SPEC.name, kafka, [p], {}, max_records=max_records)
-        print(f"{e.value} ({time.monotonic() - t0:.1f}s)")
+        print(e.value)
         assert (e.value.operation, e.value.resource) == ("READ", f"topic {OFFSETS_TOPIC}")
         assert str(e.value) == (f"not authorized: noread may not READ topic '{OFFSETS_TOPIC}' on {SPEC.name} "
                                 "(TOPIC_AUTHORIZATION_FAILED)")
-        assert time.monotonic() - t0 < FAST
     out, _ = fleetctl(tmp_path, "offsets", "dump", "--cluster", SPEC.name, "--partition", str(p), user="noread",
                       data=False)
     assert out.returncode == 4

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -39,13 +38,12 @@ from fleetlab.lab import SSL_ACLS, SSL_ORG, LabSpec, ssl_principal
 from fleetlab.traffic import produce
 
 from tests.conftest import TEST_PORTS, state_dir, write_fleet_file
-from tests.helpers import commit_when_led, fresh_lab, wait_until
+from tests.helpers import GIVE_UP, commit_when_led, fresh_lab, not_waited_out, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(state_dir(".lab-ssl09")), name="ssl09lab", **TEST_PORTS.cluster("ssl09lab"), brokers=1,
                security="ssl")
 TOPIC, GROUP = "ssl-orders", "ssl-billing"
-FAST = 8.0  # seconds: a failed handshake is said within this (librdkafka alone waits out its timeouts)
 pytestmark = pytest.mark.timeout(600)
 
 #: the certificates this module adds: user -> 0.9 ACLs (see the module docstring)
@@ -130,20 +128,17 @@ def test_the_login_check_does_not_wait_for_an_api_versions_answer(ssl_lab, caplo
     kafka = kafka_as()
     try:
         caplog.set_level(logging.INFO, logger="fleetkit.clients.wire")
-        t0 = time.monotonic()
         kafka.verify_login()
-        took = time.monotonic() - t0
     finally:
         kafka.close()
+    # asked, the broker would leave it unanswered and the client log that it gave up; how long the
+    # check takes is a benchmark figure, not an assertion here
     assert "did not answer ApiVersions" not in caplog.text
-    assert took < 1.5, f"the login check took {took:.1f}s"
 
 
 def test_plaintext_and_certificateless_clients_are_refused(ssl_lab):
-    t0 = time.monotonic()
-    with pytest.raises(ConnectionError, match="another security protocol"):
-        wire.probe(SPEC.bootstrap, [GROUP], timeout=5, api_versions=False, security=None)
-    assert time.monotonic() - t0 < FAST
+    with not_waited_out(), pytest.raises(ConnectionError, match="another security protocol"):
+        wire.probe(SPEC.bootstrap, [GROUP], timeout=GIVE_UP, api_versions=False, security=None)
     no_cert = Security.from_config({k: v for k, v in SPEC.security_config("fleet").items()
                                     if k not in ("ssl.certificate.location", "ssl.key.location")}, SPEC.name)
     with pytest.raises(TlsHandshakeFailed, match=f"^TLS handshake with broker {SPEC.bootstrap} of cluster "
@@ -161,13 +156,11 @@ def test_a_failed_handshake_fails_fast_in_one_line_on_the_confluent_kafka_path(s
     else:
         change = {"ssl_certificate_location": None, "ssl_key_location": None}
     monkeypatch.setattr(KafkaCluster, "verify_login", lambda self: None)
-    kafka = kafka_as(**change)
-    t0 = time.monotonic()
-    with pytest.raises(TlsHandshakeFailed) as e:
+    kafka = kafka_as(timeout=GIVE_UP, **change)
+    with not_waited_out(), pytest.raises(TlsHandshakeFailed) as e:
         kafka.list_groups()
-    elapsed = time.monotonic() - t0
-    print(f"{e.value} ({elapsed:.2f}s)")
-    assert elapsed < FAST and "\n" not in str(e.value)
+    print(e.value)
+    assert "\n" not in str(e.value)
     assert str(e.value).startswith(f"TLS handshake with broker {SPEC.bootstrap} of cluster '{SPEC.name}' failed: ")
     assert ("certificate verify failed" if case == "wrong CA" else "unexpected message") in str(e.value)
     monkeypatch.undo()

@@ -8,13 +8,13 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-import time
 
 import pytest
 
 from fleetkit.clients import wire, wire_security
 from fleetkit.clients.wire_security import Security
 from fleetkit.core.errors import AuthenticationFailed, FleetConfigError, NotAuthorized
+from tests.helpers import GIVE_UP, not_waited_out
 
 SECRET = "s3cr3t-Pa55"
 BASE = {"bootstrap.servers": "127.0.0.1:1"}
@@ -141,10 +141,8 @@ def test_refused_login_names_user_and_cluster_without_the_password():
     try:
         s = Security.from_config(dict(BASE, **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                                                "sasl.username": "fleet", "sasl.password": SECRET}), cluster="prod")
-        t0 = time.monotonic()
-        with pytest.raises(AuthenticationFailed) as e:
-            wire.partition_leaders(f"127.0.0.1:{srv.port}", ["t"], timeout=5, security=s)
-        assert time.monotonic() - t0 < 2
+        with not_waited_out(), pytest.raises(AuthenticationFailed) as e:
+            wire.partition_leaders(f"127.0.0.1:{srv.port}", ["t"], timeout=GIVE_UP, security=s)
         assert str(e.value) == ("authentication failed for fleet on prod: Authentication failed: Invalid username "
                                 "or password")
         assert SECRET not in str(e.value) and SECRET not in repr(e.value)
