@@ -190,7 +190,8 @@ def fleetctl_lag(tmp_path, password: str | None = None) -> tuple[subprocess.Comp
         env[var] = json.dumps(doc)
     t0 = time.monotonic()
     out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "lag", GROUP, "--cluster", SPEC.name,
-                          "--fleet", str(fleet), "--data-root", str(tmp_path / "data"), "--json"],
+                          "--fleet", str(fleet), "--data-root", str(tmp_path / "data"), "--json",
+                          "--timeout", str(GIVE_UP)],
                          capture_output=True, text=True, env=env, timeout=120)
     print(f"fleetctl lag -> {out.returncode} in {time.monotonic() - t0:.1f}s\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
     return out, time.monotonic() - t0
@@ -208,7 +209,8 @@ def test_fleetctl_reads_the_secured_cluster(secure_lab, tmp_path):
 def test_fleetctl_with_a_wrong_password_says_so_in_one_line(secure_lab, tmp_path):
     wrong = "wrong-password-for-fleetctl"
     out, seconds = fleetctl_lag(tmp_path, wrong)
-    assert out.returncode == 4 and seconds < 15  # 4: the cluster could not be seen (a refused login)
+    assert out.returncode == 4  # 4: the cluster could not be seen (a refused login)
+    assert seconds < GIVE_UP, f"{seconds:.1f}s: the refused login was waited out, not reported"
     errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [errors[0]] and errors[0].startswith("error: authentication failed for fleet on securelab: ")
     assert "Traceback" not in out.stderr and wrong not in out.stderr + out.stdout
