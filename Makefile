@@ -11,7 +11,6 @@ FLEETLAB := $(BIN)/fleetlab
 # the lab's command for the targets that stop things: runs in a .venv made before `fleetlab` existed
 LAB_STOP := $(BIN)/python -m fleetlab.cli
 export PATH := $(BIN):$(PATH)
-export FLEET_HOME := $(CURDIR)
 export SPARK_LOCAL_IP := 127.0.0.1
 PYTEST_ARGS ?=
 # embedded: LocalExecutor + Spark local[*] (the default); cluster: CeleryExecutor + Redis + 2 Celery
@@ -55,11 +54,12 @@ system-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-$(STAMP): requirements.txt requirements.lock pyproject.toml
+# the toolkit and the lab are installed as packages (editable), the way a deployment installs the
+# toolkit: nothing of theirs is found through the checkout's folders
+$(STAMP): requirements.txt requirements-lab.txt requirements.lock pyproject.toml lab/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q uv==$(UV_VERSION)
-	$(BIN)/uv pip install --python $(BIN)/python -r requirements.txt -c requirements.lock
-	$(BIN)/uv pip install --python $(BIN)/python --no-deps -e .
+	$(BIN)/uv pip install --python $(BIN)/python -r requirements-lab.txt -e . -e lab -c requirements.lock
 	@touch $(STAMP)
 
 kafka-dist: $(STAMP)
@@ -68,9 +68,9 @@ kafka-dist: $(STAMP)
 airflow-env: $(STAMP)
 	@$(FLEETLAB) airflow env
 
-# Regenerate the lock after changing requirements.txt.
+# Regenerate the lock after changing requirements.txt or requirements-lab.txt.
 lock: $(STAMP)
-	cd $(CURDIR) && $(VENV)/bin/uv pip compile --python $(VENV)/bin/python requirements.txt -o requirements.lock
+	cd $(CURDIR) && $(VENV)/bin/uv pip compile --python $(VENV)/bin/python requirements-lab.txt -o requirements.lock
 
 lab-up: setup
 	$(FLEETLAB) up

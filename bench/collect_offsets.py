@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "include"), str(REPO / "plugins"), str(REPO)]
 
-from fleet_airflow.settings import load_airflow_env  # noqa: E402
+from fleetlab.paths import load_airflow_env  # noqa: E402  (the lab's deployment: airflow.env)
 
 load_airflow_env()
 

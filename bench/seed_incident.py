@@ -232,7 +232,7 @@ def run_trim(spec: LabSpec, P: int, tmp: Path) -> tuple[float, object, Path]:
 
     data = tmp / "data"
     os.environ.update(FLEET_FILE=str(tmp / "fleet.yaml"), FLEET_DATA_ROOT=str(data), FLEET_LOCK_DIR=str(tmp / "locks"))
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag(DAG)
+    dag = DagBag(dag_folder=str(tc.DAGS_FOLDER)).get_dag(DAG)
     t0 = time.monotonic()  # approved by "approver", requested by "admin" (tests.hitl)
     dr = run_dag(dag, {"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0},
                  Answerer(DAG, "Approve", timeout=3600))

@@ -44,7 +44,7 @@ sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "plu
                 str(REPO)]
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-from fleet_airflow.settings import load_airflow_env  # noqa: E402
+from fleetlab.paths import load_airflow_env  # noqa: E402  (the lab's deployment: airflow.env)
 
 load_airflow_env()
 

@@ -16,7 +16,9 @@ from fleet_airflow.operators.spark import spark_job_operator
 DOC = """
 ### Fleet maintenance (scheduled, read-only)
 
-Every 5 minutes, for **every cluster in the fleet file**:
+Every collection interval (the deployment's `FLEET_COLLECTION_INTERVAL`, default 5 minutes: this
+DAG's schedule, and the age past which the fleet page calls a cluster STALE is twice it), for
+**every cluster in the fleet file**:
 
 1. **collect** (one mapped task per cluster):
    * `offsets_snapshots`: per group x partition, the committed offset, log start / end, the group
@@ -53,7 +55,7 @@ Every 5 minutes, for **every cluster in the fleet file**:
 
 4. **collect_offsets** (mapped per cluster): new `__consumer_offsets` records (incremental) and the
    segment inventory / cleaner checkpoints of the brokers' log dirs; then, hourly (param
-   `offsets_health`: hourly | always | never), **offsets_health** (one Spark application: the health, then the trim plans) and
+   `offsets_health`: hourly, i.e. the first run of each hour | always | never), **offsets_health** (one Spark application: the health, then the trim plans) and
    **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
    fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
    These Spark jobs start once **analyse_stuck** is over (whatever its outcome): the stuck verdicts,
@@ -62,9 +64,9 @@ Every 5 minutes, for **every cluster in the fleet file**:
 `all_clusters_collected` fails (upstream_failed) when any cluster's collection failed or was blind, so
 the run shows as failed while the analyses still ran on the clusters that answered.
 
-This DAG **never changes a cluster**. Params: `window` (e.g. `15m`; the lab uses `2m` with
-collections 15-20 s apart), `snapshot_interval`, `lag_growth_ratio`, `offsets_retention` (the brokers'
-offsets.retention.minutes), `offsets_health`.
+This DAG **never changes a cluster**. Params: `window` (e.g. `15m`, at least three collection
+intervals; the lab uses `2m` with collections 15-20 s apart), `lag_growth_ratio`, `offsets_retention`
+(the brokers' offsets.retention.minutes), `offsets_health`.
 The fleet file and the data root are deployment settings (`FLEET_FILE`, `FLEET_DATA_ROOT`), never
 params: a run whose conf names `fleet_file` or `data_root` is refused (each task fails before it reads
 or writes anything).
@@ -75,7 +77,7 @@ RUN_OUT = "{{ fleet_settings.data_root }}/reports/stuck/{{ run_id | run_folder_n
 with DAG(
     dag_id="fleet_maintenance",
     description="Collect fleet state, find stuck offsets, report (read-only)",
-    schedule="*/5 * * * *",
+    schedule=settings.collection_schedule(),
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
     catchup=False,
     max_active_runs=1,
@@ -85,9 +87,6 @@ with DAG(
     user_defined_filters=settings.TEMPLATE_FILTERS, user_defined_macros=settings.DEPLOYMENT_MACROS,
     params={
         "window": Param("15m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$", description="analysis window"),
-        "snapshot_interval": Param("5m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$",
-                                   description="time between collections (the schedule); a window should "
-                                               "hold at least 3"),
         "lag_growth_ratio": Param(0.05, type="number", minimum=0, maximum=1),
         "offsets_retention": Param("1440m", type="string", pattern=r"^\d+(\.\d+)?[smhd]$"),
         "offsets_health": Param("hourly", type="string", enum=["hourly", "always", "never"],
@@ -147,9 +146,11 @@ with DAG(
 
     @task.short_circuit(trigger_rule="all_done")
     def health_due(params=None, logical_date=None, dag_run=None) -> bool:
+        """hourly: the run whose time falls in the first collection interval of its hour (every run
+        when the interval is an hour or more)."""
         mode = params["offsets_health"]
         when = logical_date or dag_run.run_after
-        return mode == "always" or (mode == "hourly" and when.minute < 5)
+        return mode == "always" or (mode == "hourly" and when.minute * 60 + when.second < settings.collection_interval())
 
     OFFSETS_OUT = "{{ fleet_settings.data_root }}/reports/offsets/{{ run_id | run_folder_name }}"
     health = spark_job_operator(

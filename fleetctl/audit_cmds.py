@@ -112,7 +112,6 @@ def cmd_audit_verify(args) -> int:
 
     from fleet_airflow import settings
 
-    settings.load_airflow_env()  # the deployment's audit keys (no Airflow import)
     root = DataRoot(args.data_root or settings.data_root())
     reports = audit.verify(root, args.cluster)
     if not reports:
@@ -139,7 +138,6 @@ def cmd_audit_seal(args) -> int:
 
     from fleet_airflow import settings
 
-    settings.load_airflow_env()
     root = DataRoot(args.data_root or settings.data_root())
     clusters = [args.cluster] if args.cluster else audit.audit_clusters(root)
     for cluster in clusters:

@@ -1,8 +1,10 @@
 """fleetctl: the toolkit's operator CLI, for incident shells (outside Airflow). One module per verb
 group (fleetctl/*_cmds.py, fleetctl/incident.py); the lab has its own command, `fleetlab`.
 
-Connection ids resolve the way Airflow resolves them: AIRFLOW_CONN_<ID> environment variables,
-then the Airflow metadata database (the project's .airflow/ when run from this repository).
+Settings come from the deployment's environment (fleetkit.core.settings; `fleetctl deploy check`
+shows them). Connection ids resolve the way Airflow resolves them: AIRFLOW_CONN_<ID> environment
+variables, the secrets backends, then the Airflow metadata database (AIRFLOW_HOME / AIRFLOW_CONFIG
+of the caller's environment, as for Airflow's own CLI).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import sys
 
 from fleetkit.core.errors import FleetError
 
-from fleetctl import (audit_cmds, collect_cmds, coordinator_cmds, groupids_cmds, incident, lock_cmds, offsets_cmds,
-                      trim_cmds)
+from fleetctl import (audit_cmds, collect_cmds, coordinator_cmds, deploy_cmds, groupids_cmds, incident, lock_cmds,
+                      offsets_cmds, runbook_cmds, trim_cmds)
 from fleetctl.connect import airflow_context
-from fleetctl.output import BLIND, say_blind
+from fleetctl.output import BLIND, red, say_blind
 
 log = logging.getLogger("fleetctl")
 
@@ -26,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fleetctl", description="Kafka fleet maintenance toolkit")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
-    for verbs in (offsets_cmds, coordinator_cmds, audit_cmds, trim_cmds, groupids_cmds, lock_cmds):
+    for verbs in (offsets_cmds, coordinator_cmds, audit_cmds, trim_cmds, groupids_cmds, lock_cmds, runbook_cmds,
+                  deploy_cmds):
         verbs.add_parser(sub)
     incident.add_parsers(sub)
     collect_cmds.add_parser(sub)
@@ -36,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
 # Airflow for them (nor for --help), so they start in a fraction of a second.
 AIRFLOW_FREE_COMMANDS = ("offsets", "coordinator partition", "coordinator who", "lock", "lag", "stuck", "collect",
-                         "groupids diff")
+                         "groupids diff", "runbook", "deploy")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:
@@ -53,13 +56,15 @@ def run(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, TlsHandshakeFailed
 
+    from fleetctl.airflow_api import AirflowUnreachable
+
     try:
         return args.func(args)
     except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
         # the cluster answered but the toolkit could not see: a refused login, a missing ACL
         return say_blind([str(e)])
-    except ClusterUnreachable as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ClusterUnreachable, AirflowUnreachable) as e:
+        print(red(f"error: {e}"), file=sys.stderr)
         return BLIND
     except FleetError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -102,15 +107,31 @@ def console_main() -> int:
     args = build_parser().parse_args()  # --help and usage errors end here, before any Airflow import
     if not needs_airflow(args):
         return run(args)  # e.g. lag, stuck, collect: they start fast
-    airflow_context()
     try:
-        import airflow  # noqa: F401 - configures Airflow's logging (to stdout) ...
-        from airflow._shared.logging import configure_logging
-
-        configure_logging(output=sys.stderr, log_level="DEBUG" if verbose else "WARNING", colors=False)  # ... moved
-    except Exception:  # noqa: BLE001 - an Airflow without that helper keeps its own logging
-        pass
+        airflow_context()
+    except FleetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import airflow  # noqa: F401 - configures Airflow's logging, to stdout ...
+    logs_to_stderr(logging.DEBUG if verbose else logging.WARNING)  # ... moved to stderr
     return run(args)
+
+
+def logs_to_stderr(level: int) -> None:
+    """Every log handler that writes to stdout writes to stderr instead, at `level` and up: stdout
+    carries only what the command prints. Through the logging module's public API (Airflow's own
+    logging is a dictConfig of stdlib handlers)."""
+    seen = set()
+    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in list(logging.root.manager.loggerDict)]
+    for lg in loggers:
+        for handler in getattr(lg, "handlers", []):
+            if id(handler) in seen:
+                continue
+            seen.add(id(handler))
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (
+                    sys.stdout, sys.__stdout__):
+                handler.setStream(sys.stderr)
+    logging.getLogger().setLevel(level)
 
 
 if __name__ == "__main__":

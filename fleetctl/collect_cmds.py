@@ -23,7 +23,6 @@ def cmd_collect(args) -> int:
 
     from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandshakeFailed
 
-    settings.load_airflow_env()
     fleet = load_fleet(args.fleet or settings.fleet_file())
     names = fleet.names if args.cluster == "all" else [args.cluster]
     root = DataRoot(args.out or settings.data_root())
@@ -53,8 +52,8 @@ def cmd_collect(args) -> int:
 def add_parser(sub) -> None:
     c = sub.add_parser("collect", help="collect a cluster's state into the datasets (exit 1 when a cluster failed, "
                                        "4 when the login or an ACL kept groups or topics from being seen)")
-    c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
-    c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT)")
     c.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for a cluster (default 15)")
     c.set_defaults(func=cmd_collect)

@@ -17,16 +17,13 @@ CONNECT_TIMEOUT = 15.0
 
 
 def airflow_context() -> None:
-    """Before Airflow is imported: project settings, and the server-side secrets chain.
+    """Before a command that needs Airflow: the deployment's required settings are there (one line
+    naming the first that is not). Airflow itself is configured as for its own CLI: AIRFLOW_HOME,
+    AIRFLOW_CONFIG and AIRFLOW__* variables of the caller's environment; connections resolve through
+    environment variables, the secrets backends, then the metadata database (fleet_airflow.hooks)."""
+    from fleetkit.core import settings
 
-    Outside a task, Airflow's connection lookup only reads environment variables unless told it
-    runs server-side; fleetctl is an operator tool next to the metadata database, so it asks for
-    the server chain (environment variables, then the metadata database).
-    """
-    from fleet_airflow.settings import load_airflow_env
-
-    load_airflow_env()
-    os.environ.setdefault("_AIRFLOW_PROCESS_CONTEXT", "server")
+    settings.require()
 
 
 def os_user() -> str:
@@ -44,11 +41,10 @@ def actor() -> str:
 
 
 def load_cluster(args):
-    """The fleet-file cluster named by --cluster (the deployment's env file loaded first)."""
-    from fleet_airflow.settings import fleet_file, load_airflow_env
+    """The fleet-file cluster named by --cluster (--fleet, else the deployment's FLEET_FILE)."""
     from fleetkit.core.fleet import load_fleet
+    from fleetkit.core.settings import fleet_file
 
-    load_airflow_env()
     return load_fleet(args.fleet or fleet_file()).cluster(args.cluster)
 
 

@@ -55,6 +55,6 @@ def add_parser(sub) -> None:
                                        "and what it answers (exit 3 when a group is not OK, 4 when the login or an "
                                        "ACL kept it from being seen)")
     cw.add_argument("groups", nargs="+", metavar="GROUP")
-    cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
     cw.set_defaults(func=cmd_coordinator_who)

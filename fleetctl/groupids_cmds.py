@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     g = sub.add_parser("groupids", help="KoP client-to-group mappings in ZooKeeper")
     g_sub = g.add_subparsers(dest="groupids_command", required=True)
     gd = g_sub.add_parser("diff", help="read mappings and live members now, print the findings (writes nothing)")
-    gd.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    gd.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     gd.add_argument("--cluster", required=True)
     gd.add_argument("--all", action="store_true", help="print OK paths too")
     gd.set_defaults(func=cmd_groupids_diff)

@@ -179,9 +179,9 @@ def add_parsers(sub) -> None:
 
     def common(sp):
         sp.add_argument("--cluster", required=True, help="cluster name from the fleet file")
-        sp.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+        sp.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
         sp.add_argument("--data-root", help="where the scheduled runs keep their snapshots (default: "
-                                            "$FLEET_DATA_ROOT or ./data)")
+                                            "$FLEET_DATA_ROOT)")
         sp.add_argument("--window", default="15m", help="the rules' window (default 15m, as the scheduled run)")
         sp.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
         sp.add_argument("--json", action="store_true", help="one JSON document instead of the table")
@@ -378,7 +378,7 @@ def add_offsets_parsers(o_sub) -> None:
     od.add_argument("--from", dest="from_offset", type=int, default=0, help="first offset (default: the log start)")
     od.add_argument("--to", dest="to_offset", type=int, help="with --cluster: stop before this offset (default: the "
                                                              "log end when the command starts)")
-    od.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
+    od.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     od.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
     od.set_defaults(func=cmd_offsets_dump)
 
@@ -475,8 +475,8 @@ def add_health_parser(o_sub) -> None:
         epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "
                "flagged, 2 bad input, 4 the cluster could not be reached or read (a refused login, a missing ACL)")
     oh.add_argument("--cluster", required=True, help="cluster name from the fleet file")
-    oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE or include/fleets/lab.yaml)")
-    oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT or ./data)")
+    oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
+    oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT)")
     oh.add_argument("--master", default="local[2]", help="Spark master for a data root too large to judge in process (default local[2])")
     oh.add_argument("--all", action="store_true", help="list healthy replicas too")
     oh.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")

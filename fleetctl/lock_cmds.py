@@ -8,11 +8,11 @@ from fleetctl.connect import actor
 
 
 def _lock_dir(args) -> str:
-    from fleet_airflow.settings import load_airflow_env  # no Airflow import: the env file only
-    from fleetkit.core import settings as core_settings
+    """--lock-dir, else the deployment's lock folder (FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks): the
+    one the workers use."""
+    from fleetkit.core import settings
 
-    load_airflow_env()  # the Airflow home the workers use, hence their lock folder and data root
-    return args.lock_dir or core_settings.lock_dir()
+    return args.lock_dir or settings.lock_dir()
 
 
 def cmd_lock_status(args) -> int:

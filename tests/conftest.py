@@ -40,7 +40,6 @@ def state_dir(name: str) -> Path:
 
 TEST_AIRFLOW_HOME = state_dir(".airflow-test")
 
-os.environ["FLEET_HOME"] = str(REPO)
 os.environ["AIRFLOW_HOME"] = str(TEST_AIRFLOW_HOME)
 os.environ["AIRFLOW_CONFIG"] = str(REPO / "airflow.cfg")
 os.environ.setdefault("AIRFLOW__CORE__FERNET_KEY", "3pP9cXqGzv0E2p3d7bq2m8XZr8s2uQ3k4y0JrJ5H1xk=")
@@ -94,6 +93,13 @@ os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
 # the audit chains' heads live as long as that data root (across sessions, whatever lock folder a
 # test takes): a head lost while its chain stays is reported, and refuses a trim's restore
 os.environ["FLEET_AUDIT_HEADS_DIR"] = str(TEST_AIRFLOW_HOME / "audit-heads")
+# the DAG files of the tests' Airflow: the loaders `fleetctl deploy dags` writes, as in a deployment
+# (the dags_folder of airflow.cfg is ${AIRFLOW_HOME}/dags)
+from fleet_airflow.dag_files import install as _install_dag_files  # noqa: E402
+
+DAGS_FOLDER = TEST_AIRFLOW_HOME / "dags"
+_install_dag_files(DAGS_FOLDER)
+(TEST_AIRFLOW_HOME / "plugins").mkdir(parents=True, exist_ok=True)
 # the suite's clusters are collected when a test needs it, not every 5 min: none goes stale during a run
 # (the STALE state is tested with explicit intervals in tests/unit/test_blind.py and test_fleetview.py)
 os.environ["FLEET_COLLECTION_INTERVAL"] = "1h"
@@ -248,10 +254,11 @@ def airflow_server(airflow_db, lab, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def dagbag(airflow_db):
-    """The repository's DAGs, parsed once for the whole test run (every DAG test shares it)."""
+    """The toolkit's DAGs as a deployment loads them (the loaders in DAGS_FOLDER), parsed once for
+    the whole test run (every DAG test shares it)."""
     from airflow.dag_processing.dagbag import DagBag
 
-    return DagBag(dag_folder=str(REPO / "dags"))
+    return DagBag(dag_folder=str(DAGS_FOLDER))
 
 
 @pytest.fixture(autouse=True)

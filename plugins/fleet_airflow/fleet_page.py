@@ -166,8 +166,16 @@ def warm_up() -> None:
 def fleet_app() -> FastAPI:
     import threading
 
+    from fastapi.responses import PlainTextResponse
+
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
     threading.Thread(target=warm_up, name="fleet-page-warm-up", daemon=True).start()
+
+    @app.exception_handler(settings.MissingSetting)
+    def missing_setting(request: Request, exc: settings.MissingSetting):
+        """A deployment without a required setting: the one line naming it, never a stack trace."""
+        log.error("fleet page: %s", exc)
+        return PlainTextResponse(f"Kafka fleet: {exc}\n", status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
     def may_read(user=Depends(reader)):
         require_dag_read(user, FLEET_PAGE_DAG)

@@ -165,7 +165,7 @@ def runbook_dag_args(dag_id: str, description: str, doc_md: str, params: dict, *
         "start_date": dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc), "catchup": False,
         "tags": ["fleet", "runbook", "destructive"], "default_args": settings.deployment_default_args(),
         "user_defined_filters": settings.TEMPLATE_FILTERS, "user_defined_macros": settings.DEPLOYMENT_MACROS,
-        "params": {"cluster": Param("lab", type="string", minLength=1, description="cluster name from the fleet file"),
+        "params": {"cluster": Param(type="string", minLength=1, description="cluster name from the fleet file"),
                    **params, **gate_params},
     }
     args.update(overrides)

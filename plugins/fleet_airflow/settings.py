@@ -1,15 +1,17 @@
-"""The Airflow side of the settings: the Airflow home, its generated env file and spark-submit's
-environment. Where the toolkit's files live (fleet file, data root, plans, quarantine, locks) is
-fleetkit.core.settings, re-exported here for the adapters.
+"""The Airflow side of the deployment's settings: what DAG templates see, the refusal of a run conf
+that names a deployment setting, and spark-submit's environment. The settings themselves are read
+in one place, fleetkit.core.settings, re-exported here for the adapters.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from fleetkit.core.settings import (  # noqa: F401  (re-exported for the adapters)
-    data_root, fleet_file, lock_dir, plans_root, quarantine_root, retention_days, run_folder)
+    MissingSetting, collection_interval, collection_interval_text, collection_schedule, data_root, fleet_file,
+    lock_dir, plans_root, quarantine_root, require, retention_days, run_folder, spark_conn_id, spark_python)
 
 from fleetkit.core.settings import safe_component as _safe_component
 
@@ -68,51 +70,25 @@ def refuse_deployment_conf(context) -> None:
 
 
 def deployment_default_args() -> dict:
-    """default_args of the DAGs that are not runbooks: no retries, and every task refuses a run whose
-    conf names a deployment setting (``refuse_deployment_conf``)."""
+    """default_args of every DAG of the toolkit: no retries, and every task refuses a run whose conf
+    names a deployment setting (``refuse_deployment_conf``). Called when a DAG file is parsed, it
+    first checks the deployment's required settings: without them the DAG does not load, and its
+    import error is the one line naming the missing setting."""
+    require()
     return {"retries": 0, "pre_execute": refuse_deployment_conf}
 
 
-REPO_ROOT = Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[2])
-
-
 def spark_env() -> dict[str, str]:
-    """Environment of spark-submit from Airflow: the venv's bin first (the pip-installed
-    spark-submit finds Spark through the first python3 on PATH), loopback only."""
-    venv_bin = str(REPO_ROOT / ".venv" / "bin")
+    """Environment of spark-submit (and of a job run in process), computed on the worker when the
+    task runs, never when the DAG is parsed: the worker's own Python environment first on PATH (a
+    pip-installed spark-submit finds Spark through the first python3 on PATH; a SPARK_HOME on the
+    worker takes precedence as usual) and the executors' Python (FLEET_SPARK_PYTHON) when the
+    deployment names one. Everything else (SPARK_HOME, SPARK_CONF_DIR, JAVA_HOME, SPARK_LOCAL_IP)
+    is the worker's own environment, which spark-submit inherits."""
+    bin_dir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
-    return {"PATH": f"{venv_bin}:{path}" if not path.startswith(venv_bin) else path,
-            "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
-            **({"JAVA_HOME": os.environ["JAVA_HOME"]} if os.environ.get("JAVA_HOME") else {})}
-
-
-def airflow_home() -> Path:
-    return Path(os.environ.get("AIRFLOW_HOME") or REPO_ROOT / ".airflow")
-
-
-def airflow_env_file() -> Path:
-    """The generated env file of the Airflow home in use (.airflow/airflow.env for the demo)."""
-    return airflow_home() / "airflow.env"
-
-
-def load_airflow_env() -> None:
-    """Make this process see the same Airflow as the project's servers.
-
-    Loads the generated .airflow/airflow.env (secrets, connection variables) without overriding
-    anything already set, and points AIRFLOW_HOME / AIRFLOW_CONFIG at the project's.
-    """
-    os.environ.setdefault("FLEET_HOME", str(REPO_ROOT))
-    os.environ.setdefault("AIRFLOW_HOME", str(REPO_ROOT / ".airflow"))
-    os.environ.setdefault("AIRFLOW_CONFIG", str(REPO_ROOT / "airflow.cfg"))
-    env_file = airflow_env_file()
-    if env_file.exists():
-        for line in env_file.read_text().splitlines():
-            line = line.strip()
-            if not line or line.startswith("#") or "=" not in line:
-                continue
-            key, value = line.split("=", 1)
-            key = key.removeprefix("export ").strip()
-            value = value.strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-            os.environ.setdefault(key, value)
+    env = {"PATH": path if path.split(os.pathsep)[0] == bin_dir else os.pathsep.join(p for p in (bin_dir, path) if p)}
+    python = spark_python()
+    if python:
+        env["PYSPARK_PYTHON"] = python
+    return env

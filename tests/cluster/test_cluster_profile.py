@@ -148,8 +148,7 @@ def test_fleet_maintenance_on_celery_and_spark_standalone(cluster_airflow, lab, 
         fail_leftover_runs(api, dag_id)
         since_ms = int(time.time() * 1000) - 5000
         run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns",
-                  {"logical_date": None, "conf": {"offsets_health": "always", "window": "2m",
-                                                  "snapshot_interval": "20s"}})
+                  {"logical_date": None, "conf": {"offsets_health": "always", "window": "2m"}})
         state = wait_for(lambda: run_state(api, dag_id, run["dag_run_id"]), 900, "fleet_maintenance to finish")
     finally:
         deployment_fleet.write_text(before)

@@ -85,7 +85,7 @@ def test_a_blind_cluster_fails_the_run_after_the_others_are_judged(lab_fleet, da
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
 
     dr = dagbag.get_dag("fleet_maintenance").test(
-        run_conf={"window": "2m", "snapshot_interval": "5s", "offsets_health": "never"})
+        run_conf={"window": "2m", "offsets_health": "never"})
     states = mapped_task_states(dr)
     assert dr.state == "failed", states
     collect = {k[1]: s for k, s in states.items() if k[0] == "collect"}

@@ -116,7 +116,7 @@ def test_no_password_anywhere_after_a_demo_like_run(secured, dagbag, tmp_path, u
     try:
         maintenance = dagbag.get_dag("fleet_maintenance")
         for _ in range(2):
-            dr = maintenance.test(run_conf={"window": "2m", "snapshot_interval": "5s", "offsets_health": "always"})
+            dr = maintenance.test(run_conf={"window": "2m", "offsets_health": "always"})
             assert dr.state == "success", task_states(dr)
 
         reset = dagbag.get_dag("runbook_reset_offsets")

@@ -71,7 +71,7 @@ def test_stuck_partitions_found_through_fleet_maintenance(dag, lab, tmp_path, un
     data = tmp_path / "data"
     monkeypatch.setenv("FLEET_FILE", str(fleet_file))  # deployment settings, not params
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
-    conf = {"window": "2m", "snapshot_interval": "20s", "offsets_health": "never"}
+    conf = {"window": "2m", "offsets_health": "never"}
     try:
         time.sleep(10)  # consumers join and catch up; the poison consumer hits its record
         runs = []

@@ -28,7 +28,7 @@ from fleetlab.lab import Lab, LabSpec, log_grown_since
 from fleetlab.traffic import consumer, wait_topic
 
 from tests.hitl import Answerer
-from tests.conftest import TEST_PORTS, state_dir
+from tests.conftest import DAGS_FOLDER, TEST_PORTS, state_dir
 from tests.conftest import write_fleet_file
 from tests.helpers import fresh_lab
 
@@ -163,7 +163,7 @@ def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).get_dag("runbook_offsets_trim")
+    dag = DagBag(dag_folder=str(DAGS_FOLDER)).get_dag("runbook_offsets_trim")
     answer = Answerer("runbook_offsets_trim", "Approve", timeout=600)
     answer.start()
     dr = dag.test(run_conf={"cluster": "incident", "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0})

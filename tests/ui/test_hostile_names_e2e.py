@@ -87,7 +87,7 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, unique
         wait_until(lambda: api("GET", f"/api/v2/dags/{DAG_ID}"), 180, "the DAG parsed by the dag-processor",
                    interval=1, retry_on=(urllib.error.HTTPError,))
         stop.wait(30)  # a window's worth of snapshots before the run's own
-        conf = {"window": "30s", "snapshot_interval": "5s", "offsets_health": "never"}
+        conf = {"window": "30s", "offsets_health": "never"}
         run_id = api("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
         api("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
         # unpausing makes the scheduler start the latest scheduled run (max_active_runs=1): this

@@ -10,7 +10,7 @@ valid login without permissions, as it would a real user whose role grants nothi
 from __future__ import annotations
 
 import http.client
-import importlib.util
+import importlib
 import os
 import shutil
 import urllib.parse
@@ -24,11 +24,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def fleet_plugin():
-    """plugins/fleet_plugin.py, loaded the way Airflow's plugin manager finds it (by file)."""
-    spec = importlib.util.spec_from_file_location("fleet_plugin", REPO / "plugins" / "fleet_plugin.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The plugin's module, found the way Airflow's plugin manager finds it: the installed
+    distribution's `airflow.plugins` entry point."""
+    from importlib.metadata import entry_points
+
+    (ep,) = [e for e in entry_points(group="airflow.plugins") if e.name == "kafka_fleet_toolkit"]
+    return importlib.import_module(ep.module)
 
 pytestmark = pytest.mark.airflow
 

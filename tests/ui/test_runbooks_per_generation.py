@@ -209,7 +209,7 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
         time.sleep(3)
 
     case = {"api": airflow_server.api, "dag_id": "fleet_maintenance", "airflow": airflow_server,
-            "conf": {"window": "90s", "snapshot_interval": "4s", "offsets_health": "never"}}
+            "conf": {"window": "90s", "offsets_health": "never"}}
     unpause(case)
     try:
         run_id = trigger(case, user="admin")

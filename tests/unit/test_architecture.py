@@ -13,9 +13,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "ARCHITECTURE.md").read_text()
 
-#: source folder -> the importable name it is installed as (pyproject.toml's package-dir)
-PACKAGES = {"include/fleetkit": "fleetkit", "plugins/fleet_airflow": "fleet_airflow", "fleetctl": "fleetctl",
-            "fleetlab": "fleetlab", "spark_jobs": "spark_jobs", "dags": "dags"}
+#: source folder -> the importable name it is installed as (pyproject.toml's and lab/pyproject.toml's package-dir)
+PACKAGES = {"include/fleetkit": "fleetkit", "plugins/fleet_airflow": "fleet_airflow", "lab/fleetlab": "fleetlab",
+            "fleetctl": "fleetctl", "spark_jobs": "fleet_spark_jobs", "dags": "fleet_dags"}
 CAPABILITIES = ("stuck", "trim", "ownership", "group_ids")
 FLEETKIT = REPO / "include" / "fleetkit"
 
@@ -81,11 +81,11 @@ def crossing(graph: dict[str, set[str]], importer: str, forbidden: tuple[str, ..
 #: (importer, what it never imports): dags -> plugins -> include <- spark_jobs; fleetctl and fleetlab
 #: beside them, the lab imported by none of the others
 BOUNDARIES = [
-    ("fleetkit", ("airflow", "pyspark", "fleet_airflow", "fleetctl", "fleetlab", "dags", "spark_jobs")),
-    ("fleet_airflow", ("fleetlab", "fleetctl", "dags", "spark_jobs")),
-    ("spark_jobs", ("airflow", "fleet_airflow", "fleetctl", "fleetlab", "dags")),
-    ("dags", ("fleetlab", "fleetctl", "spark_jobs")),
-    ("fleetctl", ("fleetlab", "fleet_airflow.operators", "dags", "spark_jobs", "pyspark")),
+    ("fleetkit", ("airflow", "pyspark", "fleet_airflow", "fleetctl", "fleetlab", "fleet_dags", "fleet_spark_jobs")),
+    ("fleet_airflow", ("fleetlab", "fleetctl", "fleet_dags", "fleet_spark_jobs")),
+    ("fleet_spark_jobs", ("airflow", "fleet_airflow", "fleetctl", "fleetlab", "fleet_dags")),
+    ("fleet_dags", ("fleetlab", "fleetctl", "fleet_spark_jobs")),
+    ("fleetctl", ("fleetlab", "fleet_airflow.operators", "fleet_dags", "fleet_spark_jobs", "pyspark")),
     # a stage never imports a later one: the plan (what a person approves) knows nothing of how it
     # is executed (what both need, a segment's files and the quarantine, is trim/layout.py)
     ("fleetkit.trim.plan", ("fleetkit.trim.execute", "fleetkit.trim.resume")),
@@ -98,11 +98,11 @@ def test_no_import_crosses_a_boundary(importer, forbidden):
 
 
 def test_fleetctl_uses_only_the_adapters_settings_and_connections():
-    """Of plugins/fleet_airflow, fleetctl imports the deployment's settings and its connections
-    (where a connection lives in Airflow), nothing else."""
+    """Of plugins/fleet_airflow, fleetctl imports the deployment's settings, its connections (where a
+    connection lives in Airflow) and the DAG loaders it writes (`fleetctl deploy dags`), nothing else."""
     used = {i for m, imps in GRAPH.items() if m.split(".")[0] == "fleetctl" for i in imps
             if i.split(".")[0] == "fleet_airflow"}
-    assert used <= {"fleet_airflow.settings", "fleet_airflow.clusters"}
+    assert used <= {"fleet_airflow.settings", "fleet_airflow.clusters", "fleet_airflow.dag_files"}
     # connections only through fleetctl.connect (JSON variables first, Airflow where one lives there)
     through = sorted(m for m, imps in GRAPH.items() if m.split(".")[0] == "fleetctl" and "fleet_airflow.clusters" in imps)
     assert through == ["fleetctl.connect"], through
@@ -230,7 +230,7 @@ def test_every_stage_module_it_names_exists_and_none_it_omits():
 
 
 #: where a path the document names may live (it names them relative to their package)
-SEARCH = [REPO, FLEETKIT, REPO / "plugins" / "fleet_airflow", REPO / "plugins", REPO / "include"]
+SEARCH = [REPO, FLEETKIT, REPO / "plugins" / "fleet_airflow", REPO / "plugins", REPO / "include", REPO / "lab"]
 
 
 def named_paths() -> set[str]:
@@ -271,8 +271,8 @@ def test_a_forbidden_import_a_cycle_and_a_missing_module_are_caught(tmp_path):
     (tmp_path / "fleetctl" / "__init__.py").write_text("")
     (tmp_path / "fleetctl" / "a.py").write_text("def f():\n    from fleetlab import lab\n    from fleetctl import b\n")
     (tmp_path / "fleetctl" / "b.py").write_text("from . import a\n")
-    (tmp_path / "fleetlab" / "__init__.py").write_text("")
-    (tmp_path / "fleetlab" / "lab.py").write_text("")
+    (tmp_path / "lab/fleetlab" / "__init__.py").write_text("")
+    (tmp_path / "lab/fleetlab" / "lab.py").write_text("")
     for cap in CAPABILITIES:
         (tmp_path / "include/fleetkit" / cap).mkdir()
         (tmp_path / "include/fleetkit" / cap / "__init__.py").write_text("")

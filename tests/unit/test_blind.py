@@ -9,7 +9,7 @@ import pytest
 
 from fleetkit.collection.blind import blind_lines, blind_status, cluster_state, shown_status
 from fleetkit.collection.groups import CollectionResult
-from fleetkit.core.errors import NotAuthorized
+from fleetkit.core.errors import FleetConfigError, NotAuthorized
 from fleetkit.stuck.report import StuckReport
 
 NOW = dt.datetime(2026, 11, 26, 10, 0, tzinfo=dt.timezone.utc)
@@ -145,5 +145,5 @@ def test_a_cluster_not_collected_for_two_intervals_is_stale_red_and_alerted_once
     assert [b["cluster"] for b in report.blind] == ["lab39"]
     assert "stale: the newest collection is" in report.render(tmp_path)[1].read_text().replace("\\", "")
     monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "soon")
-    with pytest.raises(ValueError, match="FLEET_COLLECTION_INTERVAL: 'soon' is not a duration"):
+    with pytest.raises(FleetConfigError, match="FLEET_COLLECTION_INTERVAL: 'soon' is not a duration"):
         current_state(doc)

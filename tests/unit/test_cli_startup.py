@@ -128,8 +128,8 @@ def test_nothing_calls_the_lab_verbs_through_fleetctl():
     said = re.compile(r"fleetctl[\"'`]?[,()]?\s*[\"'`]?(lab|demo|trigger|airflow[\"']?,?\s+[\"']?(up|down|env|status))\b")
     argv = re.compile(r"\[\s*\w*ctl\w*(\(\))?\s*,\s*[\"'](lab|demo|trigger|airflow)[\"']")
     files = [REPO / "Makefile", REPO / "README.md", REPO / "ARCHITECTURE.md", REPO / "airflow.cfg",
-             REPO / "include" / "fleets" / "lab.yaml"]
-    for folder in ("fleetlab", "fleetctl", "bench", "docs", "tests", "include", "plugins", "dags"):
+             REPO / "lab" / "fleets" / "lab.yaml"]
+    for folder in ("lab", "fleetctl", "bench", "docs", "tests", "include", "plugins", "dags"):
         files += [p for p in (REPO / folder).rglob("*") if p.suffix in (".py", ".md", ".yaml")]
     found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in files if p.resolve() != Path(__file__).resolve()
              for m in [*said.finditer(p.read_text()), *argv.finditer(p.read_text())]]

@@ -246,7 +246,7 @@ def test_report_stuck_task_log_cannot_be_forged(group, topic, reason):
         out = Path(tmp) / "reports" / "stuck" / "run"
         out.mkdir(parents=True)
         _stuck_case(out, group, topic, reason, group)
-        op = StuckReportOperator(task_id="report_stuck", out_dir=str(out), fleet_file=str(REPO / "include/fleets/lab.yaml"),
+        op = StuckReportOperator(task_id="report_stuck", out_dir=str(out), fleet_file=str(REPO / "lab/fleets/lab.yaml"),
                                  data_root=tmp, window="2m")
         ctx = {**_airflow_context(), "ti": _TI(), "task": op}
         op.render_template_fields(ctx)
@@ -308,7 +308,7 @@ def _approval(tmp: Path, name: str):
         op = PlanApprovalOperator(task_id="approve", action=RESET_OFFSETS)
     params = {"cluster": "lab", "approval_timeout": 60}
     # the fleet file and data root are deployment settings (environment), never params
-    env = {"FLEET_FILE": str(REPO / "include/fleets/lab.yaml"), "FLEET_DATA_ROOT": str(tmp)}
+    env = {"FLEET_FILE": str(REPO / "lab/fleets/lab.yaml"), "FLEET_DATA_ROOT": str(tmp)}
     plans.store(fleet_settings.plans_root(str(tmp)), "runbook_reset_offsets", "manual__x", _plan(name))
     ctx = {**_airflow_context(), "dag": dag, "params": params, "run_id": "manual__x", "ti": _TI(),
            "dag_run": mock.Mock(conf={}, triggering_user_name="admin"),

@@ -101,9 +101,10 @@ def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path,
                                       trigger_rule="all_done")
     assert (op.task_id, op.name, op._conn_id, op.application_args, op.trigger_rule) == \
         ("analyse", "stuck_partitions", "spark_default", ["--out", "x"], "all_done")
-    assert op.application == str(settings.REPO_ROOT / "spark_jobs" / "stuck_partitions.py")
+    # nothing of the parsing host is kept: the job's path and the environment are the worker's, made
+    # when the task runs
+    assert op.application == "stuck_partitions.py" and op.env_vars is None
     assert op.conf == {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
-    assert op.env_vars == settings.spark_env()
     assert op.py_files == "/extra/deps.zip"  # nothing built when the DAG is parsed
 
     seen = []
@@ -111,6 +112,11 @@ def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path,
     def submit(self, context):
         extra, built = self.py_files.split(",")
         assert extra == "/extra/deps.zip" and self._hook is None
+        # the installed package's job file, and the worker's environment
+        import fleet_spark_jobs
+
+        assert self.application == str(Path(fleet_spark_jobs.__file__).resolve().parent / "stuck_partitions.py")
+        assert Path(self.application).is_file() and self.env_vars == settings.spark_env()
         with zipfile.ZipFile(built) as z:
             seen.append((built, z.read("fleetkit/core/thing.py")))
 

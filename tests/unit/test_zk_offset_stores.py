@@ -63,7 +63,7 @@ def test_the_lab_fleet_file_declares_stores():
 
     from fleetkit.core.fleet import load_fleet
 
-    fleet = load_fleet(Path(__file__).resolve().parents[2] / "include" / "fleets" / "lab.yaml")
+    fleet = load_fleet(Path(__file__).resolve().parents[2] / "lab" / "fleets" / "lab.yaml")
     kinds = {(c.name, s.kind) for c in fleet.clusters for s in c.offset_stores}
     assert ("lab", "zookeeper") in kinds and ("lab43", "storm") in kinds
 

@@ -28,12 +28,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
 import jinja2
 from markupsafe import Markup, escape
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "templates"
+#: the templates ship inside the package (fleetkit/templates), read through importlib.resources
+TEMPLATE_PACKAGE = ("fleetkit", "templates")
 
 # Every ASCII punctuation character may be backslash-escaped in CommonMark.
 _MD_PUNCT = re.compile(r"([!\"#$%'()*+,\-./:;=?@\[\\\]^_`{|}~])")
@@ -118,7 +118,7 @@ def tojson_compact(value) -> str:
 
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.PackageLoader(*TEMPLATE_PACKAGE),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,

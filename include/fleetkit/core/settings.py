@@ -1,18 +1,15 @@
-"""Where things live: the fleet file, the data root and the folders below it (plans, reports,
-quarantine), the lock folder. One module, read from the environment, no Airflow.
+"""The deployment's configuration, read in one place: what the toolkit takes from the deployment
+it is installed in, never from a trigger's params and never guessed from where its code lies.
 
-Environment variables (all optional):
-  FLEET_HOME            the installation root (default: found from this file)
-  FLEET_FILE            the fleet file (default: include/fleets/lab.yaml)
-  FLEET_DATA_ROOT       the data root, a folder or a Spark/pyarrow URI (default: FLEET_HOME/data)
-  FLEET_RETENTION_DAYS  days of dataset partitions to keep (default 30)
-  FLEET_COLLECTION_INTERVAL  the time between scheduled collections, as fleet_maintenance's schedule
-                        runs them (default 5m): a cluster whose newest collection is older than
-                        twice this is shown stale
-  FLEET_PLANS_DIR       stored plans (default: <data root>/plans)
-  FLEET_QUARANTINE_DIR  quarantined segment files (default: <data root>/quarantine)
-  FLEET_LOCK_DIR        per-cluster lock files (default: $AIRFLOW_HOME/locks, else FLEET_HOME/.locks);
-                        it must be shared by every worker that can run a destructive runbook
+Every setting is an environment variable, the same on every host of a deployment (scheduler,
+dag-processor, triggerer, api-server, every worker, and the shells `fleetctl` runs in). SETTINGS
+below lists them; `fleetctl deploy check` prints what a host sees. A required setting that is
+missing stops whatever needs it with one line naming it (MissingSetting); nothing falls back to a
+lab or to a folder beside the code.
+
+The audit key is an Airflow Variable read from the environment (AIRFLOW_VAR_FLEET_AUDIT_KEY,
+fleetkit.core.audit); the Kafka, ZooKeeper and Spark endpoints are Airflow connections named by
+the fleet file and FLEET_SPARK_CONN_ID.
 """
 
 from __future__ import annotations
@@ -20,7 +17,10 @@ from __future__ import annotations
 import hashlib
 import os
 import string
+from dataclasses import dataclass
 from pathlib import Path
+
+from fleetkit.core.errors import FleetConfigError
 
 _SAFE_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 ESCAPE = "~"
@@ -28,51 +28,163 @@ MAX_COMPONENT = 200  # well below the 255 bytes most file systems allow in a nam
 _HASH_CHARS = 16
 
 
-def home() -> Path:
-    return Path(os.environ.get("FLEET_HOME") or Path(__file__).resolve().parents[3])
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    required: bool
+    default: str | None
+    means: str
+
+
+#: every deployment setting, in the order docs/deploy.md explains them
+SETTINGS = (
+    Setting("FLEET_FILE", True, None, "the fleet file: the clusters, their connection ids and approvers"),
+    Setting("FLEET_DATA_ROOT", True, None, "the data root: datasets, reports, plans, quarantine (a folder "
+            "every host reaches, or a Spark/pyarrow URI)"),
+    Setting("FLEET_COLLECTION_INTERVAL", False, "5m", "time between scheduled collections: fleet_maintenance's "
+            "schedule, and a cluster whose newest collection is older than twice this is STALE"),
+    Setting("FLEET_SPARK_CONN_ID", False, "spark_default", "the Airflow connection spark-submit uses (its master, "
+            "deploy mode, queue)"),
+    Setting("FLEET_SPARK_PYTHON", False, None, "the Python of the Spark executors (PYSPARK_PYTHON); unset: "
+            "Spark's own default"),
+    Setting("FLEET_RETENTION_DAYS", False, "30", "days of dataset partitions kept"),
+    Setting("FLEET_LOCK_DIR", False, "$AIRFLOW_HOME/locks", "the per-cluster run locks: one folder every worker "
+            "and fleetctl share, outside the data root"),
+    Setting("FLEET_AUDIT_HEADS_DIR", False, "<lock dir>/audit-heads", "the audit chains' signed heads, outside "
+            "the data root"),
+    Setting("FLEET_PLANS_DIR", False, "<data root>/plans", "stored plans"),
+    Setting("FLEET_QUARANTINE_DIR", False, "<data root>/quarantine", "segment files moved out by a trim"),
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+class MissingSetting(FleetConfigError):
+    """A required deployment setting is not set; its message is one line naming it."""
+
+    def __init__(self, name: str, why: str | None = None):
+        setting = _BY_NAME.get(name)
+        means = why or (setting.means if setting else "")
+        super().__init__(f"{name} is not set ({means}): set it on every host of the deployment (docs/deploy.md)")
+        self.setting = name
+
+
+def _value(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value.strip() if value and value.strip() else None
+
+
+def required(name: str) -> str:
+    value = _value(name)
+    if value is None:
+        raise MissingSetting(name)
+    return value
 
 
 def fleet_file() -> str:
-    return os.environ.get("FLEET_FILE") or str(home() / "include" / "fleets" / "lab.yaml")
+    return required("FLEET_FILE")
 
 
 def data_root() -> str:
-    return os.environ.get("FLEET_DATA_ROOT") or str(home() / "data")
+    return required("FLEET_DATA_ROOT")
+
+
+def require() -> None:
+    """Every required setting is set (MissingSetting for the first one that is not): what an entry
+    point checks before it does anything."""
+    for s in SETTINGS:
+        if s.required:
+            required(s.name)
 
 
 def retention_days() -> int:
-    return int(os.environ.get("FLEET_RETENTION_DAYS", "30"))
+    value = _value("FLEET_RETENTION_DAYS") or "30"
+    try:
+        days = int(value)
+    except ValueError:
+        raise FleetConfigError(f"FLEET_RETENTION_DAYS: {value!r} is not a whole number of days") from None
+    if days < 1:
+        raise FleetConfigError(f"FLEET_RETENTION_DAYS: {value!r} must be 1 or more")
+    return days
 
 
 def collection_interval() -> float:
     """Seconds between scheduled collections (FLEET_COLLECTION_INTERVAL, a duration such as 5m)."""
     from fleetkit.core.durations import parse_duration_seconds
 
-    value = os.environ.get("FLEET_COLLECTION_INTERVAL") or "5m"
+    value = _value("FLEET_COLLECTION_INTERVAL") or "5m"
     try:
         seconds = parse_duration_seconds(value)
     except ValueError as e:
-        raise ValueError(f"FLEET_COLLECTION_INTERVAL: {e}") from None
+        raise FleetConfigError(f"FLEET_COLLECTION_INTERVAL: {e}") from None
     if seconds <= 0:
-        raise ValueError(f"FLEET_COLLECTION_INTERVAL: {value!r} must be longer than 0 s")
+        raise FleetConfigError(f"FLEET_COLLECTION_INTERVAL: {value!r} must be longer than 0 s")
     return seconds
+
+
+def collection_schedule(seconds: float | None = None):
+    """fleet_maintenance's schedule for the collection interval: a cron expression on the clock when
+    the interval divides an hour (5m: ``*/5 * * * *``) or a day (2h: ``0 */2 * * *``), else the
+    interval itself (a timedelta)."""
+    import datetime as dt
+
+    seconds = collection_interval() if seconds is None else seconds
+    whole = int(seconds)
+    if whole == seconds and whole % 60 == 0:
+        minutes = whole // 60
+        if 60 % minutes == 0:
+            return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+        if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+            hours = minutes // 60
+            return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+    return dt.timedelta(seconds=seconds)
+
+
+def collection_interval_text(seconds: float | None = None) -> str:
+    """The interval as a duration the DAGs' params take (``5m``, ``90s``, ``2h``)."""
+    seconds = collection_interval() if seconds is None else seconds
+    whole = int(seconds)
+    if whole != seconds:
+        return f"{seconds}s"
+    if whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    return f"{whole // 60}m" if whole % 60 == 0 else f"{whole}s"
+
+
+def spark_conn_id() -> str:
+    return _value("FLEET_SPARK_CONN_ID") or "spark_default"
+
+
+def spark_python() -> str | None:
+    return _value("FLEET_SPARK_PYTHON")
 
 
 def plans_root(data_root_: str | None = None) -> str:
     """Plans live beside the datasets: <data root>/plans/<dag>/<run>/plan.json."""
-    return os.environ.get("FLEET_PLANS_DIR") or str(Path(data_root_ or data_root()) / "plans")
+    return _value("FLEET_PLANS_DIR") or str(Path(data_root_ or data_root()) / "plans")
 
 
 def quarantine_root(data_root_: str | None = None) -> Path:
-    return Path(os.environ.get("FLEET_QUARANTINE_DIR") or Path(data_root_ or data_root()) / "quarantine")
+    return Path(_value("FLEET_QUARANTINE_DIR") or Path(data_root_ or data_root()) / "quarantine")
 
 
 def lock_dir() -> str:
-    if os.environ.get("FLEET_LOCK_DIR"):
-        return os.environ["FLEET_LOCK_DIR"]
-    if os.environ.get("AIRFLOW_HOME"):
-        return str(Path(os.environ["AIRFLOW_HOME"]) / "locks")
-    return str(home() / ".locks")
+    if _value("FLEET_LOCK_DIR"):
+        return _value("FLEET_LOCK_DIR")
+    if _value("AIRFLOW_HOME"):
+        return str(Path(_value("AIRFLOW_HOME")) / "locks")
+    raise MissingSetting("FLEET_LOCK_DIR", "the folder of the per-cluster run locks, shared by every worker and "
+                                           "fleetctl (default $AIRFLOW_HOME/locks, and AIRFLOW_HOME is not set either)")
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(name, value or what is missing, meaning) of every setting as this process sees it."""
+    out = []
+    for s in SETTINGS:
+        value = _value(s.name)
+        if value is None:
+            value = "NOT SET (required)" if s.required else f"(default: {s.default or 'unset'})"
+        out.append((s.name, value, s.means))
+    return out
 
 
 def safe_component(value: str) -> str:

@@ -16,8 +16,10 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
 from fleetkit.clients.kafka import KafkaCluster, client_config
 
+from fleet_airflow.hooks import ConnectionLookup
 
-class KafkaClusterHook(KafkaBaseHook):
+
+class KafkaClusterHook(ConnectionLookup, KafkaBaseHook):
     hook_name = "Kafka cluster (fleet toolkit)"
 
     def __init__(self, kafka_config_id: str = KafkaBaseHook.default_conn_name, *,

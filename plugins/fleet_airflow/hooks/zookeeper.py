@@ -16,8 +16,10 @@ from airflow.providers.common.compat.sdk import BaseHook
 
 from fleetkit.clients.zookeeper import ConnectionSettings, ZooKeeperCluster, connection_settings
 
+from fleet_airflow.hooks import ConnectionLookup
 
-class ZooKeeperHook(BaseHook):
+
+class ZooKeeperHook(ConnectionLookup, BaseHook):
     conn_name_attr = "zookeeper_conn_id"
     default_conn_name = "zookeeper_default"
     conn_type = "zookeeper"

@@ -2,16 +2,18 @@
 
     spark_job_operator("analyse_stuck", "stuck_partitions", [...args...], trigger_rule="all_done")
 
-submits spark_jobs/<job>.py through the `spark_default` connection (its master: local[*] in the
-lab, a cluster elsewhere) with the environment of fleet_airflow.settings.spark_env(). The job gets
-the project's code the way a cluster needs it: `--py-files` is a zip of the domain library
-(include/fleetkit, the whole package tree) and of the jobs' modules (spark_jobs/*.py: jobs_common,
-and the job modules other jobs import, e.g. trim_plan imports offsets_health), built when the task
-runs (never stale after a code change) in a temporary folder removed when the job is over.
+submits the installed package's job <job>.py (fleet_spark_jobs, the repository's spark_jobs/)
+through the deployment's Spark connection (FLEET_SPARK_CONN_ID, default `spark_default`: its
+master is local[*] in the lab, a cluster elsewhere) with the environment of
+fleet_airflow.settings.spark_env(), computed on the worker when the task runs. The job gets the
+toolkit's code the way a cluster needs it: `--py-files` is a zip of the installed domain library
+(the fleetkit package tree) and of the jobs' modules (jobs_common, and the job modules other jobs
+import, e.g. trim_plan imports offsets_health), built when the task runs in a temporary folder
+removed when the job is over.
 
-The zip holds .py files only. The library's templates (include/templates, used by
+The zip holds .py files only. The library's templates (fleetkit/templates, used by
 fleetkit.core.render) are not in it: no job renders a template (reports and runbooks are rendered
-by the Airflow tasks, from the checkout).
+by the Airflow tasks).
 """
 
 from __future__ import annotations
@@ -34,13 +36,20 @@ ZIP_NAME = "fleet_spark_py_files.zip"
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
 
 
+def _package_dir(name: str) -> Path:
+    import importlib
+
+    return Path(importlib.import_module(name).__file__).resolve().parent
+
+
 def library_dir() -> Path:
-    """include/fleetkit of the checkout the DAGs run from."""
-    return settings.REPO_ROOT / "include" / "fleetkit"
+    """The installed fleetkit package (what the executors import)."""
+    return _package_dir("fleetkit")
 
 
 def jobs_dir() -> Path:
-    return settings.REPO_ROOT / "spark_jobs"
+    """The installed Spark jobs (the fleet_spark_jobs package; spark-submit runs them as scripts)."""
+    return _package_dir("fleet_spark_jobs")
 
 
 def _py_sources(library: Path, jobs: Path) -> list[tuple[Path, str]]:
@@ -140,6 +149,10 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
                 proc.wait()
 
     def execute(self, context: Any) -> Any:
+        # the job's file in this worker's installation, and the environment of this worker: neither
+        # is known where the DAG was parsed (another host, another Python)
+        self.application = str(jobs_dir() / f"{self.name}.py")
+        self.env_vars = {**settings.spark_env(), **(self.env_vars or {})}
         if self._small_input():
             return self._run_in_process()
         folder = Path(tempfile.mkdtemp(prefix=f"fleet-spark-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.task_id)}-"))
@@ -155,19 +168,19 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
 
 def spark_job_operator(task_id: str, job: str, application_args: Sequence[str], *,
                        conf: dict[str, str] | None = None, **kwargs: Any) -> FleetSparkSubmitOperator:
-    """The task that runs spark_jobs/<job>.py (application name `job`) with these arguments
-    (templated) through the spark_default connection, the project's code as --py-files, the
-    settings.spark_env() environment and SPARK_CONF (plus `conf`). Other keyword arguments
-    (trigger_rule, execution_timeout, in_process_input, ...) go to the operator."""
+    """The task that runs the Spark job `job` (fleet_spark_jobs/<job>.py, application name `job`) with
+    these arguments (templated) through the deployment's Spark connection (FLEET_SPARK_CONN_ID), the
+    toolkit's code as --py-files, the settings.spark_env() environment (made when the task runs) and
+    SPARK_CONF (plus `conf`). Other keyword arguments (trigger_rule, execution_timeout,
+    in_process_input, ...) go to the operator."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", job):
         raise ValueError(f"job {job!r} must be a module name of spark_jobs/ (like 'stuck_partitions')")
     return FleetSparkSubmitOperator(
         task_id=task_id,
-        conn_id="spark_default",
+        conn_id=settings.spark_conn_id(),
         name=job,
-        application=str(jobs_dir() / f"{job}.py"),
+        application=f"{job}.py",  # made a path of this worker's installation when the task runs
         application_args=list(application_args),
         conf={**SPARK_CONF, **(conf or {})},
-        env_vars=settings.spark_env(),
         **kwargs,
     )

@@ -46,7 +46,7 @@ from fleetkit.core.errors import LabError
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from fleetlab.paths import CHECKOUT as REPO_ROOT  # noqa: E402
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: the generation of the single-cluster labs tests and benchmarks start for themselves
 KAFKA_VERSION = "0.9.0.1"

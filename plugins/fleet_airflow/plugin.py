@@ -1,7 +1,11 @@
-"""Registers the toolkit with Airflow: the report link on tasks, the /fleet-reports pages (the
-reports folder under the data root, served read-only by the api-server) and the fleet page /fleet/
+"""The toolkit's Airflow plugin, registered by the installed package's `airflow.plugins` entry point
+(no file in a plugins folder): the report link on tasks, the /fleet-reports pages (the reports
+folder under the data root, served read-only by the api-server) and the fleet page /fleet/
 (fleet_airflow.fleet_page), both in the UI's navigation; the fleet page's app also serves the
 Prometheus scrape /fleet/metrics (docs/metrics.md).
+
+The plugin loads whatever the deployment's settings are: a page asked for while a required setting
+is missing answers 503 with the one line naming it (fleetkit.core.settings.MissingSetting).
 
 The reports name clusters, hosts, client ids, broker paths and trim plans, so /fleet-reports
 answers only logged-in users who may read DAGs: the api-server's own authentication (a Bearer
@@ -50,11 +54,21 @@ def report_path_error(path: str) -> str | None:
 
 
 def _reports_app() -> FastAPI:
-    reports = Path(settings.data_root()) / "reports"
-    reports.mkdir(parents=True, exist_ok=True)
-    # StaticFiles looks files up in a worker thread and streams them with anyio: the event loop
-    # never waits on the disk. follow_symlink=False: a symlink out of the folder is not served.
-    static = StaticFiles(directory=str(reports), html=True, follow_symlink=False)
+    statics: dict[str, StaticFiles] = {}
+
+    def static_files() -> StaticFiles:
+        """The reports folder of the deployment's data root, read when a report is asked for."""
+        try:
+            reports = Path(settings.data_root()) / "reports"
+        except settings.MissingSetting as e:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+        if str(reports) not in statics:
+            reports.mkdir(parents=True, exist_ok=True)
+            # StaticFiles looks files up in a worker thread and streams them with anyio: the event
+            # loop never waits on the disk. follow_symlink=False: a symlink out of the folder is not served.
+            statics[str(reports)] = StaticFiles(directory=str(reports), html=True, follow_symlink=False)
+        return statics[str(reports)]
+
     def may_read(path: str, user=Depends(reader)) -> None:
         require_dag_read(user, REPORT_DAGS.get(path.split("/", 1)[0]))
 
@@ -65,7 +79,7 @@ def _reports_app() -> FastAPI:
         why = report_path_error(path)
         if why:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, f"refused {path!r}: {why}")
-        response = await static.get_response(path or ".", request.scope)
+        response = await static_files().get_response(path or ".", request.scope)
         response.headers["Cache-Control"] = "private, no-cache"
         return response
 

@@ -39,7 +39,8 @@ from fleetkit.core.errors import FleetError
 from fleetlab.lab import LabSpec, fleet_specs
 from fleetlab import ports, postgres, redis_server, spark_cluster
 
-from fleet_airflow.settings import REPO_ROOT, airflow_env_file, airflow_home
+from fleetlab.paths import AIRFLOW_CFG, CHECKOUT as REPO_ROOT, DEMO_DATA_ROOT, DEMO_FLEET_FILE, VENV_BIN
+from fleetlab.paths import airflow_env_file, airflow_home, dags_folder
 
 API_HOST = "127.0.0.1"
 API_PORT = int(os.environ.get("FLEET_AIRFLOW_PORT", "28080"))
@@ -143,20 +144,21 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
                 k, v = line.split("=", 1)
                 existing[k.removeprefix("export ").strip()] = v.strip().strip("'")
     labs = labs if labs is not None else list(fleet_specs().values())
-    venv_bin = str(REPO_ROOT / ".venv" / "bin")
     values = {
-        "FLEET_HOME": str(REPO_ROOT),
         "AIRFLOW_HOME": str(home),
-        "AIRFLOW_CONFIG": str(REPO_ROOT / "airflow.cfg"),
+        "AIRFLOW_CONFIG": str(AIRFLOW_CFG),
+        # the lab's deployment settings, explicit (fleetkit.core.settings: nothing falls back to the lab)
+        "FLEET_FILE": os.environ.get("FLEET_FILE") or str(DEMO_FLEET_FILE),
+        "FLEET_DATA_ROOT": os.environ.get("FLEET_DATA_ROOT") or str(DEMO_DATA_ROOT),
         "AIRFLOW__API_AUTH__JWT_SECRET": existing.get("AIRFLOW__API_AUTH__JWT_SECRET") or secrets.token_urlsafe(32),
         "AIRFLOW__API__SECRET_KEY": existing.get("AIRFLOW__API__SECRET_KEY") or secrets.token_urlsafe(32),
         "AIRFLOW__CORE__FERNET_KEY": existing.get("AIRFLOW__CORE__FERNET_KEY")
         or urlsafe_b64encode(secrets.token_bytes(32)).decode(),
         # the audit chain's HMAC key (the Airflow Variable fleet_audit_key), kept once made
         "AIRFLOW_VAR_FLEET_AUDIT_KEY": existing.get("AIRFLOW_VAR_FLEET_AUDIT_KEY") or secrets.token_hex(32),
+        # the lab binds to loopback; the executors of local Spark run the lab's own Python
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": str(REPO_ROOT / ".venv" / "bin" / "python"),
-        "FLEET_VENV_BIN": venv_bin,
+        "FLEET_SPARK_PYTHON": str(VENV_BIN / "python"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_spec().url(),
         # where fleetctl reaches the REST API as its caller (audit rollback, lock clear, trim resume)
         "FLEET_AIRFLOW_URL": f"http://{API_HOST}:{API_PORT}",
@@ -180,7 +182,19 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         f.write("\n".join(lines) + "\n")
     tmp.replace(env_file)
     ensure_passwords()
+    ensure_dag_files()
     return env_file
+
+
+def ensure_dag_files() -> Path:
+    """The lab's dags folder holds what a deployment's does: the loaders `fleetctl deploy dags`
+    writes (the same function), importing the DAGs from the installed package; the plugin comes
+    from the package's entry point, so the plugins folder stays empty."""
+    from fleet_airflow.dag_files import install
+
+    install(dags_folder())
+    (airflow_home() / "plugins").mkdir(parents=True, exist_ok=True)
+    return dags_folder()
 
 
 def ensure_passwords() -> dict[str, str]:
@@ -202,11 +216,11 @@ def passwords() -> dict[str, str]:
 
 
 def _env() -> dict[str, str]:
-    from fleet_airflow.settings import load_airflow_env
+    from fleetlab.paths import load_airflow_env
 
     load_airflow_env()
     env = dict(os.environ)
-    env["PATH"] = f"{REPO_ROOT / '.venv' / 'bin'}:{env.get('PATH', '')}"
+    env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
     base = f"http://{API_HOST}:{API_PORT}"
     env.update({"AIRFLOW__API__PORT": str(API_PORT), "AIRFLOW__API__BASE_URL": base,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/"})

@@ -34,8 +34,8 @@ from typing import Callable, Iterable
 #: first run only collects and judges (its one Spark job is over before the final run is due), the
 #: final one analyses the offsets health too, after its stuck verdicts
 WINDOW = "2m"
-FIRST_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "never"}
-FINAL_CONF = {"window": WINDOW, "snapshot_interval": "20s", "offsets_health": "always"}
+FIRST_CONF = {"window": WINDOW, "offsets_health": "never"}
+FINAL_CONF = {"window": WINDOW, "offsets_health": "always"}
 COORDINATOR_CONF = {"cluster": "lab", "settle_seconds": 10}
 #: the final collection comes this long after the first one ended (half the window, plus margin)
 GAP_SECONDS = 62.0
@@ -446,7 +446,7 @@ def final_window(gap_seconds: float, minimum: float = 120.0) -> int:
 COLLECT_DELAY = 15.0
 
 
-#: the demo's collection pace between its runs (the final run's snapshot_interval)
+#: the demo's collection pace between its runs
 COLLECT_EVERY = 20.0
 
 

@@ -37,7 +37,7 @@ from fleetkit.core.errors import FleetError
 from fleetlab import procs
 from fleetlab.ports import PortPlan
 
-REPO = Path(__file__).resolve().parents[1]
+from fleetlab.paths import CHECKOUT as REPO  # noqa: E402
 VENV_BIN = REPO / ".venv" / "bin"
 EXEC_VENV = REPO / ".cache" / "spark-exec-venv"
 #: what the executors' Python holds: these packages at requirements.lock's versions, nothing else

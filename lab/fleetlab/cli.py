@@ -152,10 +152,30 @@ def cmd_lab_broker_config(args) -> int:
     return 0
 
 
+#: what `fleetlab env` exports of the lab's generated airflow.env besides the clusters' connections:
+#: the lab's deployment settings and where its Airflow is (a shell that evals it runs fleetctl as a
+#: host of the lab's deployment would)
+DEPLOYMENT_EXPORTS = ("AIRFLOW_HOME", "AIRFLOW_CONFIG", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "FLEET_FILE",
+                      "FLEET_DATA_ROOT", "FLEET_SPARK_PYTHON", "FLEET_AIRFLOW_URL", "AIRFLOW_VAR_FLEET_AUDIT_KEY",
+                      "SPARK_LOCAL_IP")
+
+
 def cmd_lab_env(args) -> int:
+    """The exports of the lab's deployment (`eval "$(.venv/bin/fleetlab env)"`): its settings from the
+    generated airflow.env (`make setup` writes it) and the clusters' AIRFLOW_CONN_* connections."""
+    import shlex
+
+    from fleetlab.paths import airflow_env_file, read_env_file
+
+    generated = read_env_file(airflow_env_file())
+    if not generated:
+        print(f"# {airflow_env_file()} does not exist yet: run `make setup` first", file=sys.stderr)
+    for k in DEPLOYMENT_EXPORTS:
+        if k in generated:
+            print(f"export {k}={shlex.quote(generated[k])}")
     for lab in _labs(args):
         for k, v in lab.spec.connection_env().items():
-            print(f"export {k}='{v}'")
+            print(f"export {k}={shlex.quote(v)}")
     return 0
 
 
@@ -268,7 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn, hlp in (("up", cmd_lab_up, "start the clusters (ZooKeeper, 3 brokers each); return when all answer"),
                           ("down", cmd_lab_down, "stop everything by PID"),
                           ("status", cmd_lab_status, "what runs where (exit 3 when a process does not answer)"),
-                          ("env", cmd_lab_env, "print the AIRFLOW_CONN_* exports of the clusters")):
+                          ("env", cmd_lab_env, "print the exports of the lab's deployment (settings, connections): "
+                           "eval \"$(.venv/bin/fleetlab env)\" before fleetctl")):
         sp = sub.add_parser(name, help=hlp)
         lab_opts(sp)
         if name == "status":

@@ -32,7 +32,7 @@ from fleetkit.core.errors import LabError
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from fleetlab.paths import CHECKOUT as REPO_ROOT  # noqa: E402
 CHECKSUMS = Path(__file__).with_name("kafka-jars.sha256")
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.6.1"
 
