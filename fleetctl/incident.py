@@ -422,7 +422,10 @@ def cmd_offsets_health(args) -> int:
           flush=True)
     for p in res.problems:
         print(f"problem: {p}", file=sys.stderr)
-    job = Path(__file__).resolve().parents[1] / "spark_jobs" / "offsets_health.py"
+    import importlib.util
+
+    # the installed job, run as a script (as spark-submit would): found, not imported
+    job = Path(importlib.util.find_spec("fleet_spark_jobs").origin).parent / "offsets_health.py"
     with tempfile.TemporaryDirectory(prefix="fleetctl-health-") as out:
         t1 = time.monotonic()
         from fleetkit.trim import inprocess

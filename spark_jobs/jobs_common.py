@@ -15,19 +15,14 @@ reads it).
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import os
 import re
 import sys
 import uuid
 from pathlib import Path, PurePosixPath
 
-# the domain library ships with the job as --py-files (the zip the Airflow operator builds); run
-# from a checkout without it, the library is include/ beside spark_jobs/
-_INCLUDE = Path(__file__).resolve().parents[1] / "include"
-if importlib.util.find_spec("fleetkit") is None and _INCLUDE.is_dir() and str(_INCLUDE) not in sys.path:
-    sys.path.insert(0, str(_INCLUDE))
-
+# the domain library ships with the job as --py-files (the zip the Airflow operator builds), or is
+# installed where the job runs (the in-process engine, fleetctl)
 import pyarrow as pa  # noqa: E402
 from py4j.java_gateway import is_instance_of  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402

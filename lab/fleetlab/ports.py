@@ -7,6 +7,7 @@ the machine never collides with the lab.
 
     what                                demo            tests (+ offset)
     Airflow api-server                  28080           18080
+    api-servers of installed wheels     -               18090, 18091 (tests/dist)
     PostgreSQL (Airflow metadata)       25432           15432
     Redis (Celery broker)               26379           16379
     Celery workers' log servers         28793, 28794    18793, 18794
@@ -89,6 +90,11 @@ class PortPlan:
     @property
     def postgres(self) -> int:
         return self.base + 5432
+
+    def installed_api(self, i: int) -> int:
+        """The api-server of an Airflow the toolkit's wheel is installed into (tests/dist), one per
+        supported Airflow version."""
+        return self.base + 8090 + i
 
     @property
     def redis(self) -> int:

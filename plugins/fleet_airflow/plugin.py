@@ -59,6 +59,7 @@ def _reports_app() -> FastAPI:
     def static_files() -> StaticFiles:
         """The reports folder of the deployment's data root, read when a report is asked for."""
         try:
+            settings.require()
             reports = Path(settings.data_root()) / "reports"
         except settings.MissingSetting as e:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pyarrow as pa
@@ -233,22 +232,6 @@ def test_write_dataset_on_a_file_uri(live, tmp_path):
 
 
 # -- the library: from --py-files, else from the checkout ----------------------------------------
-
-def run_python(code: str, *flags: str, env: dict | None = None) -> str:
-    return subprocess.run([sys.executable, *flags, "-c", code], cwd=REPO / "spark_jobs", capture_output=True,
-                          text=True, check=True, env={**os.environ, **(env or {})}).stdout.strip()
-
-
-def test_include_is_added_to_sys_path_only_when_fleetkit_is_not_importable():
-    code = ("import sys; sys.path.insert(0, '.'); import jobs_common, fleetkit; "
-            "print(str(jobs_common._INCLUDE) in sys.path, fleetkit.__file__)")
-    inserted, where = run_python(code).split()
-    assert inserted == "False"  # the installed (or shipped) fleetkit is used as it is
-    # no site-packages .pth (-S): fleetkit is not importable, pyspark and pyarrow still are
-    site = sysconfig.get_paths()["purelib"]
-    inserted, where = run_python(code, "-S", env={"PYTHONPATH": site}).split()
-    assert inserted == "True" and where == str(REPO / "include" / "fleetkit" / "__init__.py")
-
 
 def test_small_text_files_through_hadoop(spark, tmp_path):
     from jobs_common import is_file, path_exists, path_join, read_text, write_text

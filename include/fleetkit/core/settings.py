@@ -131,7 +131,7 @@ def collection_schedule(seconds: float | None = None):
     whole = int(seconds)
     if whole == seconds and whole % 60 == 0:
         minutes = whole // 60
-        if 60 % minutes == 0:
+        if minutes < 60 and 60 % minutes == 0:
             return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
         if minutes % 60 == 0 and 24 % (minutes // 60) == 0:
             hours = minutes // 60
