@@ -570,6 +570,9 @@ def main(started_at: float | None = None, setup_seconds: float | None = None) ->
     clock = Clock(started_at)
     if setup_seconds is not None:
         clock.record("setup check", setup_seconds)
+    from fleetlab.paths import load_airflow_env
+
+    load_airflow_env()  # the lab's deployment (its fleet file, data root, connections) for fleetctl and the summary
     env = dict(os.environ)
     lab_cmd = fleetlab()
 

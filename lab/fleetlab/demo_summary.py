@@ -87,10 +87,12 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
           f"/auth/token); scrape config: - {{job_name: kafka-fleet, metrics_path: /fleet/metrics, "
           f"authorization: {{credentials_file: TOKEN_FILE}}, static_configs: [{{targets: "
           f"[\"{services.API_HOST}:{services.API_PORT}\"]}}]}} (docs/metrics.md)")
-    print("incident CLI   .venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
+    print("incident CLI   eval \"$(.venv/bin/fleetlab env)\" (the lab's deployment settings), then "
+          ".venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
           "(README: During an incident)")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
-          "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required)")
+          "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required); "
+          "FLEET_AIRFLOW_USER=admin .venv/bin/fleetctl runbook list")
     print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "
           "approver (a private window, or log out first) and answer under Browse > Required Actions; "
           f"approvers are the fleet file's `approvers` ({settings.fleet_file()}); passwords: {pw_file}")

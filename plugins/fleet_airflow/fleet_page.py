@@ -163,13 +163,25 @@ def warm_up() -> None:
         log.warning("fleet page: warming up failed: %s", e)
 
 
-def fleet_app() -> FastAPI:
+_WARMING = {"started": False}
+
+
+def _warm_up_once() -> None:
+    """warm_up in a thread, the first time a page is asked for: never when the plugin is imported,
+    because every Airflow process imports it (the scheduler among them, whose LocalExecutor forks
+    workers: a fork taken while the warm-up thread imports pandas leaves the child waiting forever on
+    the import lock it inherited)."""
     import threading
 
+    if not _WARMING["started"]:
+        _WARMING["started"] = True
+        threading.Thread(target=warm_up, name="fleet-page-warm-up", daemon=True).start()
+
+
+def fleet_app() -> FastAPI:
     from fastapi.responses import PlainTextResponse
 
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
-    threading.Thread(target=warm_up, name="fleet-page-warm-up", daemon=True).start()
 
     @app.exception_handler(settings.MissingSetting)
     def missing_setting(request: Request, exc: settings.MissingSetting):
@@ -179,6 +191,8 @@ def fleet_app() -> FastAPI:
 
     def may_read(user=Depends(reader)):
         require_dag_read(user, FLEET_PAGE_DAG)
+        settings.require()  # a deployment without its required settings: 503, the line naming it
+        _warm_up_once()
         return user
 
     @app.get("/", response_class=HTMLResponse)

@@ -14,11 +14,13 @@ bearer = HTTPBearer(auto_error=False)
 
 
 async def reader(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)):
-    """The user of the api-server's session: Bearer token first, else the `_token` cookie."""
-    from airflow.api_fastapi.core_api.security import get_user
+    """The user of the api-server's session: Bearer token first, else the `_token` cookie, verified
+    by the api-server's own resolver (the same one its REST API uses, on every supported Airflow)."""
+    from airflow.api_fastapi.core_api.security import resolve_user_from_token
 
+    token = credentials.credentials if credentials and credentials.scheme.lower() == "bearer" else None
     try:
-        return await get_user(request=request, _oauth_token=None, bearer_credentials=credentials)
+        return await resolve_user_from_token(token or request.cookies.get("_token"))
     except HTTPException as e:
         # Airflow answers 403 to a token it cannot verify; here that is "not logged in"
         if e.status_code in (status.HTTP_401_UNAUTHORIZED, status.HTTP_403_FORBIDDEN):

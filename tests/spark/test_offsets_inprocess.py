@@ -188,3 +188,5 @@ def test_the_row_limit_decides_the_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "1000000")
     assert not inprocess.small_input("hdfs://nn/data")
     assert not inprocess.small_input(str(tmp_path / "nothing-here"))
+    (tmp_path / "empty").mkdir()  # a data root with no records collected yet: nothing to count, no Spark
+    assert inprocess.small_input(str(tmp_path / "empty"))

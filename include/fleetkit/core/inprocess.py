@@ -95,7 +95,10 @@ def small_input(job: str, path: str, since: dt.date | None = None) -> bool:
     datasets = LIMITS[job][2]
     targets = [local_path(path) / d for d in datasets] if datasets else [local_path(path)]
     if not any(t.exists() for t in targets):
-        return False
+        # a data root holding none of the job's datasets yet has nothing to count: no Spark needed
+        # (the in-process engines write the job's files for an empty input); a missing input of its
+        # own is the Spark job's to name
+        return bool(datasets) and local_path(path).is_dir()
     parquet: list[str] = []
     jsonl: list[str] = []
     for target in targets:
