@@ -40,7 +40,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from fleet_airflow import settings
-from fleet_airflow.web_auth import reader, require_dag_read, token_of
+from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read, token_of
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +182,7 @@ def fleet_app() -> FastAPI:
     from fastapi.responses import PlainTextResponse
 
     app = FastAPI(title="Kafka fleet", docs_url=None, redoc_url=None, openapi_url=None)
+    add_framing_headers(app)
 
     @app.exception_handler(settings.MissingSetting)
     def missing_setting(request: Request, exc: settings.MissingSetting):

@@ -26,7 +26,7 @@ from fastapi.staticfiles import StaticFiles
 from fleet_airflow import settings
 from fleet_airflow.fleet_page import fleet_app
 from fleet_airflow.operators.report import StuckReportLink
-from fleet_airflow.web_auth import reader, require_dag_read
+from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read
 
 # the DAG that writes each folder under <data root>/reports; reading a report needs read access
 # to that DAG (other folders: read access to all DAGs)
@@ -74,6 +74,7 @@ def _reports_app() -> FastAPI:
         require_dag_read(user, REPORT_DAGS.get(path.split("/", 1)[0]))
 
     app = FastAPI(title="Kafka fleet reports", docs_url=None, redoc_url=None, openapi_url=None)
+    add_framing_headers(app)
 
     @app.api_route("/{path:path}", methods=["GET", "HEAD"], dependencies=[Depends(may_read)])
     async def report(path: str, request: Request):

@@ -48,3 +48,20 @@ def token_of(request: Request) -> str | None:
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
     return request.cookies.get("_token")
+
+
+#: what every page of the toolkit answers with: only the Airflow UI itself (same origin) may show it
+#: in a frame (the fleet page is an external view of the UI); another site framing a prefilled
+#: runbook form could trick a logged-in user into clicking it
+FRAMING_HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN"}
+
+
+def add_framing_headers(app) -> None:
+    """Every response of `app` carries FRAMING_HEADERS (a middleware: errors and static files too)."""
+
+    @app.middleware("http")
+    async def no_framing_by_others(request: Request, call_next):
+        response = await call_next(request)
+        for name, value in FRAMING_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response

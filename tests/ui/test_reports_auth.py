@@ -90,6 +90,8 @@ def test_no_token_is_401_while_a_token_reads_the_report(report):
     status, body, headers = get(report["url"], token=report["token"])
     assert status == 200 and SECRET in body
     assert headers["cache-control"] == "private, no-cache"
+    # only the Airflow UI (same origin) may frame a report
+    assert headers["content-security-policy"] == "frame-ancestors 'self'" and headers["x-frame-options"] == "SAMEORIGIN"
     assert get(report["url"], token=report["token"], method="HEAD")[0] == 200
 
 

@@ -77,3 +77,12 @@ def test_without_a_login_is_401(tmp_path, monkeypatch):
     app.dependency_overrides[reader] = refused
     r = TestClient(app).get("/metrics")
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+
+
+def test_only_the_airflow_ui_may_frame_the_pages(client):
+    """A prefilled runbook form framed by another site could be clicked through by a logged-in user:
+    every answer says only the same origin (the Airflow UI) may frame it, errors included."""
+    for path in ("/metrics", "/", "/no-such-page"):
+        r = client.get(path)
+        assert r.headers["content-security-policy"] == "frame-ancestors 'self'", path
+        assert r.headers["x-frame-options"] == "SAMEORIGIN", path
