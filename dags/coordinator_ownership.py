@@ -108,13 +108,16 @@ with DAG(
 
         from fleet_airflow.ownership_check import events_from_context
 
-        events = events_from_context(context)
+        fleet_names = load_fleet(settings.fleet_file()).names
+        events, refused = events_from_context(context, fleet_names)
+        for line in refused:  # posted through the REST API for another or no cluster: never acted on
+            log.error("%s", line)
         for e in events:
             log.warning("leader change on cluster %s: %s", e["cluster"],
                         "; ".join(f"partition {c['partition']} leader {c['from_leader']} -> {c['to_leader']} "
                                   f"(epoch {c['from_epoch']} -> {c['to_epoch']})" for c in e["changes"]))
         record_changes(settings.data_root(), events)
-        names = clusters_to_check(params, events, load_fleet(settings.fleet_file()).names)
+        names = clusters_to_check(params, events, fleet_names)
         return {"clusters": names, "events": events, "health": str(newest_result(settings.data_root()) or "")}
 
     @task(map_index_template="{{ cluster }}", execution_timeout=dt.timedelta(minutes=70))
