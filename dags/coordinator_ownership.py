@@ -167,7 +167,7 @@ with DAG(
         if params["recovery"] == "off":
             return []
         return [{"cluster": r["cluster"], "partition": r["partition"], "group": "", "action": "move_leader",
-                 "dry_run": params["recovery"] == "dry_run", "evidence_report": out}
+                 "dry_run": params["recovery"] == "dry_run", "evidence_run": run_id}
                 for r in summary["needs_recovery"]]
 
     reported = report_ownership(checked, collected)

@@ -53,7 +53,8 @@ with DAG(**runbook_dag_args(
         "replica_order": Param("", type="string",
                                description="move_leader: the replica order to set, e.g. 3,1,2 (empty: the new "
                                            "leader first, the others in their order); a rollback restores the old one"),
-        "evidence_report": Param("", type="string", description="an ownership report folder (default: latest)"),
+        "evidence_run": Param("", type="string", description="the coordinator_ownership run whose report the plan "
+                                                             "cites (empty: the newest)"),
     },
     max_active_runs=4,
 )) as dag:

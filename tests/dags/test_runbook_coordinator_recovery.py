@@ -49,7 +49,7 @@ def live_group(lab, tmp_path, unique, monkeypatch):
     with lab.zookeeper() as zk:
         st = leadership.state(zk, OFFSETS, p)
     conf = {"cluster": "labtest", "group": group, "partition": -1, "action": "move_leader", "target_broker": -1,
-            "dry_run": False, "evidence_report": "", "replica_order": ""}
+            "dry_run": False, "evidence_run": "", "replica_order": ""}
     yield {"group": group, "partition": p, "state": st, "conf": conf, "root": DataRoot(tmp_path / "data"),
            "data": tmp_path / "data"}
     member.stop()

@@ -399,7 +399,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
         before = leadership.state(admin, OFFSETS, p)
         target = original[-1]
         conf = {"cluster": "lab43test", "group": group, "partition": -1, "action": "move_leader",
-                "target_broker": target, "dry_run": False, "evidence_report": "", "replica_order": ""}
+                "target_broker": target, "dry_run": False, "evidence_run": "", "replica_order": ""}
         dr = run(dag, conf, Answerer(dag_id, "Approve"))
         assert dr.state == "success", states(dr)
         after = leadership.state(admin, OFFSETS, p)

@@ -272,7 +272,7 @@ def recovery_setup(generation, lab_fleet, airflow_server, unique):
     p = partition_for(group, 50)
     original = leadership.assignment(movers.admin, OFFSETS)[p]
     conf = {"cluster": spec.name, "group": group, "partition": -1, "action": "move_leader",
-            "target_broker": original[-1], "dry_run": False, "evidence_report": "", "replica_order": ""}
+            "target_broker": original[-1], "dry_run": False, "evidence_run": "", "replica_order": ""}
     case = {"api": airflow_server.api, "dag_id": "runbook_coordinator_recovery", "conf": conf,
             "airflow": airflow_server, "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "handle": handle,
             "movers": movers, "partition": p, "original": original, "group": group}

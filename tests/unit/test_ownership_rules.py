@@ -91,3 +91,17 @@ def test_worst_follows_severity():
     assert ownership.worst([OK, OK]) == OK
     # no group at all: NO_GROUPS, the verdict of an empty partition
     assert ownership.worst([]) == NO_GROUPS
+
+
+def test_the_recovery_plan_cites_a_run_never_a_path(tmp_path):
+    """evidence_run is a coordinator_ownership run id: whatever it holds, the folder stays under
+    <data root>/reports/coordinator; the old free path param is refused."""
+    from fleetkit.ownership.plan import RecoveryError, build_plan, evidence_folder
+
+    base = tmp_path / "reports" / "coordinator"
+    assert evidence_folder(str(tmp_path), "") == base / "latest"
+    for run in ("manual__2026-11-28T10:00:00+00:00", "../../../etc", "/etc/passwd", ".."):
+        folder = evidence_folder(str(tmp_path), run)
+        assert folder.parent == base and folder.name not in ("..", "."), run
+    with pytest.raises(RecoveryError, match="evidence_report .* is gone"):
+        build_plan(None, None, None, str(tmp_path), {"evidence_report": "/etc"})

@@ -129,7 +129,21 @@ def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
             if h.get("cluster") == cluster and h.get("partition") == partition]
 
 
+def evidence_folder(data_root: str, run_id: str | None) -> Path:
+    """The ownership report a recovery plan cites: the coordinator_ownership run `run_id`'s folder
+    under <data root>/reports/coordinator (its id made one path component, so no value leaves that
+    folder), or the newest (`latest`) when none is given. A run id, never a path: a trigger param
+    must not point the plan at files of its choosing."""
+    from fleetkit.core.settings import run_folder
+
+    base = Path(data_root) / "reports" / "coordinator"
+    return run_folder(base, run_id) if run_id else base / "latest"
+
+
 def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=None) -> dict:
+    if params.get("evidence_report"):
+        raise RecoveryError("param evidence_report (a folder) is gone: give evidence_run, the coordinator_ownership "
+                            "run whose report the plan cites (empty: the newest)")
     action = params.get("action") or "move_leader"
     if action not in ACTIONS:
         raise RecoveryError(f"param action {action!r} is not one of {', '.join(ACTIONS)}")
@@ -141,7 +155,7 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
     state = leadership.state(admin, OFFSETS_TOPIC, partition)
     replicas = leadership.assignment(admin, OFFSETS_TOPIC)[partition]
     root = Path(data_root)
-    report_dir = Path(params.get("evidence_report") or root / "reports" / "coordinator" / "latest")
+    report_dir = evidence_folder(str(root), params.get("evidence_run"))
     owned, affected = ownership_facts(report_dir, cluster.name, partition)
     groups = list(dict.fromkeys(([params["group"]] if params.get("group") else []) + affected))[:20]
     live = who(kafka, zk, groups) if groups else []
