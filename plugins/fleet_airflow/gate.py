@@ -331,8 +331,10 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         log.info("plan stored at %s, digest %s\n%s", path, digest, render_plan(action, plan, digest, response_timeout))
         for line in plan.get("refused_now") or []:  # named before anyone approves, on the page and here
             log.warning("refused if approved now: %s", visible_controls(line))
-        _audit(params, context, action, "planned", digest=digest, message=plan["title"],
-               details={"changes": plan["changes"]})
+        # who asked, as Airflow recorded it (the triggering user; a run started for someone names them):
+        # "planned by -" only for a run no person triggered
+        _audit(params, context, action, "planned", actor=", ".join(asked_by) or None, digest=digest,
+               message=plan["title"], details={"changes": plan["changes"]})
         # the XCom goes into the metadata database: a name from the cluster in the title with a NUL
         # (PostgreSQL's JSONB refuses it) or a control character is shown escaped, as in the logs
         return {"digest": digest, "title": visible_controls(plan["title"]), "changes": len(plan["changes"]),
