@@ -51,6 +51,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_COLLECTION_INTERVAL", "5m")
     monkeypatch.delenv("FLEET_METRICS_MAX_PARTITION_SERIES", raising=False)
     monkeypatch.delenv("FLEET_METRICS_MAX_GROUP_SERIES", raising=False)
+    monkeypatch.delenv("FLEET_METRICS_MAX_BODY_BYTES", raising=False)
     latest = tmp_path / "reports" / "stuck" / "latest"
     latest.mkdir(parents=True)
     groups = [{"cluster": "lab", "source": "kafka", "group": f"ok-{i}", "status": "OK", "total_lag": 0,
@@ -214,6 +215,30 @@ def test_hostile_group_names_are_escaped_and_parse_back_exactly(root, openmetric
 def test_a_label_carries_a_name_exactly_but_what_utf8_cannot_carry():
     assert label("ünï\u202e\x00") == "ünï\u202e\x00" and label(None) == "" and label(7) == "7"
     assert label("a\ud800b") == "a\\ud800b"  # a lone surrogate (a JSON \ud800 escape) cannot be UTF-8
+
+
+def test_a_long_name_is_cut_with_its_hash_so_a_scrape_stays_bounded(root, monkeypatch):
+    """Names come from clusters: 20,000 groups with 32 KB names would be gigabytes per scrape. A name
+    over MAX_LABEL_CHARS keeps its head and ends in ~ and 16 hex digits of its SHA-256 (two long
+    names with the same head stay two series); the body has a limit of its own."""
+    import hashlib
+
+    from fleetkit.metrics.collector import MAX_LABEL_CHARS
+
+    huge = ["g" * 32_768 + "-one", "g" * 32_768 + "-two"]
+    latest = root / "reports" / "stuck" / "latest"
+    publish_rows([{"cluster": "lab", "source": "kafka", "group": g, "status": "STALLED", "total_lag": 3,
+                   "counts": {"STALLED": 1}} for g in huge], latest / "groups.jsonl")
+    publish_rows([finding("lab", g, "orders", 0, "STALLED", 3) for g in huge], latest / "findings.jsonl")
+    body, _ = scraped(root)
+    m = samples(body)
+    shown = {lab["group"] for lab, _ in m["fleet_group_verdict"] if lab["group"].startswith("ggg")}
+    assert shown == {"g" * (MAX_LABEL_CHARS - 17) + "~" + hashlib.sha256(g.encode()).hexdigest()[:16] for g in huge}
+    assert all(len(g) == MAX_LABEL_CHARS for g in shown)
+    assert len(body) < 100_000
+    monkeypatch.setenv("FLEET_METRICS_MAX_BODY_BYTES", "1000")
+    with pytest.raises(ValueError, match="over FLEET_METRICS_MAX_BODY_BYTES=1,000"):
+        scraped(root)
 
 
 def test_the_limits_keep_the_worst_and_count_what_they_leave_out(root, monkeypatch):

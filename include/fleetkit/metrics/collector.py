@@ -47,25 +47,46 @@ def _limit(name: str, default: int) -> int:
     return n
 
 
+#: the largest scrape answered (FLEET_METRICS_MAX_BODY_BYTES): past it the scrape fails naming the
+#: limit, rather than the api-server building and sending an answer of any size
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+def max_body_bytes() -> int:
+    return _limit("FLEET_METRICS_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
+
+
 def limits() -> tuple[int, int]:
     """(partitions, groups) with series: FLEET_METRICS_MAX_PARTITION_SERIES, FLEET_METRICS_MAX_GROUP_SERIES."""
     return (_limit("FLEET_METRICS_MAX_PARTITION_SERIES", DEFAULT_MAX_PARTITIONS),
             _limit("FLEET_METRICS_MAX_GROUP_SERIES", DEFAULT_MAX_GROUPS))
 
 
+#: the longest label value published, in characters: a longer name (names come from clusters, and
+#: 20,000 groups with 32 KB names would make a scrape of gigabytes) keeps its first characters and
+#: ends in `~` and 16 hex digits of its SHA-256, so distinct names stay distinct series
+MAX_LABEL_CHARS = 256
+_HASH_CHARS = 16
+
+
 def label(value) -> str:
-    """A label value: names are published exactly (the encoder escapes \\, " and line feeds); only
-    what UTF-8 cannot carry (a lone surrogate from a JSON \\ud800 escape) is written as \\udXXX."""
+    """A label value: names are published exactly (the encoder escapes \\, " and line feeds) up to
+    MAX_LABEL_CHARS; only what UTF-8 cannot carry (a lone surrogate from a JSON \\ud800 escape) is
+    written as \\udXXX."""
     if value is None:
         return ""
     s = value if isinstance(value, str) else str(value)
-    if s.isascii():
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(s) <= MAX_LABEL_CHARS:
         return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+    import hashlib
+
+    digest = hashlib.sha256(s.encode("utf-8")).hexdigest()[:_HASH_CHARS]
+    return f"{s[:MAX_LABEL_CHARS - _HASH_CHARS - 1]}~{digest}"
 
 
 def epoch(iso) -> float | None:
