@@ -433,7 +433,7 @@ def cmd_offsets_health(args) -> int:
         small = inprocess.small_input(root_path)  # decided once: the job is told which engine
         engine = "in process: a small data root" if small else f"Spark {args.master}"
         print(f"judging with the offsets_health job ({engine}) ...", file=sys.stderr, flush=True)
-        env = {**os.environ, **spark_env()}
+        env = spark_env()  # the job's own minimal environment, none of this shell's secrets
         run = subprocess.run([sys.executable, str(job), "--data-root", root_path, "--fleet", args.fleet or fleet_file(),
                               "--out", out, "--master", args.master,
                               "--engine", "in-process" if small else "spark"], capture_output=True, text=True, env=env)

@@ -78,17 +78,37 @@ def deployment_default_args() -> dict:
     return {"retries": 0, "pre_execute": refuse_deployment_conf}
 
 
-def spark_env() -> dict[str, str]:
-    """Environment of spark-submit (and of a job run in process), computed on the worker when the
-    task runs, never when the DAG is parsed: the worker's own Python environment first on PATH (a
-    pip-installed spark-submit finds Spark through the first python3 on PATH; a SPARK_HOME on the
-    worker takes precedence as usual) and the executors' Python (FLEET_SPARK_PYTHON) when the
-    deployment names one. Everything else (SPARK_HOME, SPARK_CONF_DIR, JAVA_HOME, SPARK_LOCAL_IP)
-    is the worker's own environment, which spark-submit inherits."""
+#: what a job's process (spark-submit, or a job run in the worker's own process) is given of the
+#: worker's environment: the system's basics and Spark's, Java's and Hadoop's own variables, and the
+#: toolkit's settings. Never Airflow's variables (its database URL, fernet key, JWT secret, the
+#: audit key as AIRFLOW_VAR_FLEET_AUDIT_KEY, connections with their passwords) nor anything named
+#: like a secret: a job reads datasets and writes files, it needs none of them.
+JOB_ENV_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TEMP", "TMP",
+                           "PYTHONHASHSEED", "SSL_CERT_FILE", "SSL_CERT_DIR"})
+JOB_ENV_PREFIXES = ("LC_", "SPARK_", "PYSPARK_", "HADOOP_", "YARN_", "JAVA_", "FLEET_")
+_SECRET_WORDS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "CREDENTIAL", "_KEY", "PRIVATE")
+
+
+def job_env(environ: dict | None = None) -> dict[str, str]:
+    """The minimal environment of a job's process (JOB_ENV_NAMES and JOB_ENV_PREFIXES, minus
+    anything named like a secret and fleetctl's own Airflow login), with the worker's own Python
+    environment first on PATH (a pip-installed spark-submit finds Spark through the first python3
+    on PATH; a SPARK_HOME on the worker takes precedence as usual) and the executors' Python
+    (FLEET_SPARK_PYTHON, as PYSPARK_PYTHON) when the deployment names one. Made on the worker when
+    the task runs, never where the DAG was parsed."""
+    env = os.environ if environ is None else environ
+    out = {k: v for k, v in env.items()
+           if (k in JOB_ENV_NAMES or k.startswith(JOB_ENV_PREFIXES)) and not k.startswith("FLEET_AIRFLOW_")
+           and not any(w in k.upper() for w in _SECRET_WORDS)}
     bin_dir = str(Path(sys.executable).parent)
-    path = os.environ.get("PATH", "")
-    env = {"PATH": path if path.split(os.pathsep)[0] == bin_dir else os.pathsep.join(p for p in (bin_dir, path) if p)}
+    path = out.get("PATH", "")
+    out["PATH"] = path if path.split(os.pathsep)[0] == bin_dir else os.pathsep.join(p for p in (bin_dir, path) if p)
     python = spark_python()
     if python:
-        env["PYSPARK_PYTHON"] = python
-    return env
+        out["PYSPARK_PYTHON"] = python
+    return out
+
+
+def spark_env() -> dict[str, str]:
+    """The environment of spark-submit and of a job run in process: job_env()."""
+    return job_env()

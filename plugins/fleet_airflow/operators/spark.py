@@ -121,8 +121,8 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
         import sys
 
         argv = [sys.executable, str(self.application), *self.application_args, "--engine", "in-process"]
-        env = {**os.environ, **settings.spark_env(),
-               "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
+        # the job's own minimal environment: nothing of Airflow's secrets (settings.job_env)
+        env = {**settings.job_env(), "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
         self.log.info("small input: %s runs in process (no Spark start-up): %s", self.name,
                       " ".join([Path(argv[1]).name, *argv[2:]]))
         proc = self._in_process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -132,6 +132,26 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             self.log.info("%s", line.rstrip())
         if proc.wait() != 0:
             raise AirflowException(f"{self.name} (in process) exited with code {proc.returncode}: see the lines above")
+
+    def _get_hook(self):
+        """The provider's hook, whose spark-submit runs with settings.job_env() and nothing else of the
+        worker's environment (the hook would otherwise start it with a copy of the task's whole
+        environment: Airflow's secrets, the audit key, every connection)."""
+        extra = dict(self.env_vars or {})
+        self.env_vars = None  # given to the hook, it would start spark-submit with the whole environment
+        try:
+            hook = super()._get_hook()
+        finally:
+            self.env_vars = extra or None
+        submit = hook.submit
+        env = {**settings.job_env(), **extra}
+
+        def submit_with_env(application: str = "", **kwargs: Any):
+            kwargs["env"] = env
+            return submit(application, **kwargs)
+
+        hook.submit = submit_with_env
+        return hook
 
     def on_kill(self) -> None:
         """A killed task stops the job it runs in process too (by its PID: SIGTERM, then SIGKILL)."""
@@ -152,7 +172,6 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
         # the job's file in this worker's installation, and the environment of this worker: neither
         # is known where the DAG was parsed (another host, another Python)
         self.application = str(jobs_dir() / f"{self.name}.py")
-        self.env_vars = {**settings.spark_env(), **(self.env_vars or {})}
         if self._small_input():
             return self._run_in_process()
         folder = Path(tempfile.mkdtemp(prefix=f"fleet-spark-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.task_id)}-"))
