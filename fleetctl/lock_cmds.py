@@ -57,7 +57,7 @@ def cmd_lock_clear(args) -> int:
         what = (f"the lock of cluster {visible_controls(str(h.get('cluster')))!r} held by DAG "
                 f"{visible_controls(dag_id)!r} run {visible_controls(run_id)!r}")
         state, why_unknown = run_state_or_none(dag_id, run_id) if dag_id and run_id else ("no such run", "")
-        problem = run_state_problem(state, what, args.force)
+        problem = run_state_problem(state, what, args.force, unknown_run_ok=True)  # a lock left by a lost run
         if problem is None and not args.force:
             problem = (f"{what}: its run is {state}; it may have left the cluster half-changed (see its audit records "
                        "and journal). After checking the cluster, clear it with --force")

@@ -99,6 +99,43 @@ def test_a_refusal_is_final_and_a_commands_own_refusal_is_not(deployment):
         rb.approved(check_audit=True)
 
 
+def test_rows_the_toolkit_did_not_sign_never_authorise(deployment):
+    """With write access to the data root and no key: an approval file and `approved` rows with no
+    hash (dated before the chain began, which verify counts rather than reports) or with a hash
+    made without the key must not approve anything."""
+    import datetime as dt
+
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import write_collection
+
+    rb, digest = deployment
+    rb.write_approval(record(digest=digest, requested_by=("carol",)))
+    rb.audit("planned", actor="carol", digest=digest)  # a chain exists, signed with the key
+    forged = {"cluster": "c1", "record_id": "f" * 32, "dag_id": rb.dag_id, "run_id": rb.run_id,
+              "action": "reset_offsets", "event": "approved", "actor": "alice", "digest": digest, "message": "",
+              "details": "{}"}
+    before_chain = dict(forged, observed_at=dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc), key_id=None,
+                        prev_hash=None, hash=None)
+    write_collection(rb.root, "c1", before_chain["observed_at"], {"audit": [before_chain]})
+    with pytest.raises(Refused, match="holds no 'approved' record of run 'r1' by 'alice'"):
+        rb.approved(check_audit=True, final=False)
+    unkeyed = dict(forged, record_id="e" * 32, observed_at=dt.datetime.now(dt.timezone.utc), key_id=None,
+                   prev_hash=audit.GENESIS)
+    unkeyed["hash"] = audit.record_hash(unkeyed)  # the plain hash, no key
+    write_collection(rb.root, "c1", unkeyed["observed_at"], {"audit": [unkeyed]})
+    with pytest.raises(Refused, match="holds no 'approved' record of run 'r1' by 'alice'"):
+        rb.approved(check_audit=True, final=False)
+    assert not {"f" * 32, "e" * 32} & {r["record_id"] for r in rb.history()}  # shown by records(), never trusted
+    assert {"f" * 32, "e" * 32} <= {r["record_id"] for r in audit.records(rb.root, "c1")}
+    rb.audit("approved", actor="alice", digest=digest)  # the real one
+    assert rb.approved(check_audit=True)[1:] == (digest, "alice")
+
+
+def test_a_run_airflow_does_not_know_is_never_acted_on():
+    assert "Airflow has no such run" in run_state_problem("no such run", "trim resume", force=True)
+    assert run_state_problem("no such run", "lock clear", force=True, unknown_run_ok=True) is None
+
+
 def test_one_journal_folder_per_capability(tmp_path):
     """The gate's journal of the group-id runbook and the unattended creator's share one folder."""
     from fleetkit.group_ids.action import GROUP_ID_RECONCILE

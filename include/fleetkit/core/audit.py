@@ -421,10 +421,34 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
 
 
 # -- reading -----------------------------------------------------------------------------------------
-def records(root: DataRoot, cluster: str | None = None, run_id: str | None = None) -> list[dict]:
+def authentic(r: dict, keys: AuditKeys) -> bool:
+    """Whether a record is one the toolkit wrote: keyed (a key id verify has) and its HMAC over the
+    record matches. A row without a hash or a key, or one rewritten without the key, is not: it may
+    be shown, it never authorises a change."""
+    if not r.get("hash") or not r.get("key_id"):
+        return False
+    try:
+        return hmac.compare_digest(record_hash(r, keys), r["hash"])
+    except (UnknownKey, FleetError):
+        return False
+
+
+def authentic_records(root: DataRoot, cluster: str, run_id: str | None = None,
+                      keys: AuditKeys | None = None) -> list[dict]:
+    """records() of a cluster (and run) that are `authentic`: what may decide whether a change is
+    approved, refused or done."""
+    keys = keys or load_keys()
+    return records(root, cluster, run_id, keep=lambda r: authentic(r, keys))
+
+
+def records(root: DataRoot, cluster: str | None = None, run_id: str | None = None, keep=None) -> list[dict]:
+    """The audit's rows (of a cluster, of a run), oldest first, `details` parsed; `keep` filters the
+    rows as stored (before parsing: what their hash covers)."""
     rows = read_dataset(root, "audit", cluster).to_pylist()
     if run_id is not None:
         rows = [r for r in rows if r["run_id"] == run_id]
+    if keep is not None:
+        rows = [r for r in rows if keep(r)]
     for r in rows:
         r["details"] = json.loads(r["details"] or "{}")
     return sorted(rows, key=lambda r: r["observed_at"])

@@ -218,8 +218,10 @@ class Runbook:
         return Refused(msg, details)
 
     def history(self) -> list[dict]:
-        """This run's audit records, oldest first."""
-        return [r for r in audit.records(self.root, self.cluster, self.run_id) if r["dag_id"] == self.dag_id]
+        """This run's audit records that the toolkit wrote (keyed, their HMAC verified:
+        audit.authentic), oldest first. A row without a hash or a key (written into the data root by
+        hand, or dated before the chain) never counts as an approval, a refusal or an execution."""
+        return [r for r in audit.authentic_records(self.root, self.cluster, self.run_id) if r["dag_id"] == self.dag_id]
 
     def final_refusal(self, history: list[dict] | None = None) -> dict | None:
         """The first final `refused` / `rejected` record of this run, if any: a refusal is final."""
@@ -321,14 +323,18 @@ class Runbook:
         return ClusterLock(self.lock_dir, identity, self.cluster).release(owner)
 
 
-def run_state_problem(state: str | None, what: str, force: bool) -> str | None:
+def run_state_problem(state: str | None, what: str, force: bool, unknown_run_ok: bool = False) -> str | None:
     """Why a command outside Airflow may not act on a run in Airflow `state` (None: Airflow could not
-    be asked), or None. A run that is queued or running is never acted on; an unknown state needs
-    `force` (the operator checked the run another way)."""
+    be asked), or None. A run that is queued or running is never acted on; a run Airflow does not know
+    ("no such run") is never acted on either (`unknown_run_ok`: a command that only frees what such a
+    run left, a lock); an unknown state needs `force` (the operator checked the run another way)."""
     from fleetkit.core.locks import RUNNING_STATES
 
     if state in RUNNING_STATES:
         return f"{what}: its Airflow run is still {state}; wait for it to end (or mark it failed in Airflow) first"
+    if state == "no such run" and not unknown_run_ok:
+        return (f"{what}: Airflow has no such run: only a run Airflow started and recorded is acted on; nothing "
+                "done")
     if state is None and not force:
         return (f"{what}: whether its Airflow run still runs could not be told (Airflow not reachable); check the run "
                 "in the Airflow UI, then add --force")
