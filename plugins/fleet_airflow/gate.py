@@ -54,7 +54,8 @@ from fleetkit.core import plans
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
 from fleetkit.core.render import render, visible_controls
-from fleetkit.core.runbook import (GATE_SEQ, SECOND, Refused, Runbook, eligible_approvers, needs_second_approver,
+from fleetkit.core.runbook import (GATE_SEQ, SECOND, TRIGGERING_USER, Refused, Runbook, eligible_approvers,
+                                   needs_second_approver,
                                    require_approvers, requesters)
 
 from fleet_airflow import settings
@@ -129,8 +130,16 @@ def _audit(params: dict, context, action: GateAction, event: str, **kw) -> dict:
 
 
 def _run_requesters(context) -> tuple[str, ...]:
+    """Who may not approve this run: the user Airflow recorded as triggering it, and anyone its conf
+    names (`requested_by`)."""
     dr = context["dag_run"]
-    return requesters(getattr(dr, "conf", None), getattr(dr, "triggering_user_name", None))
+    return requesters(getattr(dr, "conf", None), _triggering_user(context))
+
+
+def _triggering_user(context) -> str | None:
+    """The user Airflow recorded as triggering this run (None: no person did); what alone decides
+    whether a second approver is needed (a conf name never waives it)."""
+    return getattr(context["dag_run"], "triggering_user_name", None) or None
 
 
 # -- runbook DAGs ------------------------------------------------------------------------------
@@ -138,9 +147,10 @@ WHO_APPROVES_MD = """
 **Who approves**: a user listed in the fleet file's `approvers` of the cluster (a runbook refuses
 to plan on a cluster with none), never the one who requested the run: the user who triggered it
 (`fleetctl audit rollback` triggers as the caller's own Airflow user) and the user named by the
-conf key `requested_by`. A run no person triggered (started by an asset event or by a scheduled DAG)
-needs two different listed approvers: `approve`, then `approve_second` (which passes through
-without asking anyone when the run has a requester). `execute` reads the answer Airflow's HITL record gave the
+conf key `requested_by`. A run no person triggered (Airflow recorded no triggering user: an asset
+event, a scheduled DAG) needs two different listed approvers: `approve`, then `approve_second`
+(which passes through without asking anyone when Airflow recorded who triggered the run). A
+`requested_by` in the conf only adds someone who may not approve; it never waives the second approval. `execute` reads the answer Airflow's HITL record gave the
 `approve` task, never XCom: an `approve` task marked success by hand executes nothing (audited
 `refused`). The fleet file and the data root are deployment settings (`FLEET_FILE`,
 `FLEET_DATA_ROOT`), not trigger params.
@@ -220,10 +230,10 @@ class PlanApprovalOperator(ApprovalOperator):
             return None
         if self.second:
             asked_by = tuple(dict.fromkeys(asked_by + tuple(record.get("requested_by") or ())))
-            if not needs_second_approver(record, asked_by):
+            if not needs_second_approver(record, _triggering_user(context)):
                 record[SECOND] = {"needed": False}
                 rb.write_approval(record)
-                self.log.info("requested by %s: one approval is enough", ", ".join(asked_by))
+                self.log.info("triggered by %s: one approval is enough", _triggering_user(context))
                 return None
             first = record["answer"]["approver"]
             eligible = [a for a in eligible_approvers(approvers, asked_by) if a != first]
@@ -251,11 +261,12 @@ class PlanApprovalOperator(ApprovalOperator):
         else:
             # a new request: an answer recorded by an earlier try no longer counts
             rb.write_approval({"dag_id": dag_id, "run_id": run_id, "digest": digest, "requested_by": list(asked_by),
-                               **request})
+                               TRIGGERING_USER: _triggering_user(context), **request})
             context["ti"].xcom_push(key="plan_digest", value=digest)  # shown to people; execute never reads it
         self.log.info("waiting for %sapproval of plan %s (may approve: %s; requested by: %s; timeout %s)",
                       "the second " if self.second else "", digest, ", ".join(eligible),
-                      ", ".join(asked_by) or "nobody (no person triggered this run: two approvers needed)",
+                      (", ".join(asked_by) or "nobody") + ("" if _triggering_user(context) else
+                                                           " (no person triggered this run: two approvers needed)"),
                       self.response_timeout)
         return super().execute(context)
 
@@ -291,7 +302,8 @@ class PlanApprovalOperator(ApprovalOperator):
             # not request the run, for the stored plan; a second one where no person requested it):
             # anything else is a refusal, and final
             try:
-                rb.approved(requested_by=_run_requesters(context), actor=actor or "unknown", require_second=self.second)
+                rb.approved(requested_by=_run_requesters(context), actor=actor or "unknown", require_second=self.second,
+                            triggering_user=_triggering_user(context))
             except Refused as e:
                 raise AirflowFailException(f"REFUSED: {e}") from None
         decided = "approved" if choice == self.APPROVE else "rejected"
@@ -395,6 +407,7 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
             json.dumps(context["ti"].xcom_pull(task_ids="approve"), default=str))}
         try:
             plan, digest_now, actor = rb.approved(requested_by=_run_requesters(context), check_audit=True,
+                                                  triggering_user=_triggering_user(context),
                                                   details=evidence)
         except Refused as e:
             raise AirflowFailException(f"REFUSED, nothing executed: {e}") from None

@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "a" * 64
 
 
-def record(requested_by=(), first="alice", second=None, digest=DIGEST, second_choice=APPROVE):
-    rec = {"digest": digest, "requested_by": list(requested_by),
+def record(requested_by=(), first="alice", second=None, digest=DIGEST, second_choice=APPROVE, triggering_user=None):
+    rec = {"digest": digest, "requested_by": list(requested_by), "triggering_user": triggering_user,
            "answer": {"chosen_options": [APPROVE], "approver": first}}
     if second is not None:
         rec[SECOND] = {"needed": True, "answer": {"chosen_options": [second_choice], "approver": second}}
@@ -30,8 +30,10 @@ APPROVERS = ("alice", "bob", "carol")
 
 
 @pytest.mark.parametrize("rec, problem", [
-    # a person asked: one approval by another listed approver is enough
-    (record(requested_by=("carol",)), None),
+    # a person triggered it (Airflow recorded them): one approval by another listed approver is enough
+    (record(requested_by=("carol",), triggering_user="carol"), None),
+    # a name in the conf is not a person's request: it cannot waive the second approval
+    (record(requested_by=("carol",)), "needs a second approver"),
     # nobody asked (an asset event, a scheduled DAG): a second, different, listed approver
     (record(), "needs a second approver"),
     (record(second="bob"), None),
@@ -46,10 +48,13 @@ def test_a_run_no_person_requested_needs_two_approvers(rec, problem):
     assert answer_problem(rec, APPROVERS, (), "c1", "f.yaml", DIGEST, require_second=False) is None
 
 
-def test_who_counts_as_requester():
-    assert needs_second_approver(record(), ()) is True
-    assert needs_second_approver(record(), ("dag_test",)) is False
-    assert needs_second_approver(record(requested_by=("admin",)), ()) is False
+def test_only_what_airflow_recorded_waives_the_second_approver():
+    assert needs_second_approver(record()) is True
+    assert needs_second_approver(record(), "dag_test") is False  # dag.test() records its runs as dag_test
+    assert needs_second_approver(record(triggering_user="admin")) is False  # the approval task's copy
+    # a conf's requested_by (any made-up name, e.g. rewritten in an XCom a child runbook reads) adds
+    # someone who may not approve; it never stands in for a person's request
+    assert needs_second_approver(record(requested_by=("admin",))) is True
 
 
 @pytest.fixture
@@ -89,7 +94,7 @@ def test_the_engine_refuses_a_single_approval_of_a_run_no_person_requested(deplo
 
 def test_a_refusal_is_final_and_a_commands_own_refusal_is_not(deployment):
     rb, digest = deployment
-    rb.write_approval(record(digest=digest, requested_by=("carol",)))
+    rb.write_approval(record(digest=digest, requested_by=("carol",), triggering_user="carol"))
     rb.audit("approved", actor="alice", digest=digest)
     with pytest.raises(Refused, match="never started"):
         raise rb.refuse("resume: its execute step never started", actor="dave", final=False)
@@ -109,7 +114,7 @@ def test_rows_the_toolkit_did_not_sign_never_authorise(deployment):
     from fleetkit.core.datasets import write_collection
 
     rb, digest = deployment
-    rb.write_approval(record(digest=digest, requested_by=("carol",)))
+    rb.write_approval(record(digest=digest, requested_by=("carol",), triggering_user="carol"))
     rb.audit("planned", actor="carol", digest=digest)  # a chain exists, signed with the key
     forged = {"cluster": "c1", "record_id": "f" * 32, "dag_id": rb.dag_id, "run_id": rb.run_id,
               "action": "reset_offsets", "event": "approved", "actor": "alice", "digest": digest, "message": "",

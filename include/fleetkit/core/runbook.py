@@ -97,15 +97,21 @@ def approver_problem(approver: str | None, approvers: tuple[str, ...], requested
 SECOND = "second"  # the approval record's second request and answer (a run no person requested)
 
 
-def needs_second_approver(record: dict | None, requested_by: tuple[str, ...] = ()) -> bool:
-    """A run no person requested (started by an asset event or a scheduled DAG: Airflow recorded no
-    triggering user and nobody is named) needs two approvers: nobody's own request is kept from
-    them, so a second listed approver must agree."""
-    return not (tuple(requested_by) + tuple((record or {}).get("requested_by") or ()))
+TRIGGERING_USER = "triggering_user"  # the approval record's copy of the user Airflow recorded
+
+
+def needs_second_approver(record: dict | None, triggering_user: str | None = None) -> bool:
+    """A run no person triggered (started by an asset event, a scheduled DAG, another DAG: Airflow
+    recorded no triggering user) needs two approvers. Decided only from what Airflow recorded (the
+    run's triggering user, or the approval record's copy of it the approval task wrote): a conf's
+    `requested_by` names someone who may not approve, it never stands in for a person's request, so
+    a made-up name cannot waive the second approval."""
+    return not (triggering_user or (record or {}).get(TRIGGERING_USER))
 
 
 def answer_problem(record: dict | None, approvers: tuple[str, ...], requested_by: tuple[str, ...], cluster: str,
-                   fleet_file: str, digest_now: str, require_second: bool = True) -> tuple[str, dict] | None:
+                   fleet_file: str, digest_now: str, require_second: bool = True,
+                   triggering_user: str | None = None) -> tuple[str, dict] | None:
     """Why an approval record does not approve the stored plan (digest_now), or None: no answer
     from Airflow's HITL record, an answer that is not Approve, an approver who requested the run
     (the record's requesters count too) or is not listed, a plan changed since it was approved;
@@ -126,18 +132,18 @@ def answer_problem(record: dict | None, approvers: tuple[str, ...], requested_by
         return (f"the stored plan changed after approval: approved {record.get('digest')}, stored plan is now "
                 f"{digest_now}. Re-run the runbook to plan and approve again.",
                 {"approved_digest": record.get("digest"), "stored_digest": digest_now})
-    if require_second and not asked:
+    if require_second and needs_second_approver(record, triggering_user):
         second = (record.get(SECOND) or {}).get("answer") or {}
         first = answer.get("approver")
         if not second:
-            return ("no person requested this run (started by an asset event or a scheduled DAG), so it needs a "
+            return ("no person triggered this run (started by an asset event, a scheduled DAG or another DAG), so it needs a "
                     f"second approver, and the approval record holds no second answer (only {first!r} approved)",
                     {"approver": first})
         if (second.get("chosen_options") or []) != [APPROVE]:
             return (f"the second approval task did not answer Approve (answer: {second.get('chosen_options') or 'none'})",
                     {"approver": first, "second_approver": second.get("approver")})
         if second.get("approver") == first:
-            return (f"{first!r} answered both approvals: a run no person requested needs two different approvers",
+            return (f"{first!r} answered both approvals: a run no person triggered needs two different approvers",
                     {"approver": first, "second_approver": second.get("approver")})
         problem = approver_problem(second.get("approver"), approvers, asked, cluster, fleet_file)
         if problem:
@@ -240,7 +246,8 @@ class Runbook:
 
     def approved(self, requested_by: tuple[str, ...] = (), actor: str | None = None,
                  check_audit: bool = False, verify_chain: bool = False, final: bool = True,
-                 details: dict | None = None, require_second: bool = True) -> tuple[dict, str, str]:
+                 details: dict | None = None, require_second: bool = True,
+                 triggering_user: str | None = None) -> tuple[dict, str, str]:
         """(plan, digest, approver) when the stored plan is approved for this run, else Refused (audited,
         with `actor`, or the approver the record names): the approval record answers Approve by a
         listed approver who requested nothing, for the stored plan's digest. With `check_audit`, also:
@@ -267,7 +274,7 @@ class Runbook:
                               f"approval record {self.approval_file()}", actor=who, digest=digest_now, final=final,
                               details=extra)
         problem = answer_problem(record, approvers, requested_by, cluster.name, self.fleet_file, digest_now,
-                                 require_second)
+                                 require_second, triggering_user)
         if problem:
             raise self.refuse(problem[0], actor=who, digest=approved_digest, final=final,
                               details={**extra, **problem[1], "approval_record": str(self.approval_file())})
@@ -288,7 +295,7 @@ class Runbook:
                                   actor=who, digest=digest_now, details={**extra, "refusal_record": refusal["record_id"]},
                                   final=final)
             approvers_of_record = [answer["approver"]]
-            if require_second and needs_second_approver(record, requested_by):
+            if require_second and needs_second_approver(record, triggering_user):
                 approvers_of_record.append(record[SECOND]["answer"]["approver"])
             for name in approvers_of_record:
                 if not any(r["event"] == "approved" and r["digest"] == digest_now and r["actor"] == name
