@@ -38,7 +38,7 @@ def cmd_lock_clear(args) -> int:
     cluster: never while the holder run is queued or running (asked of Airflow as the caller); with
     --force when it no longer runs or Airflow cannot be asked. The lock file is moved to
     <lock folder>/cleared/ and the clearing is audited on the holder run."""
-    from fleetkit.core.locks import find_locks
+    from fleetkit.core.locks import cli_holder_alive, find_locks
     from fleetkit.core.render import visible_controls
     from fleetkit.core.runbook import Runbook, run_state_problem
 
@@ -56,6 +56,21 @@ def cmd_lock_clear(args) -> int:
         dag_id, run_id = str(h.get("dag_id") or ""), str(h.get("run_id") or "")
         what = (f"the lock of cluster {visible_controls(str(h.get('cluster')))!r} held by DAG "
                 f"{visible_controls(dag_id)!r} run {visible_controls(run_id)!r}")
+        if h.get("kind") == "cli":
+            # a fleetctl process (trim resume / restore) acting on a finished run: its Airflow run reads
+            # as ended, the process is what holds the lock
+            alive = cli_holder_alive(h)
+            holder = f"{visible_controls(str(h.get('owner')))} (pid {h.get('pid')} on {visible_controls(str(h.get('host')))})"
+            if alive:
+                print(f"error: {what} is held by a running fleetctl: {holder}; it is acting on the cluster now: "
+                      "never cleared while it runs (stop it, or wait for it to end)", file=sys.stderr)
+                refused += 1
+                continue
+            if alive is None and not args.force:
+                print(f"error: {what} is held by fleetctl on another host: {holder}; whether it still runs cannot be "
+                      "told from here: check that host (or clear it there), then add --force", file=sys.stderr)
+                refused += 1
+                continue
         state, why_unknown = run_state_or_none(dag_id, run_id) if dag_id and run_id else ("no such run", "")
         problem = run_state_problem(state, what, args.force, unknown_run_ok=True)  # a lock left by a lost run
         if problem is None and not args.force:
@@ -65,15 +80,17 @@ def cmd_lock_clear(args) -> int:
             print(f"error: {problem}" + (f" ({visible_controls(why_unknown)})" if state is None else ""), file=sys.stderr)
             refused += 1
             continue
-        cleared = lock.clear()
-        if cleared is None:
-            continue
+        # audited before the lock moves: a clear the audit cannot record does not happen
         Runbook(capability="lock", action="cluster_lock", dag_id=dag_id or "-", run_id=run_id or "-",
                 cluster=str(h.get("cluster") or args.cluster), lock_dir=lock_dir).audit(
             "lock_cleared", actor=actor(),
             message=f"fleetctl lock clear --force: the lock of {h.get('identity')} held since {h.get('since')} cleared "
                     f"(holder run state: {state or 'unknown: ' + why_unknown})",
             details={"holder": h, "holder_state": state, "lock_file": str(lock.path)})
+        cleared = lock.clear()
+        if cleared is None:
+            print(f"{what}: already released (audited as cleared)")
+            continue
         print(f"cleared {what} since {h.get('since')} ({h.get('identity')}); kept in {lock.lock_dir / 'cleared'}; "
               "audited")
     return 2 if refused else 0

@@ -50,11 +50,13 @@ def _trim_command(args, what: str) -> int:
     owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
     # it changes the cluster: the runbook connections (principal)
     with connected(cluster, CONNECT_TIMEOUT, stores=False, changes=True) as (kafka, zk, _):
-        lock = rb.lock(cluster, kafka, zk, owner, holder_running)  # the cluster's identity
+        # held by this process (host and pid recorded: `fleetctl lock clear` refuses while it runs)
+        lock = rb.lock(cluster, kafka, zk, owner, holder_running, kind="cli")  # the cluster's identity
         try:
             ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)
             try:
-                out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
+                with rb.under_lock(lock.identity, owner):  # every change checks the lock is still ours
+                    out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
             except Exception as e:
                 trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
                                    {"journal": trim_resume.journal.summary(run.journal)})

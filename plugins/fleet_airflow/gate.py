@@ -441,8 +441,15 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                 j.outcome(GATE_SEQ, "done")
             return out
 
+        # every change first checks that this run still holds the cluster's lock (an operator may have
+        # cleared it): the lock task named the identity it locked
+        identity = context["ti"].xcom_pull(task_ids="lock", key="lock_identity")
+        owner = f"{context['dag'].dag_id}/{context['run_id']}"
+        if not identity:
+            refuse("the lock task recorded no lock identity: this run does not hold the cluster's lock")
         try:
-            result = _with_cluster(params, run, journal_path=journal_file, changes=True)
+            with rb.under_lock(identity, owner):
+                result = _with_cluster(params, run, journal_path=journal_file, changes=True)
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
         _audit(params, context, action, "executed", actor=actor, digest=digest_now,

@@ -175,3 +175,68 @@ def test_taking_releasing_and_clearing_a_lock_fsyncs_the_lock_folder(tmp_path, m
     synced.clear()
     lock.clear()
     assert str(tmp_path) in synced and str(tmp_path / "cleared") in synced
+
+
+def test_a_lock_a_running_fleetctl_holds_is_never_cleared_even_with_force(tmp_path, capsys, monkeypatch):
+    """`fleetctl trim resume` holds the lock while it moves files; its Airflow run reads as finished.
+    `lock clear --force` must not free the cluster for a second runbook while that process runs."""
+    import socket
+    import subprocess
+    import sys
+
+    from fleetctl import cli
+
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path))
+    monkeypatch.setenv("FLEET_AIRFLOW_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "alice")
+    monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", "pw")
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod")
+    lock.acquire("fleetctl trim resume/runbook_offsets_trim/r1", "runbook_offsets_trim", "r1", kind="cli")
+    assert cli.main(["lock", "clear", "prod", "--force"]) == 2  # this very process holds it
+    assert "held by a running fleetctl" in capsys.readouterr().err and len(held_locks(tmp_path)) == 1
+    # a holder on another host cannot be checked from here: --force (after checking that host) clears it
+    doc = json.loads(lock.path.read_text())
+    lock.path.write_text(json.dumps(dict(doc, host="another-host.example")))
+    assert cli.main(["lock", "clear", "prod"]) == 2
+    assert "on another host" in capsys.readouterr().err
+    # a holder process that is gone: cleared (with --force: its run ended), after the audit says so
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    lock.path.write_text(json.dumps(dict(doc, host=socket.gethostname(), pid=gone.pid)))
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    real_clear = ClusterLock.clear
+
+    def clear_after_audit(self):
+        assert [r["event"] for r in audit.records(DataRoot(str(tmp_path / "data")), "prod")] == ["lock_cleared"]
+        return real_clear(self)
+
+    monkeypatch.setattr(ClusterLock, "clear", clear_after_audit)
+    assert cli.main(["lock", "clear", "prod", "--force"]) == 0
+    assert held_locks(tmp_path) == []
+
+
+def test_a_run_whose_lock_was_cleared_stops_before_its_next_change(tmp_path):
+    """Every change journals its intent first; under the lock, the intent first checks the lock is
+    still the run's: cleared meanwhile, nothing more is changed and no intent is written."""
+    from fleetkit.core.journal import Journal, guarded, read_journal
+    from fleetkit.core.locks import LockLost
+
+    lock = ClusterLock(tmp_path / "locks", "zookeeper:zk1:2181/kafka", "prod")
+    lock.acquire("d/r1", "d", "r1")
+    journal_path = tmp_path / "journal.jsonl"
+    made = []
+    with guarded(journal_path, lambda: lock.check_held("d/r1")):
+        with Journal(journal_path) as j:
+            j.intent(1, step="move a")
+            made.append("a")
+            j.outcome(1)
+            lock.clear()  # an operator clears it between two changes
+            with pytest.raises(LockLost, match="no longer held by 'd/r1'"):
+                j.intent(2, step="move b")
+                made.append("b")
+    assert made == ["a"] and sorted(read_journal(journal_path)) == [1]
+    with Journal(journal_path) as j:  # outside the guarded block the journal is unguarded
+        j.intent(3, step="after")

@@ -20,7 +20,8 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Iterable
+from contextlib import contextmanager
+from typing import Callable, Iterable
 
 from fleetkit.core.durable import fsync_dir
 
@@ -68,6 +69,26 @@ def recover_torn_tail(path: str | os.PathLike) -> Path | None:
     return sidecar
 
 
+#: journal path -> the check every intent of that journal runs first (`guarded`)
+_GUARDS: dict[str, Callable[[], None]] = {}
+
+
+@contextmanager
+def guarded(path: str | os.PathLike | None, check: Callable[[], None]):
+    """While the block runs, every `intent` written to the journal at `path` first calls `check`
+    (e.g. that the run still holds the cluster's lock): when it raises, the intent is not written and
+    the change it announced is not made. The one place every change of every capability passes."""
+    if path is None:
+        yield
+        return
+    key = str(Path(path))
+    _GUARDS[key] = check
+    try:
+        yield
+    finally:
+        _GUARDS.pop(key, None)
+
+
 class Journal:
     """Append-only JSON Lines: `write([...], sync=True)` returns once the lines are on disk."""
 
@@ -89,8 +110,13 @@ class Journal:
                 fsync_dir(self.path.parent)
 
     def write(self, entries: Iterable[dict], sync: bool = True) -> None:
+        """Append `entries`; an `intent` among them first passes the journal's guard (`guarded`)."""
         if not self._f:
             return
+        entries = list(entries)
+        guard = _GUARDS.get(str(self.path))
+        if guard is not None and any(e.get("status") == "intent" for e in entries):
+            guard()
         stamp = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
         for e in entries:
             self._f.write(json.dumps({"at": stamp, **e}, ensure_ascii=False, sort_keys=True) + "\n")
@@ -99,7 +125,8 @@ class Journal:
             os.fsync(self._f.fileno())
 
     def intent(self, seq: int, **fields) -> None:
-        """Durably record that change `seq` is about to be made."""
+        """Durably record that change `seq` is about to be made (after the journal's guard, if any:
+        `guarded`)."""
         self.write([{"seq": seq, "status": "intent", **fields}])
 
     def outcome(self, seq: int, status: str = "done", **fields) -> None:

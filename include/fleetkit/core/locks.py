@@ -34,6 +34,11 @@ log = logging.getLogger(__name__)
 RUNNING_STATES = frozenset({"queued", "running"})
 
 
+class LockLost(FleetError):
+    """The lock a run acts under is no longer held by it (cleared by an operator, taken by another):
+    raised before the next change, so nothing more is changed."""
+
+
 class ClusterLocked(FleetError):
     """The cluster is locked by another run: `holder` (the lock file's content) and `holder_running`
     (True, False: its run no longer runs and the lock needs an operator, None: unknown)."""
@@ -125,14 +130,16 @@ class ClusterLock:
             return {"owner": "unreadable lock file"}
 
     def acquire(self, owner: str, dag_id: str = "", run_id: str = "",
-                holder_running: Callable[[str, str], bool | None | tuple] | None = None) -> None:
+                holder_running: Callable[[str, str], bool | None | tuple] | None = None, kind: str = "airflow") -> None:
         """Take the lock for `owner` (re-entrant for the same owner: a retried task). Held by another:
         ClusterLocked naming the holder; `holder_running(dag_id, run_id)` tells whether the holder
         run still runs (True, False, None unknown, or (bool, state)): one that does not is reported
-        with how to clear its lock, never taken over."""
+        with how to clear its lock, never taken over. `kind`: "airflow" (a task of the run holds it)
+        or "cli" (a fleetctl process acting on a finished run: its host and pid say whether it runs)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"owner": owner, "dag_id": dag_id, "run_id": run_id, "cluster": self.cluster,
-               "identity": self.identity, "since": _now(), "pid": os.getpid(), "host": socket.gethostname()}
+               "identity": self.identity, "since": _now(), "pid": os.getpid(), "host": socket.gethostname(),
+               "kind": kind}
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
@@ -161,6 +168,14 @@ class ClusterLock:
         tail = "" if running else " (whether that run still runs could not be told)" if asked else ""
         return (f"cluster {self.cluster!r} is locked by another destructive runbook: {held_by}{tail}. Wait for it "
                 f"to finish; if that run is gone for good, check the cluster and clear the lock with {clear}.")
+
+    def check_held(self, owner: str) -> None:
+        """LockLost unless `owner` still holds the lock: what a run checks before each change."""
+        h = self.holder()
+        if h is None or h.get("owner") != owner:
+            by = f"held by {h.get('owner')!r} since {h.get('since')}" if h else "held by nobody"
+            raise LockLost(f"the lock of cluster {self.cluster!r} ({self.identity}) is no longer held by {owner!r} "
+                           f"(now {by}; cleared by an operator?): stopped before the next change")
 
     def release(self, owner: str) -> bool:
         h = self.holder()
@@ -211,3 +226,23 @@ def find_locks(lock_dir: str | os.PathLike, cluster_or_identity: str) -> list[Cl
             lock.path = p
             out.append(lock)
     return out
+
+
+def cli_holder_alive(holder: dict) -> bool | None:
+    """For a lock a fleetctl process holds (kind "cli"): True while that process runs, False when it
+    is gone, None when it runs on another host (this one cannot tell) or the lock is not the CLI's."""
+    if holder.get("kind") != "cli":
+        return None
+    if holder.get("host") != socket.gethostname():
+        return None
+    try:
+        pid = int(holder.get("pid"))
+    except (TypeError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, owned by another user
+    return True

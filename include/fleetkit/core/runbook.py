@@ -318,12 +318,19 @@ class Runbook:
 
     # the lock
     def lock(self, cluster: Cluster, kafka, zk, owner: str,
-             holder_running: Callable[[str, str], object] | None = None) -> ClusterLock:
+             holder_running: Callable[[str, str], object] | None = None, kind: str = "airflow") -> ClusterLock:
         """Take the cluster's lock for `owner` (keyed by the cluster's identity); ClusterLocked
-        (a FleetError naming the holder and how to clear it) when another run holds it."""
+        (a FleetError naming the holder and how to clear it) when another run holds it. `kind`:
+        "cli" for a fleetctl process (ClusterLock.acquire)."""
         lock = ClusterLock.for_cluster(self.lock_dir, cluster, kafka, zk)
-        lock.acquire(owner, self.dag_id, self.run_id, holder_running=holder_running)
+        lock.acquire(owner, self.dag_id, self.run_id, holder_running=holder_running, kind=kind)
         return lock
+
+    def under_lock(self, identity: str, owner: str):
+        """A context in which every change journaled for this run first checks that `owner` still
+        holds the lock of cluster identity `identity` (LockLost before the next change otherwise)."""
+        lock = ClusterLock(self.lock_dir, identity, self.cluster)
+        return core_journal.guarded(self.journal, lambda: lock.check_held(owner))
 
     def release_lock(self, identity: str, owner: str) -> bool:
         """Release the lock of a cluster identity taken by `owner` (no need to reach the cluster)."""

@@ -126,9 +126,10 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                     # the cluster's lock, like every writer: never while a runbook changes the cluster
                     lock = rb.lock(cluster, kafka, zk, owner, holder_running)
                     try:
-                        res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=rb.data_root,
-                                          dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler",
-                                          journal=rb.journal)
+                        with rb.under_lock(lock.identity, owner):  # each write checks the lock is still ours
+                            res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=rb.data_root,
+                                              dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler",
+                                              journal=rb.journal)
                     finally:
                         lock.release(owner)
             except ClusterLocked as e:
