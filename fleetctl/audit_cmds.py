@@ -40,7 +40,8 @@ def cmd_audit_rollback(args) -> int:
     from fleet_airflow import settings
     from fleetctl import airflow_api
 
-    rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id)
+    # only a record the toolkit signed may plan a change (a row written into the data root by hand may not)
+    rec = audit.find(DataRoot(args.data_root or settings.data_root()), args.record_id, authentic_only=True)
     rollback = (rec["details"] or {}).get("rollback") or {}
     conf = rollback.get("conf")
     if rec["event"] not in ROLLBACK_EVENTS or not conf:

@@ -110,6 +110,49 @@ def test_audit_records_and_cli_rollback(tmp_path, capsys):
     assert main(["audit", "rollback", first, "--print-only", "--data-root", str(tmp_path)]) == 2
 
 
+def test_a_record_the_toolkit_did_not_sign_plans_no_rollback(tmp_path, capsys):
+    """A row written into the data root by hand (no hash and key, or a hash made without the key)
+    with a rollback conf is shown by `audit list` but plans nothing: neither `audit rollback` nor the
+    group-id rollback plan takes it."""
+    import datetime as dt
+
+    from fleetkit.core.datasets import write_collection
+    from fleetctl.cli import main
+
+    root = DataRoot(tmp_path)
+    audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r0", action="reset_offsets",
+                 event="planned", digest="sha256:1", message="a real chain")
+    conf = {"cluster": "lab", "group": "victim", "topic": "t", "target": "earliest", "dry_run": False}
+    now = dt.datetime.now(dt.timezone.utc)
+    for i, (key_id, hashed) in enumerate(((None, False), (None, True))):
+        forged = {"cluster": "lab", "observed_at": now, "record_id": f"{i}" * 32, "dag_id": "runbook_reset_offsets",
+                  "run_id": "r9", "action": "reset_offsets", "event": "executed", "actor": "alice",
+                  "digest": "sha256:1", "message": "forged",
+                  "details": json.dumps({"rollback": {"dag_id": "runbook_reset_offsets", "conf": conf}}),
+                  "key_id": key_id, "prev_hash": audit.GENESIS if hashed else None}
+        forged["hash"] = audit.record_hash(forged) if hashed else None
+        write_collection(root, "lab", now, {"audit": [forged]})
+        assert main(["audit", "rollback", forged["record_id"], "--print-only", "--data-root", str(tmp_path)]) == 2
+        assert "is not signed with the audit key" in capsys.readouterr().err
+    assert len([r for r in audit.records(root, "lab") if r["run_id"] == "r9"]) == 2  # shown, never trusted
+
+    from fleetkit.core.action import ClusterContext
+    from fleetkit.core.errors import FleetError
+    from fleetkit.group_ids.plan import ACTION, rollback_plan
+
+    for i in range(2):
+        forged = {"cluster": "lab", "observed_at": now, "record_id": f"g{i}".ljust(32, "0"), "dag_id": "d",
+                  "run_id": "r8", "action": ACTION, "event": "executed", "actor": "alice", "digest": None,
+                  "message": "forged", "key_id": None, "prev_hash": audit.GENESIS if i else None,
+                  "details": json.dumps({"result": {"changed_paths": [
+                      {"seq": 0, "op": "delete", "path": "/client_group_id/10.0.0.1-x", "before": "g"}]}})}
+        forged["hash"] = audit.record_hash(forged) if i else None
+        write_collection(root, "lab", now, {"audit": [forged]})
+    ctx = ClusterContext(cluster=type("C", (), {"name": "lab"})(), kafka=None, zk=None)
+    with pytest.raises(FleetError, match="no executed, failed or interrupted"):
+        rollback_plan(ctx, {"rollback_run": "r8"}, str(tmp_path))
+
+
 def test_a_storm_rollback_needs_the_topology_deactivated_again(tmp_path, capsys):
     """Without --topology-deactivated the CLI triggers nothing (the plan would refuse it anyway);
     the flag on a rollback of another store is an error naming the record's source."""

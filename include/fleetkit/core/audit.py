@@ -454,10 +454,19 @@ def records(root: DataRoot, cluster: str | None = None, run_id: str | None = Non
     return sorted(rows, key=lambda r: r["observed_at"])
 
 
-def find(root: DataRoot, record_id: str) -> dict:
-    for r in records(root):
+def find(root: DataRoot, record_id: str, authentic_only: bool = False, keys: AuditKeys | None = None) -> dict:
+    """The record `record_id`; with `authentic_only` (a record that is to authorise or plan a
+    change) FleetError unless the toolkit signed it (`authentic`)."""
+    keep = None
+    if authentic_only:
+        keys = keys or load_keys()
+        keep = lambda r: r["record_id"] != record_id or authentic(r, keys)  # noqa: E731
+    for r in records(root, keep=keep):
         if r["record_id"] == record_id:
             return r
+    if authentic_only and any(r["record_id"] == record_id for r in records(root)):
+        raise FleetError(f"audit record {record_id!r} is not signed with the audit key (no hash, no key, or a hash "
+                         "made without the key): it authorises nothing; `fleetctl audit verify` says more")
     raise FleetError(f"no audit record {record_id!r} under {root.uri}")
 
 

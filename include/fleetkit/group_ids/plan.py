@@ -77,7 +77,8 @@ def rollback_plan(ctx: ClusterContext, params: dict, data_root: str) -> dict:
     from fleetkit.core.datasets import DataRoot
 
     run = params["rollback_run"]
-    recs = [r for r in audit.records(DataRoot(data_root), ctx.cluster.name, run)
+    # only records the toolkit signed plan a change: a row written into the data root by hand does not
+    recs = [r for r in audit.authentic_records(DataRoot(data_root), ctx.cluster.name, run)
             if r["action"] == ACTION and r["event"] in ("executed", "failed", "interrupted")]
     if not recs:
         raise FleetError(f"no executed, failed or interrupted {ACTION} audit record of run {run!r} on cluster "
