@@ -95,12 +95,24 @@ def _token_user(token: str) -> str | None:
     return doc.get("name") or doc.get("username") or doc.get("sub")
 
 
+_SESSIONS: dict[tuple, Session] = {}
+
+
 def login(prompt: bool = True) -> Session:
     """The caller's session: AIRFLOW_API_TOKEN, else FLEET_AIRFLOW_USER + FLEET_AIRFLOW_PASSWORD (the
-    password asked on the terminal when not set and `prompt`). FleetError naming what to set."""
+    password asked on the terminal when not set and `prompt`). FleetError naming what to set. One
+    login per process and Airflow (a command that asks twice asks for the password once)."""
+    key = (base_url(), os.environ.get("AIRFLOW_API_TOKEN"), os.environ.get("FLEET_AIRFLOW_USER"))
+    if key not in _SESSIONS:
+        _SESSIONS[key] = _login(prompt)
+    return _SESSIONS[key]
+
+
+def _login(prompt: bool) -> Session:
     token = os.environ.get("AIRFLOW_API_TOKEN")
     if token:
-        return Session(os.environ.get("FLEET_AIRFLOW_USER") or _token_user(token) or "unknown", token)
+        # who the token names (Airflow issued and signs it), never FLEET_AIRFLOW_USER beside it
+        return Session(_token_user(token) or "unknown", token)
     user = os.environ.get("FLEET_AIRFLOW_USER")
     if not user:
         raise FleetError("this command acts in Airflow as you: set FLEET_AIRFLOW_USER to your Airflow user name "
@@ -124,3 +136,15 @@ def run_state_or_none(dag_id: str, run_id: str, prompt: bool = True) -> tuple[st
         return login(prompt=prompt).run_state(dag_id, run_id), ""
     except FleetError as e:
         return None, str(e)
+
+
+def verified_user(prompt: bool = True) -> tuple[str | None, str]:
+    """(the caller's Airflow user as the api-server verified it, "") or (None, why not): a token the
+    api-server accepts on an authenticated route names its user; a user and password it issued a
+    token for are that user. Never a name taken from the environment on its own."""
+    try:
+        session = login(prompt=prompt)
+        session.api("GET", "/api/v2/dags?limit=1")  # the api-server checks the token here
+    except FleetError as e:
+        return None, str(e)
+    return session.user, ""

@@ -35,9 +35,16 @@ def os_user() -> str:
         return f"uid-{os.getuid()}"
 
 
-def actor() -> str:
-    """Who acts, for the audit: the caller's Airflow user when configured, else the OS login."""
-    return os.environ.get("FLEET_AIRFLOW_USER") or os_user()
+def actor(prompt: bool = True) -> str:
+    """Who acts, for the audit: the caller's Airflow user as the api-server verified it (their token,
+    or their user and password); when Airflow cannot verify anyone (not reachable, no login given),
+    `unverified:<OS login>@<host>`, so the audit never records a self-declared name as a user."""
+    import socket
+
+    from fleetctl.airflow_api import verified_user
+
+    user, _why = verified_user(prompt=prompt)
+    return user if user else f"unverified:{os_user()}@{socket.gethostname()}"
 
 
 def load_cluster(args):

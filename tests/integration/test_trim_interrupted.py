@@ -173,7 +173,7 @@ def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monke
     assert partition_files(folder) == before_files
     # approved as the gate records it: the approval record (admin asked, approver approved), the audit
     rb.write_approval({"dag_id": DAG, "run_id": RUN, "ti_id": "t", "digest": digest, "requested_by": ["admin"],
-                       "answer": {"chosen_options": ["Approve"], "approver": "approver"}})
+                       "triggering_user": "admin", "answer": {"chosen_options": ["Approve"], "approver": "approver"}})
     rb.audit("approved", actor="approver", digest=digest, message="Approve by approver")
     # approved, but execute never started: nothing to resume
     out = fleetctl(env, "resume", RUN, "--execute", *cli)

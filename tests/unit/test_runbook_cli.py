@@ -72,3 +72,16 @@ def test_who_acts_must_be_given_not_guessed(tmp_path):
     out = subprocess.run([str(FLEETCTL), "runbook", "start", "runbook_reset_offsets", "--cluster", "x"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL)
     assert out.returncode == 2 and "acts in Airflow as you" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_token_names_its_own_user_whatever_the_environment_says(monkeypatch):
+    """FLEET_AIRFLOW_USER beside a token is not who acts: the token's user is (Airflow signed it)."""
+    import base64
+    import json
+
+    from fleetctl.airflow_api import login
+
+    claims = base64.urlsafe_b64encode(json.dumps({"sub": "1", "name": "mallory"}).encode()).decode().rstrip("=")
+    monkeypatch.setenv("AIRFLOW_API_TOKEN", f"x.{claims}.y")
+    monkeypatch.setenv("FLEET_AIRFLOW_USER", "alice")
+    assert login(prompt=False).user == "mallory"
