@@ -30,6 +30,27 @@ def _trim_command(args, what: str) -> int:
     print(f"{what} of {run.dag_id} run {visible_controls(run.run_id)} on cluster {visible_controls(run.cluster)}")
     for line in trim_resume.describe(run):
         print(visible_controls(line))
+    if getattr(args, "approve", False):
+        if actor.startswith("unverified:"):
+            print("error: REFUSED: approving a restore needs your Airflow login (AIRFLOW_API_TOKEN, or "
+                  "FLEET_AIRFLOW_USER with its password) and a reachable api-server: nothing recorded", file=sys.stderr)
+            return 2
+        from fleetkit.core.errors import FleetError
+
+        try:
+            trim_resume.approve_restore(run, actor)
+        except FleetError as e:
+            print(f"error: REFUSED: {e}", file=sys.stderr)
+            return 2
+        print(f"restore approved by {actor} for {trim_resume.RESTORE_APPROVAL_HOURS} h: another listed approver "
+              f"runs `fleetctl trim restore {visible_controls(run.run_id)} --execute`")
+        return 0
+    if what == "restore" and args.execute:
+        problem = trim_resume.restore_approval_problem(run, actor)
+        if problem:
+            rb.refuse(problem, actor=actor, digest=run.digest, final=False)
+            print(f"error: REFUSED, nothing done: {problem}", file=sys.stderr)
+            return 2
     if not args.execute:
         trim_resume.record(run, "dry_run", actor, f"fleetctl trim {what} (dry run): nothing changed")
         print(f"dry run: nothing changed (add --execute to {what})")
@@ -110,4 +131,12 @@ def add_parser(sub) -> None:
         sp.add_argument("--execute", action="store_true", help="act (default: show what would be done)")
         sp.add_argument("--force", action="store_true", help="act although Airflow cannot be asked whether the run "
                                                              "still runs (you checked it yourself); never while it runs")
+        if name == "restore":
+            sp.add_argument("--approve", action="store_true",
+                            help="approve the restore of a finished trim (a listed approver, logged in to Airflow; "
+                                 "another person then runs it with --execute within 4 h)")
+            sp.epilog = ("examples:\n  fleetctl trim restore RUN                 # what would be put back\n"
+                         "  fleetctl trim restore RUN --approve       # an approver, for a finished trim\n"
+                         "  fleetctl trim restore RUN --execute       # someone else, within 4 h")
+            sp.formatter_class = __import__("argparse").RawDescriptionHelpFormatter
         sp.set_defaults(func=fn)

@@ -209,8 +209,14 @@ def test_trim_approved_in_the_browser_then_restored(trim_gen, deployed):
     env = {k: v for k, v in os.environ.items() if not k.startswith(f"AIRFLOW_CONN_{spec.conn_prefix.upper()}_")}
     env.update(FLEET_AIRFLOW_USER="approver", FLEET_AIRFLOW_PASSWORD=passwords()["approver"],
                FLEET_AIRFLOW_URL=f"http://{API_HOST}:{API_PORT}")
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "fleetctl"), "trim", "restore", run_id, "--execute"],
-                         capture_output=True, text=True, env=env, timeout=900)
+    fleetctl = [str(REPO / ".venv" / "bin" / "fleetctl"), "trim", "restore", run_id]
+    # the trim finished: its restore is a change of its own, approved by another listed approver first
+    out = subprocess.run(fleetctl + ["--execute"], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 2 and "needs its own approval" in out.stderr, out.stderr[-3000:]
+    admin = dict(env, FLEET_AIRFLOW_USER="admin", FLEET_AIRFLOW_PASSWORD=passwords()["admin"])
+    out = subprocess.run(fleetctl + ["--approve"], capture_output=True, text=True, env=admin, timeout=300)
+    assert out.returncode == 0 and "restore approved by admin" in out.stdout, out.stderr[-3000:]
+    out = subprocess.run(fleetctl + ["--execute"], capture_output=True, text=True, env=env, timeout=900)
     print(f"fleetctl trim restore -> {out.returncode}\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
     assert out.returncode == 0, out.stderr[-3000:]
     assert passwords()["approver"] not in out.stdout + out.stderr

@@ -218,3 +218,33 @@ def test_the_gate_hands_verify_the_stored_result_not_an_xcom():
     gate = (Path(__file__).resolve().parents[2] / "plugins" / "fleet_airflow" / "gate.py").read_text()
     assert "plans.store_result(" in gate and "plans.load_result(" in gate
     assert 'xcom_pull(task_ids="execute")' not in gate
+
+
+def test_restoring_a_finished_trim_needs_another_persons_recent_approval(deployment, tmp_path):
+    """A finished trim changed the cluster as approved; putting its files back is a change of its own:
+    a listed approver other than who restores it approves it (signed in the audit), for 4 h."""
+    import datetime as dt
+
+    from fleetkit.core.errors import FleetError
+    from fleetkit.core.runbook import GATE_SEQ
+    from fleetkit.trim import resume as trim_resume
+    from fleetkit.trim.plan import ACTION
+
+    rb = Runbook(capability="trim", action=ACTION, dag_id="runbook_offsets_trim", run_id="t1", cluster="c1")
+    _, digest = plans.store(rb.plans_root, rb.dag_id, rb.run_id, {"cluster": "c1", "title": "t", "changes": [],
+                                                                   "action": ACTION, "preconditions": [], "rollback": {}})
+    run = trim_resume.ApprovedRun(rb.dag_id, rb.run_id, plans.load(rb.plans_root, rb.dag_id, rb.run_id)[0], digest,
+                                  "alice", rb.journal, rb)
+    with rb.open_journal() as j:
+        j.intent(GATE_SEQ, step="execute")
+    assert trim_resume.restore_approval_problem(run, "carol") is None  # interrupted: its own approval covers it
+    with rb.open_journal() as j:
+        j.outcome(GATE_SEQ, "done")
+    assert "needs its own approval" in trim_resume.restore_approval_problem(run, "carol")
+    with pytest.raises(FleetError, match="not an approver"):
+        trim_resume.approve_restore(run, "mallory")
+    trim_resume.approve_restore(run, "bob")
+    assert trim_resume.restore_approval_problem(run, "carol") is None
+    assert "other than 'bob'" in trim_resume.restore_approval_problem(run, "bob")  # never one's own
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=trim_resume.RESTORE_APPROVAL_HOURS, minutes=1)
+    assert "needs its own approval" in trim_resume.restore_approval_problem(run, "carol", now=later)

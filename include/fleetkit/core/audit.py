@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "failed", "interrupted",
           "teardown", "verified", "verify_failed", "rollback_requested", "resumed", "restored",
-          "lock_cleared")
+          "lock_cleared", "restore_approved")
 
 GENESIS = "0" * 64  # prev_hash of a chain's first record
 HASHED_FIELDS = ("cluster", "observed_at", "record_id", "dag_id", "run_id", "action", "event", "actor",

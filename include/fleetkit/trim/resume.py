@@ -69,6 +69,47 @@ def approved_run(rb: Runbook, what: str, actor: str) -> ApprovedRun:
     return ApprovedRun(rb.dag_id, rb.run_id, plan, digest, approver, rb.journal, rb)
 
 
+#: how long an approval of a finished trim's restore stays good
+RESTORE_APPROVAL_HOURS = 4
+
+
+def restore_approval_problem(run: ApprovedRun, actor: str, now=None) -> str | None:
+    """Why `actor` may not restore this run now, or None. A trim whose execute finished changed the
+    cluster as approved; putting its files back is another change, so it needs an approval of its
+    own: an `restore_approved` audit record (signed: audit.authentic) of this run and plan, by a
+    listed approver of the cluster other than `actor`, at most RESTORE_APPROVAL_HOURS old. An
+    interrupted run (execute started, never finished) is restored under its own approval."""
+    import datetime as dt
+
+    from fleetkit.core.runbook import require_approvers
+
+    if run.runbook.execute_state() != "done":
+        return None
+    approvers = require_approvers(run.runbook.fleet_cluster(), run.runbook.fleet_file)
+    now = now or dt.datetime.now(dt.timezone.utc)
+    oldest = now - dt.timedelta(hours=RESTORE_APPROVAL_HOURS)
+    good = [r for r in run.runbook.history() if r["event"] == "restore_approved" and r["digest"] == run.digest
+            and r["actor"] in approvers and r["actor"] != actor and r["observed_at"] >= oldest]
+    if good:
+        return None
+    return (f"run {run.run_id!r} finished its trim: restoring it changes the cluster again, so it needs its own "
+            f"approval by a listed approver of cluster {run.cluster!r} other than {actor!r} ({', '.join(approvers)}), "
+            f"given within the last {RESTORE_APPROVAL_HOURS} h: they run `fleetctl trim restore {run.run_id} --approve`")
+
+
+def approve_restore(run: ApprovedRun, actor: str) -> dict:
+    """Record `actor`'s approval of restoring a finished trim (FleetError unless they are a listed
+    approver, verified by Airflow)."""
+    from fleetkit.core.runbook import require_approvers
+
+    approvers = require_approvers(run.runbook.fleet_cluster(), run.runbook.fleet_file)
+    if actor not in approvers:
+        raise FleetError(f"{actor!r} is not an approver of cluster {run.cluster!r} ({', '.join(approvers)}): only a "
+                         "listed approver, logged in to Airflow as themselves, approves a restore")
+    return record(run, "restore_approved", actor, f"restore of the finished trim run {run.run_id} approved by {actor} "
+                  f"(good for {RESTORE_APPROVAL_HOURS} h, for another person to run)")
+
+
 def record(run: ApprovedRun, event: str, actor: str, message: str, details: dict | None = None) -> dict:
     return run.runbook.audit(event, actor=actor, digest=run.digest, message=message, details=details)
 
