@@ -244,7 +244,13 @@ def test_killed_trim_is_torn_down_resumed_and_restored(trim_lab, tmp_path, monke
     events = [r["event"] for r in audit.records(DataRoot(str(data)), SPEC.name, RUN)]
     assert "dry_run" in events and events[-1] == "resumed"
 
-    # restore: every quarantined file back, byte for byte
+    # restore: the resumed trim is finished, so putting it back is a change of its own: refused until
+    # a listed approver other than who restores it approves it (as `fleetctl trim restore RUN
+    # --approve` records it, logged in to Airflow; no api-server here, so recorded as it would be)
+    out = fleetctl(env, "restore", RUN, "--execute", *cli)
+    assert out.returncode == 2 and "needs its own approval" in out.stderr, out.stderr[-3000:]
+    rb.audit("restore_approved", actor="approver", digest=digest, message="restore approved by approver")
+    # every quarantined file back, byte for byte
     out = fleetctl(env, "restore", RUN, "--execute", *cli)
     assert out.returncode == 0, out.stderr[-3000:]
     assert broker_running(lab)

@@ -238,6 +238,8 @@ def test_restoring_a_finished_trim_needs_another_persons_recent_approval(deploym
     with rb.open_journal() as j:
         j.intent(GATE_SEQ, step="execute")
     assert trim_resume.restore_approval_problem(run, "carol") is None  # interrupted: its own approval covers it
+    rb.audit("resumed", actor="carol", digest=digest)  # finished by fleetctl trim resume: finished all the same
+    assert "needs its own approval" in trim_resume.restore_approval_problem(run, "carol")
     with rb.open_journal() as j:
         j.outcome(GATE_SEQ, "done")
     assert "needs its own approval" in trim_resume.restore_approval_problem(run, "carol")

@@ -74,8 +74,8 @@ RESTORE_APPROVAL_HOURS = 4
 
 
 def restore_approval_problem(run: ApprovedRun, actor: str, now=None) -> str | None:
-    """Why `actor` may not restore this run now, or None. A trim whose execute finished changed the
-    cluster as approved; putting its files back is another change, so it needs an approval of its
+    """Why `actor` may not restore this run now, or None. A trim whose execute finished (or was
+    finished by `fleetctl trim resume`) changed the cluster as approved; putting its files back is another change, so it needs an approval of its
     own: an `restore_approved` audit record (signed: audit.authentic) of this run and plan, by a
     listed approver of the cluster other than `actor`, at most RESTORE_APPROVAL_HOURS old. An
     interrupted run (execute started, never finished) is restored under its own approval."""
@@ -83,12 +83,13 @@ def restore_approval_problem(run: ApprovedRun, actor: str, now=None) -> str | No
 
     from fleetkit.core.runbook import require_approvers
 
-    if run.runbook.execute_state() != "done":
-        return None
+    history = run.runbook.history()
+    if run.runbook.execute_state() != "done" and not any(r["event"] == "resumed" for r in history):
+        return None  # interrupted and not finished since: its own approval covers putting it back
     approvers = require_approvers(run.runbook.fleet_cluster(), run.runbook.fleet_file)
     now = now or dt.datetime.now(dt.timezone.utc)
     oldest = now - dt.timedelta(hours=RESTORE_APPROVAL_HOURS)
-    good = [r for r in run.runbook.history() if r["event"] == "restore_approved" and r["digest"] == run.digest
+    good = [r for r in history if r["event"] == "restore_approved" and r["digest"] == run.digest
             and r["actor"] in approvers and r["actor"] != actor and r["observed_at"] >= oldest]
     if good:
         return None
