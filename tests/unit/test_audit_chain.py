@@ -534,3 +534,51 @@ def test_seal_refuses_an_unsigned_head_in_front_of_keyed_records(root, heads):
         audit.seal(root, "lab")
     rep, problems = _problems(root)
     assert not rep.ok and "unsigned head" in problems[rows[-1]["record_id"]]
+
+
+def test_a_retired_key_verifies_only_what_it_signed_before_its_successor(root, heads, monkeypatch):
+    """A key rotated out (kept in ..._KEYS_PREVIOUS to verify the old records) that leaked must not
+    sign new records or heads: once the chain moved on to the new key, a record or head signed with
+    the old one is reported."""
+    monkeypatch.setenv(audit.KEY_VAR, KEY_A)
+    monkeypatch.delenv(audit.PREVIOUS_KEYS_VAR, raising=False)
+    _append(root, n=2)
+    monkeypatch.setenv(audit.KEY_VAR, KEY_B)
+    monkeypatch.setenv(audit.PREVIOUS_KEYS_VAR, KEY_A)
+    new = _append(root, n=2, start=dt.datetime(2026, 3, 2, tzinfo=dt.timezone.utc))
+    assert _problems(root)[0].ok
+    # whoever holds the leaked old key appends a record the way the writer does, and signs the head
+    leaked = audit.parse_key(KEY_A)
+    forged = {**new[-1], "record_id": "f" * 32, "observed_at": new[-1]["observed_at"] + dt.timedelta(seconds=1),
+              "actor": "mallory", "event": "approved", "key_id": "a", "prev_hash": new[-1]["hash"]}
+    forged["hash"] = leaked.mac(audit.canonical(forged))
+    write_collection(root, "lab", forged["observed_at"], {"audit": [forged]})
+    (head_file,) = heads.rglob("*.head.json")
+    head = json.loads(head_file.read_text())
+    head_file.write_text(json.dumps(audit.sign_head({**head, "hash": forged["hash"], "record_id": forged["record_id"],
+                                                     "observed_at": forged["observed_at"].isoformat(),
+                                                     "pending": None}, leaked)))
+    rep, problems = _problems(root)
+    assert not rep.ok
+    assert "retired key" in problems["f" * 32]
+    assert "retired key: the head file" in " ".join(problems.values())
+
+
+def test_a_chain_sealed_once_is_never_sealed_again(root, heads):
+    """`seal` is the one-time step after configuring the key. Someone without the key who rewrites
+    a sealed chain as unkeyed rows with an unsigned head is reported as a rewrite (verify no longer
+    suggests sealing it), and seal refuses it."""
+    rows = _append(root, n=3)
+    _rechain_unkeyed(root, rows, heads, lambda r: r)  # what an earlier version wrote
+    audit.seal(root, "lab")
+    assert _problems(root)[0].ok
+    sealed = list(heads.rglob("*.sealed.json"))
+    assert len(sealed) == 1
+    # rewritten without the key: an actor changed, hashes and an unsigned head recomputed
+    _rechain_unkeyed(root, audit.Chain(root, "lab").rows(), heads,
+                     lambda r: {**r, "actor": "mallory"} if r["run_id"] == "r1" else r)
+    rep, problems = _problems(root)
+    text = " ".join(problems.values())
+    assert not rep.ok and "rewritten" in text and "sealed before" in text and "fleetctl audit seal` once" not in text
+    with pytest.raises(audit.FleetError, match="sealed before"):
+        audit.seal(root, "lab")

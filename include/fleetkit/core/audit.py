@@ -249,6 +249,8 @@ class Chain:
         folder = _root_folder(root)
         self.head_path = folder / f"{_name(cluster)}.head.json"
         self.lock_path = folder / f"{_name(cluster)}.lock"
+        #: written once by `seal`, never removed by the toolkit: a chain sealed once is never sealed again
+        self.sealed_path = folder / f"{_name(cluster)}.sealed.json"
         self._fd: int | None = None
 
     # the lock
@@ -405,6 +407,10 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
         if sig != "unsigned":
             raise FleetError(f"audit of cluster {v(cluster)!r}: the head file {chain.head_path} carries a signature "
                              "that does not verify with the configured keys: not sealed (see `fleetctl audit verify`)")
+        if chain.sealed_path.exists():
+            raise FleetError(f"audit of cluster {v(cluster)!r}: this chain was sealed before ({chain.sealed_path}): "
+                             "a chain is sealed once, so an unsigned head now means the chain was rewritten without "
+                             "the key; not sealed (see `fleetctl audit verify`)")
         rep = _verify_chain(root, cluster, keys, unsigned_head_ok=True)
         if not rep.ok:
             raise FleetError(f"audit of cluster {v(cluster)!r}: {len(rep.problems)} problem(s) "
@@ -414,6 +420,9 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
                              "record(s) but its head is not signed: the head was rewritten without the key; "
                              "not sealed")
         doc = {**head, "sealed": {"at": iso_z(utcnow()), "records_before_the_key": rep.before_key}}
+        marker = sign_head({"cluster": cluster, "data_root": root_id(root), "sealed": doc["sealed"],
+                            "hash": head.get("hash"), "record_id": head.get("record_id")}, key)
+        replace_file(chain.sealed_path, json.dumps(marker, sort_keys=True, indent=1).encode("utf-8"))
         chain.write_head(doc, key)
     log.warning("AUDIT head of cluster %s sealed with audit key %s (%d record(s) before the key)", v(cluster),
                 key.key_id, rep.before_key)
@@ -573,9 +582,14 @@ def _verify_chain(root: DataRoot, cluster: str, keys: AuditKeys, unsigned_head_o
                                  f"signed with audit key id {head.get('key_id')!r}, which verify does not have "
                                  f"(add it to {PREVIOUS_KEYS_VAR} if it was rotated out)"))
         elif sig == "unsigned" and chained and not unsigned_head_ok:
-            rep.problems.append((head.get("record_id") or "?", f"unsigned head: the head file {chain.head_path} is not "
-                                 "signed with the audit key: a chain written before the key existed needs "
-                                 "`fleetctl audit seal` once; otherwise it was rewritten without the key"))
+            if chain.sealed_path.exists():
+                rep.problems.append((head.get("record_id") or "?", f"rewritten: the head file {chain.head_path} is not "
+                                     f"signed, although this chain was sealed before ({chain.sealed_path}): the chain "
+                                     "or its head was rewritten without the key (do not seal it again)"))
+            else:
+                rep.problems.append((head.get("record_id") or "?", f"unsigned head: the head file {chain.head_path} is "
+                                     "not signed with the audit key: a chain written before the key existed needs "
+                                     "`fleetctl audit seal` once; otherwise it was rewritten without the key"))
         for note in head.get("reanchored") or []:
             rep.problems.append((note.get("record_id") or "?", f"re-anchored: the head was rebuilt from the audit "
                                  f"itself at {note.get('at')} ({note.get('reason') or 'the head file was missing'}), "
@@ -630,6 +644,25 @@ def _verify_chain(root: DataRoot, cluster: str, keys: AuditKeys, unsigned_head_o
                                  "earlier versions although records before it are keyed: rewritten without the key"))
         else:
             rep.before_key += 1
+
+    # a retired key verifies only what it signed before its successor's first record: once the chain
+    # moved on to another key, a record signed with an earlier one is a forgery with a leaked old key
+    retired: set[str] = set()
+    last_key = None
+    for r in reversed(walk):  # oldest first
+        k = r.get("key_id")
+        if not k:
+            continue
+        if k in retired:
+            rep.problems.append((r["record_id"], f"retired key: the record ({_label(r)}) is signed with audit key id "
+                                 f"{k!r}, which the chain had already moved on from: a key that was rotated out "
+                                 "signed it afterwards (leaked?)"))
+        elif last_key is not None and k != last_key:
+            retired.add(last_key)
+        last_key = k
+    if head is not None and head.get("key_id") and head.get("key_id") in retired:
+        rep.problems.append((head.get("record_id") or "?", f"retired key: the head file {chain.head_path} is signed "
+                             f"with audit key id {head.get('key_id')!r}, which the chain had already moved on from"))
 
     rest = {h: r for h, r in by_hash.items() if h not in visited}
     # the records off the chain, as segments (each followed from its newest record back)
