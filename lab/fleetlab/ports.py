@@ -46,6 +46,8 @@ CLUSTERS: dict[str, tuple[str, str, int]] = {
 
 #: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode unless said): name -> slot
 SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8,
+                                  # a ZooKeeper alone, its clients over TLS only (test_zookeeper_tls)
+                                  "zktls": 7,
                                   # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
                                   "securelab": 9,
                                   # a second secured KRaft lab: wrong logins and missing ACLs (test_secured_errors)

@@ -25,7 +25,7 @@ from kazoo.exceptions import (AuthFailedError, ConnectionLoss, KazooException, N
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import CREATOR_ALL_ACL, READ_ACL_UNSAFE
 
-from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, ZooKeeperNotAuthorized
+from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, TlsHandshakeFailed, ZooKeeperNotAuthorized
 
 log = logging.getLogger(__name__)
 
@@ -111,30 +111,50 @@ def parse_state(topic: str, partition: int, data: bytes, version: int) -> Partit
         raise ValueError(f"partition state of {topic}-{partition} is not valid JSON state: {e}") from None
 
 
+class _SslErrors(logging.Handler):
+    """Collects the TLS errors kazoo's connection loop logs (it retries and never raises them), one
+    line each, for start() to name."""
+
+    def __init__(self, out: list[str]):
+        super().__init__(logging.WARNING)
+        self.out = out
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "SSL" in msg or "certificate" in msg.lower():
+            text = msg.split("socket connection error: ", 1)[-1]
+            self.out.append(" ".join(text.split()))
+
+
 class ZooKeeperCluster:
     """A kazoo client for one cluster's ZooKeeper, chroot applied."""
 
     def __init__(self, name: str, hosts: str, chroot: str = "", auth: ZooKeeperAuth | None = None,
-                 timeout: float = 10.0, client: KazooClient | None = None, persistent: bool = False):
+                 timeout: float = 10.0, client: KazooClient | None = None, persistent: bool = False,
+                 tls: "ZooKeeperTls | None" = None):
         """auth: who to be (digest or SASL; None: anonymous). persistent: keep reconnecting forever
         (a long-lived watcher) instead of giving up after three connection attempts (a collection,
-        which must fail fast and say so)."""
+        which must fail fast and say so). tls: connect over TLS (ZooKeeper's secureClientPort),
+        the server's certificate checked against `tls.ca` and its host name."""
         self.name = name
         self.hosts = hosts
         self.chroot = chroot
         self.timeout = timeout
         self.auth = auth
+        self.tls = tls
         self._own_client = client is None
         retry = ({"max_tries": -1, "delay": 0.2, "max_delay": 5} if persistent
                  else {"max_tries": 3, "delay": 0.2})
         self.client = client or KazooClient(hosts=join_chroot(hosts, chroot), timeout=timeout,
                                             connection_retry=retry, command_retry={"max_tries": 3, "delay": 0.2},
-                                            logger=kazoo_log, **(auth.kazoo_args() if auth else {}))
+                                            logger=kazoo_log, **(auth.kazoo_args() if auth else {}),
+                                            **(tls.kazoo_args() if tls else {}))
 
     @classmethod
     def from_settings(cls, name: str, settings: "ConnectionSettings", **kwargs) -> "ZooKeeperCluster":
         """A not yet started client from ``connection_settings``' result."""
-        return cls(name, settings.hosts, settings.chroot, auth=settings.auth, timeout=settings.timeout, **kwargs)
+        return cls(name, settings.hosts, settings.chroot, auth=settings.auth, timeout=settings.timeout,
+                   tls=settings.tls, **kwargs)
 
     @property
     def identity(self) -> str:
@@ -163,6 +183,10 @@ class ZooKeeperCluster:
         own start() would still wait out the whole timeout)."""
         if self.client.connected:
             return
+        ssl_errors: list[str] = []
+        watcher = _SslErrors(ssl_errors) if self.tls is not None else None
+        if watcher is not None:
+            kazoo_log.addHandler(watcher)
         try:
             event = self.client.start_async()
             routine = getattr(getattr(self.client, "_connection", None), "_connection_routine", None)
@@ -177,8 +201,14 @@ class ZooKeeperCluster:
                 raise KazooTimeoutError("Connection time-out")
         except (KazooTimeoutError, KazooException) as e:
             self.stop()
+            if ssl_errors:  # the server answered, the TLS handshake failed: say so, not "did not answer"
+                raise TlsHandshakeFailed(f"TLS handshake with the ZooKeeper of cluster {self.name!r} ({self.hosts}) "
+                                         f"failed: {ssl_errors[-1]}") from None
             raise ClusterUnreachable(
                 f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot}) did not answer: {e}") from None
+        finally:
+            if watcher is not None:
+                kazoo_log.removeHandler(watcher)
         self._check_login()
 
     def _check_login(self) -> None:
@@ -259,6 +289,22 @@ class ZooKeeperCluster:
 
 
 @dataclass(frozen=True)
+class ZooKeeperTls:
+    """TLS to ZooKeeper (its secureClientPort): the CA that signs the servers' certificates, and a
+    client certificate and key when the servers ask for one (ssl.clientAuth). The server's name is
+    checked against its certificate unless `check_hostname` is off; certificates are always verified."""
+
+    ca: str
+    certfile: str | None = None
+    keyfile: str | None = None
+    check_hostname: bool = True
+
+    def kazoo_args(self) -> dict:
+        return {"use_ssl": True, "ca": self.ca, "certfile": self.certfile, "keyfile": self.keyfile,
+                "verify_certs": True, "check_hostname": self.check_hostname}
+
+
+@dataclass(frozen=True)
 class ConnectionSettings:
     """A ZooKeeper connection's settings (``connection_settings``). The password lives only inside
     `auth` and never shows in repr; item access (``s["hosts"]``) reads the fields."""
@@ -267,9 +313,10 @@ class ConnectionSettings:
     chroot: str = ""
     auth: ZooKeeperAuth | None = None
     timeout: float = 10.0
+    tls: ZooKeeperTls | None = None
 
     def __getitem__(self, key: str) -> Any:
-        if key in ("hosts", "chroot", "auth", "timeout"):
+        if key in ("hosts", "chroot", "auth", "timeout", "tls"):
             return getattr(self, key)
         raise KeyError(key)
 
@@ -289,6 +336,11 @@ def connection_settings(conn_id: str, host: str | None, port: int | None, login:
     """A ZooKeeper connection's fields -> the ZooKeeperCluster arguments: host and port, or extra
     {"hosts": "zk1:2181,zk2:2181"}; extra "chroot" is the default chroot (`chroot`, the fleet
     file's, wins when given); extra "timeout" in seconds.
+
+    TLS, from extra "ssl" (ZooKeeper's secureClientPort, which the hosts must name):
+      {"ca": "/path/ca.pem", "certfile": ..., "keyfile": ... (a client certificate, where the server
+      asks for one), "check_hostname": true}; the server's certificate is always verified. Without
+      it the session, a digest login's password included, travels in clear (docs/security.md).
 
     Authentication, from login/password and extra "auth":
       * "digest" (the default when a login is given): kazoo auth_data [("digest", "login:password")]
@@ -314,7 +366,28 @@ def connection_settings(conn_id: str, host: str | None, port: int | None, login:
     elif scheme is not None:
         raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.auth is {scheme!r} but the connection has no "
                          "login (the user to authenticate as)")
-    return ConnectionSettings(hosts=hosts, chroot=chroot or "", auth=auth, timeout=float(extra.get("timeout", 10)))
+    return ConnectionSettings(hosts=hosts, chroot=chroot or "", auth=auth, timeout=float(extra.get("timeout", 10)),
+                              tls=_tls_of(conn_id, extra.get("ssl")))
+
+
+def _tls_of(conn_id: str, value) -> ZooKeeperTls | None:
+    """extra.ssl of a ZooKeeper connection -> ZooKeeperTls (None: no TLS); errors name the field."""
+    if value in (None, False, {}):
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.ssl must be an object like "
+                         '{"ca": "/path/ca.pem"}, got ' f"{type(value).__name__}")
+    unknown = sorted(set(value) - {"ca", "certfile", "keyfile", "check_hostname"})
+    if unknown:
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.ssl has unknown key(s) {', '.join(unknown)} "
+                         "(known: ca, certfile, keyfile, check_hostname)")
+    if not value.get("ca"):
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.ssl.ca (the CA file of the servers' certificates) "
+                         "is required: a server's certificate is always verified")
+    if bool(value.get("certfile")) != bool(value.get("keyfile")):
+        raise ValueError(f"ZooKeeper connection {conn_id!r}: extra.ssl needs both certfile and keyfile, or neither")
+    return ZooKeeperTls(ca=str(value["ca"]), certfile=value.get("certfile"), keyfile=value.get("keyfile"),
+                        check_hostname=bool(value.get("check_hostname", True)))
 
 
 # -- who we are, and the ACL of what we create ---------------------------------------------------------

@@ -4,7 +4,8 @@ Connection type "zookeeper": host and port, or extra {"hosts": "zk1:2181,zk2:218
 ensemble; login/password, when set, authenticate: digest auth ("login:password", the default) or,
 with extra {"auth": "sasl"}, SASL DIGEST-MD5 (fleetkit.clients.zookeeper.connection_settings);
 extra "chroot" is the default chroot (the fleet file's chroot wins when given); extra "timeout" in
-seconds.
+seconds; extra "ssl" ({"ca", "certfile", "keyfile", "check_hostname"}) connects over TLS to the
+servers' secureClientPort.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class ZooKeeperHook(ConnectionLookup, BaseHook):
             "hidden_fields": ["schema"],
             "relabeling": {"login": "User (digest or SASL)", "password": "Password"},
             "placeholders": {"host": "127.0.0.1", "port": "2181",
-                             "extra": '{"hosts": "zk1:2181,zk2:2181", "chroot": "/kafka", "timeout": 10, '
-                                      '"auth": "digest or sasl"}'},
+                             "extra": '{"hosts": "zk1:2281,zk2:2281", "chroot": "/kafka", "timeout": 10, '
+                                      '"auth": "digest or sasl", "ssl": {"ca": "/etc/fleet/zk-ca.pem", '
+                                      '"certfile": "/etc/fleet/zk-client.pem", "keyfile": "/etc/fleet/zk-client.key"}}'},
         }
 
     def connection_settings(self) -> ConnectionSettings:
