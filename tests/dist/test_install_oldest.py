@@ -1,0 +1,21 @@
+"""The toolkit installed from its wheel into the oldest supported Airflow (tests/dist/installed.py
+says which release and how the rest is resolved), run as a deployment outside the checkout."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dist.conftest import make_deployment
+from tests.dist.suite import *  # noqa: F401,F403 - the checks every supported Airflow passes
+
+KEY = "oldest"
+pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.timeout(2400)]
+
+
+@pytest.fixture(scope="module")
+def deployment(built, lab, airflow_db, tmp_path_factory):
+    dep = make_deployment(KEY, built, lab, tmp_path_factory)
+    try:
+        yield dep
+    finally:
+        dep.stop_api()
