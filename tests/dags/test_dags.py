@@ -42,8 +42,13 @@ def test_the_fleet_pages_runbook_forms_come_from_the_dags_params(dagbag):
 
 
 def test_fleet_maintenance_schedule(dagbag):
+    """The deployment's collection interval is the schedule (the tests' deployment collects hourly;
+    the 5 min default and other intervals: tests/unit/test_deployment_settings.py)."""
+    import os
+
+    assert os.environ["FLEET_COLLECTION_INTERVAL"] == "1h"
     dag = dagbag.get_dag("fleet_maintenance")
-    assert dag.schedule == "*/5 * * * *"
+    assert dag.schedule == "0 * * * *"
     assert dag.catchup is False
 
 
