@@ -46,8 +46,9 @@ CLUSTERS: dict[str, tuple[str, str, int]] = {
 
 #: labs a single test module or benchmark starts for itself (0.9, ZooKeeper mode unless said): name -> slot
 SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bindlab": 8,
-                                  # a ZooKeeper alone, its clients over TLS only (test_zookeeper_tls)
-                                  "zktls": 7,
+                                  # a ZooKeeper alone, its clients over TLS only (test_zookeeper_tls): its ZooKeeper
+                                  # port is the bench lab's (benchmarks never run inside the test suite)
+                                  "zktls": 5,
                                   # the secured KRaft lab (4.3.1, SASL_SSL; INTERNAL listeners at brokers + 25)
                                   "securelab": 9,
                                   # a second secured KRaft lab: wrong logins and missing ACLs (test_secured_errors)
@@ -61,7 +62,7 @@ SINGLE_PURPOSE: dict[str, int] = {"incident": 4, "bench": 5, "trimlab": 6, "bind
                                   # with trimlab (module-scoped labs of different modules)
                                   "trimgen": 6}
 #: single-purpose labs that share a slot (never running at the same time): name -> the other lab
-SHARED_SLOTS: dict[str, str] = {"ssl09lab": "secerrlab", "trimgen": "trimlab"}
+SHARED_SLOTS: dict[str, str] = {"ssl09lab": "secerrlab", "trimgen": "trimlab", "zktls": "bench"}
 
 
 #: the tests' plan before FLEET_TEST_PORT_OFFSET

@@ -45,7 +45,7 @@ DB_DRIVERS = ["psycopg2-binary==2.9.13", "asyncpg==0.32.0"]
 #: folders of the checkout whose paths must never reach what an installed deployment writes: its
 #: code and its environment (the lab keeps its brokers' data under the checkout too, in .lab-test:
 #: those are the clusters' files, which a collection names as the brokers report them)
-CHECKOUT_CODE = [REPO / d for d in ("include", "plugins", "spark_jobs", "dags", "fleetctl", "lab", ".venv")]
+CHECKOUT_CODE = [REPO / d for d in ("include", "plugins", "spark_jobs", "dags", ".venv", "lab", "fleetctl")]
 
 
 def run(argv: list, *, env: dict | None = None, cwd: str | Path | None = None, timeout: float = 900,

@@ -467,8 +467,11 @@ def _trim_run(tmp_path, monkeypatch, approvers=("alice", "bob")):
 
 
 def _approve(rb, digest, approver="bob", requested_by=("carol",), chosen="Approve", audit_it=True):
+    """The approval record as the gate writes it for a run `requested_by[0]` triggered (Airflow's
+    triggering user, copied into the record: one approval is then enough)."""
     rb.write_approval({"dag_id": rb.dag_id, "run_id": rb.run_id, "ti_id": "ti", "digest": digest,
-                       "requested_by": list(requested_by), "answer": {"chosen_options": [chosen], "approver": approver}})
+                       "requested_by": list(requested_by), "triggering_user": requested_by[0] if requested_by else None,
+                       "answer": {"chosen_options": [chosen], "approver": approver}})
     if audit_it:
         rb.audit("approved", actor=approver, digest=digest, message=f"{chosen} by {approver}")
 
