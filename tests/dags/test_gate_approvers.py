@@ -82,7 +82,8 @@ def test_another_listed_approver_executes(dag, case):
     assert offsets(case) == {0: 4, 1: 6, 2: 10}
     recs = records(case, dr.run_id)
     assert [(r["event"], r["actor"]) for r in recs] == [
-        ("planned", None), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
+        # planned: who asked (run_dag's requester, then the user dag.test() records: dag_test)
+        ("planned", "admin, dag_test"), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
 
 
 def test_self_approval_is_refused(dag, case):

@@ -89,7 +89,8 @@ def test_approve_changes_offsets_exactly_as_planned_and_rollback_restores(dag, s
     recs = audit.records(setup["root"], "labtest", dr.run_id)
     assert [r["event"] for r in recs] == ["planned", "approved", "executed", "verified"]
     approved, executed = recs[1], recs[2]
-    assert recs[0]["actor"] == "admin"  # who asked (run_dag's requester), named on the planned record
+    # who asked, named on the planned record: run_dag's requester and the user dag.test() records
+    assert recs[0]["actor"] == "admin, dag_test"
     assert approved["actor"] == "approver" and approved["digest"] == digest
     assert executed["details"]["result"]["changes"] == [{"partition": 0, "before": 3, "after": 4},
                                                        {"partition": 1, "before": 5, "after": 6}]
