@@ -55,7 +55,7 @@ def test_approve_through_the_rest_api(case):
     assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 7, 1: 2, 2: 2}
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], "labtest", run_id)]
-    assert events == [("planned", None), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
+    assert events == [("planned", "admin"), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
 
 
 def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
@@ -74,7 +74,7 @@ def test_an_approval_marked_success_through_the_rest_api_executes_nothing(case):
     assert tis["approve"] == "success" and tis["execute"] == "failed", tis
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("refused", "unknown")]
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("refused", "unknown")]
     assert "recorded no answer from Airflow's HITL record" in recs[1]["message"]
 
 
@@ -140,7 +140,7 @@ def test_no_answer_resolves_to_reject_under_the_real_scheduler(case):
     assert tis["approve"] == "success" and tis["execute"] == "skipped"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 2, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("rejected", "timeout")]
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("rejected", "timeout")]
 
 
 def test_a_person_approves_in_the_browser(case):
@@ -154,5 +154,5 @@ def test_a_person_approves_in_the_browser(case):
     assert wait_for(lambda: finished(case, run_id), 180, "the run to finish") == "success"
     assert committed_offsets(case["lab"].bootstrap, case["group"], case["topic"]) == {0: 5, 1: 2, 2: 2}
     recs = audit.records(case["root"], "labtest", run_id)
-    assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs][:3] == [("planned", "admin"), ("approved", "approver"),
                                                            ("executed", "approver")]

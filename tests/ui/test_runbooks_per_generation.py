@@ -71,7 +71,7 @@ def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monk
     assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
     assert offsets(case) == {0: 7, 1: 7, 2: 2}
     recs = audit.records(case["root"], cluster, run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
     executed = recs[2]
 
@@ -79,7 +79,7 @@ def test_reset_offsets_approved_in_the_browser_then_rolled_back(reset_case, monk
     rollback_id = rolled_back_by_the_other_approver(case, executed["record_id"], monkeypatch, capsys)
     assert offsets(case) == {0: 2, 1: 2, 2: 2}  # exactly as before the first run
     events = [(r["event"], r["actor"]) for r in audit.records(case["root"], cluster, rollback_id)]
-    assert events == [("planned", None), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
+    assert events == [("planned", "approver"), ("approved", "admin"), ("executed", "admin"), ("verified", None)]
 
 
 # -- offsets kept in ZooKeeper: the old consumer's /consumers and Storm spouts, on 0.9 and 3.9 ------
@@ -167,7 +167,7 @@ def test_zookeeper_offsets_reset_approved_in_the_browser_then_rolled_back(zk_cas
     if case["store"] == "storm":  # only the JSON's offset changed
         assert case["zk"].get(case["paths"][0])[0] == before[0].replace(b'"offset":2,', b'"offset":7,')
     recs = audit.records(case["root"], cluster, run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
 
     flags = ["--topology-deactivated"] if case["store"] == "storm" else []  # Storm: confirmed again
@@ -311,7 +311,7 @@ def test_move_leader_approved_in_the_browser_then_rolled_back(recovery_case, mon
     assert leadership.assignment(admin, OFFSETS)[p] == [target] + original[:-1]
     assert case["movers"].kafka.describe_groups([case["group"]])[case["group"]].coordinator_id == target
     recs = audit.records(case["root"], cluster, run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
     from fleetkit.core import plans
 
@@ -390,7 +390,7 @@ def test_restart_broker_on_kraft_refused_without_quorum_then_approved_in_the_bro
                        screenshot="approval-restart-broker-lab43test.png")
     assert wait_for(lambda: finished(case, run_id), 300, "the restart to finish") == "success", task_states(case, run_id)
     recs = audit.records(case["root"], case["conf"]["cluster"], run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
     assert recs[2]["details"]["result"]["restarted"] == leader
     assert leader in admin.broker_ids() and leader in leadership.state(admin, OFFSETS, p).isr
@@ -449,7 +449,7 @@ def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back
         assert zk.get(paths[mism])[0].decode() == group and zk.get(paths[mism])[1].version == 1
         assert zk.exists(paths["gone-1"]) is None
         recs = audit.records(case["root"], spec.name, run_id)
-        assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+        assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                            ("executed", "approver"), ("verified", None)]
         rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys)
         assert zk.get(paths[mism])[0].decode() == "wrong-group"
@@ -499,5 +499,5 @@ def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, air
     assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
     assert committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version) == {0: 4, 1: 2, 2: 2}
     recs = audit.records(case["root"], spec.name, run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]

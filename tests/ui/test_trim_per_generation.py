@@ -177,7 +177,7 @@ def test_trim_approved_in_the_browser_then_restored(trim_gen, deployed):
     print(f"trim run {state} in {time.monotonic() - t0:.1f}s: {task_states(case, run_id)}")
     assert state == "success", task_states(case, run_id)
     recs = audit.records(data, spec.name, run_id)
-    assert [(r["event"], r["actor"]) for r in recs] == [("planned", None), ("approved", "approver"),
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
 
     after_bytes = log_bytes(spec, P)
