@@ -204,4 +204,4 @@ def test_an_approved_reset_runs_on_the_celery_workers(cluster_airflow, lab, uniq
     assert by_task["execute"]["state"] == "success" and by_task["execute"]["hostname"] in hosts
     print(f"runbook_reset_offsets tasks ran on {sorted(hosts)}")
     events = [(r["event"], r["actor"]) for r in audit.records(DataRoot(os.environ["FLEET_DATA_ROOT"]), "labtest", run_id)]
-    assert events == [("planned", None), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
+    assert events == [("planned", "admin"), ("approved", "approver"), ("executed", "approver"), ("verified", None)]
