@@ -156,8 +156,9 @@ def test_whole_audit_removed_is_reported(root):
     rows = _append(root, n=2)
     for f in root.files("audit"):
         os.remove(f)
-    (rep,) = audit.verify(root)  # the cluster is still found through its head
-    assert rep.cluster == "lab" and "truncated" in dict(rep.problems)[rows[-1]["record_id"]]
+    (rep,) = audit.verify(root)  # the cluster is still found through its head and the registry
+    said = [what for rid, what in rep.problems if rid == rows[-1]["record_id"]]
+    assert rep.cluster == "lab" and any("truncated" in w for w in said) and any("deleted" in w for w in said)
 
 
 def test_lost_head_is_reported(root, heads):
@@ -210,9 +211,12 @@ def test_head_rewritten_without_the_key_is_reported_and_not_laundered_by_the_nex
     assert not rep.ok and "re-anchored" in problems[rows[-2]["record_id"]]
 
 
-def _rechain_unkeyed(root, rows, heads, change):
+def _rechain_unkeyed(root, rows, heads, change, legacy=False):
     """What someone without the key can do: change a record, then recompute the chain's plain
-    SHA-256 hashes (and the head) so every link and the head agree again."""
+    SHA-256 hashes (and the head) so every link and the head agree again. `legacy`: what an earlier
+    version wrote instead (before the audit key, and so before the chains' registry)."""
+    if legacy:
+        audit._registry_path(root).unlink(missing_ok=True)
     prev = audit.GENESIS
     forged = []
     for r in rows:
@@ -333,7 +337,7 @@ def test_a_chain_from_before_the_key_is_sealed_once_and_goes_on_keyed(root, head
     """Records chained with the plain SHA-256 of earlier versions: counted `before the key`; the
     unsigned head fails verify until `seal`, and the keyed chain continues from them."""
     rows = _append(root, n=3)
-    legacy = _rechain_unkeyed(root, rows, heads, lambda r: r)  # what an earlier version wrote
+    legacy = _rechain_unkeyed(root, rows, heads, lambda r: r, legacy=True)  # what an earlier version wrote
     rep, problems = _problems(root)
     assert not rep.ok and "unsigned head" in " ".join(problems.values())
     audit.seal(root, "lab")
@@ -515,7 +519,7 @@ def test_cli_audit_seal_then_verify(root, heads, capsys):
     from fleetctl.cli import main
 
     rows = _append(root, n=3)
-    _rechain_unkeyed(root, rows, heads, lambda r: r)
+    _rechain_unkeyed(root, rows, heads, lambda r: r, legacy=True)
     assert main(["audit", "verify", "--data-root", root.path]) == 1
     assert "unsigned head" in capsys.readouterr().out
     assert main(["audit", "seal", "--data-root", root.path]) == 0
@@ -569,7 +573,7 @@ def test_a_chain_sealed_once_is_never_sealed_again(root, heads):
     a sealed chain as unkeyed rows with an unsigned head is reported as a rewrite (verify no longer
     suggests sealing it), and seal refuses it."""
     rows = _append(root, n=3)
-    _rechain_unkeyed(root, rows, heads, lambda r: r)  # what an earlier version wrote
+    _rechain_unkeyed(root, rows, heads, lambda r: r, legacy=True)  # what an earlier version wrote
     audit.seal(root, "lab")
     assert _problems(root)[0].ok
     sealed = list(heads.rglob("*.sealed.json"))
@@ -582,3 +586,48 @@ def test_a_chain_sealed_once_is_never_sealed_again(root, heads):
     assert not rep.ok and "rewritten" in text and "sealed before" in text and "fleetctl audit seal` once" not in text
     with pytest.raises(audit.FleetError, match="sealed before"):
         audit.seal(root, "lab")
+
+
+def test_a_chain_deleted_whole_or_rolled_back_is_reported_through_the_registry(root, heads):
+    """Deleting a cluster's rows and its head used to start a fresh chain with no note, and an older
+    signed head put back after deleting the newer rows verified clean. The registry of the data
+    root's chains (signed, beside the heads) names each chain's newest record."""
+    import shutil
+
+    rows = _append(root, n=4)
+    (head_file,) = heads.rglob("*.head.json")
+    old_head = head_file.read_text()  # a signed head from when r1 was the newest
+    # rolled back: the newest records deleted (they are in their own files) and an older head put back
+    _append(root, n=2, start=dt.datetime(2026, 3, 5, tzinfo=dt.timezone.utc))
+    newest = audit.Chain(root, "lab").rows()
+    for r in newest:
+        if r["observed_at"] >= dt.datetime(2026, 3, 5, tzinfo=dt.timezone.utc):
+            os.remove(_file_of(root, r["record_id"]))
+    head_file.write_text(old_head)
+    rep, problems = _problems(root)
+    assert not rep.ok and "rolled back" in " ".join(problems.values())
+    # deleted whole: every row and the head gone, a fresh chain started under the same name
+    for f in root.files("audit"):
+        os.remove(f)
+    head_file.unlink()
+    _append(root, n=1, start=dt.datetime(2026, 3, 9, tzinfo=dt.timezone.utc))
+    rep, problems = _problems(root)
+    assert not rep.ok and "records deleted" in " ".join(problems.values())  # for good, in the registry
+    # and with nothing at all left of the chain, verify still finds and reports it
+    for f in root.files("audit"):
+        os.remove(f)
+    shutil.rmtree(head_file.parent.joinpath("x"), ignore_errors=True)
+    head_file.unlink()
+    (rep,) = audit.verify(root)
+    assert rep.cluster == "lab" and any("deleted" in w for _, w in rep.problems)
+    assert rows  # (the first chain's records are long gone)
+
+
+def test_a_registry_rewritten_without_the_key_is_reported(root, heads):
+    _append(root, n=2)
+    path = audit._registry_path(root)
+    doc = json.loads(path.read_text())
+    doc["clusters"]["lab"]["hash"] = "0" * 64
+    path.write_text(json.dumps(doc))
+    rep, problems = _problems(root)
+    assert not rep.ok and "forged registry" in " ".join(problems.values())

@@ -241,6 +241,84 @@ def _root_folder(root: DataRoot) -> Path:
     return heads_dir() / f"{readable}-{_short(rid)}"
 
 
+# -- the registry of a data root's chains ---------------------------------------------------------
+#: <root folder>/chains.json: every chain of the data root and its newest record (hash, id, time),
+#: signed with the audit key, rewritten by each append. A chain deleted whole (its rows and its head)
+#: or rolled back (newer rows deleted, an older signed head put back) no longer holds the record the
+#: registry names: verify reports it. It lives beside the heads, outside the data root; someone who
+#: may also rewrite that folder can roll the registry back too, so it belongs in a store the data
+#: root's writers cannot reach (docs/security.md).
+REGISTRY = "chains.json"
+
+
+def _registry_path(root: DataRoot) -> Path:
+    return _root_folder(root) / REGISTRY
+
+
+def read_registry(root: DataRoot) -> dict | None:
+    try:
+        return json.loads(_registry_path(root).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return {"clusters": {}, "unreadable": True}
+
+
+def _register(root: DataRoot, cluster: str, row: dict, key: AuditKey, resumed_from: str | None = None) -> None:
+    """Name `row` the newest record of `cluster`'s chain in the registry (under its own lock).
+    `resumed_from`: the tip the head named when `row` continues after a record a killed writer left
+    pending (the registry then still names that earlier tip: no break)."""
+    path = _registry_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        doc = read_registry(root) or {}
+        clusters = dict(doc.get("clusters") or {}) if not doc.get("unreadable") else {}
+        before = clusters.get(cluster) or {}
+        breaks = list(before.get("breaks") or [])
+        if before and before.get("hash") not in (row["prev_hash"], resumed_from):
+            # the chain went on from another record than the newest it had: records were deleted (the
+            # chain re-anchored or started again); kept in the registry for verify to report for good
+            breaks.append({"at": iso_z(row["observed_at"]), "newest_was": before.get("record_id"),
+                           "newest_was_at": before.get("observed_at"), "continued_after": row["prev_hash"]})
+        clusters[cluster] = {"hash": row["hash"], "record_id": row["record_id"], "observed_at": iso_z(row["observed_at"]),
+                             **({"breaks": breaks} if breaks else {})}
+        signed = sign_head({"data_root": root_id(root), "clusters": clusters}, key)
+        replace_file(path, json.dumps(signed, sort_keys=True, indent=1).encode("utf-8"))
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+
+
+def _registry_problems(root: DataRoot, cluster: str, by_hash: dict, keys: AuditKeys) -> list[tuple[str, str]]:
+    doc = read_registry(root)
+    if doc is None:
+        return []
+    where = _registry_path(root)
+    if doc.get("unreadable"):
+        return [("?", f"registry {where} is not valid JSON: whole chains deleted or rolled back cannot be told")]
+    sig = head_signature(doc, keys)
+    if sig != "ok":
+        return [("?", f"forged registry: {where} is {'not signed' if sig == 'unsigned' else 'not signed with a configured key'}"
+                      " (rewritten without the audit key)")]
+    entry = (doc.get("clusters") or {}).get(cluster)
+    if entry is None:
+        return []
+    out = [(b.get("newest_was") or "?", f"records deleted: at {b.get('at')} this chain went on from another record than "
+            f"its newest ({b.get('newest_was')} at {b.get('newest_was_at')}), as the registry {where} recorded: the "
+            "chain was deleted or rolled back before (this stays reported)") for b in entry.get("breaks") or []]
+    if entry.get("hash") in by_hash:
+        return out
+    if not by_hash:
+        return out + [(entry.get("record_id") or "?", f"deleted: the registry {where} lists this chain, its newest "
+                       f"record {entry.get('record_id')} at {entry.get('observed_at')}, but the audit holds none of "
+                       "its records")]
+    return out + [(entry.get("record_id") or "?", f"rolled back: the registry {where} names record "
+                   f"{entry.get('record_id')} at {entry.get('observed_at')} the newest of this chain, and the audit does "
+                   "not hold it (newer records deleted and an older head put back, or the chain started again)")]
+
+
 class Chain:
     """One cluster's chain in one data root: its head file and its append lock."""
 
@@ -384,6 +462,9 @@ def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: st
                 chain.write_head(head)
             raise
         chain.write_head(chain.head_doc(row, **carry), key)
+        pending = (head or {}).get("pending") or {}
+        _register(root, cluster, row, key,
+                  resumed_from=head.get("hash") if head and pending.get("hash") == row["prev_hash"] else None)
     # one line, whatever a name in the message holds (newlines, bidi, zero-width: shown escaped)
     log.info("AUDIT %s %s cluster=%s run=%s actor=%s digest=%s: %s", action, event, v(cluster), v(run_id),
              v(actor or "-"), v(digest or "-"), v(message))
@@ -505,7 +586,8 @@ def _label(r: dict) -> str:
 
 
 def audit_clusters(root: DataRoot) -> list[str]:
-    """Clusters with audit records under the data root or a head in the heads folder."""
+    """Clusters with audit records under the data root, a head in the heads folder, or a chain the
+    registry lists (a chain deleted whole is still verified, and reported)."""
     from pyarrow import fs as pafs
 
     names = set()
@@ -515,6 +597,8 @@ def audit_clusters(root: DataRoot) -> list[str]:
             name = info.path.rstrip("/").rsplit("/", 1)[-1]
             if info.type == pafs.FileType.Directory and name.startswith("cluster="):
                 names.add(name[len("cluster="):])
+    doc = read_registry(root)
+    names.update((doc or {}).get("clusters") or {})
     folder = _root_folder(root)
     if folder.is_dir():
         for p in folder.glob("*.head.json"):
@@ -663,6 +747,8 @@ def _verify_chain(root: DataRoot, cluster: str, keys: AuditKeys, unsigned_head_o
     if head is not None and head.get("key_id") and head.get("key_id") in retired:
         rep.problems.append((head.get("record_id") or "?", f"retired key: the head file {chain.head_path} is signed "
                              f"with audit key id {head.get('key_id')!r}, which the chain had already moved on from"))
+
+    rep.problems.extend(_registry_problems(root, cluster, by_hash, keys))
 
     rest = {h: r for h, r in by_hash.items() if h not in visited}
     # the records off the chain, as segments (each followed from its newest record back)
