@@ -371,7 +371,7 @@ def pytest_collection_modifyitems(config, items):
 #: it to the cluster profile and back): one unit of work, so they all run in the process that owns it
 SCHEDULER_FOLDERS = ("tests/ui/", "tests/cluster/")
 #: the other folders, slowest per file first (tests/unit, not listed, comes last)
-_THEN = ("tests/dist/", "tests/integration/", "tests/dags/", "tests/spark/")
+_THEN = ("tests/install/", "tests/integration/", "tests/dags/", "tests/spark/")
 
 
 def _handed_out_rank(item) -> int:

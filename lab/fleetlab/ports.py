@@ -7,7 +7,7 @@ the machine never collides with the lab.
 
     what                                demo            tests (+ offset)
     Airflow api-server                  28080           18080
-    api-servers of installed wheels     -               18090, 18091 (tests/dist)
+    api-servers of installed wheels     -               18090, 18091 (tests/install)
     PostgreSQL (Airflow metadata)       25432           15432
     Redis (Celery broker)               26379           16379
     Celery workers' log servers         28793, 28794    18793, 18794
@@ -95,7 +95,7 @@ class PortPlan:
         return self.base + 5432
 
     def installed_api(self, i: int) -> int:
-        """The api-server of an Airflow the toolkit's wheel is installed into (tests/dist), one per
+        """The api-server of an Airflow the toolkit's wheel is installed into (tests/install), one per
         supported Airflow version."""
         return self.base + 8090 + i
 

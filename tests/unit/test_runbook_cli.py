@@ -1,5 +1,5 @@
 """fleetctl runbook: what it sends Airflow, and what it says when it cannot (no Airflow here: the
-REST API itself is exercised by tests/dist against each supported Airflow)."""
+REST API itself is exercised by tests/install against each supported Airflow)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import urllib.parse
 
 from fleetlab.traffic import commit, produce, wait_topic
 
-from tests.dist import installed
+from tests.install import installed
 from tests.helpers import committed_offsets
 
 DAGS = ["coordinator_ownership", "fleet_maintenance", "group_id_reconciliation", "runbook_coordinator_recovery",

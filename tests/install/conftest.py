@@ -1,5 +1,5 @@
 """Fixtures of the install tests: the wheel built once per session, and per supported Airflow a
-deployment of it outside the checkout (tests/dist/installed.py), with its api-server running."""
+deployment of it outside the checkout (tests/install/installed.py), with its api-server running."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import SHARD, TEST_PG, TEST_PORTS
-from tests.dist import installed
+from tests.install import installed
 
 
 @pytest.fixture(scope="session")

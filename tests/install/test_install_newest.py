@@ -1,12 +1,12 @@
-"""The toolkit installed from its wheel into the newest supported Airflow (tests/dist/installed.py
+"""The toolkit installed from its wheel into the newest supported Airflow (tests/install/installed.py
 says which release and how the rest is resolved), run as a deployment outside the checkout."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.dist.conftest import make_deployment
-from tests.dist.suite import *  # noqa: F401,F403 - the checks every supported Airflow passes
+from tests.install.conftest import make_deployment
+from tests.install.suite import *  # noqa: F401,F403 - the checks every supported Airflow passes
 
 KEY = "newest"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.timeout(2400)]
