@@ -264,7 +264,6 @@ def dagbag(airflow_db):
 @pytest.fixture(autouse=True)
 def _dag_test_isolated(request):
     """What a test that uses the shared DagBag (dag.test(), tasks run in this process) needs apart:
-    - approvals resumed as soon as answered (FLEET_APPROVAL_SETTLE_SECONDS=0: no scheduler here);
     - the Params put back after it: resolving a run's conf sets the value of the DAG's and its
       tasks' own Param objects (a run with dry_run false would make the next run's default false);
     - every DAG paused before it: a real scheduler of the same database (the session's
@@ -285,14 +284,7 @@ def _dag_test_isolated(request):
 
     with create_session() as session:
         session.execute(update(DagModel).values(is_paused=True))
-    # dag.test() runs no scheduler: the race the approval trigger settles for is not there
-    before = os.environ.get("FLEET_APPROVAL_SETTLE_SECONDS")
-    os.environ["FLEET_APPROVAL_SETTLE_SECONDS"] = "0"
     yield
-    if before is None:
-        os.environ.pop("FLEET_APPROVAL_SETTLE_SECONDS", None)
-    else:
-        os.environ["FLEET_APPROVAL_SETTLE_SECONDS"] = before
     for param, value in saved:
         param.value = value
 

@@ -201,17 +201,6 @@ class PlanApprovalOperator(ApprovalOperator):
         self.action = action
         self.second = second
 
-    def defer(self, *, trigger, method_name: str, kwargs=None, timeout=None):
-        """Park with the settled trigger (fleet_airflow.triggers.approval): an answer given the moment
-        the request appears resumes the task only once the run that parked it is accounted for."""
-        from airflow.providers.standard.triggers.hitl import HITLTrigger
-
-        from fleet_airflow.triggers.approval import SettledApprovalTrigger
-
-        if isinstance(trigger, HITLTrigger) and not isinstance(trigger, SettledApprovalTrigger):
-            trigger = SettledApprovalTrigger.from_trigger(trigger)
-        return super().defer(trigger=trigger, method_name=method_name, kwargs=kwargs, timeout=timeout)
-
     def _refuse(self, context, msg: str, actor: str | None = None, digest: str | None = None):
         _audit(context["params"], context, self.action, "refused", actor=actor, digest=digest, message=msg)
         raise AirflowFailException(f"REFUSED, no approval requested: {msg}")

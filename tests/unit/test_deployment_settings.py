@@ -153,32 +153,3 @@ def test_the_provider_info_names_what_exists():
         assert importlib.util.find_spec(module) is not None, dotted
         assert f"class {name}(" in Path(importlib.util.find_spec(module).origin).read_text(), dotted
     assert info["versions"] and info["versions"][0] != "0+unknown"  # the installed distribution's version
-
-
-def test_the_approval_trigger_holds_an_answer_until_the_parking_run_is_accounted_for(monkeypatch):
-    """An answer given the moment the approval request appears resumes the task no sooner than the
-    settle time after it parked (Airflow's scheduler fails a task resumed before it processed the
-    executor event of the run that parked it); the standard trigger's request is kept whole."""
-    import datetime as dt
-    import uuid
-
-    from airflow.providers.standard.triggers.hitl import HITLTrigger
-
-    from fleet_airflow.triggers import approval
-
-    monkeypatch.delenv("FLEET_APPROVAL_SETTLE_SECONDS", raising=False)
-    plain = HITLTrigger(ti_id=uuid.uuid4(), options=["Approve", "Reject"], params={}, defaults=["Reject"],
-                        timeout_datetime=None)
-    settled = approval.SettledApprovalTrigger.from_trigger(plain)
-    classpath, kwargs = settled.serialize()
-    assert classpath == approval.CLASSPATH and kwargs["settle_seconds"] == approval.SETTLE_SECONDS
-    assert {k: v for k, v in kwargs.items() if k not in ("parked_at", "settle_seconds")} == plain.serialize()[1]
-    again = approval.SettledApprovalTrigger(**kwargs)  # as the triggerer rebuilds it
-    parked = dt.datetime.fromisoformat(again.parked_at)
-    assert again.seconds_to_wait(parked) == approval.SETTLE_SECONDS
-    assert again.seconds_to_wait(parked + dt.timedelta(seconds=approval.SETTLE_SECONDS + 1)) == 0
-    monkeypatch.setenv("FLEET_APPROVAL_SETTLE_SECONDS", "0")
-    assert approval.SettledApprovalTrigger.from_trigger(plain).seconds_to_wait() == 0
-    monkeypatch.setenv("FLEET_APPROVAL_SETTLE_SECONDS", "soon")
-    with pytest.raises(FleetConfigError, match="FLEET_APPROVAL_SETTLE_SECONDS"):
-        approval.settle_seconds()

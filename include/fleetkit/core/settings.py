@@ -48,8 +48,6 @@ SETTINGS = (
     Setting("FLEET_SPARK_PYTHON", False, None, "the Python of the Spark executors (PYSPARK_PYTHON); unset: "
             "Spark's own default"),
     Setting("FLEET_RETENTION_DAYS", False, "30", "days of dataset partitions kept"),
-    Setting("FLEET_APPROVAL_SETTLE_SECONDS", False, "10", "seconds between an approval task parking and the earliest "
-            "moment an answer resumes it (a race of Airflow's scheduler fails a task resumed sooner)"),
     Setting("FLEET_LOCK_DIR", False, "$AIRFLOW_HOME/locks", "the per-cluster run locks: one folder every worker "
             "and fleetctl share, outside the data root"),
     Setting("FLEET_AUDIT_HEADS_DIR", False, "<lock dir>/audit-heads", "the audit chains' signed heads, outside "
