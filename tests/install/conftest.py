@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from pathlib import Path
 
 import pytest
 import yaml
@@ -69,3 +68,18 @@ def make_deployment(key: str, built, lab, tmp_path_factory) -> installed.Deploym
     dep.run("airflow", "dags", "reserialize", timeout=900)
     dep.start_api()
     return dep
+
+
+def deployment_fixture(key: str):
+    """The module-scoped `deployment` fixture of one supported Airflow (a test module per Airflow,
+    so that `--dist loadfile` installs each on its own worker)."""
+
+    @pytest.fixture(scope="module")
+    def deployment(built, lab, airflow_db, tmp_path_factory):
+        dep = make_deployment(key, built, lab, tmp_path_factory)
+        try:
+            yield dep
+        finally:
+            dep.stop_api()
+
+    return deployment

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.install.conftest import make_deployment
+from tests.install.conftest import deployment_fixture
 from tests.install.suite import *  # noqa: F401,F403 - the checks every supported Airflow passes
 
-KEY = "oldest"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.timeout(2400)]
 
-
-@pytest.fixture(scope="module")
-def deployment(built, lab, airflow_db, tmp_path_factory):
-    dep = make_deployment(KEY, built, lab, tmp_path_factory)
-    try:
-        yield dep
-    finally:
-        dep.stop_api()
+deployment = deployment_fixture("oldest")

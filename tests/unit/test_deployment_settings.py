@@ -78,7 +78,7 @@ def test_a_bad_interval_or_retention_is_named(clean):
     with pytest.raises(FleetConfigError, match="FLEET_COLLECTION_INTERVAL"):
         settings.collection_interval()
     clean.setenv("FLEET_RETENTION_DAYS", "soon")
-    with pytest.raises(FleetConfigError, match="FLEET_RETENTION_DAYS: 'soon'"):
+    with pytest.raises(FleetConfigError, match="FLEET_RETENTION_DAYS='soon' is not a whole number"):
         settings.retention_days()
 
 

@@ -96,15 +96,23 @@ def require() -> None:
             required(s.name)
 
 
-def retention_days() -> int:
-    value = _value("FLEET_RETENTION_DAYS") or "30"
+def whole_number(name: str, default: int, minimum: int = 0) -> int:
+    """A whole-number setting (`default` when unset); FleetConfigError naming it when it is not one
+    or is below `minimum`."""
+    value = _value(name)
+    if value is None:
+        return default
     try:
-        days = int(value)
+        n = int(value)
     except ValueError:
-        raise FleetConfigError(f"FLEET_RETENTION_DAYS: {value!r} is not a whole number of days") from None
-    if days < 1:
-        raise FleetConfigError(f"FLEET_RETENTION_DAYS: {value!r} must be 1 or more")
-    return days
+        raise FleetConfigError(f"{name}={value!r} is not a whole number") from None
+    if n < minimum:
+        raise FleetConfigError(f"{name}={value!r} must be {minimum} or more")
+    return n
+
+
+def retention_days() -> int:
+    return whole_number("FLEET_RETENTION_DAYS", 30, minimum=1)
 
 
 def collection_interval() -> float:

@@ -17,7 +17,6 @@ published: never an error text, a collection's blind line or anything from a con
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import Counter
 
@@ -35,16 +34,14 @@ CLUSTER_STATES = ("OK", "BLIND", "FAILING", "STALE", "NEVER")
 
 
 def _limit(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
+    """A limit of the deployment (settings.whole_number); ValueError naming it when set wrong."""
+    from fleetkit.core.errors import FleetConfigError
+    from fleetkit.core.settings import whole_number
+
     try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number") from None
-    if n < 0:
-        raise ValueError(f"{name}={raw!r} must be 0 or more")
-    return n
+        return whole_number(name, default)
+    except FleetConfigError as e:
+        raise ValueError(str(e)) from None
 
 
 #: the largest scrape answered (FLEET_METRICS_MAX_BODY_BYTES): past it the scrape fails naming the
