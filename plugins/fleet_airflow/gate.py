@@ -46,6 +46,7 @@ import logging
 from typing import Any, Callable
 
 from airflow.providers.common.compat.sdk import AirflowFailException
+from airflow.providers.standard.exceptions import HITLTriggerEventError
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
 from fleetkit.core import journal as run_journal
@@ -61,10 +62,16 @@ from fleetkit.core.runbook import (GATE_SEQ, SECOND, TRIGGERING_USER, Refused, R
 from fleet_airflow import settings
 # the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
 from fleet_airflow.settings import deployment_keys_in
+from fleet_airflow.triggers.earlier_answer import EarlierAnswerTrigger
 
 log = logging.getLogger(__name__)
 
 DEFAULT_RESPONSE_TIMEOUT = dt.timedelta(hours=4)
+#: tries after the first of an approval task (see PlanApprovalOperator), and the pause before each
+APPROVAL_RETRIES = 2
+APPROVAL_RETRY_DELAY = dt.timedelta(seconds=5)
+#: how long a retry waits before it reads the earlier try's answer (past that try's executor event)
+APPROVAL_SETTLE = dt.timedelta(seconds=10)
 
 
 # The action contract lives in the domain library; the gate only runs it.
@@ -197,6 +204,13 @@ class PlanApprovalOperator(ApprovalOperator):
         kwargs.setdefault("subject", f"Approve {action.name}")
         kwargs.setdefault("defaults", "Reject")
         kwargs.setdefault("response_timeout", DEFAULT_RESPONSE_TIMEOUT)
+        # the one task of a runbook that retries: Airflow's scheduler may fail an approval task that
+        # an answer resumed before it processed the executor event of the run that parked it (a
+        # person who answers within seconds); the next try takes the answer Airflow holds for the
+        # earlier request (resume_with_earlier_answer), or asks again. Refusals raise
+        # AirflowFailException: they never retry.
+        kwargs["retries"] = APPROVAL_RETRIES  # over default_args' "no retries"
+        kwargs["retry_delay"] = APPROVAL_RETRY_DELAY
         super().__init__(**kwargs)
         self.action = action
         self.second = second
@@ -228,6 +242,21 @@ class PlanApprovalOperator(ApprovalOperator):
             self.log.warning("the approval record %s holds no first answer: execute will refuse this run",
                              rb.approval_file())
             return None
+        earlier = self._earlier_decision(rb, ti)
+        if earlier is not None:
+            # an earlier try took an answer and audited its decision, then died: the decision stands
+            request, event = earlier
+            self.log.info("try %s: try %s already decided (%s by %s, audited): not asking again", ti.try_number,
+                          request["try_number"], event["chosen_options"][0], _responder(event) or "(timeout)")
+            return self._decide(context, event, rb, request)
+        earlier_request = self._earlier_request(rb, ti)
+        if earlier_request is not None and not getattr(self, "_asking_again", False):
+            # an earlier try asked and Airflow failed it (see __init__), perhaps right after a person
+            # answered: Airflow's HITL record holds that answer, which only the triggerer can read
+            self.log.info("try %s: try %s asked and did not finish; reading the answer Airflow holds for it "
+                          "in %.0f s", ti.try_number, earlier_request["try_number"], APPROVAL_SETTLE.total_seconds())
+            self.defer(trigger=EarlierAnswerTrigger(str(ti.id), APPROVAL_SETTLE.total_seconds()),
+                       method_name="resume_with_earlier_answer")
         if self.second:
             asked_by = tuple(dict.fromkeys(asked_by + tuple(record.get("requested_by") or ())))
             if not needs_second_approver(record, _triggering_user(context)):
@@ -249,8 +278,9 @@ class PlanApprovalOperator(ApprovalOperator):
                                       f"{fleet_file}: clusters[{cluster.name}].approvers", ", ".join(asked_by), digest)
         # the title names groups and topics: one line, bidi and zero-width characters shown escaped
         title = f"{self.action.name} on cluster {cluster.name}: {plan['title']}"
-        self.subject = visible_controls(("second approval (no person requested this run): " if self.second else "")
-                                        + title)[:250]
+        again = "asked again (an earlier request of this run got no answer): " if earlier_request else ""
+        self.subject = visible_controls(again + ("second approval (no person requested this run): " if self.second
+                                                 else "") + title)[:250]
         self.body = render_plan(self.action, plan, digest, self.response_timeout or DEFAULT_RESPONSE_TIMEOUT)
         self.assigned_users = [{"id": a, "name": a} for a in eligible]
         request = {"ti_id": str(ti.id), "try_number": ti.try_number, "assigned": eligible,
@@ -270,32 +300,94 @@ class PlanApprovalOperator(ApprovalOperator):
                       self.response_timeout)
         return super().execute(context)
 
-    def execute_complete(self, context, event):
-        params, ti = context["params"], context["ti"]
-        event = event if isinstance(event, dict) else {}
-        chosen = list(event.get("chosen_options") or [])
-        user = event.get("responded_by_user") or {}
-        if not isinstance(user, dict):  # a HITLUser model
-            user = {"id": getattr(user, "id", None), "name": getattr(user, "name", None)}
-        approver = user.get("name") or user.get("id")
-        timedout = bool(event.get("timedout")) or ("error" in event and event.get("error_type") == "timeout")
-        actor = approver or ("timeout" if timedout else None)
-        rb = runbook(params, self.action, context)
+    def _request(self, rb: Runbook) -> tuple[dict | None, dict]:
+        """(the approval record, this task's request in it)."""
         try:
             record = rb.approval()
         except FleetError:
-            record = None
-        request = ((record or {}).get(SECOND) if self.second else record) or {}
-        if record is None or request.get("ti_id") != str(ti.id):
-            # the request written by this task instance is gone or belongs to another: nothing to trust
+            return None, {}
+        return record, (((record or {}).get(SECOND) if self.second else record) or {})
+
+    def _earlier_request(self, rb: Runbook, ti) -> dict | None:
+        """The request an earlier try of this task instance wrote, if the record holds one (Airflow
+        3.1 gives each try its own task instance id, 3.3 keeps one: the try number tells them apart)."""
+        record, request = self._request(rb)
+        if ti.try_number <= 1 or not request.get("ti_id"):
+            return None
+        if not isinstance(request.get("try_number"), int) or not 0 < request["try_number"] < ti.try_number:
+            return None
+        if record.get("dag_id") != rb.dag_id or record.get("run_id") != rb.run_id:
+            return None
+        return request
+
+    def _earlier_decision(self, rb: Runbook, ti) -> tuple[dict, dict] | None:
+        """(request, answer event) when an earlier try of this task took an answer and audited its
+        decision (a keyed audit record names that request), else None. That decision stands: a
+        retried or cleared approval task does not ask again. An answer only the approval record
+        holds is never taken: the record is a file in the data root."""
+        request = self._earlier_request(rb, ti)
+        answer = (request or {}).get("answer")
+        if not (isinstance(answer, dict) and answer.get("audited") and answer.get("try_number") == request["try_number"]):
+            return None
+        decision = "approved" if (answer.get("chosen_options") or [None])[0] == self.APPROVE else "rejected"
+        if not any(r["event"] == decision and (r.get("details") or {}).get("request") == request["ti_id"]
+                   and (r.get("details") or {}).get("try_number") == request["try_number"] for r in rb.history()):
+            return None
+        event = _event_of(answer)
+        return (request, event) if event is not None else None
+
+    def resume_with_earlier_answer(self, context, event):
+        """Resumed by EarlierAnswerTrigger: decide from the answer Airflow's HITL record held for the
+        earlier try's request, or ask again when it held none."""
+        rb = runbook(context["params"], self.action, context)
+        request = self._earlier_request(rb, context["ti"])
+        event = event if isinstance(event, dict) else {}
+        if event.get("answered") and request is not None:
+            answer = _event_of({**event, "timedout": event.get("responded_by_user") is None})
+            if answer is not None:
+                self.log.info("try %s: taking the answer %s gave the request of try %s (Airflow's record of it): "
+                              "not asking again", context["ti"].try_number, _responder(answer) or "(timeout)",
+                              request["try_number"])
+                return self._decide(context, answer, rb, request)
+        self.log.info("try %s: no answer to the earlier request (%s): asking again", context["ti"].try_number,
+                      event.get("why") or "the approval record changed")
+        self._asking_again = True
+        return self.execute(context)
+
+    def execute_complete(self, context, event):
+        rb = runbook(context["params"], self.action, context)
+        _, request = self._request(rb)
+        if request.get("ti_id") != str(context["ti"].id) or request.get("try_number") != context["ti"].try_number:
+            request = None  # not this try's request: _decide refuses
+        return self._decide(context, event, rb, request)
+
+    def _decide(self, context, event, rb: Runbook, request: dict | None):
+        """Record the answer `event` gave `request` (this try's, or an earlier try's: see
+        resume_with_earlier_answer), check it (rb.approved), audit the decision once, and finish as Airflow's
+        ApprovalOperator does (Reject skips what follows)."""
+        event = event if isinstance(event, dict) else {}
+        chosen = list(event.get("chosen_options") or [])
+        approver = _responder(event)
+        timedout = bool(event.get("timedout")) or ("error" in event and event.get("error_type") == "timeout")
+        actor = approver or ("timeout" if timedout else None)
+        record, held = self._request(rb)
+        if record is None or request is None or held.get("ti_id") != request.get("ti_id") \
+                or held.get("try_number") != request.get("try_number"):
+            # the request this answer belongs to is gone or was replaced: nothing to trust
             rb.audit("refused", actor=actor or "unknown",
                      message=f"the approval record {rb.approval_file()} does not hold this task's request")
             raise AirflowFailException("REFUSED: the approval record does not hold this task's request")
-        responded_at = event.get("responded_at")
-        request["answer"] = {"chosen_options": chosen, "approver": approver, "responded_by_user": user or None,
-                             "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat")
-                             else responded_at, "timedout": timedout, "try_number": ti.try_number}
-        rb.write_approval(record)
+        answer = held.get("answer")
+        if not (isinstance(answer, dict) and answer.get("audited")):
+            responded_at = event.get("responded_at")
+            user = _user_dict(event.get("responded_by_user"))
+            answer = held["answer"] = {
+                "chosen_options": chosen, "approver": approver, "responded_by_user": user or None,
+                "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at,
+                "timedout": timedout, "try_number": held["try_number"]}
+            if context["ti"].try_number != held["try_number"]:
+                answer["taken_by_try"] = context["ti"].try_number
+            rb.write_approval(record)
         choice = chosen[0] if chosen else "?"
         if choice == self.APPROVE:
             # "approved" is recorded only for an answer the engine accepts (a listed approver who did
@@ -306,11 +398,46 @@ class PlanApprovalOperator(ApprovalOperator):
                             triggering_user=_triggering_user(context))
             except Refused as e:
                 raise AirflowFailException(f"REFUSED: {e}") from None
-        decided = "approved" if choice == self.APPROVE else "rejected"
-        rb.audit(decided, actor=actor or "unknown", digest=record["digest"],
-                 message=f"{'second approval: ' if self.second else ''}{choice} by {actor or 'unknown'}"
-                         + (" (no answer before the timeout)" if approver is None else ""))
-        return super().execute_complete(context, event)
+        if not answer.get("audited"):
+            decided = "approved" if choice == self.APPROVE else "rejected"
+            rb.audit(decided, actor=actor or "unknown", digest=record["digest"],
+                     message=f"{'second approval: ' if self.second else ''}{choice} by {actor or 'unknown'}"
+                             + (" (no answer before the timeout)" if approver is None else ""),
+                     details={"request": held["ti_id"], "try_number": held["try_number"]})
+            answer["audited"] = True
+            rb.write_approval(record)
+        try:
+            return super().execute_complete(context, event)
+        except (HITLTriggerEventError, ValueError) as e:  # a timeout or a bad answer: final, never asked again
+            raise AirflowFailException(f"{type(e).__name__}: {e}") from None
+
+
+def _user_dict(user) -> dict:
+    """A HITL responder as a dict (Airflow passes a dict or a HITLUser model)."""
+    if isinstance(user, dict):
+        return user
+    if user is None:
+        return {}
+    return {"id": getattr(user, "id", None), "name": getattr(user, "name", None)}
+
+
+def _responder(event: dict) -> str | None:
+    user = _user_dict((event or {}).get("responded_by_user"))
+    return user.get("name") or user.get("id")
+
+
+def _event_of(answer: dict) -> dict | None:
+    """The resume event an answer recorded in the approval record stands for, None when malformed."""
+    chosen = answer.get("chosen_options")
+    if not isinstance(chosen, list) or not chosen or not all(isinstance(c, str) for c in chosen):
+        return None
+    responded_at = answer.get("responded_at")
+    try:
+        responded_at = dt.datetime.fromisoformat(responded_at) if responded_at else None
+    except (TypeError, ValueError):
+        return None
+    return {"chosen_options": chosen, "params_input": {}, "responded_at": responded_at,
+            "responded_by_user": answer.get("responded_by_user"), "timedout": bool(answer.get("timedout"))}
 
 
 # -- the factory -----------------------------------------------------------------------------

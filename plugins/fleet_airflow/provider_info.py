@@ -42,7 +42,8 @@ def get_provider_info() -> dict:
                                 "fleet_airflow.operators.spark", "fleet_airflow.gate"]},
         ],
         "triggers": [
-            {"integration-name": "Kafka fleet toolkit", "python-modules": ["fleet_airflow.triggers.leader_change"]},
+            {"integration-name": "Kafka fleet toolkit",
+             "python-modules": ["fleet_airflow.triggers.leader_change", "fleet_airflow.triggers.earlier_answer"]},
         ],
         "notifications": ["fleet_airflow.notifiers.FleetAlertNotifier"],
         "extra-links": ["fleet_airflow.operators.report.StuckReportLink"],
