@@ -126,6 +126,35 @@ def _lab_broker(args):
     return lab
 
 
+DEFAULT_HOSTS = ["airflow", "worker1", "worker2", "spark0", "spark1", "spark2", "store", "kafka0", "kafka1", "kafka2"]
+
+
+def cmd_hosts(args) -> int:
+    from fleetlab.hosts import Hosts, HostsError
+    from fleetlab.paths import CHECKOUT
+
+    hosts = Hosts(CHECKOUT / ".lab" / "hosts")
+    try:
+        if args.action == "up":
+            for name, addr in hosts.up(args.names or DEFAULT_HOSTS).items():
+                print(f"{name:10} {addr:15} netns {hosts.netns(name)}")
+            print(f"bridge {hosts.state()['bridge']} ({hosts.state()['subnet']}), this machine at {hosts.gateway()}")
+        elif args.action == "down":
+            for line in hosts.down() or ["nothing to remove"]:
+                print(line)
+        else:
+            state = hosts.state()
+            if not state:
+                print("hosts: not up")
+                return 3
+            for name, h in state["hosts"].items():
+                print(f"{name:10} {h['address']:15} {len(hosts.pids(name))} processes")
+    except HostsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_lab_stop_broker(args) -> int:
     print(f"broker {args.broker}: {_lab_broker(args).stop_broker(args.broker)}")
     return 0
@@ -306,6 +335,13 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("broker", type=int)
     sp.add_argument("settings", nargs="+", metavar="KEY=VALUE")
     sp.set_defaults(func=cmd_lab_broker_config)
+
+    sp = sub.add_parser("hosts", help="the several-hosts network: one Linux network namespace per lab host, on "
+                                      "a bridge and a private /24 the lab checks unused (root only)")
+    sp.add_argument("action", choices=["up", "down", "status"])
+    sp.add_argument("names", nargs="*", metavar="HOST", help="up: the hosts to create (default: airflow worker1 "
+                                                             "worker2 spark0 spark1 spark2 store kafka0 kafka1 kafka2)")
+    sp.set_defaults(func=cmd_hosts)
 
     sp = sub.add_parser("traffic", help="demo traffic: healthy groups, a poison record, a stopped group")
     lab_opts(sp)

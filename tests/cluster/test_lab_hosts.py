@@ -1,0 +1,138 @@
+"""The several-hosts lab's network (fleetlab.hosts), on real Linux network namespaces: each host has
+its own address on the lab's bridge and its own loopback, hosts reach each other and the machine
+reaches them through the bridge, nothing lands on a host interface, and everything is removed at
+stop, also after a crash (the state file names what a dead run left)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fleetlab.hosts import Hosts, HostsError, free_subnet, used_networks
+
+SERVER = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(4)
+print("listening", flush=True)
+while True:
+    c, peer = s.accept(); c.sendall(f"{sys.argv[3]} sees {peer[0]}".encode()); c.close()
+"""
+
+CLIENT = """
+import socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+print(c.recv(200).decode())
+"""
+
+
+def links() -> set[str]:
+    return {e["ifname"] for e in json.loads(subprocess.run(["ip", "-j", "link"], capture_output=True, text=True,
+                                                          check=True).stdout)}
+
+
+def netns() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def start_server(hosts, host, port):
+    proc = hosts.run(host, [sys.executable, "-c", SERVER, hosts.address(host), str(port), host],
+                     stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "listening"
+    return proc
+
+
+def connect(hosts, host, address, port) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-c", CLIENT, address, str(port)]
+    if host is None:  # from the machine itself
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    proc = hosts.run(host, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=30)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    h = Hosts(tmp_path / "lab")
+    yield h
+    h.down()
+
+
+def test_hosts_have_their_own_addresses_and_reach_each_other(hosts):
+    before_links, before_ns = links(), netns()
+    machine = [n for n in used_networks() if not n.is_loopback]
+    addrs = hosts.up(["airflow", "worker1", "kafka0"])
+    subnet = ipaddress.ip_network(hosts.state()["subnet"])
+    assert not any(subnet.overlaps(n) for n in machine)  # a subnet this machine did not use before
+    assert all(ipaddress.ip_address(a) in subnet for a in addrs.values()) and len(set(addrs.values())) == 3
+    assert netns() - before_ns == {hosts.netns(h) for h in addrs}
+
+    server = start_server(hosts, "kafka0", 29092)
+    try:
+        got = connect(hosts, "worker1", addrs["kafka0"], 29092)
+        assert got.returncode == 0 and got.stdout.strip() == f"kafka0 sees {addrs['worker1']}", got.stderr
+        got = connect(hosts, None, addrs["kafka0"], 29092)  # the machine, through the bridge
+        assert got.stdout.strip() == f"kafka0 sees {hosts.gateway()}", got.stderr
+        # the host's loopback is its own: the server is not on the machine's 127.0.0.1 nor on airflow's
+        assert connect(hosts, None, "127.0.0.1", 29092).returncode != 0
+        assert connect(hosts, "airflow", "127.0.0.1", 29092).returncode != 0
+        assert hosts.pids("kafka0") == [server.pid] or server.pid in hosts.pids("kafka0")
+    finally:
+        stopped = hosts.stop_processes("kafka0")
+    assert server.wait(10) is not None and server.pid in stopped
+    # nothing of the lab's subnet on the machine's own interfaces: only on the lab's bridge
+    out = json.loads(subprocess.run(["ip", "-j", "-4", "addr"], capture_output=True, text=True).stdout)
+    on = {e["ifname"] for e in out for a in e.get("addr_info", []) if ipaddress.ip_address(a["local"]) in subnet}
+    assert on == {hosts.state()["bridge"]}
+
+    done = hosts.down()
+    assert links() == before_links and netns() == before_ns, done
+    assert not hosts.state_file.exists()
+
+
+def test_a_crashed_run_is_cleaned_up_at_the_next_start_and_at_stop(tmp_path):
+    """A run that died (its object gone, its processes still running in the namespaces) left
+    hosts.json: `down` from a new process removes everything, processes included."""
+    before_links, before_ns = links(), netns()
+    folder = tmp_path / "lab"
+    code = ("import sys, subprocess; from pathlib import Path; from fleetlab.hosts import Hosts; "
+            "h = Hosts(Path(sys.argv[1])); h.up(['a', 'b']); "
+            "h.run('a', ['sleep', '600'], start_new_session=True); import os; os._exit(0)")
+    subprocess.run([sys.executable, "-c", code, str(folder)], check=True, timeout=60)
+    crashed = Hosts(folder)
+    left = crashed.pids("a")
+    assert left and netns() - before_ns == {crashed.netns("a"), crashed.netns("b")}
+    again = Hosts(folder)
+    again.up(["a"])  # starting again removes what the crashed run left first
+    assert all(not _alive(p) for p in left)
+    assert netns() - before_ns == {again.netns("a")}
+    again.down()
+    deadline = time.monotonic() + 10
+    while (links() != before_links or netns() != before_ns) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert links() == before_links and netns() == before_ns
+
+
+def test_bad_host_names_and_a_full_address_space_are_refused(hosts):
+    with pytest.raises(HostsError, match="lab host name"):
+        hosts.up(["ok", "no; rm -rf /"])
+    with pytest.raises(HostsError, match="distinct"):
+        hosts.up(["a", "a"])
+    with pytest.raises(HostsError, match="no free private /24"):
+        free_subnet([ipaddress.ip_network("10.0.0.0/8")])
+    with pytest.raises(HostsError, match="is the hosts profile up"):
+        hosts.address("airflow")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
