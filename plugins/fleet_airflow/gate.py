@@ -309,8 +309,10 @@ class PlanApprovalOperator(ApprovalOperator):
         return record, (((record or {}).get(SECOND) if self.second else record) or {})
 
     def _earlier_request(self, rb: Runbook, ti) -> dict | None:
-        """The request an earlier try of this task instance wrote, if the record holds one (Airflow
-        3.1 gives each try its own task instance id, 3.3 keeps one: the try number tells them apart)."""
+        """The request an earlier try of this task instance wrote about the plan stored now, if the
+        record holds one (Airflow 3.1 gives each try its own task instance id, 3.3 keeps one: the try
+        number tells them apart). A request about another plan (the run was cleared and planned
+        again) is not this one's: the new plan is asked about."""
         record, request = self._request(rb)
         if ti.try_number <= 1 or not request.get("ti_id"):
             return None
@@ -318,7 +320,11 @@ class PlanApprovalOperator(ApprovalOperator):
             return None
         if record.get("dag_id") != rb.dag_id or record.get("run_id") != rb.run_id:
             return None
-        return request
+        try:
+            _, digest_now = plans.load(rb.plans_root, rb.dag_id, rb.run_id)
+        except FleetError:
+            return None
+        return request if record.get("digest") == digest_now else None
 
     def _earlier_decision(self, rb: Runbook, ti) -> tuple[dict, dict] | None:
         """(request, answer event) when an earlier try of this task took an answer and audited its

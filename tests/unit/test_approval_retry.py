@@ -286,3 +286,17 @@ def test_with_no_answer_held_the_retry_asks_again_and_says_so(rb):
                          {"answered": False, "why": "Airflow's HITL record holds no answer"})
     assert type(parked).__name__ in ("TaskAwaitingInput", "TaskDeferred")
     assert asked["subject"].startswith("asked again") and rb.approval()["try_number"] == 2
+
+
+def test_a_run_cleared_and_planned_again_is_asked_about_the_new_plan(rb):
+    """The earlier try's decision was about another plan (the run was cleared, its plan task made a
+    new one): neither that decision nor an answer Airflow holds counts; the new plan is asked about."""
+    first_try_answered(rb, "Approve")
+    plans.store(rb.plans_root, rb.dag_id, rb.run_id, {**plans.load(rb.plans_root, rb.dag_id, rb.run_id)[0],
+                                                      "title": "t2", "created_at": "2026-11-29T02:00:00Z"})
+    ti = SimpleNamespace(id="ti-try-2", try_number=2)
+    assert op()._earlier_request(rb, ti) is None and op()._earlier_decision(rb, ti) is None
+    op_ = op()
+    parked, asked = _run(op_.execute, _context(_TI(try_number=2), op_))
+    assert type(parked).__name__ in ("TaskAwaitingInput", "TaskDeferred") and asked["subject"].endswith("t2")
+    assert rb.approval()["try_number"] == 2 and rb.approval()["answer"] is None
