@@ -18,7 +18,8 @@ LabSpec.zk_client() is the one authenticated kazoo client of a lab).
 
 Distributions come from fleetlab.dists (versions and checksums in one place). Processes are
 launched with `java -cp 'libs/*' ...` directly (the shipped scripts of 0.9 pass GC flags Java 17
-rejects; the Maven jars come without scripts). Everything binds 127.0.0.1, keeps a PID file under
+rejects; the Maven jars come without scripts). Everything binds 127.0.0.1 (or, with
+LabSpec.broker_hosts, each node its own lab host's address: fleetlab.hosts), keeps a PID file under
 its lab folder, and stops by PID (SIGTERM, then SIGKILL after a timeout). Ports come from
 fleetlab.ports; several labs run side by side with different folders and ports (the demo fleet
 and the test fleet, say).
@@ -110,6 +111,9 @@ SECURED_ACLS: dict[str, list[tuple[str, str, str]]] = {
     ],
 }
 SECURED_MECHANISM = "SCRAM-SHA-512"
+#: the several-hosts profile: the common name of the nodes' certificate (server and inter-node
+#: client) and of the lab's own inter-node client certificate
+NODE_CN = "fleetlab-node"
 
 #: The mutual-TLS mode of a Kafka 0.9 lab (LabSpec.security = "ssl"; 0.9's SASL is Kerberos only):
 #:
@@ -265,6 +269,11 @@ class LabSpec:
     security: str = ""
     #: "" (an open ZooKeeper) or "sasl" (ZooKeeper-mode 3.x labs only: see ZK_USER)
     zk_security: str = ""
+    #: the several-hosts profile: per node id, {"address": ..., "netns": ...} of the lab host
+    #: (fleetlab.hosts) it runs in; empty: every node on 127.0.0.1 of this machine. Secured KRaft
+    #: labs only: there the inter-node listeners (INTERNAL, CONTROLLER) are mutual TLS, never
+    #: PLAINTEXT, since they cross the lab's network
+    broker_hosts: list = field(default_factory=list)
 
     @property
     def path(self) -> Path:
@@ -313,6 +322,28 @@ class LabSpec:
             raise LabError(f"{self.name}: zk_security {self.zk_security!r} is not supported "
                            f"(only 'sasl', on ZooKeeper-mode 3.x labs: ZooKeeper 3.8)")
         return bool(self.zk_security)
+
+    def host(self, node_id: int) -> str:
+        """The address node `node_id` listens on: its lab host's, else 127.0.0.1."""
+        return self.broker_hosts[node_id]["address"] if self.broker_hosts else "127.0.0.1"
+
+    def netns(self, node_id: int) -> str | None:
+        """The network namespace node `node_id` runs in (the several-hosts profile), else None."""
+        return self.broker_hosts[node_id]["netns"] if self.broker_hosts else None
+
+    @property
+    def on_hosts(self) -> bool:
+        if self.broker_hosts and (len(self.broker_hosts) != self.brokers or not (self.kraft and self.security == "sasl_ssl")):
+            raise LabError(f"{self.name}: broker_hosts needs one host per node ({self.brokers}) and a secured KRaft "
+                           f"lab (security 'sasl_ssl', Kafka 4.x), got {len(self.broker_hosts)} on {self.kafka_version} "
+                           f"with security {self.security!r}")
+        return bool(self.broker_hosts)
+
+    @property
+    def node_principal(self) -> str:
+        """The several-hosts profile: the principal of the nodes and of the lab's own inter-node
+        client (the certificate's subject), a super user."""
+        return f"User:CN={NODE_CN}"
 
     def internal_port(self, node_id: int) -> int:
         """Secured labs: the PLAINTEXT inter-broker listener of a node."""
@@ -397,7 +428,7 @@ class LabSpec:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{self.broker_port(i)}" for i in range(self.brokers))
+        return ",".join(f"{self.host(i)}:{self.broker_port(i)}" for i in range(self.brokers))
 
     @property
     def zk_hosts(self) -> str:
@@ -588,7 +619,7 @@ class LabSpec:
                 "group.initial.rebalance.delay.ms": "0",
             })
             if self.kraft:
-                voters = ",".join(f"{i}@127.0.0.1:{self.controller_port(i)}" for i in range(self.brokers))
+                voters = ",".join(f"{i}@{self.host(i)}:{self.controller_port(i)}" for i in range(self.brokers))
                 props.update({
                     "process.roles": "broker,controller",
                     "node.id": str(broker_id),
@@ -626,18 +657,19 @@ class LabSpec:
 
     def _secured_props(self, node_id: int) -> dict[str, str]:
         port, internal = self.broker_port(node_id), self.internal_port(node_id)
-        pem = self.tls_dir / "broker.pem"
-        listeners = f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}"
-        protocols = "SASL_SSL:SASL_SSL,INTERNAL:PLAINTEXT"
+        pem, host = self.tls_dir / "broker.pem", self.host(node_id)
+        inner = "SSL" if self.on_hosts else "PLAINTEXT"  # across the lab's network: mutual TLS
+        listeners = f"SASL_SSL://{host}:{port},INTERNAL://{host}:{internal}"
+        protocols = f"SASL_SSL:SASL_SSL,INTERNAL:{inner}"
         if self.kraft:
-            listeners += f",CONTROLLER://127.0.0.1:{self.controller_port(node_id)}"
-            protocols += ",CONTROLLER:PLAINTEXT"
+            listeners += f",CONTROLLER://{host}:{self.controller_port(node_id)}"
+            protocols += f",CONTROLLER:{inner}"
             authorizer = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
         else:  # ZooKeeper mode: the ACLs live in ZooKeeper
             authorizer = "kafka.security.authorizer.AclAuthorizer"
         return {
             "listeners": listeners,
-            "advertised.listeners": f"SASL_SSL://127.0.0.1:{port},INTERNAL://127.0.0.1:{internal}",
+            "advertised.listeners": f"SASL_SSL://{host}:{port},INTERNAL://{host}:{internal}",
             "listener.security.protocol.map": protocols,
             "inter.broker.listener.name": "INTERNAL",
             "sasl.enabled.mechanisms": f"{SECURED_MECHANISM},PLAIN,OAUTHBEARER",
@@ -666,6 +698,19 @@ class LabSpec:
             # the inter-broker (and KRaft's controller) listeners are PLAINTEXT on loopback, where
             # brokers, controllers and the lab's user set-up are ANONYMOUS (lab only)
             "super.users": "User:admin;User:ANONYMOUS",
+            **(self._node_tls_props() if self.on_hosts else {}),
+        }
+
+    def _node_tls_props(self) -> dict[str, str]:
+        """The several-hosts profile: INTERNAL and CONTROLLER are SSL with client certificates (the
+        nodes' own, NODE_CN, signed by the lab CA, a super user), so no node listener is open to
+        the lab's network without one; ANONYMOUS is no longer anyone's."""
+        return {
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.tls_dir / "ca.pem"),
+            "listener.name.internal.ssl.client.auth": "required",
+            "listener.name.controller.ssl.client.auth": "required",
+            "super.users": f"User:admin;{self.node_principal}",
         }
 
     def _mtls_props(self, broker_id: int) -> dict[str, str]:
@@ -804,7 +849,12 @@ class Lab:
         s.ensure_passwords()
         if not (s.tls_dir / "broker.pem").exists():
             ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
-            tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
+            if s.on_hosts:  # one certificate for every node: its name, then every node's address
+                tls.make_server_cert(s.tls_dir, ca_pem, ca_key, (NODE_CN, *(s.host(i) for i in range(s.brokers)),
+                                                                 "127.0.0.1", "localhost"))
+                tls.make_client_cert(s.tls_dir, ca_pem, ca_key, {"CN": NODE_CN}, "node-client")
+            else:
+                tls.make_server_cert(s.tls_dir, ca_pem, ca_key)
         if s.mtls:  # 0.9: Java stores, and the users' client certificates
             ca_pem, ca_key = s.tls_dir / "ca.pem", s.tls_dir / "ca.key"
             if not (s.tls_dir / "truststore.jks").exists():
@@ -823,8 +873,13 @@ class Lab:
         from fleetkit.clients.kafka import client_config
 
         ids = range(self.spec.brokers) if broker_id is None else [broker_id]
-        return AdminClient(client_config({"bootstrap.servers": ",".join(f"127.0.0.1:{self.spec.internal_port(i)}"
-                                                                        for i in ids), **extra},
+        tls_login = {}
+        if self.spec.on_hosts:  # INTERNAL is mutual TLS there: the lab logs in as a node
+            tls_login = {"security.protocol": "SSL", "ssl.ca.location": str(self.spec.tls_dir / "ca.pem"),
+                         "ssl.certificate.location": str(self.spec.tls_dir / "node-client.pem"),
+                         "ssl.key.location": str(self.spec.tls_dir / "node-client.key")}
+        return AdminClient(client_config({"bootstrap.servers": ",".join(f"{self.spec.host(i)}:{self.spec.internal_port(i)}"
+                                                                        for i in ids), **tls_login, **extra},
                                          self.spec.kafka_version))
 
     def create_users(self) -> None:
@@ -851,7 +906,7 @@ class Lab:
         def admin_logs_in() -> bool:
             try:
                 for i in range(self.spec.brokers):
-                    wire.broker_versions(f"127.0.0.1:{self.spec.broker_port(i)}", 5, security=security)
+                    wire.broker_versions(f"{self.spec.host(i)}:{self.spec.broker_port(i)}", 5, security=security)
                 return True
             except Exception:  # noqa: BLE001 - "authentication failed" until the credential arrives
                 return False
@@ -991,11 +1046,12 @@ class Lab:
         name = f"broker-{broker_id}"
         if procs.owned_pid(self._pid_file(name), self.marker):
             return
-        self._check_port_free(self.spec.broker_port(broker_id), f"broker {broker_id}")
+        host = self.spec.host(broker_id)
+        self._check_port_free(self.spec.broker_port(broker_id), f"broker {broker_id}", host)
         if self.spec.secured:
-            self._check_port_free(self.spec.internal_port(broker_id), f"inter-broker listener {broker_id}")
+            self._check_port_free(self.spec.internal_port(broker_id), f"inter-broker listener {broker_id}", host)
         if self.spec.kraft:
-            self._check_port_free(self.spec.controller_port(broker_id), f"controller {broker_id}")
+            self._check_port_free(self.spec.controller_port(broker_id), f"controller {broker_id}", host)
             self._format_storage(home, broker_id)
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m", "-XX:+UseG1GC",
@@ -1006,11 +1062,13 @@ class Lab:
                 *([f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={self.spec.jwks_url}"]
                   if self.spec.secured and not self.spec.mtls else []),
                 "-cp", f"{home}/libs/*", "kafka.Kafka", str(bdir / "server.properties")]
+        if self.spec.netns(broker_id):  # its own lab host: `ip netns exec` execs the JVM (same PID)
+            argv = ["ip", "netns", "exec", self.spec.netns(broker_id), *argv]
         procs.start(argv, self._pid_file(name), self._log_file(name))
 
-    def _check_port_free(self, port: int, what: str) -> None:
-        if procs.port_open("127.0.0.1", port):
-            raise LabError(f"port 127.0.0.1:{port} for {what} is already taken by another process "
+    def _check_port_free(self, port: int, what: str, host: str = "127.0.0.1") -> None:
+        if procs.port_open(host, port):
+            raise LabError(f"port {host}:{port} for {what} is already taken by another process "
                            f"(not this lab's {self.spec.path}); stop it or use another lab port base")
 
     def _wait(self, what: str, check, timeout: float, proc_name: str | None = None, give_up=None) -> bool:
@@ -1067,7 +1125,7 @@ class Lab:
             if admin is None and self.spec.secured:
                 admin = self._probes[broker_id] = self.internal_admin(broker_id, **{"socket.timeout.ms": 2000})
             elif admin is None:
-                admin = self._probes[broker_id] = self.admin(f"127.0.0.1:{self.spec.broker_port(broker_id)}",
+                admin = self._probes[broker_id] = self.admin(f"{self.spec.host(broker_id)}:{self.spec.broker_port(broker_id)}",
                                                              **{"socket.timeout.ms": 2000})
             md = admin.list_topics(timeout=3)
             return broker_id in md.brokers
@@ -1242,7 +1300,7 @@ class Lab:
             start_checks[i] = self._start_failure_check(i)
             self._start_broker_process(home, i)
         for i in range(self.spec.brokers):
-            if self._wait(f"{self.spec.name}: broker {i} on 127.0.0.1:{self.spec.broker_port(i)}",
+            if self._wait(f"{self.spec.name}: broker {i} on {self.spec.host(i)}:{self.spec.broker_port(i)}",
                           lambda i=i: self._broker_answers(i), timeout, f"broker-{i}", give_up=start_checks[i]):
                 self._restart_after_failed_start(i, start_checks[i]())
                 self.start_broker(i, timeout, attempts=self.START_RETRIES - 1)
@@ -1258,7 +1316,7 @@ class Lab:
     def stop_broker(self, broker_id: int, timeout: float = 60) -> str:
         name = f"broker-{broker_id}"
         res = procs.stop(self._pid_file(name), self.marker, timeout=timeout)
-        procs.wait_port_free("127.0.0.1", self.spec.broker_port(broker_id), 15)
+        procs.wait_port_free(self.spec.host(broker_id), self.spec.broker_port(broker_id), 15)
         return res
 
     #: a broker's port can be held for a moment by a client connection that the kernel gave it as
@@ -1290,8 +1348,9 @@ class Lab:
         return start_failed
 
     def _restart_after_failed_start(self, broker_id: int, reason: str) -> None:
-        log.warning("%s broker %d on 127.0.0.1:%d: %s; stopping the failed broker process by PID and "
-                    "starting it again", self.spec.name, broker_id, self.spec.broker_port(broker_id), reason)
+        log.warning("%s broker %d on %s:%d: %s; stopping the failed broker process by PID and "
+                    "starting it again", self.spec.name, broker_id, self.spec.host(broker_id),
+                    self.spec.broker_port(broker_id), reason)
         procs.stop(self._pid_file(f"broker-{broker_id}"), self.marker, timeout=15)
         # a killed 0.9 broker's ZooKeeper session (and what it registered) outlives it by the
         # session timeout; the next start must not meet it
@@ -1313,7 +1372,7 @@ class Lab:
 
     def start_broker(self, broker_id: int, timeout: float = 120, attempts: int = START_RETRIES) -> None:
         home = ensure_kafka_dist(self.spec.kafka_version)
-        what = f"broker {broker_id} on 127.0.0.1:{self.spec.broker_port(broker_id)}"
+        what = f"broker {broker_id} on {self.spec.host(broker_id)}:{self.spec.broker_port(broker_id)}"
         reason = ""
         for attempt in range(attempts):
             failed = self._start_failure_check(broker_id)
@@ -1349,9 +1408,9 @@ class Lab:
                          "answering": self._zk_ok() if pid else False, **self._memory(pid)})
         for i in range(self.spec.brokers):
             pid = procs.owned_pid(self._pid_file(f"broker-{i}"), self.marker)
-            address = f"127.0.0.1:{self.spec.broker_port(i)}"
+            address = f"{self.spec.host(i)}:{self.spec.broker_port(i)}"
             if self.spec.kraft:
-                address += f" (controller 127.0.0.1:{self.spec.controller_port(i)})"
+                address += f" (controller {self.spec.host(i)}:{self.spec.controller_port(i)})"
             rows.append({"component": f"broker-{i}", "address": address,
                          "pid": pid, "running": pid is not None,
                          "answering": self._broker_answers(i) if pid else False,

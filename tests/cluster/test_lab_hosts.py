@@ -1,7 +1,8 @@
 """The several-hosts lab's network (fleetlab.hosts), on real Linux network namespaces: each host has
 its own address on the lab's bridge and its own loopback, hosts reach each other and the machine
 reaches them through the bridge, nothing lands on a host interface, and everything is removed at
-stop, also after a crash (the state file names what a dead run left)."""
+stop, also after a crash (the state file names what a dead run left). Then a secured Kafka cluster
+with each node in a host of its own, read by the toolkit's clients at the nodes' own addresses."""
 
 from __future__ import annotations
 
@@ -136,3 +137,85 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.lab
+def test_a_secured_cluster_with_a_broker_per_host_is_read_by_the_toolkit(tmp_path):
+    """Kafka 4.3.1 (KRaft, SASL_SSL for clients, mutual TLS between the nodes) with each of its three
+    nodes in a lab host of its own: the nodes elect, replicate and serve across the lab's network,
+    and the toolkit's own clients (the connection a deployment writes, Metadata with leader epochs,
+    FindCoordinator / DescribeGroups, the __consumer_offsets reader) reach them at their own
+    addresses; nothing of the cluster listens on this machine's loopback, and no node listener
+    accepts a connection without a certificate of the lab CA."""
+    import ssl
+
+    from fleetkit.clients.kafka import KafkaCluster, client_config
+    from fleetkit.collection.offsets_topic import read_records
+    from fleetkit.core.connections import from_env, kafka_config
+    from fleetkit.core.partitioning import partition_for
+    from fleetlab.lab import LabSpec
+    from tests.helpers import commit_when_led, fresh_lab
+
+    hosts = Hosts(tmp_path / "net")
+    try:
+        addrs = hosts.up(["kafka0", "kafka1", "kafka2"])
+        nodes = [{"address": addrs[h], "netns": hosts.netns(h)} for h in ("kafka0", "kafka1", "kafka2")]
+        spec = LabSpec(lab_dir=str(tmp_path / "lab"), name="hosts43", zk_port=0, broker_base_port=29092,
+                       controller_base_port=29192, brokers=3, kafka_version="4.3.1", security="sasl_ssl",
+                       broker_hosts=nodes)
+        with fresh_lab(spec) as lab:
+            assert [lab.spec.host(i) for i in range(3)] == [addrs["kafka0"], addrs["kafka1"], addrs["kafka2"]]
+            for i, h in enumerate(("kafka0", "kafka1", "kafka2")):  # each JVM runs in its own host
+                pid = int((spec.path / "run" / f"broker-{i}.pid").read_text())
+                assert hosts.pids(h) == [pid], (h, hosts.pids(h), pid)
+                assert not procs_listening("127.0.0.1", spec.broker_port(i))
+            commit_when_led(lab, "orders", 3, {"billing": {0: 10, 1: 11, 2: 12}})
+
+            conn = from_env(spec.kafka_conn_id, environ=spec.connection_env())
+            cfg = client_config(kafka_config(conn), spec.kafka_version)
+            assert all(a in cfg["bootstrap.servers"] for a in addrs.values()) and "127.0.0.1" not in cfg["bootstrap.servers"]
+            kafka = KafkaCluster(spec.name, cfg, timeout=30)
+            parts, errors = kafka.leader_epochs(["orders"])
+            assert not errors and {p.leader for p in parts} <= {0, 1, 2} and len(parts) == 3
+            answer = kafka.coordinators(["billing"])["billing"]
+            coordinator = answer.coordinator_id
+            assert answer.error is None and answer.coordinator == f"{spec.host(coordinator)}:{spec.broker_port(coordinator)}"
+            res = read_records(spec.name, kafka, [partition_for("billing")], {})
+            assert res.reader == "wire" and not res.problems
+            committed = {(r["topic"], r["topic_partition"]): r["committed_offset"] for r in res.rows
+                         if r["group"] == "billing"}
+            assert committed == {("orders", 0): 10, ("orders", 1): 11, ("orders", 2): 12}
+
+            # the node listeners (INTERNAL, CONTROLLER) answer a node's certificate only
+            for port in (spec.internal_port(1), spec.controller_port(1)):
+                assert api_versions_answered(spec, port, certificate=True)
+                with pytest.raises(ssl.SSLError, match="(?i)certificate"):
+                    api_versions_answered(spec, port, certificate=False)
+    finally:
+        hosts.down()
+
+
+def api_versions_answered(spec, port: int, certificate: bool) -> bool:
+    """An ApiVersions v0 request to node 1's `port` over TLS (trusting the lab CA), with the lab's
+    node certificate or none: True when an answer came."""
+    import socket
+    import ssl
+    import struct
+
+    ctx = ssl.create_default_context(cafile=str(spec.tls_dir / "ca.pem"))
+    if certificate:
+        ctx.load_cert_chain(str(spec.tls_dir / "node-client.pem"), str(spec.tls_dir / "node-client.key"))
+    client = b"fleet-test"
+    body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
+    with socket.create_connection((spec.host(1), port), timeout=15) as raw, \
+            ctx.wrap_socket(raw, server_hostname=spec.host(1)) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        head = sock.recv(8)
+    return len(head) == 8 and struct.unpack(">ii", head)[1] == 1
+
+
+def procs_listening(host: str, port: int) -> bool:
+    from fleetlab import procs
+
+    return procs.port_open(host, port)
