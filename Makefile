@@ -99,7 +99,7 @@ demo:
 
 stop:
 	@test -x $(BIN)/python || exit 0; \
-	$(LAB_STOP) traffic stop; $(LAB_STOP) airflow down; $(LAB_STOP) down
+	$(LAB_STOP) traffic stop; $(LAB_STOP) airflow down; $(LAB_STOP) down; $(LAB_STOP) hosts down
 
 demo-cluster:
 	$(MAKE) demo PROFILE=cluster
