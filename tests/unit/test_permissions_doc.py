@@ -1,4 +1,4 @@
-"""The README's Permissions section is the contract: the `kafka-acls` commands an operator pastes
+"""The Permissions section of docs/security.md is the contract: the `kafka-acls` commands an operator pastes
 grant exactly what the lab's secured clusters grant (fleetlab.lab.SECURED_ACLS), and the secured
 tests run with those ACLs and nothing more."""
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 from fleetlab.lab import SECURED_ACLS, SSL_ACLS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 SECURITY = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
 
@@ -20,7 +19,7 @@ def snake(operation: str) -> str:
 
 
 def readme_acls(text: str) -> set[tuple[str, str, str, str]]:
-    section = text.split("### Permissions", 1)[1].split("\n## ", 1)[0]
+    section = text.split("\n## Permissions", 1)[1].split("\n## ", 1)[0]
     out: set[tuple[str, str, str, str]] = set()
     for line in section.splitlines():
         if not line.startswith("kafka-acls"):
@@ -38,17 +37,17 @@ def readme_acls(text: str) -> set[tuple[str, str, str, str]]:
     return out
 
 
-def test_readme_grants_exactly_the_lab_acls():
-    documented = readme_acls(README.read_text())
+def test_the_docs_grant_exactly_the_lab_acls():
+    documented = readme_acls(SECURITY.read_text())
     granted = {(user, kind, name, op) for user, acls in SECURED_ACLS.items() for kind, name, op in acls}
-    assert documented, "the README's Permissions section lists no kafka-acls command"
-    assert documented - granted == set(), "the README lists ACLs the lab does not grant"
-    assert granted - documented == set(), "the lab grants ACLs the README does not list"
+    assert documented, "docs/security.md's Permissions section lists no kafka-acls command"
+    assert documented - granted == set(), "docs/security.md lists ACLs the lab does not grant"
+    assert granted - documented == set(), "the lab grants ACLs docs/security.md does not list"
 
 
 def test_the_parser_sees_a_difference():
     """The comparison above can fail: one operation dropped from a command is noticed."""
-    text = README.read_text()
+    text = SECURITY.read_text()
     line = next(x for x in text.splitlines() if x.startswith("kafka-acls") and "User:fleet " in x
                 and "--operation Read --topic __consumer_offsets" in x)
     smaller = readme_acls(text.replace(line, ""))
