@@ -62,7 +62,7 @@ from fleetkit.core.runbook import (GATE_SEQ, SECOND, TRIGGERING_USER, Refused, R
 from fleet_airflow import settings
 # the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
 from fleet_airflow.settings import deployment_keys_in
-from fleet_airflow.triggers.earlier_answer import EarlierAnswerTrigger
+from fleet_airflow.triggers.earlier_answer import EarlierAnswerTrigger, user_dict
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ class PlanApprovalOperator(ApprovalOperator):
         answer = held.get("answer")
         if not (isinstance(answer, dict) and answer.get("audited")):
             responded_at = event.get("responded_at")
-            user = _user_dict(event.get("responded_by_user"))
+            user = user_dict(event.get("responded_by_user"))
             answer = held["answer"] = {
                 "chosen_options": chosen, "approver": approver, "responded_by_user": user or None,
                 "responded_at": responded_at.isoformat() if hasattr(responded_at, "isoformat") else responded_at,
@@ -418,17 +418,8 @@ class PlanApprovalOperator(ApprovalOperator):
             raise AirflowFailException(f"{type(e).__name__}: {e}") from None
 
 
-def _user_dict(user) -> dict:
-    """A HITL responder as a dict (Airflow passes a dict or a HITLUser model)."""
-    if isinstance(user, dict):
-        return user
-    if user is None:
-        return {}
-    return {"id": getattr(user, "id", None), "name": getattr(user, "name", None)}
-
-
 def _responder(event: dict) -> str | None:
-    user = _user_dict((event or {}).get("responded_by_user"))
+    user = user_dict((event or {}).get("responded_by_user"))
     return user.get("name") or user.get("id")
 
 

@@ -48,14 +48,21 @@ class EarlierAnswerTrigger(BaseTrigger):
         yield TriggerEvent(answer_event(detail))
 
 
+def user_dict(user) -> dict:
+    """A HITL responder as a dict (Airflow passes a dict or a HITLUser model; {} for nobody)."""
+    if isinstance(user, dict):
+        return user
+    if user is None:
+        return {}
+    return {"id": getattr(user, "id", None), "name": getattr(user, "name", None)}
+
+
 def answer_event(detail) -> dict:
     """The trigger's event for a HITL detail response (Airflow's HITLDetailResponse)."""
     chosen = list(getattr(detail, "chosen_options", None) or [])
     if not getattr(detail, "response_received", False) or not chosen:
         return {"answered": False, "why": "Airflow's HITL record holds no answer"}
-    user = getattr(detail, "responded_by_user", None)
-    if user is not None and not isinstance(user, dict):
-        user = {"id": getattr(user, "id", None), "name": getattr(user, "name", None)}
+    user = user_dict(getattr(detail, "responded_by_user", None)) or None
     responded_at = getattr(detail, "responded_at", None)
     return {"answered": True, "chosen_options": chosen, "params_input": dict(getattr(detail, "params_input", None)
                                                                              or {}),
