@@ -2,8 +2,11 @@
 Lines and Parquet.
 
 Jobs run on local[*] by default and on any cluster by changing the master (spark-submit's
---master, or the Airflow Spark connection). SPARK_LOCAL_IP=127.0.0.1 and spark.ui.enabled=false
-keep a local session on loopback.
+--master, or the Airflow Spark connection). A session the job starts itself (plain python, a
+local master) keeps its driver on loopback; under spark-submit the driver listens where the
+submitting side says (spark.driver.host / SPARK_LOCAL_IP, set by the operator from the Spark
+connection: loopback for a local master, the worker's own address for a cluster's executors to
+reach in client mode).
 
 Inputs and outputs are any path Spark reads and writes (a local path, file:///..., hdfs://...,
 s3a://...): listing, renames and deletes go through the Hadoop FileSystem of the path, never
@@ -75,7 +78,12 @@ SNAPSHOT_SCHEMA = spark_schema("offsets_snapshots")
 
 
 def session(app: str, master: str | None = None) -> SparkSession:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # spark-submit started the JVM with its --master
+    if not submitted:
+        master = master or os.environ.get("FLEET_SPARK_MASTER", "local[*]")
+    on_loopback = bool(master) and master.startswith("local")
+    if on_loopback:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers (pandas UDFs) run the driver's interpreter, whatever python3 PATH finds first
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     b = (SparkSession.builder.appName(app)
@@ -83,8 +91,6 @@ def session(app: str, master: str | None = None) -> SparkSession:
          .config("spark.ui.showConsoleProgress", "false")  # progress bars garble task logs
          .config("spark.sql.session.timeZone", "UTC")
          .config("spark.sql.shuffle.partitions", os.environ.get("FLEET_SPARK_SHUFFLE_PARTITIONS", "8"))
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
          # percentile and collect_list keep per-key buffers; past 128 keys per task Spark would fall
          # back to sorting the rows (the stuck job's per-partition medians over 100,000s of partitions)
          .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "100000")
@@ -97,13 +103,14 @@ def session(app: str, master: str | None = None) -> SparkSession:
          # rows cross to Python (mapInArrow, Arrow UDFs) in batches of 50,000 instead of 10,000:
          # fewer batches to write and read (the stuck job on 10M rows: about 2 s less)
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50000"))
+    if on_loopback:
+        # a local session's driver: nothing outside this process reaches it
+        b = b.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    # Under spark-submit (which starts the JVM and hands its gateway over in PYSPARK_GATEWAY_PORT)
+    # the submitted --master and driver address stand, unless a master is given here; a SparkConf()
+    # made here could not tell, as it reads no defaults before a SparkContext exists.
     if master:
         b = b.master(master)
-    elif "PYSPARK_GATEWAY_PORT" not in os.environ:
-        # plain python: no master yet. Under spark-submit (which starts the JVM and hands its
-        # gateway over in PYSPARK_GATEWAY_PORT) the submitted --master stands; a SparkConf() made
-        # here could not tell, as it reads no defaults before a SparkContext exists.
-        b = b.master(os.environ.get("FLEET_SPARK_MASTER", "local[*]"))
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark

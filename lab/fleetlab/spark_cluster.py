@@ -4,7 +4,8 @@ in .venv, for the cluster profile and the benchmarks.
 pip's pyspark ships bin/spark-class but none of the sbin start scripts, so each daemon is
 `spark-class org.apache.spark.deploy.master.Master ...` / `... deploy.worker.Worker ...` run in the
 foreground, started and stopped by PID like every other lab process. Everything binds 127.0.0.1
-(`--host`, SPARK_LOCAL_IP for the web UIs); the ports come from the port plan
+(`--host`, SPARK_LOCAL_IP for the web UIs), or, on the several-hosts lab (`placement`), each daemon
+its own lab host's address inside that host's network namespace; the ports come from the port plan
 (fleetlab.ports.PortPlan: spark_master, spark_master_ui, spark_worker(i), spark_worker_ui(i)),
 never Spark's 7077 / 8080 / 8081. Workers are small (1 core, 1g each by default).
 
@@ -61,6 +62,16 @@ class SparkClusterSpec:
     worker_memory: str = "1g"
     exec_python: Path = field(default=EXEC_VENV / "bin" / "python")
     driver_python: Path = field(default=VENV_BIN / "python")
+    #: (daemon name, address, network namespace) of daemons on lab hosts (fleetlab.hosts); a daemon
+    #: not listed runs on this machine's loopback
+    placement: tuple[tuple[str, str, str], ...] = ()
+
+    def address(self, name: str) -> str:
+        """The address daemon `name` ("master", "worker-<i>") binds and is reached at."""
+        return next((a for n, a, _ in self.placement if n == name), "127.0.0.1")
+
+    def netns(self, name: str) -> str | None:
+        return next((ns for n, _, ns in self.placement if n == name), None)
 
     @classmethod
     def from_plan(cls, home: Path, plan: PortPlan, workers: int = 2, **kwargs) -> "SparkClusterSpec":
@@ -70,11 +81,11 @@ class SparkClusterSpec:
 
     @property
     def master_url(self) -> str:
-        return f"spark://127.0.0.1:{self.master_port}"
+        return f"spark://{self.address('master')}:{self.master_port}"
 
     @property
     def master_ui(self) -> str:
-        return f"http://127.0.0.1:{self.master_ui_port}"
+        return f"http://{self.address('master')}:{self.master_ui_port}"
 
     @property
     def workers(self) -> int:
@@ -101,7 +112,7 @@ class SparkClusterSpec:
 
     def connection(self) -> dict:
         """The Airflow `spark_default` connection (AIRFLOW_CONN_SPARK_DEFAULT) for this master."""
-        return {"conn_type": "spark", "host": "spark://127.0.0.1", "port": self.master_port,
+        return {"conn_type": "spark", "host": f"spark://{self.address('master')}", "port": self.master_port,
                 "extra": {"deploy-mode": "client"}}
 
 
@@ -160,8 +171,8 @@ def spark_defaults(spec: SparkClusterSpec) -> dict[str, str]:
         # the driver runs where spark-submit runs (client mode): the Airflow workers' .venv
         "spark.pyspark.driver.python": str(spec.driver_python),
         "spark.executor.memory": spec.worker_memory,
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        # where the driver listens is the submitting side's: SPARK_LOCAL_IP of the Airflow worker
+        # (loopback on one machine, its lab host's address on the several-hosts lab)
     }
 
 
@@ -186,12 +197,12 @@ def write_config(spec: SparkClusterSpec) -> None:
     spec.daemon_properties.write_text(_properties_text(daemon_properties(spec)))
 
 
-def daemon_env(spec: SparkClusterSpec, base: dict | None = None) -> dict[str, str]:
+def daemon_env(spec: SparkClusterSpec, base: dict | None = None, name: str = "master") -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.pop("PYTHONPATH", None)  # executors see the py-files and their own venv, nothing of ours
     env.update({
         "PATH": f"{VENV_BIN}:{env.get('PATH', '')}",
-        "SPARK_LOCAL_IP": "127.0.0.1",  # the web UIs bind to it
+        "SPARK_LOCAL_IP": spec.address(name),  # the web UIs bind to it
         "SPARK_CONF_DIR": str(spec.conf_dir),
         "SPARK_DAEMON_MEMORY": "512m",
         "SPARK_LOCAL_DIRS": str(spec.home / "local"),
@@ -209,11 +220,13 @@ def submit_env(spec: SparkClusterSpec) -> dict[str, str]:
 def argv(spec: SparkClusterSpec, name: str) -> list[str]:
     spark_class = str(VENV_BIN / "spark-class")
     props = ["--properties-file", str(spec.daemon_properties)]
+    # in a lab host's namespace: `ip netns exec` enters it and execs the daemon (same PID)
+    inside = ["ip", "netns", "exec", spec.netns(name)] if spec.netns(name) else []
     if name == "master":
-        return [spark_class, MASTER_CLASS, "--host", "127.0.0.1", "--port", str(spec.master_port),
+        return [*inside, spark_class, MASTER_CLASS, "--host", spec.address(name), "--port", str(spec.master_port),
                 "--webui-port", str(spec.master_ui_port), *props]
     i = int(name.removeprefix("worker-"))
-    return [spark_class, WORKER_CLASS, "--host", "127.0.0.1", "--port", str(spec.worker_ports[i]),
+    return [*inside, spark_class, WORKER_CLASS, "--host", spec.address(name), "--port", str(spec.worker_ports[i]),
             "--webui-port", str(spec.worker_ui_ports[i]), "--cores", str(spec.worker_cores),
             "--memory", spec.worker_memory, "--work-dir", str(spec.home / name / "work"), *props, spec.master_url]
 
@@ -261,14 +274,14 @@ def up(spec: SparkClusterSpec, timeout: float = 120) -> None:
     ensure_exec_venv(spec.exec_python.parent.parent)
     write_config(spec)
     (spec.home / "run").mkdir(parents=True, exist_ok=True)
-    env = daemon_env(spec)
     for name in spec.names():
         if running(spec, name) is not None:
             continue
+        env = daemon_env(spec, name=name)
         for port in _ports(spec, name):
-            if procs.port_open("127.0.0.1", port):
-                raise SparkClusterError(f"port 127.0.0.1:{port} is taken by another process: the Spark {name} "
-                                        f"of {spec.home} cannot start there")
+            if procs.port_open(spec.address(name), port):
+                raise SparkClusterError(f"port {spec.address(name)}:{port} is taken by another process: the Spark "
+                                        f"{name} of {spec.home} cannot start there")
         (spec.home / name).mkdir(parents=True, exist_ok=True)
         for attempt in range(1, BIND_ATTEMPTS + 1):
             procs.start(argv(spec, name), spec.pid_file(name), spec.log_file(name), env=env,
@@ -278,7 +291,7 @@ def up(spec: SparkClusterSpec, timeout: float = 120) -> None:
                     _wait(spec, timeout, lambda s: s is not None, "the master's web UI to answer")
                 else:
                     i = int(name.removeprefix("worker-"))
-                    _wait(spec, timeout, lambda s, i=i: _worker_alive(s, spec.worker_ports[i]),
+                    _wait(spec, timeout, lambda s, i=i, name=name: _worker_alive(s, spec.worker_ports[i], spec.address(name)),
                           f"Spark {name} to register with the master")
                 break
             except SparkClusterError:
@@ -294,8 +307,9 @@ def up(spec: SparkClusterSpec, timeout: float = 120) -> None:
 BIND_ATTEMPTS = 3
 
 
-def _worker_alive(state: dict | None, port: int) -> bool:
-    return any(w.get("state") == "ALIVE" and w.get("port") == port for w in (state or {}).get("workers", []))
+def _worker_alive(state: dict | None, port: int, host: str = "127.0.0.1") -> bool:
+    return any(w.get("state") == "ALIVE" and w.get("port") == port and w.get("host") == host
+               for w in (state or {}).get("workers", []))
 
 
 def _bind_failed(spec: SparkClusterSpec, name: str) -> bool:

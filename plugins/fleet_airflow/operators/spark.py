@@ -179,10 +179,26 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             zip_path = build_py_files(folder)
             self.log.info("py-files: %s", zip_path)
             self.py_files = ",".join(p for p in (self.py_files, str(zip_path)) if p)
-            self._hook = None  # the hook takes py_files when it is made
+            self._hook = None  # the hook takes py_files and conf when it is made
+            self.conf = driver_conf(self._get_hook()._connection["master"], self.conf)
+            self._hook = None
             return super().execute(context)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def driver_conf(master: str, conf: dict | None) -> dict:
+    """The job's Spark conf with where its driver listens. On a local master the driver stays on
+    loopback (127.0.0.1, nothing to reach from elsewhere). On a cluster (client mode: the driver runs
+    on this worker) nothing is pinned here: the driver advertises this host's address, SPARK_LOCAL_IP
+    when the worker sets it, else the address of its host name (Spark's own rule), or
+    spark.driver.host / spark.driver.bindAddress where the Spark connection's conf or the cluster's
+    spark-defaults.conf give them."""
+    out = dict(conf or {})
+    if master.startswith("local"):
+        out.setdefault("spark.driver.host", "127.0.0.1")
+        out.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    return out
 
 
 def spark_job_operator(task_id: str, job: str, application_args: Sequence[str], *,
