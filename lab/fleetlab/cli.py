@@ -4,6 +4,7 @@ product's `fleetctl`.
     fleetlab up|down|status|env                 the lab fleet (lab, lab39, lab43), or one --lab-dir
     fleetlab stop-broker|start-broker|broker-config   one broker (the lab fleet file's broker_control)
     fleetlab traffic start|stop                 demo traffic
+    fleetlab objectstore up|down|status         the lab's S3-compatible object store (s3proxy)
     fleetlab airflow env|up|down|status         the project's Airflow processes
     fleetlab trigger DAG                        trigger a DAG run through that Airflow's REST API
     fleetlab demo                               what `make demo` runs after setup
@@ -152,6 +153,34 @@ def cmd_hosts(args) -> int:
     except HostsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def object_store_spec(test: bool = False):
+    """The lab's object store: .lab/objectstore on the demo's port plan (the tests': .lab/objectstore-test)."""
+    from fleetlab import ports
+    from fleetlab.objectstore import ObjectStoreSpec
+    from fleetlab.paths import CHECKOUT
+
+    plan = ports.tests() if test else ports.DEMO
+    return ObjectStoreSpec(CHECKOUT / ".lab" / ("objectstore-test" if test else "objectstore"), plan.object_store)
+
+
+def cmd_objectstore(args) -> int:
+    from fleetlab import objectstore
+
+    spec = object_store_spec()
+    if args.action == "up":
+        pid = objectstore.up(spec)
+        objectstore.create_bucket(spec, args.bucket)
+        print(f"object store up (pid {pid}): {spec.endpoint}, bucket {args.bucket!r}, blobs in {spec.blobs}; "
+              f"data root s3://{args.bucket}/<prefix> with an aws connection from {spec.credentials_file}")
+    elif args.action == "down":
+        print(f"object store: {objectstore.down(spec)}")
+    else:
+        pid = objectstore.running(spec)
+        print(f"object store: {'pid %d, %s' % (pid, spec.endpoint) if pid else 'not running'}")
+        return 0 if pid else 3
     return 0
 
 
@@ -342,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("names", nargs="*", metavar="HOST", help="up: the hosts to create (default: airflow worker1 "
                                                              "worker2 spark0 spark1 spark2 store kafka0 kafka1 kafka2)")
     sp.set_defaults(func=cmd_hosts)
+
+    sp = sub.add_parser("objectstore", help="the lab's S3-compatible object store (s3proxy on 127.0.0.1, "
+                                            "filesystem backend under .lab/objectstore)")
+    sp.add_argument("action", choices=["up", "down", "status"])
+    sp.add_argument("--bucket", default="fleet", help="up: the bucket to create (default: fleet)")
+    sp.set_defaults(func=cmd_objectstore)
 
     sp = sub.add_parser("traffic", help="demo traffic: healthy groups, a poison record, a stopped group")
     lab_opts(sp)

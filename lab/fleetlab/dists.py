@@ -11,6 +11,9 @@ This module is the one place that names Kafka versions for the lab:
   distribution would: 3.9 gets reload4j + slf4j-reload4j (log4j.properties), 4.x gets log4j2
   core + its slf4j binding (a log4j2 configuration).
 
+The lab's object store (fleetlab/objectstore.py) is s3proxy's jar-with-dependencies (`S3PROXY`),
+fetched from Maven Central the same way and pinned in the same checksums file.
+
 Every jar of every distribution is checked against fleetlab/kafka-jars.sha256 after the fetch;
 a jar that is missing, extra or different stops the lab with the jar's name. `python -m
 fleetlab.dists --write-checksums` rewrites that file after a deliberate version change.
@@ -76,6 +79,10 @@ DISTS: dict[str, Dist] = {
         "org.apache.logging.log4j:log4j-slf4j-impl:2.25.4",
     ), logging="log4j2", marker_jar="kafka_2.13-4.3.1.jar"),
 }
+
+
+#: the lab's S3-compatible object store (fleetlab.objectstore): group:artifact:version:classifier
+S3PROXY = "org.gaul:s3proxy:2.9.0:jar-with-dependencies"
 
 
 def get(version: str) -> Dist:
@@ -225,6 +232,45 @@ def ensure(version: str, check: bool = True) -> Path:
     return home
 
 
+def s3proxy_key() -> str:
+    """The s3proxy jar's entry in the checksums file: <artifact>-<version>/<jar file name>."""
+    _, artifact, version, classifier = S3PROXY.split(":")
+    return f"{artifact}-{version}/{artifact}-{version}-{classifier}.jar"
+
+
+def ensure_s3proxy(check: bool = True) -> Path:
+    """The s3proxy jar, fetched from Maven Central on first use and checked against its pinned sha256."""
+    group, artifact, version, classifier = S3PROXY.split(":")
+    folder, name = s3proxy_key().split("/")
+    path = cache_dir() / folder / name
+    expected = read_checksums().get(folder, {}).get(name)
+    if check and not expected:
+        raise LabError(f"{CHECKSUMS} pins no {name}")
+    if not path.exists():
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise LabError(f"mvn is not installed: it fetches {name} from Maven Central (`make setup` installs "
+                           "Debian's maven)")
+        work = path.parent.with_name(folder + ".download")
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        print(f"fetching {artifact} {version} from Maven Central ...", flush=True)
+        out = subprocess.run([mvn, "-B", "-q", f"{DEPENDENCY_PLUGIN}:copy",
+                              f"-Dartifact={group}:{artifact}:{version}:jar:{classifier}",
+                              f"-DoutputDirectory={work}"], capture_output=True, text=True)
+        if out.returncode != 0 or not (work / name).exists():
+            tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+            raise LabError(f"mvn could not fetch {S3PROXY}:\n{tail}")
+        if check and _sha256(work / name) != expected:
+            raise LabError(f"{name}: checksum {_sha256(work / name)}, pinned {expected} in {CHECKSUMS.name}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work / name, path)
+        shutil.rmtree(work, ignore_errors=True)
+    elif check and _sha256(path) != expected:
+        raise LabError(f"{path}: checksum {_sha256(path)}, pinned {expected} in {CHECKSUMS.name}")
+    return path
+
+
 def write_checksums() -> None:
     lines = ["# sha256 of every jar of the lab's Kafka distributions (fleetlab/dists.py).",
              "# Regenerate after a deliberate version change: python -m fleetlab.dists --write-checksums"]
@@ -233,6 +279,7 @@ def write_checksums() -> None:
         if not libs.is_dir():
             raise LabError(f"Kafka {version} is not fetched ({libs}); fetch it first (make setup)")
         lines += [f"{digest}  {version}/{jar}" for jar, digest in jar_digests(libs).items()]
+    lines.append(f"{_sha256(ensure_s3proxy(check=False))}  {s3proxy_key()}")
     CHECKSUMS.write_text("\n".join(lines) + "\n")
 
 

@@ -121,6 +121,11 @@ class PortPlan:
         return self.base + 8181 + worker
 
     @property
+    def object_store(self) -> int:
+        """The lab's S3-compatible object store (fleetlab.objectstore)."""
+        return self.base + 4190
+
+    @property
     def prometheus(self) -> int:
         return self.base + 4090
 

@@ -222,7 +222,9 @@ def test_jars_are_checked_against_the_pinned_checksums(tmp_path):
 
 def test_every_distribution_is_pinned_in_the_checksum_file():
     pinned = dists.read_checksums()
-    assert set(pinned) == set(dists.DISTS)
+    s3proxy_folder, s3proxy_jar = dists.s3proxy_key().split("/")
+    assert set(pinned) == set(dists.DISTS) | {s3proxy_folder}  # and the lab's object store
+    assert len(pinned[s3proxy_folder][s3proxy_jar]) == 64
     for version, dist in dists.DISTS.items():
         assert dist.marker_jar in pinned[version]
         assert all(len(d) == 64 for d in pinned[version].values())
