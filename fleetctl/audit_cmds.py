@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from fleetctl.connect import airflow_context
+from fleetctl.connect import airflow_context, state_store
 from fleetctl.output import red
 
 
@@ -113,6 +113,7 @@ def cmd_audit_verify(args) -> int:
 
     from fleet_airflow import settings
 
+    state_store()  # the chains' heads: FLEET_STATE_CONN_ID, else the heads folder
     root = DataRoot(args.data_root or settings.data_root())
     reports = audit.verify(root, args.cluster)
     if not reports:
@@ -139,6 +140,7 @@ def cmd_audit_seal(args) -> int:
 
     from fleet_airflow import settings
 
+    state_store()  # the chains' heads: FLEET_STATE_CONN_ID, else the heads folder
     root = DataRoot(args.data_root or settings.data_root())
     clusters = [args.cluster] if args.cluster else audit.audit_clusters(root)
     for cluster in clusters:

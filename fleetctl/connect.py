@@ -26,6 +26,20 @@ def airflow_context() -> None:
     settings.require()
 
 
+def state_store():
+    """The deployment's shared run state for this command (locks, journals, audit heads:
+    FLEET_STATE_CONN_ID, fleetkit.core.state), installed for the process: a connection in a JSON
+    AIRFLOW_CONN_<ID> variable is read without Airflow (a quick `fleetctl lock status`), any other
+    through Airflow (fleet_airflow.clusters.install_state). Unset: the local files."""
+    from fleetkit.core import settings, state
+    from fleetkit.core.connections import from_env
+
+    conn_id = settings.state_conn_id()
+    if conn_id is None or from_env(conn_id) is not None:
+        return state.current()
+    return airflow_clusters().install_state()
+
+
 def os_user() -> str:
     import getpass
 

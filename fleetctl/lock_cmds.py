@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fleetctl.connect import actor
+from fleetctl.connect import actor, state_store
 
 
 def _lock_dir(args) -> str:
@@ -17,37 +17,42 @@ def _lock_dir(args) -> str:
 
 def cmd_lock_status(args) -> int:
     """Every held lock: cluster, holder run, since, identity (exit 3 when one is held)."""
-    from fleetkit.core.locks import held_locks
+    from fleetkit.core.locks import held_locks, locks_where
     from fleetkit.core.render import visible_controls
 
+    store = state_store()  # the lock folder, or the shared run state's database (FLEET_STATE_CONN_ID)
     lock_dir = _lock_dir(args)
     held = held_locks(lock_dir)
     if not held:
-        print(f"no cluster is locked (lock folder {lock_dir})")
+        print(f"no cluster is locked ({locks_where(lock_dir)})")
         return 0
-    for path, h in held:
+    for ref, h in held:
         print("\t".join(visible_controls(str(x)) for x in (
             h.get("cluster", "?"), f"dag={h.get('dag_id', '?')}", f"run={h.get('run_id', '?')}",
             f"since={h.get('since', '?')}", f"host={h.get('host', '?')}", f"pid={h.get('pid', '?')}",
-            f"identity={h.get('identity', '?')}", str(path))))
+            f"identity={h.get('identity', '?')}", store.lock_where(ref))))
     return 3
 
 
 def cmd_lock_clear(args) -> int:
     """Clear the lock of a cluster (by the name or identity its holder recorded), after checking the
     cluster: never while the holder run is queued or running (asked of Airflow as the caller); with
-    --force when it no longer runs or Airflow cannot be asked. The lock file is moved to
-    <lock folder>/cleared/ and the clearing is audited on the holder run."""
+    --force when it no longer runs or Airflow cannot be asked. The lock is kept as a record (the lock
+    file moved to <lock folder>/cleared/, or its row to the cleared_locks table) and the clearing is
+    audited on the holder run."""
     from fleetkit.core.locks import cli_holder_alive, find_locks
     from fleetkit.core.render import visible_controls
     from fleetkit.core.runbook import Runbook, run_state_problem
 
     from fleetctl.airflow_api import run_state_or_none
 
+    from fleetkit.core.locks import locks_where
+
+    state_store()  # the lock folder, or the shared run state's database (FLEET_STATE_CONN_ID)
     lock_dir = _lock_dir(args)
     locks = find_locks(lock_dir, args.cluster)
     if not locks:
-        print(f"error: no lock held for cluster {visible_controls(args.cluster)!r} in {lock_dir} "
+        print(f"error: no lock held for cluster {visible_controls(args.cluster)!r} in {locks_where(lock_dir)} "
               "(fleetctl lock status lists the held locks)", file=sys.stderr)
         return 2
     refused = 0
@@ -86,12 +91,12 @@ def cmd_lock_clear(args) -> int:
             "lock_cleared", actor=actor(),
             message=f"fleetctl lock clear --force: the lock of {h.get('identity')} held since {h.get('since')} cleared "
                     f"(holder run state: {state or 'unknown: ' + why_unknown})",
-            details={"holder": h, "holder_state": state, "lock_file": str(lock.path)})
+            details={"holder": h, "holder_state": state, "lock_file": lock.where})
         cleared = lock.clear()
         if cleared is None:
             print(f"{what}: already released (audited as cleared)")
             continue
-        print(f"cleared {what} since {h.get('since')} ({h.get('identity')}); kept in {lock.lock_dir / 'cleared'}; "
+        print(f"cleared {what} since {h.get('since')} ({h.get('identity')}); kept in {lock.cleared_where}; "
               "audited")
     return 2 if refused else 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fleetctl.connect import CONNECT_TIMEOUT, airflow_context, connected
+from fleetctl.connect import CONNECT_TIMEOUT, airflow_context, connected, state_store
 from fleetctl.connect import actor as current_actor
 
 
@@ -13,6 +13,7 @@ def _trim_command(args, what: str) -> int:
     engine checks the approval, the audit and the journal; Airflow is asked (as the caller) whether
     the run still runs; the cluster's lock is held while acting."""
     airflow_context()
+    state_store()  # the lock, the journal and the audit heads: FLEET_STATE_CONN_ID, else local files
     from fleetkit.core.locks import RUNNING_STATES
     from fleetkit.core.render import visible_controls
     from fleetkit.core.runbook import Refused, run_state_problem

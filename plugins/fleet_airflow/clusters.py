@@ -9,6 +9,10 @@ Which principal: every function takes `changes` (default False). A step that cha
 passes changes=True and gets the runbook connections (the fleet file's runbook_kafka_conn_id,
 zookeeper.runbook_conn_id, a store's runbook_conn_id; each defaults to the read-only one); every
 other step reads with the read-only connections (kafka_conn_id, zookeeper.conn_id, conn_id).
+
+The shared run state (locks, execution journals, audit heads) is a connection too: `install_state`
+resolves FLEET_STATE_CONN_ID here and installs its store for the process (fleetkit.core.state);
+the gate, the operators and fleetctl call it before they lock, journal or audit.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from fleetkit.collection.groups import CollectionResult
 from fleetkit.core.datasets import DataRoot
 from fleetkit.core.errors import ClusterUnreachable, FleetConfigError
 from fleetkit.core.fleet import Cluster
+from fleetkit.core.state import StateDB
 from fleetkit.clients.kafka import KafkaCluster
 from fleetkit.clients.zookeeper import ZooKeeperCluster
 
@@ -167,3 +172,45 @@ def collect_group_ids(cluster: Cluster, data_root: str, timeout: float = 15.0):
     except Exception as e:
         raise ClusterUnreachable(f"group-id mapping collection of cluster {cluster.name!r} failed, nothing written: "
                                  f"{type(e).__name__}: {e}") from e
+
+
+def state_db(conn_id: str) -> StateDB:
+    """The database of the shared run state: connection `conn_id` (type postgres; its schema field
+    is the database, extra state_schema the toolkit's schema, default fleet_state), from its
+    AIRFLOW_CONN_<ID> variable in JSON form, else through Airflow (secrets backends, the metadata
+    database). FleetConfigError naming it when it is not defined."""
+    from fleetkit.core.connections import from_env
+    from fleetkit.core.state import db_from_connection
+
+    conn = from_env(conn_id)
+    if conn is not None:
+        return db_from_connection(conn_id, conn.conn_type, conn.host, conn.port, conn.login, conn.password,
+                                  conn.schema, conn.extra)
+    from airflow.exceptions import AirflowNotFoundException
+
+    from fleet_airflow.hooks import connection
+
+    try:
+        c = connection(conn_id)
+    except AirflowNotFoundException:
+        raise FleetConfigError(f"FLEET_STATE_CONN_ID: connection {conn_id!r} (the shared run state) is not defined. "
+                               f"Define it as AIRFLOW_CONN_{conn_id.upper()} or in Airflow (Admin > Connections), "
+                               "type postgres") from None
+    return db_from_connection(conn_id, c.conn_type, c.host, c.port, c.login, c.password, c.schema, c.extra_dejson)
+
+
+def install_state():
+    """Install the deployment's shared run state for this process (FLEET_STATE_CONN_ID; unset: the
+    local files) and return its store. The one place the gate, the operators and fleetctl choose it;
+    a database that cannot be reached is a one-line StateUnreachable naming the connection, never a
+    fall-back to local files."""
+    from fleetkit.core import settings, state
+
+    conn_id = settings.state_conn_id()
+    if conn_id is None:
+        return state.current()
+    store = state.installed()
+    if getattr(getattr(store, "db", None), "conn_id", None) != conn_id:
+        store = state.open_store(state_db(conn_id))
+        state.install(store)
+    return store

@@ -110,7 +110,11 @@ def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_pat
 
 
 def runbook(params: dict, action: GateAction, context) -> Runbook:
-    """The engine's view of this run (deployment settings: fleet file, data root, lock folder)."""
+    """The engine's view of this run (deployment settings: fleet file, data root, lock folder; the
+    shared run state's store installed for the task's process: FLEET_STATE_CONN_ID)."""
+    from fleet_airflow import clusters
+
+    clusters.install_state()
     return Runbook(capability=action.capability, action=action.name, dag_id=context["dag"].dag_id,
                    run_id=context["run_id"], cluster=params["cluster"], data_root=data_root(),
                    fleet_file=settings.fleet_file(), lock_dir=lock_dir())
@@ -118,7 +122,7 @@ def runbook(params: dict, action: GateAction, context) -> Runbook:
 
 def execute_journal(params: dict, action: GateAction, context) -> str:
     """Where this run's execute journals its changes (derived from the run, never passed along)."""
-    return str(runbook(params, action, context).journal)
+    return str(runbook(params, action, context).journal)  # (the journal's file, or its key in the database)
 
 
 def render_plan(action: GateAction, plan: dict, digest: str,

@@ -10,9 +10,10 @@ Append-only and tamper-evident: each cluster's records form one keyed hash chain
 `prev_hash` (the `hash` of the cluster's record before it; GENESIS for the first), `key_id` (which
 audit key signed it) and `hash` (HMAC-SHA256, with that key, over the canonical JSON of the
 record's fields, prev_hash and key_id included). The newest hash of each chain (its head) is kept
-outside the data root, in the heads folder (FLEET_AUDIT_HEADS_DIR, default
-<FLEET_LOCK_DIR>/audit-heads), one file per (data root, cluster), itself signed with the key, so a
-truncated tail is caught too. `verify` reports modified, removed, inserted and re-ordered records,
+outside the data root, itself signed with the key, so a truncated tail is caught too: by the
+process's shared-state store (fleetkit.core.state), in the heads folder (FLEET_AUDIT_HEADS_DIR,
+default <FLEET_LOCK_DIR>/audit-heads, one file per (data root, cluster)) or as rows of the
+deployment's PostgreSQL (FLEET_STATE_CONN_ID). `verify` reports modified, removed, inserted and re-ordered records,
 a tail that no longer ends at the head, a head whose signature does not verify, and a head that
 was lost and rebuilt from the audit (`reanchored`): that one stays a failure for good, it is the
 trace of a deleted head file.
@@ -27,30 +28,28 @@ chain of those only gets a signed head through `seal` (`fleetctl audit seal`), a
 after the upgrade. What this does not catch: someone who holds the key and rewrites the chain and
 its head.
 
-Appends to one cluster's chain are serialized by an exclusive fcntl.flock on a lock file in the
-heads folder, held for the few milliseconds of the append. The heads folder must therefore be on
-one machine's filesystem, or on a shared filesystem whose locks work across hosts (not every NFS
-setup does): every worker that can write audit records must use the same one.
+Appends to one cluster's chain are serialized, held for the few milliseconds of the append: by an
+exclusive fcntl.flock on a lock file in the heads folder (which must therefore be on one machine's
+filesystem, or a shared filesystem whose locks work across hosts: not every NFS setup does), or by
+a PostgreSQL advisory lock of the (data root, cluster) when the state is shared there. Every
+worker that can write audit records must use the same store.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import errno
-import fcntl
 import hashlib
 import hmac
 import json
 import logging
 import os
 import re
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetkit.core import state
 from fleetkit.core.datasets import DataRoot, iso_z, read_dataset, utcnow, write_collection
-from fleetkit.core.durable import fsync_dir, replace_file
 from fleetkit.core.errors import FleetError
 from fleetkit.core.render import visible_controls as v
 
@@ -63,7 +62,7 @@ EVENTS = ("planned", "dry_run", "approved", "rejected", "refused", "executed", "
 GENESIS = "0" * 64  # prev_hash of a chain's first record
 HASHED_FIELDS = ("cluster", "observed_at", "record_id", "dag_id", "run_id", "action", "event", "actor",
                  "digest", "message", "details", "prev_hash")
-LOCK_TIMEOUT_S = 60.0
+LOCK_TIMEOUT_S = state.CHAIN_LOCK_TIMEOUT_S
 
 
 # -- the audit key ----------------------------------------------------------------------------------
@@ -202,24 +201,9 @@ def head_signature(head: dict, keys: AuditKeys) -> str:
 
 # -- where the heads live ----------------------------------------------------------------------------
 def heads_dir() -> Path:
-    """FLEET_AUDIT_HEADS_DIR, default <lock dir>/audit-heads (outside the data root)."""
-    from fleetkit.core.settings import lock_dir
-
-    return Path(os.environ.get("FLEET_AUDIT_HEADS_DIR") or Path(lock_dir()) / "audit-heads")
-
-
-def _short(value: str) -> str:
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()[:16]
-
-
-def _name(value: str) -> str:
-    from fleetkit.core.settings import safe_component
-
-    try:
-        readable = safe_component(value)[:60]
-    except ValueError:
-        readable = "x"
-    return f"{readable}-{_short(value)}"
+    """FLEET_AUDIT_HEADS_DIR, default <lock dir>/audit-heads (outside the data root): the heads of
+    the local-files store (fleetkit.core.state)."""
+    return state.FILES.heads_dir()
 
 
 def root_id(root: DataRoot) -> str:
@@ -230,15 +214,8 @@ def root_id(root: DataRoot) -> str:
 
 
 def _root_folder(root: DataRoot) -> Path:
-    """<heads dir>/<last part of the data root>-<hash of the whole root>/"""
-    from fleetkit.core.settings import safe_component
-
-    rid = root_id(root)
-    try:
-        readable = safe_component(rid.rstrip("/").rsplit("/", 1)[-1])[:60]
-    except ValueError:
-        readable = "root"
-    return heads_dir() / f"{readable}-{_short(rid)}"
+    """<heads dir>/<last part of the data root>-<hash of the whole root>/ (the local-files store)"""
+    return state.FILES.root_folder(root_id(root))
 
 
 # -- the registry of a data root's chains ---------------------------------------------------------
@@ -252,28 +229,19 @@ REGISTRY = "chains.json"
 
 
 def _registry_path(root: DataRoot) -> Path:
-    return _root_folder(root) / REGISTRY
+    return state.FILES.registry_where(root_id(root))
 
 
 def read_registry(root: DataRoot) -> dict | None:
-    try:
-        return json.loads(_registry_path(root).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {"clusters": {}, "unreadable": True}
+    return state.current().registry_read(root_id(root))
 
 
 def _register(root: DataRoot, cluster: str, row: dict, key: AuditKey, resumed_from: str | None = None) -> None:
     """Name `row` the newest record of `cluster`'s chain in the registry (under its own lock).
     `resumed_from`: the tip the head named when `row` continues after a record a killed writer left
     pending (the registry then still names that earlier tip: no break)."""
-    path = _registry_path(root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = os.open(path.with_suffix(".lock"), os.O_CREAT | os.O_RDWR, 0o644)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        doc = read_registry(root) or {}
+    def update(doc: dict | None) -> dict:
+        doc = doc or {}
         clusters = dict(doc.get("clusters") or {}) if not doc.get("unreadable") else {}
         before = clusters.get(cluster) or {}
         breaks = list(before.get("breaks") or [])
@@ -284,18 +252,16 @@ def _register(root: DataRoot, cluster: str, row: dict, key: AuditKey, resumed_fr
                            "newest_was_at": before.get("observed_at"), "continued_after": row["prev_hash"]})
         clusters[cluster] = {"hash": row["hash"], "record_id": row["record_id"], "observed_at": iso_z(row["observed_at"]),
                              **({"breaks": breaks} if breaks else {})}
-        signed = sign_head({"data_root": root_id(root), "clusters": clusters}, key)
-        replace_file(path, json.dumps(signed, sort_keys=True, indent=1).encode("utf-8"))
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        os.close(lock)
+        return sign_head({"data_root": root_id(root), "clusters": clusters}, key)
+
+    state.current().registry_update(root_id(root), update)
 
 
 def _registry_problems(root: DataRoot, cluster: str, by_hash: dict, keys: AuditKeys) -> list[tuple[str, str]]:
     doc = read_registry(root)
     if doc is None:
         return []
-    where = _registry_path(root)
+    where = state.current().registry_where(root_id(root))
     if doc.get("unreadable"):
         return [("?", f"registry {where} is not valid JSON: whole chains deleted or rolled back cannot be told")]
     sig = head_signature(doc, keys)
@@ -320,65 +286,47 @@ def _registry_problems(root: DataRoot, cluster: str, by_hash: dict, keys: AuditK
 
 
 class Chain:
-    """One cluster's chain in one data root: its head file and its append lock."""
+    """One cluster's chain in one data root: its head and its append lock, kept by the process's
+    shared-state store (fleetkit.core.state: files in the heads folder, or database rows)."""
 
     def __init__(self, root: DataRoot, cluster: str):
         self.root, self.cluster = root, cluster
-        folder = _root_folder(root)
-        self.head_path = folder / f"{_name(cluster)}.head.json"
-        self.lock_path = folder / f"{_name(cluster)}.lock"
+        self.store = state.current()
+        self.rid = root_id(root)
+        #: where the head is (a file, or a row), for messages
+        self.head_path = self.store.head_where(self.rid, cluster)
         #: written once by `seal`, never removed by the toolkit: a chain sealed once is never sealed again
-        self.sealed_path = folder / f"{_name(cluster)}.sealed.json"
-        self._fd: int | None = None
+        self.sealed_path = self.store.sealed_where(self.rid, cluster)
+        self._held = None
 
     # the lock
     def __enter__(self) -> "Chain":
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
-        deadline = time.monotonic() + LOCK_TIMEOUT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                    os.close(fd)
-                    raise
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise FleetError(f"audit of cluster {self.cluster!r}: the append lock {self.lock_path} was "
-                                     f"held for more than {LOCK_TIMEOUT_S:.0f}s by another process") from None
-                time.sleep(0.005)
-        self._fd = fd
+        held = self.store.chain_lock(self.rid, self.cluster)
+        held.__enter__()
+        self._held = held
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        if self._held is not None:
+            held, self._held = self._held, None
+            held.__exit__(*exc)
 
     # the head
     def read_head(self) -> dict | None:
-        try:
-            return json.loads(self.head_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except ValueError as e:
-            raise FleetError(f"audit head file {self.head_path} is not valid JSON ({e}); "
-                             "check the audit with `fleetctl audit verify`") from None
+        return self.store.head_read(self.rid, self.cluster)
 
     def write_head(self, doc: dict, key: AuditKey | None = None) -> None:
-        """Replace the head file atomically; signed with `key` when given (without: written as is,
+        """Replace the head atomically; signed with `key` when given (without: written as is,
         e.g. a previous head put back)."""
         if key is not None:
             doc = sign_head(doc, key)
-        folder = self.head_path.parent
-        if not folder.is_dir():
-            folder.mkdir(parents=True, exist_ok=True)
-            fsync_dir(folder.parent)
-        # flushed with its folder: a head lost in a crash would read as a deleted one (re-anchored)
-        replace_file(self.head_path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
+        self.store.head_write(self.rid, self.cluster, doc)
+
+    def delete_head(self) -> None:
+        self.store.head_delete(self.rid, self.cluster)
+
+    def sealed(self) -> bool:
+        return self.store.sealed_exists(self.rid, self.cluster)
 
     def head_doc(self, row: dict, **extra) -> dict:
         return {"cluster": self.cluster, "data_root": root_id(self.root), "hash": row["hash"],
@@ -457,7 +405,7 @@ def record(root: DataRoot, *, cluster: str, dag_id: str, run_id: str, action: st
             write_collection(root, cluster, now, {"audit": [row]})
         except BaseException:
             if head is None:
-                chain.head_path.unlink(missing_ok=True)
+                chain.delete_head()
             else:
                 chain.write_head(head)
             raise
@@ -488,7 +436,7 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
         if sig != "unsigned":
             raise FleetError(f"audit of cluster {v(cluster)!r}: the head file {chain.head_path} carries a signature "
                              "that does not verify with the configured keys: not sealed (see `fleetctl audit verify`)")
-        if chain.sealed_path.exists():
+        if chain.sealed():
             raise FleetError(f"audit of cluster {v(cluster)!r}: this chain was sealed before ({chain.sealed_path}): "
                              "a chain is sealed once, so an unsigned head now means the chain was rewritten without "
                              "the key; not sealed (see `fleetctl audit verify`)")
@@ -503,7 +451,7 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
         doc = {**head, "sealed": {"at": iso_z(utcnow()), "records_before_the_key": rep.before_key}}
         marker = sign_head({"cluster": cluster, "data_root": root_id(root), "sealed": doc["sealed"],
                             "hash": head.get("hash"), "record_id": head.get("record_id")}, key)
-        replace_file(chain.sealed_path, json.dumps(marker, sort_keys=True, indent=1).encode("utf-8"))
+        chain.store.sealed_write(chain.rid, cluster, marker)
         chain.write_head(doc, key)
     log.warning("AUDIT head of cluster %s sealed with audit key %s (%d record(s) before the key)", v(cluster),
                 key.key_id, rep.before_key)
@@ -599,13 +547,7 @@ def audit_clusters(root: DataRoot) -> list[str]:
                 names.add(name[len("cluster="):])
     doc = read_registry(root)
     names.update((doc or {}).get("clusters") or {})
-    folder = _root_folder(root)
-    if folder.is_dir():
-        for p in folder.glob("*.head.json"):
-            try:
-                names.add(json.loads(p.read_text(encoding="utf-8"))["cluster"])
-            except (ValueError, KeyError, OSError):
-                names.add(p.name)
+    names.update(state.current().head_clusters(root_id(root)))
     return sorted(names)
 
 
@@ -666,7 +608,7 @@ def _verify_chain(root: DataRoot, cluster: str, keys: AuditKeys, unsigned_head_o
                                  f"signed with audit key id {head.get('key_id')!r}, which verify does not have "
                                  f"(add it to {PREVIOUS_KEYS_VAR} if it was rotated out)"))
         elif sig == "unsigned" and chained and not unsigned_head_ok:
-            if chain.sealed_path.exists():
+            if chain.sealed():
                 rep.problems.append((head.get("record_id") or "?", f"rewritten: the head file {chain.head_path} is not "
                                      f"signed, although this chain was sealed before ({chain.sealed_path}): the chain "
                                      "or its head was rewritten without the key (do not seal it again)"))

@@ -29,6 +29,7 @@ class EnvConnection:
     login: str | None = None
     password: str | None = None
     extra: dict = field(default_factory=dict)
+    schema: str | None = None  # a database connection's database (Airflow's "schema" field)
 
 
 def env_name(conn_id: str) -> str:
@@ -50,7 +51,7 @@ def from_env(conn_id: str, environ: dict | None = None) -> EnvConnection | None:
             extra = json.loads(extra) if extra.strip() else {}
         port = doc.get("port")
         return EnvConnection(conn_id, doc.get("conn_type"), doc.get("host"), int(port) if port not in (None, "") else None,
-                             doc.get("login"), doc.get("password"), dict(extra))
+                             doc.get("login"), doc.get("password"), dict(extra), doc.get("schema"))
     except (ValueError, TypeError, AttributeError) as e:
         raise FleetConfigError(f"{env_name(conn_id)} is not a valid JSON connection: {e}") from None
 

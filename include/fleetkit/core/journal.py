@@ -1,15 +1,17 @@
 """The execution journal of a destructive step: what it is about to change, then what happened.
 
-Append-only JSON Lines, one file per (capability, DAG, run, cluster) under
-<data root>/journals/. Each change writes an `intent` line that is durable (fsync) before the
+Append-only JSON entries, one journal per (capability, DAG, run, cluster), kept by the process's
+shared-state store (fleetkit.core.state): a JSON Lines file under <data root>/journals/, or rows
+of the deployment's PostgreSQL keyed by that path (FLEET_STATE_CONN_ID), which every host reads.
+Each change writes an `intent` entry that is durable (fsync, or a synchronous commit) before the
 change is made, and its outcome after, so a step that fails or is killed halfway leaves an exact
 account of what it changed: the gate puts it into the `failed` / `interrupted` audit record, and
 resume / rollback read it. Entries carry a `seq` (the change's number in the plan) and a `status`.
 
-A writer killed mid-line leaves a torn last line. Opening the journal again recovers it before
-anything is appended: the partial line is cut off (its bytes kept beside the journal in
-`<name>.torn-<UTC time>`, and logged), so the next line starts on a line of its own instead of
-being glued onto the torn one. A journal file created by `Journal` has its folder fsynced, so the
+In a file, a writer killed mid-line leaves a torn last line (a database row is whole or absent).
+Opening the journal again recovers it before anything is appended: the partial line is cut off
+(its bytes kept beside the journal in `<name>.torn-<UTC time>`, and logged), so the next line
+starts on a line of its own instead of being glued onto the torn one. A journal file created by `Journal` has its folder fsynced, so the
 file itself survives a crash, not only its contents.
 """
 
@@ -23,50 +25,13 @@ from pathlib import Path
 from contextlib import contextmanager
 from typing import Callable, Iterable
 
-from fleetkit.core.durable import fsync_dir
+from fleetkit.core import state
+from fleetkit.core.errors import FleetConfigError
+from fleetkit.core.state import recover_torn_tail  # noqa: F401 (the file store's repair, kept where it was)
 
 log = logging.getLogger(__name__)
 
 DONE_STATUSES = frozenset({"done"})
-_TAIL_CHUNK = 64 * 1024
-
-
-def recover_torn_tail(path: str | os.PathLike) -> Path | None:
-    """If the file does not end with a newline, cut its partial last line off (the bytes after the
-    last newline), keeping them in `<name>.torn-<UTC time>` beside it. Returns that file, or None
-    when the tail was whole."""
-    path = Path(path)
-    with open(path, "rb+") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
-            return None
-        f.seek(size - 1)
-        if f.read(1) == b"\n":
-            return None
-        cut, end = 0, size
-        while end > 0:  # the last newline, read backwards a chunk at a time
-            start = max(0, end - _TAIL_CHUNK)
-            f.seek(start)
-            at = f.read(end - start).rfind(b"\n")
-            if at >= 0:
-                cut = start + at + 1
-                break
-            end = start
-        f.seek(cut)
-        torn = f.read()
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        sidecar = path.with_name(f"{path.name}.torn-{stamp}")
-        with open(sidecar, "xb") as side:
-            side.write(torn)
-            side.flush()
-            os.fsync(side.fileno())
-        f.truncate(cut)
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_dir(path.parent)
-    log.warning("journal %s ended with a torn line (%d bytes, a writer killed mid-write): cut off before appending, "
-                "kept in %s", path, len(torn), sidecar.name)
-    return sidecar
 
 
 #: journal path -> the check every intent of that journal runs first (`guarded`)
@@ -90,24 +55,12 @@ def guarded(path: str | os.PathLike | None, check: Callable[[], None]):
 
 
 class Journal:
-    """Append-only JSON Lines: `write([...], sync=True)` returns once the lines are on disk."""
+    """Append-only entries: `write([...], sync=True)` returns once the entries are durable (in the
+    process's shared-state store: fsynced lines of a file, or committed rows)."""
 
     def __init__(self, path: str | os.PathLike | None):
         self.path = Path(path) if path else None
-        self._f = None
-        if self.path:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            try:
-                fd = os.open(self.path, flags | os.O_EXCL, 0o644)
-                created = True
-            except FileExistsError:
-                recover_torn_tail(self.path)
-                fd = os.open(self.path, flags, 0o644)
-                created = False
-            self._f = os.fdopen(fd, "a", encoding="utf-8")
-            if created:
-                fsync_dir(self.path.parent)
+        self._f = state.current().journal_writer(self.path) if self.path else None
 
     def write(self, entries: Iterable[dict], sync: bool = True) -> None:
         """Append `entries`; an `intent` among them first passes the journal's guard (`guarded`)."""
@@ -118,11 +71,7 @@ class Journal:
         if guard is not None and any(e.get("status") == "intent" for e in entries):
             guard()
         stamp = dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-        for e in entries:
-            self._f.write(json.dumps({"at": stamp, **e}, ensure_ascii=False, sort_keys=True) + "\n")
-        self._f.flush()
-        if sync:
-            os.fsync(self._f.fileno())
+        self._f.write([json.dumps({"at": stamp, **e}, ensure_ascii=False, sort_keys=True) for e in entries], sync)
 
     def intent(self, seq: int, **fields) -> None:
         """Durably record that change `seq` is about to be made (after the journal's guard, if any:
@@ -151,19 +100,19 @@ def read_journal(path: str | os.PathLike) -> dict[int, dict]:
     killed mid-write) is ignored: its change had no outcome yet. A line that is not JSON is skipped;
     when an earlier version glued a whole line onto a torn one, that whole line is read."""
     out: dict[int, dict] = {}
-    try:
-        f = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        return out
-    with f:
-        for line in f:
-            if not line.strip():
-                continue
-            e = _entry(line)
-            if e is None:
-                continue
-            out[e["seq"]] = {**out.get(e["seq"], {}), **e}
+    for line in state.current().journal_lines(path):
+        if not line.strip():
+            continue
+        e = _entry(line)
+        if e is None:
+            continue
+        out[e["seq"]] = {**out.get(e["seq"], {}), **e}
     return out
+
+
+def exists(path: str | os.PathLike) -> bool:
+    """Whether the journal at `path` holds anything (or its file exists)."""
+    return state.current().journal_exists(path)
 
 
 def _entry(line: str) -> dict | None:
@@ -199,8 +148,15 @@ def summary(path: str | os.PathLike) -> dict:
 
 
 def journal_path(data_root: str | os.PathLike, capability: str, dag_id: str, run_id: str, cluster: str) -> Path:
-    """<data root>/journals/<capability>/<dag>/<run>/<cluster>.jsonl (each part made a safe folder name)."""
+    """<data root>/journals/<capability>/<dag>/<run>/<cluster>.jsonl (each part made a safe folder name):
+    the journal's file, or its key in a shared-state database. A data root on an object store
+    (a URI) holds no journal (no append, no fsync): FleetConfigError unless the shared run state
+    is a database (FLEET_STATE_CONN_ID)."""
     from fleetkit.core.settings import safe_component
 
+    if "://" in str(data_root) and not state.current().shared:
+        raise FleetConfigError(f"FLEET_DATA_ROOT {str(data_root)!r} is an object store: an execution journal cannot be "
+                               "appended and flushed there; set FLEET_STATE_CONN_ID (the shared run state in "
+                               "PostgreSQL, docs/deploy.md) to keep the journals in the database")
     return (Path(data_root) / "journals" / safe_component(capability) / safe_component(dag_id) /
             safe_component(run_id) / f"{safe_component(cluster)}.jsonl")

@@ -1,12 +1,13 @@
-"""One destructive runbook at a time per cluster: an exclusive lock file per cluster.
+"""One destructive runbook at a time per cluster: an exclusive lock per cluster.
 
 The lock is keyed by the cluster's identity, not its fleet-file name, so two fleet-file names for
 the same cluster share one lock (``lock_identity``): the cluster id its brokers report in metadata
 (Kafka 0.10.1 and later), else its ZooKeeper ensemble and chroot (hosts sorted, default port
 added), else (no cluster id, no zookeeper section) its fleet-file name.
 
-The lock folder must be shared by every worker that can run runbooks (a local folder for the
-LocalExecutor; shared storage for distributed executors). A lock names its holder (DAG, run,
+The lock lives in the process's shared-state store (fleetkit.core.state): a file in the lock folder
+(FLEET_LOCK_DIR, one host's disk: the LocalExecutor), or a row of the deployment's PostgreSQL
+(FLEET_STATE_CONN_ID: workers on several hosts and fleetctl share it). A lock names its holder (DAG, run,
 the cluster's name, the identity) and is released only by that holder. A lock whose holder run is
 no longer running is reported with how to clear it (``fleetctl lock clear CLUSTER``), never
 taken over silently: the cluster may be half-changed.
@@ -15,8 +16,6 @@ taken over silently: the cluster may be half-changed.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import json
 import logging
 import os
 import shlex
@@ -24,9 +23,9 @@ import socket
 from pathlib import Path
 from typing import Callable
 
-from fleetkit.core.durable import fsync_dir
+from fleetkit.core import state
 from fleetkit.core.errors import FleetError
-from fleetkit.core.plans import safe_component
+from fleetkit.core.state import lock_file_name  # noqa: F401 (the lock files' names, kept where they were)
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +85,6 @@ def lock_identity(cluster, kafka, zk=None) -> str:
     return f"fleet-name:{cluster.name}"
 
 
-def lock_file_name(identity: str) -> str:
-    """A readable, collision-free file name for an identity."""
-    return f"{safe_component(identity)[:100]}-{hashlib.sha256(identity.encode('utf-8')).hexdigest()[:12]}.lock"
-
-
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -108,13 +102,20 @@ def _running(holder_running, dag_id: str, run_id: str) -> tuple[bool | None, str
 
 
 class ClusterLock:
-    """The lock of one cluster identity in `lock_dir` (`cluster`: the fleet-file name, for messages)."""
+    """The lock of one cluster identity (`cluster`: the fleet-file name, for messages), kept by the
+    process's shared-state store (fleetkit.core.state: a file in `lock_dir`, or a database row)."""
 
     def __init__(self, lock_dir: str | os.PathLike, identity: str, cluster: str | None = None):
+        self.store = state.current()
         self.lock_dir = Path(lock_dir)
         self.identity = identity
         self.cluster = cluster or identity
-        self.path = self.lock_dir / lock_file_name(identity)
+        #: where the store keeps it: the lock file (files) or the identity (a database row)
+        self.path = self.store.lock_ref(lock_dir, identity)
+
+    @property
+    def where(self) -> str:
+        return self.store.lock_where(self.path)
 
     @classmethod
     def for_cluster(cls, lock_dir: str | os.PathLike, cluster, kafka, zk=None) -> "ClusterLock":
@@ -122,43 +123,32 @@ class ClusterLock:
         return cls(lock_dir, lock_identity(cluster, kafka, zk), cluster.name)
 
     def holder(self) -> dict | None:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return None
-        except ValueError:
-            return {"owner": "unreadable lock file"}
+        return self.store.lock_read(self.path)
 
     def acquire(self, owner: str, dag_id: str = "", run_id: str = "",
                 holder_running: Callable[[str, str], bool | None | tuple] | None = None, kind: str = "airflow") -> None:
-        """Take the lock for `owner` (re-entrant for the same owner: a retried task). Held by another:
+        """Take the lock for `owner` (re-entrant for the same owner: a retried task), atomically
+        (one holder whoever races). Held by another:
         ClusterLocked naming the holder; `holder_running(dag_id, run_id)` tells whether the holder
         run still runs (True, False, None unknown, or (bool, state)): one that does not is reported
         with how to clear its lock, never taken over. `kind`: "airflow" (a task of the run holds it)
         or "cli" (a fleetctl process acting on a finished run: its host and pid say whether it runs)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         doc = {"owner": owner, "dag_id": dag_id, "run_id": run_id, "cluster": self.cluster,
                "identity": self.identity, "since": _now(), "pid": os.getpid(), "host": socket.gethostname(),
                "kind": kind}
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            h = self.holder() or {}
-            if h.get("owner") == owner:
-                return  # re-entrant for the same run (a retried task)
-            running, state = None, None
-            if holder_running is not None and h.get("dag_id") and h.get("run_id"):
-                running, state = _running(holder_running, h["dag_id"], h["run_id"])
-            raise ClusterLocked(self._held_message(h, holder_running is not None, running, state), h, running) from None
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_dir(self.lock_dir)  # the lock file's name too, not only its content
+        if self.store.lock_create(self.path, doc):
+            return
+        h = self.holder() or {}
+        if h.get("owner") == owner:
+            return  # re-entrant for the same run (a retried task)
+        running, state_ = None, None
+        if holder_running is not None and h.get("dag_id") and h.get("run_id"):
+            running, state_ = _running(holder_running, h["dag_id"], h["run_id"])
+        raise ClusterLocked(self._held_message(h, holder_running is not None, running, state_), h, running)
 
     def _held_message(self, h: dict, asked: bool, running: bool | None, state: str | None) -> str:
         held_by = (f"DAG {h.get('dag_id')!r} run {h.get('run_id')!r} since {h.get('since')} (cluster "
-                   f"{h.get('cluster', self.cluster)!r}, {self.identity}; lock file {self.path})")
+                   f"{h.get('cluster', self.cluster)!r}, {self.identity}; {self.where})")
         clear = f"fleetctl lock clear {shlex.quote(str(h.get('cluster') or self.cluster))} --force"
         if running is False:
             return (f"cluster {self.cluster!r} is locked by a destructive runbook whose holder run "
@@ -178,43 +168,27 @@ class ClusterLock:
                            f"(now {by}; cleared by an operator?): stopped before the next change")
 
     def release(self, owner: str) -> bool:
-        h = self.holder()
-        if h is None or h.get("owner") != owner:
-            return False
-        self.path.unlink(missing_ok=True)
-        fsync_dir(self.lock_dir)
-        return True
+        """Release the lock if `owner` holds it (only its holder releases it)."""
+        return self.store.lock_release(self.path, owner)
 
     def clear(self) -> dict | None:
         """Remove the lock whoever holds it (an operator's decision, after checking the cluster):
-        the lock file is moved to <lock dir>/cleared/ (kept as a record). Returns its holder."""
-        h = self.holder()
-        if h is None:
-            return None
-        cleared = self.lock_dir / "cleared"
-        cleared.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        try:
-            os.replace(self.path, cleared / f"{self.path.stem}.{stamp}.lock")
-        except FileNotFoundError:
-            return None
-        fsync_dir(cleared)
-        fsync_dir(self.lock_dir)
+        kept as a record (files: moved to <lock dir>/cleared/; a database: the cleared_locks table,
+        `cleared_where`). Returns its holder."""
+        h, self.cleared_where = self.store.lock_clear(self.path)
         return h
 
 
-def held_locks(lock_dir: str | os.PathLike) -> list[tuple[Path, dict]]:
-    """Every lock file in `lock_dir` with its holder, oldest first."""
-    out = []
-    for p in sorted(Path(lock_dir).glob("*.lock")):
-        try:
-            doc = json.loads(p.read_text())
-        except FileNotFoundError:
-            continue
-        except ValueError:
-            doc = {"owner": "unreadable lock file"}
-        out.append((p, doc))
+def held_locks(lock_dir: str | os.PathLike) -> list[tuple[Path | str, dict]]:
+    """Every held lock (its file in `lock_dir`, or its identity in the database) with its holder,
+    oldest first."""
+    out = state.current().locks_held(lock_dir)
     return sorted(out, key=lambda x: str(x[1].get("since") or ""))
+
+
+def locks_where(lock_dir: str | os.PathLike) -> str:
+    """Where the held locks are looked up (for messages)."""
+    return state.current().locks_where(lock_dir)
 
 
 def find_locks(lock_dir: str | os.PathLike, cluster_or_identity: str) -> list[ClusterLock]:

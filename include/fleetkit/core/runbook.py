@@ -13,11 +13,13 @@ skip a check:
   record of the run in the audit: a refusal is final on every path;
 * the per-cluster lock (``Runbook.lock``: keyed by the cluster's identity, a holder run that no
   longer runs is reported, never taken over);
-* the execution journal (``Runbook.journal``: one folder per capability, intent before each change,
+* the execution journal (``Runbook.journal``: one per capability and run, intent before each change,
   outcome after) and the gate's own entry in it (``GATE_SEQ``: execute started / ended), which
   tells whether execute started and was interrupted (``Runbook.execute_state``);
 * the audit chain (``Runbook.audit``: fleetkit.core.audit).
 
+The lock, the journal and the audit heads live in the process's shared-state store
+(fleetkit.core.state: local files, or the deployment's PostgreSQL when FLEET_STATE_CONN_ID is set).
 Deployment settings (fleet file, data root, lock folder) come from the deployment
 (fleetkit.core.settings), never from a trigger's params or a command's arguments.
 """
@@ -202,7 +204,9 @@ class Runbook:
         before that (under the action's name) is still found there."""
         path = core_journal.journal_path(self.data_root, self.capability, self.dag_id, self.run_id, self.cluster)
         legacy = core_journal.journal_path(self.data_root, self.action, self.dag_id, self.run_id, self.cluster)
-        return legacy if self.action != self.capability and not path.exists() and legacy.exists() else path
+        if self.action != self.capability and not core_journal.exists(path) and core_journal.exists(legacy):
+            return legacy
+        return path
 
     def fleet_cluster(self) -> Cluster:
         return load_fleet(self.fleet_file).cluster(self.cluster)

@@ -52,6 +52,9 @@ SETTINGS = (
             "and fleetctl share, outside the data root"),
     Setting("FLEET_AUDIT_HEADS_DIR", False, "<lock dir>/audit-heads", "the audit chains' signed heads, outside "
             "the data root"),
+    Setting("FLEET_STATE_CONN_ID", False, None, "the Airflow connection (type postgres) of the shared run state: "
+            "locks, execution journals and audit heads in that database, shared by every host; unset: local files "
+            "(FLEET_LOCK_DIR, <data root>/journals, FLEET_AUDIT_HEADS_DIR)"),
     Setting("FLEET_PLANS_DIR", False, "<data root>/plans", "stored plans"),
     Setting("FLEET_QUARANTINE_DIR", False, "<data root>/quarantine", "segment files moved out by a trim"),
 )
@@ -182,6 +185,11 @@ def lock_dir() -> str:
         return str(Path(_value("AIRFLOW_HOME")) / "locks")
     raise MissingSetting("FLEET_LOCK_DIR", "the folder of the per-cluster run locks, shared by every worker and "
                                            "fleetctl (default $AIRFLOW_HOME/locks, and AIRFLOW_HOME is not set either)")
+
+
+def state_conn_id() -> str | None:
+    """FLEET_STATE_CONN_ID: the connection of the shared run state (fleetkit.core.state), or None."""
+    return _value("FLEET_STATE_CONN_ID")
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -99,6 +99,7 @@ class CreateMissingGroupIdsOperator(BaseOperator):
             return {}
         findings, _ = load_findings(self.out_dir)
         fleet = load_fleet(settings.fleet_file())
+        clusters.install_state()  # where the locks, journals and audit heads live (FLEET_STATE_CONN_ID)
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
         owner, ti = f"{dag_id}/{run_id}", context["ti"]
         out, failed, stuck_locks = {}, [], []
