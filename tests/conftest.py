@@ -236,6 +236,70 @@ def _close_airflow_sessions() -> None:
 
 
 @pytest.fixture(scope="session")
+def state_pg():
+    """The shared run state's database (FLEET_STATE_CONN_ID) for the tests: database
+    fleet_state_test of the tests' PostgreSQL (the one airflow_db uses: started here when it is not
+    running, stopped by PID at the end of the session if started here). Yields its StateDB; each
+    test takes a schema of its own (`pg_state`)."""
+    import dataclasses
+
+    from fleetkit.core.state import StateDB
+
+    TEST_AIRFLOW_HOME.mkdir(exist_ok=True)
+    was_running = postgres.running(TEST_PG) is not None
+    spec = dataclasses.replace(TEST_PG, database="fleet_state_test")
+    postgres.up(spec)
+    try:
+        yield StateDB(conn_id="fleet_state_test", host=getattr(spec, "host", "127.0.0.1"), port=spec.port,
+                      dbname=spec.database, user=postgres.SUPERUSER, password=spec.password())
+    finally:
+        if not was_running:
+            _close_airflow_sessions()
+            print(f"postgresql: {postgres.down(TEST_PG)}")
+
+
+@pytest.fixture
+def pg_state(state_pg):
+    """A PostgresState in a schema of this test's own (dropped after it), installed as the process's
+    store while the test runs."""
+    import dataclasses
+    import uuid
+
+    from fleetkit.core import state
+    from fleetkit.core.state_postgres import PostgresState
+
+    db = dataclasses.replace(state_pg, schema=f"t_{uuid.uuid4().hex[:12]}")
+    store = PostgresState(db)
+    before = state.installed()
+    state.install(store)
+    try:
+        yield store
+    finally:
+        state.install(before)
+        store.close()
+        conn = store.connect() if store._ready else None
+        if conn is not None:
+            try:
+                with conn, conn.cursor() as cur:
+                    cur.execute(f"DROP SCHEMA IF EXISTS {db.schema} CASCADE")
+            finally:
+                conn.close()
+
+
+@pytest.fixture(params=["files", "postgres"])
+def state_store(request):
+    """Each shared-state store in turn, installed for the test: the local files, then PostgreSQL."""
+    from fleetkit.core import state
+
+    if request.param == "postgres":
+        return request.getfixturevalue("pg_state")
+    before = state.installed()
+    state.install(None)
+    request.addfinalizer(lambda: state.install(before))
+    return state.FILES
+
+
+@pytest.fixture(scope="session")
 def airflow_server(airflow_db, lab, tmp_path_factory):
     """A real Airflow (api-server, scheduler, dag-processor, triggerer) on 127.0.0.1:18080 using the
     tests' home and lab; stopped by PID at the end of the session."""
@@ -331,7 +395,10 @@ def unique(request):
 #   lab      the `lab` fixture, or a fixture named *_lab (a lab of its own, e.g. incident_lab)
 #   airflow  airflow_db, airflow_server or dagbag
 #   spark    spark
+#   postgres state_pg, pg_state (the shared run state in the tests' PostgreSQL)
 AIRFLOW_FIXTURES = {"airflow_db", "airflow_server", "dagbag"}
+#: the fixtures of the tests' PostgreSQL as the shared run state
+POSTGRES_FIXTURES = {"state_pg", "pg_state"}
 
 
 def fixture_markers(fixturenames) -> set[str]:
@@ -343,6 +410,8 @@ def fixture_markers(fixturenames) -> set[str]:
         marks.add("airflow")
     if "spark" in names:
         marks.add("spark")
+    if names & POSTGRES_FIXTURES:
+        marks.add("postgres")
     return marks
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fleetkit.core.journal import Journal, journal_path, read_journal, summary
 
 
@@ -23,8 +25,46 @@ def test_intent_then_outcome_and_a_torn_tail(tmp_path):
     assert [e["path"] for e in s["done"]] == ["/a"] and [e["path"] for e in s["unknown"]] == ["/b"]
 
 
-def test_missing_journal_reads_empty(tmp_path):
-    assert read_journal(tmp_path / "none.jsonl") == {}
+def test_missing_journal_reads_empty(state_store, tmp_path):
+    from fleetkit.core.journal import exists
+
+    assert read_journal(tmp_path / "none.jsonl") == {} and not exists(tmp_path / "none.jsonl")
+
+
+def test_entries_read_back_in_order_from_each_store(state_store, tmp_path):
+    """The same entries, in the order written, whichever store keeps them (files, PostgreSQL); a
+    journal is keyed by its path (two journals apart), and a name holding NUL is kept as written."""
+    from fleetkit.core.journal import exists
+
+    path, other = tmp_path / "journals" / "j.jsonl", tmp_path / "journals" / "k.jsonl"
+    with Journal(path) as j:
+        j.intent(0, path="/a\x00b")
+        j.write([{"seq": 1, "status": "intent", "path": "/b"}, {"seq": 2, "status": "intent", "path": "/c"}])
+        j.outcome(1, "failed", error="refused")
+    with Journal(other) as j:
+        j.intent(0, path="/z")
+    with Journal(str(path)) as j:  # the same journal, however its path is written
+        j.outcome(0)
+    entries = read_journal(path)
+    assert [(k, e["status"]) for k, e in entries.items()] == [(0, "done"), (1, "failed"), (2, "intent")]
+    assert entries[0]["path"] == "/a\x00b" and read_journal(str(other))[0]["path"] == "/z"
+    assert summary(path)["counts"] == {"done": 1, "failed": 1, "intent": 1}
+    assert exists(path) and exists(other) and not exists(tmp_path / "journals" / "none.jsonl")
+
+
+def test_a_journal_under_an_object_store_data_root_needs_the_shared_state(state_store):
+    """No append, no fsync on an object store: the local-files store refuses a journal there (one
+    line naming the setting); a database keeps it, keyed by its path."""
+    from fleetkit.core.errors import FleetConfigError
+
+    if not state_store.shared:
+        with pytest.raises(FleetConfigError, match="FLEET_STATE_CONN_ID"):
+            journal_path("s3://bucket/fleet", "trim", "d", "r", "c1")
+        return
+    p = journal_path("s3://bucket/fleet", "trim", "d", "r", "c1")
+    with Journal(p) as j:
+        j.intent(0, path="/a")
+    assert read_journal(journal_path("s3://bucket/fleet", "trim", "d", "r", "c1"))[0]["status"] == "intent"
 
 
 def test_paths_of_hostile_runs_stay_below_the_root(tmp_path):

@@ -1,4 +1,5 @@
-"""The per-cluster lock: keyed by the cluster's identity, never stolen, cleared by an operator."""
+"""The per-cluster lock: keyed by the cluster's identity, never stolen, cleared by an operator; the
+tests taking `state_store` run against each shared-state store (local files, PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def test_identity_prefers_the_cluster_id_then_zookeeper_then_the_name():
     assert lock_identity(c, _Kafka(None), None) == "fleet-name:prod-a"
 
 
-def test_two_fleet_names_for_one_cluster_share_one_lock(tmp_path):
+def test_two_fleet_names_for_one_cluster_share_one_lock(state_store, tmp_path):
     a = ClusterLock.for_cluster(tmp_path, NS(name="prod"), _Kafka(None), _zk("zk1:2181,zk2:2181", "/kafka"))
     b = ClusterLock.for_cluster(tmp_path, NS(name="prod-alias"), _Kafka(None), _zk("zk2,zk1/kafka"))
     assert a.path == b.path
@@ -67,7 +68,7 @@ def test_hostile_identities_make_safe_distinct_file_names(tmp_path):
     assert len(paths) == 4 and all(p.parent == tmp_path and "/" not in p.name for p in paths)
 
 
-def test_a_holder_that_no_longer_runs_is_reported_with_how_to_clear_it_never_stolen(tmp_path):
+def test_a_holder_that_no_longer_runs_is_reported_with_how_to_clear_it_never_stolen(state_store, tmp_path):
     lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod a")
     lock.acquire("d/r1", "d", "r1")
     asked = []
@@ -89,13 +90,13 @@ def test_a_holder_that_no_longer_runs_is_reported_with_how_to_clear_it_never_sto
     (True, "Wait for it to finish"), ((True, "running"), "Wait for it to finish"),
     (None, "could not be told"), (False, "is no longer running (state unknown)"),
 ])
-def test_holder_running_answers(tmp_path, answer, expect):
+def test_holder_running_answers(state_store, tmp_path, answer, expect):
     ClusterLock(tmp_path, "i").acquire("d/r1", "d", "r1")
     with pytest.raises(ClusterLocked, match=expect.replace("(", r"\(").replace(")", r"\)")):
         ClusterLock(tmp_path, "i").acquire("d/r2", "d", "r2", holder_running=lambda d, r: answer)
 
 
-def test_a_failing_running_check_keeps_the_lock(tmp_path):
+def test_a_failing_running_check_keeps_the_lock(state_store, tmp_path):
     ClusterLock(tmp_path, "i").acquire("d/r1", "d", "r1")
 
     def broken(dag_id, run_id):
@@ -106,13 +107,13 @@ def test_a_failing_running_check_keeps_the_lock(tmp_path):
     assert ClusterLock(tmp_path, "i").holder()["owner"] == "d/r1"
 
 
-def test_the_same_run_reenters_without_asking(tmp_path):
+def test_the_same_run_reenters_without_asking(state_store, tmp_path):
     lock = ClusterLock(tmp_path, "i")
     lock.acquire("d/r1", "d", "r1")
     lock.acquire("d/r1", "d", "r1", holder_running=lambda d, r: pytest.fail("asked"))
 
 
-def test_clear_moves_the_lock_aside_and_find_by_name_or_identity(tmp_path):
+def test_clear_moves_the_lock_aside_and_find_by_name_or_identity(state_store, tmp_path):
     lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod")
     lock.acquire("d/r1", "d", "r1")
     (held,) = held_locks(tmp_path)
@@ -123,12 +124,22 @@ def test_clear_moves_the_lock_aside_and_find_by_name_or_identity(tmp_path):
     (found,) = find_locks(tmp_path, "prod")
     assert found.clear()["owner"] == "d/r1"
     assert lock.holder() is None and held_locks(tmp_path) == []
-    (kept,) = (tmp_path / "cleared").iterdir()
-    assert json.loads(kept.read_text())["run_id"] == "r1"
+    assert _kept(state_store, tmp_path)["run_id"] == "r1"  # kept as a record
     ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod").acquire("d/r2", "d", "r2")
 
 
-def test_fleetctl_lock_status_and_clear(tmp_path, capsys, monkeypatch):
+def _kept(store, lock_dir) -> dict:
+    """The one cleared lock the store kept: a file in <lock dir>/cleared, or a row of cleared_locks."""
+    if store.shared:
+        with store.transaction() as cur:
+            cur.execute(f"SELECT doc FROM {store.s}.cleared_locks")
+            (row,) = cur.fetchall()
+        return json.loads(row[0])
+    (kept,) = (lock_dir / "cleared").iterdir()
+    return json.loads(kept.read_text())
+
+
+def test_fleetctl_lock_status_and_clear(state_store, tmp_path, capsys, monkeypatch):
     from fleetctl import cli
 
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path))
@@ -220,7 +231,7 @@ def test_a_lock_a_running_fleetctl_holds_is_never_cleared_even_with_force(tmp_pa
     assert held_locks(tmp_path) == []
 
 
-def test_a_run_whose_lock_was_cleared_stops_before_its_next_change(tmp_path):
+def test_a_run_whose_lock_was_cleared_stops_before_its_next_change(state_store, tmp_path):
     """Every change journals its intent first; under the lock, the intent first checks the lock is
     still the run's: cleared meanwhile, nothing more is changed and no intent is written."""
     from fleetkit.core.journal import Journal, guarded, read_journal

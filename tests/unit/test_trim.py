@@ -525,7 +525,8 @@ def test_resume_acts_only_on_an_approved_never_refused_interrupted_run(tmp_path,
         resume.runbook("manual__never")
 
 
-def test_resume_and_restore_of_an_approved_run_by_its_state(tmp_path, monkeypatch):
+def test_resume_and_restore_of_an_approved_run_by_its_state(state_store, tmp_path, monkeypatch):
+    """Resume and restore read the run's journal through the shared-state store (files, PostgreSQL)."""
     from fleetkit.core.journal import Journal
     from fleetkit.core.runbook import GATE_SEQ, Refused
     from fleetkit.trim import resume
@@ -549,7 +550,7 @@ def test_resume_and_restore_of_an_approved_run_by_its_state(tmp_path, monkeypatc
     assert resume.approved_run(rb, "restore", actor="dave").digest == digest
 
 
-def test_fleetctl_trim_resume_refuses_a_run_the_gate_refused(tmp_path, monkeypatch, capsys):
+def test_fleetctl_trim_resume_refuses_a_run_the_gate_refused(state_store, tmp_path, monkeypatch, capsys):
     """Issue: `fleetctl trim resume --execute` carried out a trim the gate refused (the approved
     event was written before the approver checks)."""
     from fleetctl import cli
