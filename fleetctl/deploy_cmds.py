@@ -37,7 +37,8 @@ def cmd_deploy_dags(args) -> int:
 
 def cmd_deploy_check(args) -> int:
     """The deployment's settings as this host sees them, then what they point at: the fleet file
-    parses, the data root and the lock folder are writable folders, the audit key is set. Exit 2
+    parses, the data root and the lock folder are writable folders (or the shared run state's
+    database answers: FLEET_STATE_CONN_ID), the audit key is set. Exit 2
     naming the first problem; 0 when all hold."""
     from fleetkit.core import settings
     from fleetkit.core.errors import FleetError
@@ -62,10 +63,13 @@ def cmd_deploy_check(args) -> int:
         root = settings.data_root()
         if "://" not in root:
             problems += _writable("FLEET_DATA_ROOT", root)
-        try:
-            problems += _writable("lock folder", settings.lock_dir())
-        except FleetError as e:
-            problems.append(str(e))
+        if settings.state_conn_id() is None:
+            try:
+                problems += _writable("lock folder", settings.lock_dir())
+            except FleetError as e:
+                problems.append(str(e))
+        else:
+            problems += _shared_state()
     from fleetkit.core import audit
 
     try:
@@ -76,6 +80,21 @@ def cmd_deploy_check(args) -> int:
     for p in problems:
         print(red(f"error: {p}"), file=sys.stderr)
     return 2 if problems else 0
+
+
+def _shared_state() -> list[str]:
+    """FLEET_STATE_CONN_ID: its database answers (the tables made on first use)."""
+    from fleetkit.core.errors import FleetError
+
+    from fleetctl.connect import state_store
+
+    try:
+        store = state_store()
+        held = store.locks_held(None)
+    except FleetError as e:
+        return [str(e)]
+    print(f"shared run state: {store.describe()} (reachable; {len(held)} lock(s) held)")
+    return []
 
 
 def _writable(what: str, folder: str) -> list[str]:

@@ -360,3 +360,29 @@ def test_the_adapter_installs_the_store_of_an_airflow_connection_for_the_gate(pg
     from fleetkit.core.journal import read_journal
 
     assert read_journal(rb.journal)[0]["status"] == "intent"
+
+
+def test_deploy_check_reaches_the_shared_state(pg_state, chosen_from_settings, tmp_path, monkeypatch, capsys):
+    """`fleetctl deploy check` on a host of a deployment with FLEET_STATE_CONN_ID: the database
+    answers, in place of the lock folder's check; one that does not is the check's error."""
+    import yaml
+
+    from fleetctl import cli
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"clusters": [{"name": "c1", "kafka_conn_id": "c1_kafka", "approvers": ["a"]}]}))
+    (tmp_path / "data").mkdir()
+    for k, v in _deployment_env(pg_state.db, FLEET_FILE=str(fleet), FLEET_DATA_ROOT=str(tmp_path / "data"),
+                                FLEET_LOCK_DIR=str(tmp_path / "no-such-folder")).items():
+        if k.startswith(("FLEET_", "AIRFLOW_CONN_FLEET_STATE")):
+            monkeypatch.setenv(k, v)
+    assert cli.main(["deploy", "check"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"shared run state: PostgreSQL connection 'fleet_state' ({pg_state.db.host}:{pg_state.db.port}" in out
+    assert pg_state.db.password not in out
+    state.install(None)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "postgres", "host": "127.0.0.1",
+                                                                      "port": _closed_port(), "password": "pw-x"}))
+    assert cli.main(["deploy", "check"]) == 2
+    err = capsys.readouterr().err
+    assert "'fleet_state'" in err and "pw-x" not in err
