@@ -2,6 +2,11 @@
 names in the fleet file (systemctl over ssh, a container tool, or `fleetlab ...` for the lab):
 argv lists, placeholders filled inside each element, run without a shell in the fleet file's
 folder. A cluster without broker_control has no control: its brokers are restarted by hand.
+
+A broker with `access: ssh` in the fleet file has its commands run on its own host, over its SSH
+connection (fleetkit.clients.broker_hosts.BrokerHosts, fleetkit.clients.ssh): the same argv,
+quoted element by element (shlex.join) for the remote shell, in the SSH user's home folder (give
+absolute paths), with the same timeout.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import logging
 import shlex
 import subprocess
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import BrokerControlSettings
@@ -36,11 +41,17 @@ class CommandBrokerControl:
 
     settings: BrokerControlSettings
     cluster: str = ""
+    #: where each broker is reached (fleetkit.clients.broker_hosts.BrokerHosts): a broker with
+    #: access: ssh runs its commands on its host; None: every command runs on this machine
+    hosts: Any = None
 
     def _run(self, command: str, **values) -> str:
         argv = self.settings.argv(command, **values)
         shown = shlex.join(argv)
         what = f"cluster {self.cluster!r} broker_control.{command}"
+        session = self.hosts.session(values["broker"]) if self.hosts is not None else None
+        if session is not None:
+            return self._run_remote(session, argv, what)
         log.info("%s: %s", what, shown)
         try:
             out = subprocess.run(argv, cwd=self.settings.cwd, stdin=subprocess.DEVNULL, capture_output=True,
@@ -53,6 +64,22 @@ class CommandBrokerControl:
             tail = "\n".join((out.stderr.strip() or out.stdout.strip()).splitlines()[-10:])
             raise BrokerControlError(f"{what} failed with exit code {out.returncode}: {shown}" + (f"\n{tail}" if tail else ""))
         return out.stdout.strip()
+
+    def _run_remote(self, session, argv: list[str], what: str) -> str:
+        from fleetkit.clients.ssh import SshError, command_line
+
+        shown = command_line(argv)
+        where = f"{session.settings.host} ({session.settings.conn_id})"
+        log.info("%s on %s: %s", what, where, shown)
+        try:
+            res = session.run(argv, timeout=self.settings.timeout_seconds)
+        except SshError as e:
+            raise BrokerControlError(f"{what} on {where}: {e}") from None
+        if res.returncode != 0:
+            tail = res.tail()
+            raise BrokerControlError(f"{what} on {where} failed with exit code {res.returncode}: {shown}"
+                                     + (f"\n{tail}" if tail else ""))
+        return res.text.strip()
 
     def stop(self, broker_id: int) -> None:
         log.info("broker %d stopped: %s", broker_id, self._run("stop", broker=broker_id))
@@ -69,11 +96,17 @@ class CommandBrokerControl:
         log.info("broker %d config %s (applies at the next start)", broker_id, props)
 
 
-def control_for(cluster) -> CommandBrokerControl | None:
-    """The broker control of a fleet-file cluster, or None when it has no broker_control."""
+def control_for(cluster, hosts=None) -> CommandBrokerControl | None:
+    """The broker control of a fleet-file cluster, or None when it has no broker_control. `hosts`
+    (BrokerHosts): where the brokers are; a cluster with access: ssh brokers needs it (without it
+    their commands would run on the wrong machine: refused when one is reached)."""
     if getattr(cluster, "broker_control", None) is None:
         return None
-    return CommandBrokerControl(cluster.broker_control, cluster.name)
+    if hosts is None and any(getattr(b, "access", "local") == "ssh" for b in getattr(cluster, "brokers", ())):
+        from fleetkit.clients.broker_hosts import local_hosts
+
+        hosts = local_hosts(cluster)  # refuses an access: ssh broker with one line when it is reached
+    return CommandBrokerControl(cluster.broker_control, cluster.name, hosts)
 
 
 # -- stopping a KRaft node keeps the metadata quorum ----------------------------------------------

@@ -25,6 +25,10 @@ class ClusterContext:
     # read-only principal has no Read on data topics (Kafka 0.9, where Read on a group and a topic
     # would also let it commit)
     open_runbook_kafka: Any = None
+    # where each broker's files are and its broker_control commands run
+    # (fleetkit.clients.broker_hosts.BrokerHosts: this machine, or the broker's host over SSH);
+    # None: every broker on this machine
+    broker_hosts: Any = None
 
 
 def _no_table(plan: dict) -> dict | None:
