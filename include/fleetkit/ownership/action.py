@@ -8,7 +8,7 @@ from fleetkit.core.action import Action, ClusterContext
 def _lab_control(ctx: ClusterContext):
     from fleetkit.clients.broker_control import control_for
 
-    return control_for(ctx.cluster)
+    return control_for(ctx.cluster, getattr(ctx, "broker_hosts", None))
 
 
 def _leadership(ctx: ClusterContext):

@@ -10,18 +10,24 @@ destination, size and SHA-256, so `run` picks up an interrupted execution where 
 files back byte for byte. Broker control is an interface: `CommandBrokerControl` runs the
 commands of the cluster's `broker_control` in the fleet file (the lab's point at its fleetctl);
 clusters without one get the rendered shell runbook for their own tooling.
+
+Every file operation goes through the broker's `BrokerFiles` (fleetkit.clients.broker_files), got
+from the run's `ClusterContext.broker_hosts` per broker: this machine's folders (access: local) or
+the broker host's over SSH (access: ssh, where the quarantine is a folder beside the log dir on
+that host and every move a rename there: fleetkit.trim.layout.host_quarantine_root). The logic
+below is the same for both.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
-import shutil
+import posixpath
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from fleetkit.core.action import ClusterContext
 from fleetkit.core.errors import ClusterUnreachable, FleetError
@@ -29,7 +35,8 @@ from fleetkit.core.journal import Journal, read_journal
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.clients.broker_control import control_for, stop_problems
 from fleetkit.clients import offsets_leaders
-from fleetkit.clients.broker_files import sha256_file
+from fleetkit.clients.broker_files import BrokerFiles, BrokerFilesError, LocalBrokerFiles
+from fleetkit.clients.broker_hosts import local_hosts
 from fleetkit.trim import rules
 from fleetkit.trim.cleaner import fix_mode
 from fleetkit.trim.layout import FILE_ORDER, kraft, quarantine_folder
@@ -42,15 +49,32 @@ class TrimError(FleetError):
     pass
 
 
-def check_segments(log_dir: str, partition: int, segments: list[dict]) -> list[str]:
+#: a broker's files by its id (BrokerHosts.files); the default: this machine's
+FilesFor = Callable[[int], BrokerFiles]
+
+
+def _local(broker: int) -> BrokerFiles:
+    return LocalBrokerFiles(())
+
+
+def files_for(ctx: ClusterContext) -> FilesFor:
+    """The run's broker files: ctx.broker_hosts (this machine or SSH, per the fleet file), else
+    this machine's (a broker with access: ssh is then refused in one line)."""
+    hosts = getattr(ctx, "broker_hosts", None) or local_hosts(ctx.cluster)
+    return hosts.files
+
+
+def check_segments(log_dir: str, partition: int, segments: list[dict], files: BrokerFiles | None = None) -> list[str]:
     """Preconditions: every planned segment still exists with the planned size."""
+    files = files or _local(-1)
     problems = []
     for s in segments:
-        f = Path(log_dir) / f"{OFFSETS_TOPIC}-{partition}" / f"{s['base_offset']:020d}.log"
-        if not f.exists():
+        f = posixpath.join(str(log_dir), f"{OFFSETS_TOPIC}-{partition}", f"{s['base_offset']:020d}.log")
+        size = files.size(f)
+        if size is None:
             problems.append(f"{f} no longer exists")
-        elif f.stat().st_size != s["size_bytes"]:
-            problems.append(f"{f} changed size since the plan: {s['size_bytes']} -> {f.stat().st_size}")
+        elif size != s["size_bytes"]:
+            problems.append(f"{f} changed size since the plan: {s['size_bytes']} -> {size}")
     return problems
 
 
@@ -67,7 +91,9 @@ def file_moves(plan: dict) -> list[dict]:
             if pre["broker"] != b:
                 continue
             src_dir = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
-            dst_dir = quarantine_folder(d["quarantine_root"], plan["run_id"], b, pre["partition"])
+            # a broker reached over SSH: its quarantine beside its log dir on its host (the plan says)
+            dst_dir = quarantine_folder(pre.get("quarantine_root") or d["quarantine_root"], plan["run_id"], b,
+                                        pre["partition"])
             for s in sorted(pre["segments"], key=lambda s: s["base_offset"]):
                 for suffix in d.get("file_suffixes") or FILE_ORDER:
                     name = f"{int(s['base_offset']):020d}{suffix}"
@@ -77,119 +103,90 @@ def file_moves(plan: dict) -> list[dict]:
     return out
 
 
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
+def move_verified(src, dst, sha256: str, files: BrokerFiles | None = None) -> None:
+    """Move one file without overwriting anything (BrokerFiles.move: a rename, or on this machine
+    across file systems a copy checked against `sha256` before the source goes)."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        (files or _local(-1)).move(str(src), str(dst), sha256)
+    except BrokerFilesError as e:
+        raise TrimError(str(e)) from None
 
 
-def move_verified(src: Path, dst: Path, sha256: str) -> None:
-    """Move one file without overwriting anything. Same filesystem: rename (atomic). Across
-    filesystems: copy to a hidden .partial name, fsync, check the copy's SHA-256 against `sha256`,
-    rename it into place, and only then unlink the source."""
-    src, dst = Path(src), Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.exists():
-        raise TrimError(f"refusing to overwrite {dst}: it already exists")
-    try:
-        os.rename(src, dst)
-        _fsync_dir(dst.parent)
-        _fsync_dir(src.parent)
-        return
-    except OSError as e:
-        if e.errno != errno.EXDEV:
-            raise TrimError(f"cannot move {src} to {dst}: {e.strerror or e}") from None
-    tmp = dst.with_name(f".{dst.name}.partial")
-    tmp.unlink(missing_ok=True)
-    shutil.copyfile(src, tmp)
-    shutil.copystat(src, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    copied = sha256_file(str(tmp))
-    if copied != sha256:
-        tmp.unlink()
-        raise TrimError(f"the copy of {src} to {dst} has SHA-256 {copied}, the source {sha256}: copy removed, "
-                        "the source is untouched")
-    os.rename(tmp, dst)
-    _fsync_dir(dst.parent)
-    os.unlink(src)
-    _fsync_dir(src.parent)
-
-
-def _checksum_problem(path: Path, entry: dict) -> str | None:
-    if not path.exists():
+def _checksum_problem(path, entry: dict, files: BrokerFiles | None = None) -> str | None:
+    files = files or _local(-1)
+    if not files.exists(str(path)):
         return f"{path} is missing"
-    got = sha256_file(str(path))
+    got = files.sha256(str(path))
     if got != entry.get("sha256"):
         return f"{path} has SHA-256 {got}, the journal recorded {entry.get('sha256')}"
     return None
 
 
-def settle(m: dict, entry: dict | None) -> str:
+def settle(m: dict, entry: dict | None, files: BrokerFiles | None = None) -> str:
     """Where move `m` stands from its journal entry and the files on disk:
     `done` (in the quarantine), `pending` (in the log dir, nothing of it in the quarantine),
     `absent` (neither: the file never existed), `copied` (a cross-filesystem move killed after the
     verified copy was in place and before the source was unlinked: both exist), `restored`."""
-    src, dst = Path(m["source"]), Path(m["destination"])
+    files = files or _local(-1)
+    src, dst = m["source"], m["destination"]
+    src_there, dst_there = files.exists(src), files.exists(dst)
     status = (entry or {}).get("status")
     if status == "restored":
         return "restored"
     if status in ("done", "intent"):
-        if dst.exists() and not src.exists():
+        if dst_there and not src_there:
             return "done"
-        if dst.exists() and src.exists():
+        if dst_there and src_there:
             if status == "done":
                 raise TrimError(f"{src} is back in the log dir while the journal says it was quarantined at {dst} "
                                 "(did the broker rebuild it?); move it aside by hand, then resume")
             return "copied"
-        if src.exists():
+        if src_there:
             return "pending"
         raise TrimError(f"{src} is neither in the log dir nor in the quarantine ({dst}), and the journal says "
                         f"it was being moved ({status}): check the quarantine folder and the journal")
-    if dst.exists():
-        if not src.exists():
+    if dst_there:
+        if not src_there:
             raise TrimError(f"{dst} is in the quarantine but the journal has no record of moving it there")
         raise TrimError(f"{dst} already exists in the quarantine (not from this run's journal): refusing to overwrite")
-    return "pending" if src.exists() else "absent"
+    return "pending" if src_there else "absent"
 
 
-def apply_move(journal: Journal, m: dict, entry: dict | None) -> str:
+def apply_move(journal: Journal, m: dict, entry: dict | None, files: BrokerFiles | None = None) -> str:
     """Make move `m` (journaled: intent with source, destination, size, sha256; then the outcome)
     unless the journal and the disk say it is already made. Returns moved / already / absent."""
-    state = settle(m, entry)
-    src, dst = Path(m["source"]), Path(m["destination"])
+    files = files or _local(-1)
+    state = settle(m, entry, files)
+    src, dst = m["source"], m["destination"]
     if state == "restored":
         raise TrimError(f"{dst} was restored by `fleetctl trim restore`: this run was rolled back; plan again")
     if state == "done":  # moved earlier (a resumed run): the quarantined copy must match its checksum
-        problem = _checksum_problem(dst, entry)
+        problem = _checksum_problem(dst, entry, files)
         if problem:
             raise TrimError(problem)
         if entry.get("status") != "done":  # killed between the rename and the outcome
             journal.outcome(m["seq"], "done", settled=True)
         return "already"
     if state == "copied":
-        problem = _checksum_problem(dst, entry)
+        problem = _checksum_problem(dst, entry, files)
         if problem:
             raise TrimError(f"{problem}; the source {src} is still in place")
-        os.unlink(src)
-        _fsync_dir(src.parent)
+        files.unlink(src)
         journal.outcome(m["seq"], "done", settled=True)
         return "moved"
     if state == "absent":
         return "absent"
-    size = src.stat().st_size
-    digest = sha256_file(str(src))
+    size = files.size(src)
+    digest = files.sha256(src)
     journal.intent(m["seq"], **{k: m[k] for k in ("step", "broker", "partition", "base_offset", "source",
                                                   "destination")}, size=size, sha256=digest)
-    move_verified(src, dst, digest)
+    move_verified(src, dst, digest, files)
     journal.outcome(m["seq"], "done")
     log.info("quarantined %s -> %s (%d bytes, sha256 %s)", src, dst, size, digest[:16])
     return "moved"
 
 
-def write_manifests(plan: dict, entries: dict) -> list[dict]:
+def write_manifests(plan: dict, entries: dict, files_for: FilesFor = _local) -> list[dict]:
     """manifest.json in each quarantine folder: the files moved there and their SHA-256."""
     by_folder: dict[Path, dict] = {}
     for m in file_moves(plan):
@@ -202,7 +199,7 @@ def write_manifests(plan: dict, entries: dict) -> list[dict]:
         man["files"].append({"source": m["source"], "quarantined": m["destination"], "sha256": e.get("sha256"),
                              "size": e.get("size")})
     for folder, man in by_folder.items():
-        (folder / "manifest.json").write_text(json.dumps(man, indent=1))
+        files_for(man["broker"]).write_text(str(folder / "manifest.json"), json.dumps(man, indent=1))
     return list(by_folder.values())
 
 
@@ -275,7 +272,7 @@ def _journal_entries(ctx: ClusterContext) -> dict:
 
 
 def _control(ctx: ClusterContext):
-    control = control_for(ctx.cluster)
+    control = control_for(ctx.cluster, getattr(ctx, "broker_hosts", None))
     if control is None:
         raise TrimError(f"cluster {ctx.cluster.name!r} has no broker_control in the fleet file: this runbook stops and "
                         "starts brokers only through it; run the rendered runbook-broker-N.sh on each broker instead")
@@ -284,7 +281,7 @@ def _control(ctx: ClusterContext):
 
 # -- preconditions ---------------------------------------------------------------------------------
 def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, str],
-          entries: dict | None = None) -> list[str]:
+          entries: dict | None = None, files_for: FilesFor = _local) -> list[str]:
     """The preconditions that do not hold. With a journal's `entries` (a resumed run): only the
     segments still to move and the brokers still to handle are checked."""
     entries = entries or {}
@@ -296,7 +293,7 @@ def check(plan: dict, isr_now: dict[int, list[int]], recommit_states: dict[str, 
         if s["broker"] in finished:
             continue
         todo = [seg for seg in s["segments"] if (s["broker"], s["partition"], seg["base_offset"]) not in moved_logs]
-        problems += check_segments(s["log_dir"], s["partition"], todo)
+        problems += check_segments(s["log_dir"], s["partition"], todo, files_for(s["broker"]))
     for s in plan["preconditions"][0]["segments"]:
         if s["broker"] not in finished and s["broker"] not in isr_now.get(s["partition"], []):
             problems.append(f"broker {s['broker']} is not in the ISR of {OFFSETS_TOPIC}-{s['partition']} "
@@ -316,7 +313,7 @@ def preconditions(ctx: ClusterContext, plan: dict) -> list[str]:
     majority while each node is stopped."""
     recommit_groups = sorted({c["group"] for p in plan["details"]["trim_plan"]["partitions"] for c in p["recommit"]})
     _, isr = offsets_topic_state(ctx)
-    problems = check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx))
+    problems = check(plan, isr, group_states(ctx, recommit_groups), _journal_entries(ctx), files_for(ctx))
     if kraft(ctx.cluster):
         problems += stop_problems(ctx.kafka, plan["details"]["order"])
     return problems
@@ -385,6 +382,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
     again with the same journal (a resumed run), it skips what is done, checks every file already
     in the quarantine against its checksum and finishes the rest."""
     control = _control(ctx)
+    files = files_for(ctx)
     if not ctx.journal_path:
         raise TrimError("a trim executes only with a journal (ClusterContext.journal_path): it is what resume, "
                         "teardown and restore read")
@@ -425,7 +423,7 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             seq = f"broker {b}"
             if (entries.get(seq) or {}).get("status") == "done":
                 for m in mine:  # a resumed run: what was quarantined must still match its checksum
-                    counts[apply_move(journal, m, entries.get(m["seq"]))] += 1
+                    counts[apply_move(journal, m, entries.get(m["seq"]), files(b))] += 1
                 continue
             journal.intent(seq, step="stop, quarantine, start", broker=b)
             t0 = time.monotonic()
@@ -434,11 +432,11 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             wait_broker_gone(ctx, b)
             timings[f"broker {b} stop"] = round(time.monotonic() - t0, 1)
             for m in mine:
-                done = apply_move(journal, m, entries.get(m["seq"]))
+                done = apply_move(journal, m, entries.get(m["seq"]), files(b))
                 counts[done] += 1
                 if done == "moved":
                     pause_hook(counts["moved"])
-            write_manifests(plan, read_journal(ctx.journal_path))
+            write_manifests(plan, read_journal(ctx.journal_path), files)
             t0 = time.monotonic()
             control.start(b)
             ctx.kafka.close()  # a fresh admin client: librdkafka's may keep stale state across the restart
@@ -461,12 +459,12 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
                                                    and (offs_now.get(g) or {}).get(tp) is None and o is not None)}
 
 
-def progress(plan: dict, entries: dict) -> dict:
+def progress(plan: dict, entries: dict, files_for: FilesFor = _local) -> dict:
     """What the journal says of a run: file moves per state, brokers finished, re-commits made."""
     states: dict[str, list[dict]] = {}
     for m in file_moves(plan):
         try:
-            st = settle(m, entries.get(m["seq"]))
+            st = settle(m, entries.get(m["seq"]), files_for(m["broker"]))
         except TrimError as e:
             st = "inconsistent"
             m = {**m, "problem": str(e)}
@@ -491,24 +489,25 @@ def _segments_of(moves: list[dict]) -> dict[tuple, list[dict]]:
     return segs
 
 
-def _repair_segment(journal: Journal, entries: dict, files: list[dict]) -> list[str]:
+def _repair_segment(journal: Journal, entries: dict, files: list[dict], bfiles: BrokerFiles | None = None) -> list[str]:
     """A segment whose .log is still in the log dir gets back those of its index files that are
-    already in the quarantine (checksummed, journaled)."""
+    already in the quarantine (checksummed, journaled). `bfiles`: the broker's files."""
+    bfiles = bfiles or _local(-1)
     log_move = files[-1]
-    if settle(log_move, entries.get(log_move["seq"])) not in ("pending", "copied"):
+    if settle(log_move, entries.get(log_move["seq"]), bfiles) not in ("pending", "copied"):
         return []  # the .log is in the quarantine (its index files went first): the segment moved whole
     did = []
     for m in files[:-1]:
         e = entries.get(m["seq"])
-        if settle(m, e) != "done":
+        if settle(m, e, bfiles) != "done":
             continue
-        problem = _checksum_problem(Path(m["destination"]), e)
+        problem = _checksum_problem(m["destination"], e, bfiles)
         if problem:
             raise TrimError(f"cannot put {m['source']} back: {problem}")
         back = f"{m['seq']} back"
         journal.intent(back, step="move back", source=m["destination"], destination=m["source"],
                        sha256=e["sha256"], size=e.get("size"))
-        move_verified(Path(m["destination"]), Path(m["source"]), e["sha256"])
+        move_verified(m["destination"], m["source"], e["sha256"], bfiles)
         journal.outcome(back, "done")
         journal.outcome(m["seq"], "moved_back")
         did.append(f"moved {m['source']} back from the quarantine (its segment's .log had not moved)")
@@ -520,9 +519,10 @@ def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
     stopped broker starts, a segment whose move was cut short (its index files in the quarantine,
     its .log still in the log dir) gets those files back (checksummed, journaled), so the broker
     never sees a segment without its index. Returns what it did."""
-    control = control_for(ctx.cluster)
+    control = control_for(ctx.cluster, getattr(ctx, "broker_hosts", None))
     if control is None:
         return []
+    broker_files = files_for(ctx)
     did: list[str] = []
     entries = _journal_entries(ctx)
     running = registered_brokers(ctx)
@@ -533,7 +533,7 @@ def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
             if b in running:
                 continue
             try:
-                did += _repair_segment(journal, entries, files)
+                did += _repair_segment(journal, entries, files, broker_files(b))
             except (FleetError, OSError) as e:  # the broker starts anyway: Kafka rebuilds a missing index
                 errors.append(f"broker {b} {OFFSETS_TOPIC}-{p} segment {base}: {e}")
         for b in plan["details"]["order"]:
@@ -558,15 +558,16 @@ def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
 
 
 # -- restore: the quarantined files back, byte for byte -----------------------------------------
-def restorable(plan: dict, entries: dict) -> tuple[list[dict], list[str]]:
+def restorable(plan: dict, entries: dict, files_for: FilesFor = _local) -> tuple[list[dict], list[str]]:
     """The moves whose file is in the quarantine (with its journal entry), and the problems that
     stop a restore: a quarantined file that does not match its checksum, or a file of the same
     name back in the log dir."""
     out, problems = [], []
     for m in file_moves(plan):
         e = entries.get(m["seq"])
+        files = files_for(m["broker"])
         try:
-            st = settle(m, e)
+            st = settle(m, e, files)
         except TrimError as err:
             problems.append(str(err))
             continue
@@ -575,11 +576,26 @@ def restorable(plan: dict, entries: dict) -> tuple[list[dict], list[str]]:
                 problems.append(f"{m['source']} and its copy {m['destination']} both exist (an interrupted move): "
                                 "resume or move it by hand first")
                 continue
-            problem = _checksum_problem(Path(m["destination"]), e)
+            problem = _checksum_problem(m["destination"], e, files)
             if problem:
                 problems.append(problem)
             out.append({**m, "sha256": e["sha256"], "size": e.get("size")})
     return out, problems
+
+
+def restore_files(journal: Journal, moves: list[dict], files: BrokerFiles) -> list[str]:
+    """Move one stopped broker's quarantined files (restorable's, in the order given) back where
+    they were, journaled; what it did, one line per file."""
+    did = []
+    for m in moves:
+        seq = f"{m['seq']} restore"
+        journal.intent(seq, step="restore", source=m["destination"], destination=m["source"],
+                       sha256=m["sha256"], size=m["size"])
+        move_verified(m["destination"], m["source"], m["sha256"], files)
+        journal.outcome(seq, "done")
+        journal.outcome(m["seq"], "restored")
+        did.append(f"restored {m['source']} ({m['size']} bytes, sha256 {m['sha256'][:16]})")
+    return did
 
 
 def restore(ctx: ClusterContext, plan: dict) -> list[str]:
@@ -587,8 +603,9 @@ def restore(ctx: ClusterContext, plan: dict) -> list[str]:
     back with checksums, start, wait for the ISR). Refuses before touching anything when a file
     does not match its checksum."""
     control = _control(ctx)
+    broker_files = files_for(ctx)
     entries = _journal_entries(ctx)
-    files, problems = restorable(plan, entries)
+    files, problems = restorable(plan, entries, broker_files)
     if problems:
         raise TrimError("not restoring anything: " + "; ".join(problems))
     did = []
@@ -603,14 +620,7 @@ def restore(ctx: ClusterContext, plan: dict) -> list[str]:
             if b in registered_brokers(ctx):
                 control.stop(b)
             wait_broker_gone(ctx, b)
-            for m in mine:
-                seq = f"{m['seq']} restore"
-                journal.intent(seq, step="restore", source=m["destination"], destination=m["source"],
-                               sha256=m["sha256"], size=m["size"])
-                move_verified(Path(m["destination"]), Path(m["source"]), m["sha256"])
-                journal.outcome(seq, "done")
-                journal.outcome(m["seq"], "restored")
-                did.append(f"restored {m['source']} ({m['size']} bytes, sha256 {m['sha256'][:16]})")
+            did += restore_files(journal, mine, broker_files(b))
             control.start(b)
             ctx.kafka.close()
             wait_back_in_isr(ctx, b, broker_partitions(plan, b))

@@ -36,6 +36,21 @@ def quarantine_folder(root: str | os.PathLike, run_id: str, broker: int, partiti
     return Path(root) / safe_component(run_id) / f"broker-{int(broker)}" / f"{OFFSETS_TOPIC}-{int(partition)}"
 
 
+#: the quarantine of a broker reached over SSH (access: ssh) is on its host, a sibling of each log
+#: dir: <log dir>.fleet-quarantine/<run>/broker-<id>/__consumer_offsets-<p>/
+HOST_QUARANTINE_SUFFIX = ".fleet-quarantine"
+
+
+def host_quarantine_root(log_dir: str) -> str:
+    """Where a broker host keeps the files a trim moves out of `log_dir`: the folder beside it,
+    `<log dir>.fleet-quarantine` (e.g. /var/lib/kafka/data.fleet-quarantine), on the broker host,
+    in the same parent folder and so normally on the same file system: every move is a rename there
+    (a quarantine on another file system is refused at the first move, nothing copied), and a
+    restore puts the very same bytes back. Not inside the log dir: Kafka takes every folder there
+    for a partition."""
+    return str(log_dir).rstrip("/") + HOST_QUARANTINE_SUFFIX
+
+
 def kraft(cluster) -> bool:
     """The cluster runs in KRaft mode (no ZooKeeper, 2.8 or later): stopping a broker may cost
     its controller quorum a voter, which the plan records and the execution checks."""

@@ -11,7 +11,7 @@ from fleetkit.core.action import ClusterContext
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.trim.cleaner import fix_mode
 from fleetkit.clients.offsets_leaders import leaders_and_isr
-from fleetkit.trim.layout import FILE_ORDER, file_suffixes, kraft, quarantine_folder
+from fleetkit.trim.layout import FILE_ORDER, file_suffixes, host_quarantine_root, kraft, quarantine_folder
 
 ACTION = "trim_offsets_segments"
 
@@ -30,8 +30,11 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
                 changes.append({"target": f"broker {r['broker']} {OFFSETS_TOPIC}-{p['partition']} segment "
                                           f"{s['base_offset']:020d}",
                                 "before": f"{s['size_bytes']} bytes in {r['log_dir']}", "after": "quarantine"})
-            seg_pre.append({"broker": r["broker"], "log_dir": r["log_dir"], "partition": p["partition"],
-                            "segments": r["quarantine"]})
+            pre = {"broker": r["broker"], "log_dir": r["log_dir"], "partition": p["partition"],
+                   "segments": r["quarantine"]}
+            if _over_ssh(cluster, r["broker"]):  # its quarantine is on its host, beside the log dir
+                pre["quarantine_root"] = host_quarantine_root(r["log_dir"])
+            seg_pre.append(pre)
             if r.get("fix") and "log.cleaner.dedupe.buffer.size" in r["fix"]:
                 cur = fixes.get(r["broker"], {}).get("log.cleaner.dedupe.buffer.size", 0)
                 # "apply" (live: a dynamic broker config from Kafka 1.1; restart: server.properties)
@@ -90,6 +93,10 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
     }
 
 
+def _over_ssh(cluster, broker: int) -> bool:
+    return any(b.id == broker and b.access == "ssh" for b in getattr(cluster, "brokers", ()))
+
+
 def run_folder(params: dict) -> Path:
     """Where the run's trim plan is read and its broker runbooks are written."""
     from fleetkit.core import settings
@@ -111,16 +118,22 @@ def runbooks(plan: dict, run_id: str) -> dict[int, str]:
     out = {}
     for b in plan["details"]["order"]:
         segs = []
+        root = plan["details"]["quarantine_root"]
         for pre in plan["preconditions"][0]["segments"]:
             if pre["broker"] != b:
                 continue
+            root = pre.get("quarantine_root") or root  # a broker over SSH: on its host
             src = Path(pre["log_dir"]) / f"{OFFSETS_TOPIC}-{int(pre['partition'])}"
             names = [f"{int(s['base_offset']):020d}{suffix}" for s in sorted(pre["segments"], key=lambda s: s["base_offset"])
                      for suffix in plan["details"].get("file_suffixes") or FILE_ORDER]
+            # the files that exist here; on a broker host reached over SSH (not looked at while planning)
+            # the files every segment has there (.index, .timeindex from 0.10.1, .log)
             segs.append({"folder": quarantine_folder("/", run_id, b, pre["partition"]).name,
-                         "files": [str(src / n) for n in names if (src / n).exists()]})
+                         "files": [str(src / n) for n in names
+                                   if (n.endswith((".index", ".timeindex", ".log")) if pre.get("quarantine_root")
+                                       else (src / n).exists())]})
         out[b] = render("trim_runbook.sh.j2", plan=plan, digest="(see the approval page)", broker=b, segments=segs,
-                        quarantine=str(quarantine_folder(plan["details"]["quarantine_root"], run_id, b, 0).parent),
+                        quarantine=str(quarantine_folder(root, run_id, b, 0).parent),
                         fix=plan["details"]["cleaner_fix"].get(str(b)))
     return out
 

@@ -115,10 +115,11 @@ def record(run: ApprovedRun, event: str, actor: str, message: str, details: dict
     return run.runbook.audit(event, actor=actor, digest=run.digest, message=message, details=details)
 
 
-def describe(run: ApprovedRun) -> list[str]:
-    """What the journal says of the run, one line each, for the dry runs."""
+def describe(run: ApprovedRun, files_for=None) -> list[str]:
+    """What the journal says of the run, one line each, for the dry runs. `files_for`: the
+    brokers' files (BrokerHosts.files: over SSH for access: ssh brokers), default this machine's."""
     entries = journal.read_journal(run.journal)
-    p = execute.progress(run.plan, entries)
+    p = execute.progress(run.plan, entries, files_for) if files_for else execute.progress(run.plan, entries)
     gate = entries.get("gate") or {}
     said = {None: "never started", "intent": "started and never finished (killed or lost)", "done": "finished",
             "failed": f"failed: {gate.get('error')}"}
