@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from fleetctl.connect import CONNECT_TIMEOUT, airflow_context, connected, state_store
+from fleetctl.connect import CONNECT_TIMEOUT, airflow_clusters, airflow_context, connected, state_store
 from fleetctl.connect import actor as current_actor
 
 
@@ -29,8 +29,9 @@ def _trim_command(args, what: str) -> int:
         print(f"error: REFUSED, nothing done: {e}", file=sys.stderr)
         return 2
     print(f"{what} of {run.dag_id} run {visible_controls(run.run_id)} on cluster {visible_controls(run.cluster)}")
-    for line in trim_resume.describe(run):
-        print(visible_controls(line))
+    with airflow_clusters().broker_hosts(rb.fleet_cluster()) as seen:  # access: ssh brokers' files on their hosts
+        for line in trim_resume.describe(run, seen.files):
+            print(visible_controls(line))
     if getattr(args, "approve", False):
         if actor.startswith("unverified:"):
             print("error: REFUSED: approving a restore needs your Airflow login (AIRFLOW_API_TOKEN, or "
@@ -72,10 +73,12 @@ def _trim_command(args, what: str) -> int:
     owner = f"fleetctl trim {what}/{run.dag_id}/{run.run_id}"
     # it changes the cluster: the runbook connections (principal)
     with connected(cluster, CONNECT_TIMEOUT, stores=False, changes=True) as (kafka, zk, _):
+        # brokers with access: ssh: their files and broker_control commands over their connection
+        hosts = airflow_clusters().broker_hosts(cluster)  # (sessions open on first use)
         # held by this process (host and pid recorded: `fleetctl lock clear` refuses while it runs)
         lock = rb.lock(cluster, kafka, zk, owner, holder_running, kind="cli")  # the cluster's identity
         try:
-            ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal)
+            ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal, broker_hosts=hosts)
             try:
                 with rb.under_lock(lock.identity, owner):  # every change checks the lock is still ours
                     out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
@@ -84,6 +87,7 @@ def _trim_command(args, what: str) -> int:
                                    {"journal": trim_resume.journal.summary(run.journal)})
                 raise
         finally:
+            hosts.close()
             lock.release(owner)
     if what == "restore":
         for line in out["done"]:

@@ -10,6 +10,10 @@ passes changes=True and gets the runbook connections (the fleet file's runbook_k
 zookeeper.runbook_conn_id, a store's runbook_conn_id; each defaults to the read-only one); every
 other step reads with the read-only connections (kafka_conn_id, zookeeper.conn_id, conn_id).
 
+Brokers with `access: ssh` are reached through their `ssh_conn_id`, a connection of type ssh
+(`ssh_settings`, `broker_hosts`): their files (the collection's segment inventory, the trim's
+checks, quarantine and restore) and their broker_control commands go over SSH to their host.
+
 The shared run state (locks, execution journals, audit heads) is a connection too: `install_state`
 resolves FLEET_STATE_CONN_ID here and installs its store for the process (fleetkit.core.state);
 the gate, the operators and fleetctl call it before they lock, journal or audit.
@@ -26,7 +30,9 @@ from fleetkit.core.datasets import DataRoot
 from fleetkit.core.errors import ClusterUnreachable, FleetConfigError
 from fleetkit.core.fleet import Cluster
 from fleetkit.core.state import StateDB
+from fleetkit.clients.broker_hosts import BrokerHosts
 from fleetkit.clients.kafka import KafkaCluster
+from fleetkit.clients.ssh import SshSettings
 from fleetkit.clients.zookeeper import ZooKeeperCluster
 
 log = logging.getLogger(__name__)
@@ -68,6 +74,47 @@ def zookeeper_for(cluster: Cluster, *, changes: bool = False) -> ZooKeeperCluste
         return hook.get_conn()
     except AirflowNotFoundException as e:
         raise _missing_connection(conn_id, cluster, "ZooKeeper", e, changes) from None
+
+
+def ssh_settings(conn_id: str) -> SshSettings:
+    """The SSH settings of a broker host from its connection (type ssh: host, port, login; extra
+    private_key or key_file, private_key_passphrase, host_key; key only, the host key always
+    checked: fleetkit.clients.ssh.connection_settings): its AIRFLOW_CONN_<ID> variable in JSON
+    form, else through Airflow (secrets backends, the metadata database)."""
+    from fleetkit.clients.ssh import connection_settings
+    from fleetkit.core.connections import from_env
+
+    conn = from_env(conn_id)
+    if conn is not None:
+        return connection_settings(conn_id, conn.host, conn.port, conn.login, conn.password, conn.extra,
+                                   conn.conn_type)
+    from airflow.exceptions import AirflowNotFoundException
+
+    from fleet_airflow.hooks import connection
+
+    try:
+        c = connection(conn_id)
+    except AirflowNotFoundException:
+        raise FleetConfigError(f"ssh connection {conn_id!r} is not defined. Define it as "
+                               f"AIRFLOW_CONN_{conn_id.upper()} or in Airflow (Admin > Connections), type ssh") from None
+    return connection_settings(conn_id, c.host, c.port, c.login, c.password, c.extra_dejson, c.conn_type)
+
+
+def broker_hosts(cluster: Cluster) -> BrokerHosts:
+    """Where the cluster's brokers are (this machine, or their hosts over SSH through their
+    ssh_conn_id); close it when done (a context manager)."""
+    return BrokerHosts(cluster, ssh_settings)
+
+
+def files_for(hosts: BrokerHosts):
+    """The collection's files_for: a broker's files where they can be read (its host over SSH for
+    access: ssh; this machine's folder when it exists), else None (sizes from DescribeLogDirs)."""
+    from fleetkit.collection.offsets_topic import local_files
+
+    def one(broker):
+        return hosts.files(broker.id) if broker.access == "ssh" else local_files(broker)
+
+    return one
 
 
 @contextmanager
@@ -130,14 +177,16 @@ def collect_offsets_topic(cluster: Cluster, data_root: str, partitions: list[int
     from fleetkit.collection.offsets_topic import collect_offsets_topic as collect_records
 
     kafka = kafka_for(cluster, timeout=timeout)
+    hosts = broker_hosts(cluster)
     try:
-        return collect_records(cluster, kafka, DataRoot(data_root), partitions)
+        return collect_records(cluster, kafka, DataRoot(data_root), partitions, files_for=files_for(hosts))
     except (ClusterUnreachable, FleetConfigError):
         raise
     except Exception as e:
         raise ClusterUnreachable(f"__consumer_offsets collection of cluster {cluster.name!r} failed, nothing "
                                  f"written: {type(e).__name__}: {e}") from e
     finally:
+        hosts.close()
         kafka.close()
 
 

@@ -102,11 +102,12 @@ def _with_cluster(params: dict, fn: Callable[[ClusterContext], Any], journal_pat
     from fleet_airflow import clusters
 
     cluster = _cluster(params)
-    with clusters.connected(cluster, changes=changes) as (kafka, zk):
+    with clusters.connected(cluster, changes=changes) as (kafka, zk), clusters.broker_hosts(cluster) as hosts:
         return fn(ClusterContext(cluster, kafka, zk, journal_path=journal_path,
                                  open_zookeeper=lambda store: clusters.offset_store_zookeeper(cluster, store,
                                                                                               changes=changes),
-                                 open_runbook_kafka=lambda: clusters.kafka_for(cluster, changes=True)))
+                                 open_runbook_kafka=lambda: clusters.kafka_for(cluster, changes=True),
+                                 broker_hosts=hosts))
 
 
 def runbook(params: dict, action: GateAction, context) -> Runbook:
