@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, TlsHandshakeFailed
 
     from fleetctl.airflow_api import AirflowUnreachable
+    from fleetctl.connect import install_data_root_store
 
+    install_data_root_store()
     try:
         return args.func(args)
     except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:

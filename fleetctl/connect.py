@@ -143,3 +143,19 @@ def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = Tr
         if zk is not None:
             zk.stop()
         kafka.close()
+
+
+def install_data_root_store() -> None:
+    """An s3:// data root is reached through the connection FLEET_DATA_ROOT_CONN_ID names: a JSON
+    AIRFLOW_CONN_<ID> variable without Airflow, any other through Airflow
+    (fleet_airflow.clusters.data_root_store_options), looked up when such a root is first used."""
+    from fleetkit.core.datasets import install_object_store
+
+    def resolve():
+        from fleetkit.core import settings
+
+        if settings.data_root_conn_id() is None:
+            return None
+        return airflow_clusters().data_root_store_options()
+
+    install_object_store(resolve)

@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     ap.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto",
                     help="auto (default): inputs of up to FLEET_STUCK_INPROCESS_MAX_ROWS rows (200,000) on local "
-                         "paths are judged in this process (fleetkit.stuck.inprocess: the same rules and "
+                         "paths or the data root's object store are judged in this process (fleetkit.stuck.inprocess: the same rules and "
                          "outputs, no Spark start-up), larger ones by Spark")
     args = ap.parse_args(argv)
     try:
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     since = None
     if args.recent_days:
         since = (as_of or dt.datetime.now(dt.timezone.utc)).date() - dt.timedelta(days=args.recent_days)
-    local_paths = all(inprocess.is_local(p) for p in (args.snapshots, args.out, args.data_root or ""))
+    local_paths = all(inprocess.readable_here(p) for p in (args.snapshots, args.out, args.data_root or ""))
     if args.engine == "in-process" or (args.engine == "auto" and local_paths
                                        and inprocess.small_input(args.snapshots, since)):
         summary = inprocess.run(args.snapshots, args.out, window, as_of, args.lag_growth_ratio, retention,

@@ -26,10 +26,10 @@ import os
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, NamedTuple
 
 from fleetkit.collection.blind import current_state, shown_status
+from fleetkit.core.datasets import DataPath, data_path
 from fleetkit.core.settings import newest_in_runs as newest
 from fleetkit.stuck import rules
 
@@ -123,7 +123,7 @@ _cache: dict[tuple, object] = {}
 _lock = threading.Lock()
 
 
-def cached(path: Path, parse: Callable[[Path], object]):
+def cached(path: DataPath, parse: Callable[[DataPath], object]):
     """parse(path), once per (path, size, mtime); None when the file does not exist."""
     try:
         st = path.stat()
@@ -141,9 +141,22 @@ def cached(path: Path, parse: Callable[[Path], object]):
     return value
 
 
-def _jsonl(path: Path) -> list[dict]:
-    with open(path, "rb") as f:
-        return [json.loads(line) for line in f if line.strip()]
+def _jsonl(path: DataPath) -> list[dict]:
+    return [json.loads(line) for line in _lines(path) if line.strip()]
+
+
+def _lines(path: DataPath):
+    """The lines of a file (bytes): streamed from a local one, read whole from an object store."""
+    if path.local:
+        with open(path.path, "rb") as f:
+            yield from f
+    else:
+        yield from path.read_bytes().splitlines(keepends=True)
+
+
+def _json_source(path: DataPath):
+    """What pyarrow's JSON reader reads: a local path, or an object store file opened through its DataRoot."""
+    return path.path if path.local else path.open_input()
 
 
 # -- groups ------------------------------------------------------------------------------------------
@@ -163,16 +176,17 @@ class GroupIndex:
         return 0 if self.table is None else self.table.num_rows
 
     @classmethod
-    def parse(cls, path: Path) -> "GroupIndex":
+    def parse(cls, path: DataPath) -> "GroupIndex":
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyarrow import json as pajson
 
-        mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.timezone.utc)
+        st = path.stat()
+        mtime = dt.datetime.fromtimestamp(st.st_mtime, dt.timezone.utc)
         as_of = mtime.isoformat(timespec="seconds").replace("+00:00", "Z")
-        if path.stat().st_size == 0:
+        if st.st_size == 0:
             return cls(None, {}, Counter(), as_of)
-        t = pajson.read_json(str(path), read_options=pajson.ReadOptions(block_size=8 << 20))
+        t = pajson.read_json(_json_source(path), read_options=pajson.ReadOptions(block_size=8 << 20))
         n = t.num_rows
 
         def col(name, default):
@@ -261,7 +275,7 @@ class FlaggedPartitions:
     total: int = 0
 
     @classmethod
-    def parse(cls, path: Path) -> "FlaggedPartitions":
+    def parse(cls, path: DataPath) -> "FlaggedPartitions":
         import pyarrow as pa
         import pyarrow.compute as pc
         from pyarrow import json as pajson
@@ -269,7 +283,7 @@ class FlaggedPartitions:
         if path.stat().st_size == 0:
             return cls()
         schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in FINDING_COLUMNS])
-        t = pajson.read_json(str(path), read_options=pajson.ReadOptions(block_size=8 << 20),
+        t = pajson.read_json(_json_source(path), read_options=pajson.ReadOptions(block_size=8 << 20),
                              parse_options=pajson.ParseOptions(explicit_schema=schema,
                                                                unexpected_field_behavior="ignore"))
         total = t.num_rows
@@ -281,11 +295,12 @@ class FlaggedPartitions:
 
 
 class FleetView:
-    """The read model over one data root (and the plans folder, for pending approvals)."""
+    """The read model over one data root (and the plans folder, for pending approvals): a local
+    folder or an object store, read through fleetkit.core.datasets.DataRoot."""
 
     def __init__(self, data_root: str | os.PathLike, plans_root: str | os.PathLike | None = None):
-        self.root = Path(data_root)
-        self.plans = Path(plans_root) if plans_root else self.root / "plans"
+        self.root = data_path(data_root)
+        self.plans = data_path(plans_root) if plans_root else self.root / "plans"
         self.stuck = self.root / "reports" / "stuck" / "latest"
 
     # clusters
@@ -303,7 +318,7 @@ class FleetView:
         """The newest stuck run's partitions not OK, worst first (cached per file version)."""
         return cached(self.stuck / "findings.jsonl", FlaggedPartitions.parse) or FlaggedPartitions()
 
-    def report_file(self, report: str) -> Path | None:
+    def report_file(self, report: str) -> DataPath | None:
         """The newest result file of a report the page and the metrics read (None: none yet):
         stuck, coordinator or offsets."""
         if report == "stuck":
@@ -312,7 +327,7 @@ class FleetView:
         name = {"coordinator": "partitions.jsonl", "offsets": "health.jsonl"}[report]
         return newest(self.root / "reports" / report, name)
 
-    def report_files(self) -> dict[str, Path | None]:
+    def report_files(self) -> dict[str, DataPath | None]:
         return {r: self.report_file(r) for r in ("stuck", "coordinator", "offsets")}
 
     def clusters(self, fleet) -> list[dict]:
@@ -347,21 +362,19 @@ class FleetView:
         rows = []
         path = self.stuck / "findings.jsonl"
         if path.exists():
-            with open(path, "rb") as f:
-                for line in f:
-                    if needle in line or needle_ascii in line:
-                        r = json.loads(line)
-                        if r.get("group") == group and r.get("cluster") == cluster:
-                            rows.append(r)
+            for line in _lines(path):
+                if needle in line or needle_ascii in line:
+                    r = json.loads(line)
+                    if r.get("group") == group and r.get("cluster") == cluster:
+                        rows.append(r)
         series = {}
         spath = self.stuck / "series.jsonl"
         if rows and spath.exists():
-            with open(spath, "rb") as f:
-                for line in f:
-                    if needle in line or needle_ascii in line:
-                        s = json.loads(line)
-                        if s.get("group") == group and s.get("cluster") == cluster:
-                            series[(s.get("source") or "kafka", s["topic"], s["partition"])] = s.get("points") or []
+            for line in _lines(spath):
+                if needle in line or needle_ascii in line:
+                    s = json.loads(line)
+                    if s.get("group") == group and s.get("cluster") == cluster:
+                        series[(s.get("source") or "kafka", s["topic"], s["partition"])] = s.get("points") or []
         for r in rows:
             r["points"] = series.get((r.get("source") or "kafka", r["topic"], r["partition"]), [])
         rows.sort(key=lambda r: (GROUP_RANK.get(r.get("status"), 99), r["topic"], r["partition"]))
@@ -406,10 +419,9 @@ class FleetView:
     def audit_timeline(self, limit: int = 30) -> list[dict]:
         """The newest destructive runs, one entry per run: action, cluster, each step with who and when."""
         from fleetkit.core import audit
-        from fleetkit.core.datasets import DataRoot
 
         try:
-            recs = audit.records(DataRoot(str(self.root)))
+            recs = audit.records(self.root.root)
         except Exception:  # noqa: BLE001 - no audit dataset yet
             return []
         runs: dict[tuple, dict] = {}

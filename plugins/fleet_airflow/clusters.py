@@ -263,3 +263,50 @@ def install_state():
         store = state.open_store(state_db(conn_id))
         state.install(store)
     return store
+
+
+def data_root_store_options(conn_id: str | None = None):
+    """The object store options of the data root (fleetkit.core.datasets.ObjectStoreOptions) from the
+    connection FLEET_DATA_ROOT_CONN_ID names (type aws, as the Amazon provider has it: login = access
+    key id, password = secret access key, extra endpoint_url and region_name), or None when no
+    connection is named (the AWS SDK's own credentials). FleetConfigError naming the connection when
+    it is not defined or not of type aws; the keys are never in a message."""
+    from fleetkit.core import settings
+    from fleetkit.core.connections import from_env
+    from fleetkit.core.datasets import ObjectStoreOptions
+
+    conn_id = conn_id or settings.data_root_conn_id()
+    if conn_id is None:
+        return None
+    conn = from_env(conn_id)
+    if conn is None:
+        from airflow.exceptions import AirflowNotFoundException
+
+        from fleet_airflow.hooks import connection
+
+        try:
+            conn = connection(conn_id)
+        except AirflowNotFoundException:
+            raise FleetConfigError(f"FLEET_DATA_ROOT_CONN_ID: connection {conn_id!r} (the object store of the data "
+                                   f"root) is not defined. Define it as AIRFLOW_CONN_{conn_id.upper()} or in Airflow "
+                                   "(Admin > Connections), type aws") from None
+        extra = conn.extra_dejson
+    else:
+        extra = conn.extra
+    if conn.conn_type not in (None, "", "aws"):
+        raise FleetConfigError(f"FLEET_DATA_ROOT_CONN_ID: connection {conn_id!r} is of type {conn.conn_type!r}, "
+                               "not aws (login = access key id, password = secret access key, extra endpoint_url, "
+                               "region_name)")
+    return ObjectStoreOptions(endpoint_url=extra.get("endpoint_url") or None,
+                              region=extra.get("region_name") or None,
+                              access_key_id=conn.login or None, secret_access_key=conn.password or None,
+                              source=f"connection {conn_id!r}")
+
+
+def install_data_root_store() -> None:
+    """Install, for this process, how an object store data root is reached: the connection
+    FLEET_DATA_ROOT_CONN_ID names, looked up when an s3:// root is first used (nothing is looked up
+    for a local data root)."""
+    from fleetkit.core.datasets import install_object_store
+
+    install_object_store(lambda: data_root_store_options())

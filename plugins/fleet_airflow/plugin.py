@@ -20,8 +20,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from airflow.plugins_manager import AirflowPlugin
-from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi import Depends, FastAPI, HTTPException, Request, Response, status
 from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
 
 from fleet_airflow import settings
 from fleet_airflow.fleet_page import fleet_app
@@ -56,13 +57,16 @@ def report_path_error(path: str) -> str | None:
 def _reports_app() -> FastAPI:
     statics: dict[str, StaticFiles] = {}
 
-    def static_files() -> StaticFiles:
+    def reports_root() -> str:
         """The reports folder of the deployment's data root, read when a report is asked for."""
         try:
             settings.require()
-            reports = Path(settings.data_root()) / "reports"
+            return settings.under_root(settings.data_root(), "reports")
         except settings.MissingSetting as e:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+
+    def static_files(reports: str) -> StaticFiles:
+        reports = Path(reports)
         if str(reports) not in statics:
             reports.mkdir(parents=True, exist_ok=True)
             # StaticFiles looks files up in a worker thread and streams them with anyio: the event
@@ -81,11 +85,40 @@ def _reports_app() -> FastAPI:
         why = report_path_error(path)
         if why:
             raise HTTPException(status.HTTP_400_BAD_REQUEST, f"refused {path!r}: {why}")
-        response = await static_files().get_response(path or ".", request.scope)
+        reports = reports_root()
+        if "://" in reports:
+            response = await run_in_threadpool(_object_store_report, reports, path, request.method == "HEAD")
+        else:
+            response = await static_files(reports).get_response(path or ".", request.scope)
         response.headers["Cache-Control"] = "private, no-cache"
         return response
 
     return app
+
+
+def _object_store_report(reports: str, path: str, head: bool) -> Response:
+    """A report file of a data root on an object store (a folder: its index.html), read through
+    fleetkit.core.datasets.DataRoot; 404 when there is none, 503 naming the root when the store
+    cannot be reached."""
+    import mimetypes
+
+    from fleetkit.core.datasets import DataRootError, data_path
+
+    try:
+        target = data_path(reports)
+        for part in (p for p in path.split("/") if p):
+            target = target / part
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "Not Found")
+        body = b"" if head else target.read_bytes()
+    except DataRootError as e:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(e)) from None
+    kind = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+    if kind.startswith("text/") or kind in ("application/json", "application/javascript"):
+        kind += "; charset=utf-8"
+    return Response(body, media_type=kind)
 
 
 class FleetPlugin(AirflowPlugin):

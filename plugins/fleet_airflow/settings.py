@@ -11,7 +11,8 @@ from pathlib import Path
 
 from fleetkit.core.settings import (  # noqa: F401  (re-exported for the adapters)
     MissingSetting, collection_interval, collection_interval_text, collection_schedule, data_root, fleet_file,
-    lock_dir, plans_root, quarantine_root, require, retention_days, run_folder, spark_conn_id, spark_python)
+    lock_dir, plans_root, quarantine_root, require, retention_days, run_folder, spark_conn_id, spark_python,
+    under_root)
 
 from fleetkit.core.settings import safe_component as _safe_component
 

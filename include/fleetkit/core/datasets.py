@@ -1,6 +1,6 @@
-"""The toolkit's datasets (design.md): schemas, layout and atomic writes.
+"""The toolkit's datasets (design.md): schemas, layout and atomic writes; the data root they live in.
 
-Layout under a data root (a local folder or any URI pyarrow understands, e.g. s3://bucket/x):
+Layout under a data root (a local folder or an object store URI, e.g. s3://bucket/x):
 
     <root>/<dataset>/cluster=<cluster>/date=<YYYY-MM-DD>/part-<time>-<id>.parquet
 
@@ -9,6 +9,13 @@ recursively (Spark's recursiveFileLookup) lose nothing. A collection's files are
 under names starting with `_tmp-` (ignored by every reader: Spark and the jobs skip files whose
 names start with _ or .) and renamed into place only when every dataset of the collection was
 written, so a failed collection leaves no partial rows.
+
+`DataRoot` is the one way to the data root, local or not: every dataset, report, plan and chart is
+read and written through it (`DataRoot(uri) / "reports" / ...` is a `DataPath`, as pathlib's Path
+for a local folder). An object store root (s3://) is reached with the `ObjectStoreOptions` the
+adapter installs (`install_object_store`: the endpoint, region and keys of the deployment's
+connection), never with keys in a path, an argument or a message. See DataRoot for the rule of
+atomic publishing that holds on both.
 """
 
 from __future__ import annotations
@@ -19,13 +26,15 @@ import logging
 import os
 import threading
 import uuid
-from dataclasses import dataclass
-from typing import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyarrow import fs as pafs
+
+from fleetkit.core.errors import FleetError
 
 log = logging.getLogger(__name__)
 
@@ -125,62 +134,6 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 
 
-def read_jsonl(path) -> list[dict]:
-    """The rows of a job's JSON Lines result file ([] when it does not exist)."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _publish(dest, write) -> None:
-    """Write `dest` through `write(tmp_path)` beside it, then rename it over `dest`: a reader sees
-    the old file or the new one, never a half-written one."""
-    from pathlib import Path
-
-    dest = Path(dest)
-    tmp = dest.with_name(f".tmp-{uuid.uuid4().hex}-{dest.name}")
-    try:
-        write(tmp)
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def publish_rows(rows, dest) -> None:
-    """Write `rows` as JSON Lines to `dest` (published as publish_copy publishes a file)."""
-    import json
-
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
-
-    _publish(dest, write)
-
-
-def publish_text(text: str, dest) -> None:
-    """Write `text` (UTF-8) to `dest` (published as publish_copy publishes a file)."""
-    def write(tmp):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-
-    _publish(dest, write)
-
-
-def publish_copy(src, dest) -> None:
-    """Copy a job's output file to `dest` so that a reader (the fleet page, a person) sees the old
-    file or the new one, never a half-written one: copied beside it, then renamed over it."""
-    import shutil
-
-    _publish(dest, lambda tmp: shutil.copyfile(src, tmp))
-
-
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -192,16 +145,222 @@ def iso_z(ts: dt.datetime | None) -> str | None:
     return ts.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-class DataRoot:
-    """A data root folder or URI, with the filesystem that serves it."""
+class DataRootError(FleetError):
+    """The data root cannot be reached or used: one line naming its URI (never a key) and where its
+    credentials come from (the connection id)."""
 
-    def __init__(self, root: str | os.PathLike):
+
+# -- the object store: options installed by the adapter ------------------------------------------------
+@dataclass(frozen=True)
+class ObjectStoreOptions:
+    """How to reach an S3-compatible object store: endpoint (None: AWS itself), region and keys (None:
+    the AWS SDK's own chain: its environment variables, the instance's role...). `source` names where
+    they came from in errors ("connection 'fleet_data_root'"); the keys are never shown (repr hides them)."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    source: str = "the AWS SDK's default credentials"
+
+    #: the environment a job's process (the in-process engines, spark-submit) gets the store through:
+    #: the AWS SDKs' own variable names, read by pyarrow, boto and Hadoop's s3a alike
+    ENV = {"access_key_id": "AWS_ACCESS_KEY_ID", "secret_access_key": "AWS_SECRET_ACCESS_KEY",
+           "endpoint_url": "AWS_ENDPOINT_URL", "region": "AWS_REGION"}
+    SOURCE_ENV = "FLEET_DATA_ROOT_STORE"
+
+    def child_env(self) -> dict[str, str]:
+        """Environment variables that hand these options to a job's process (never its argv)."""
+        out = {var: getattr(self, name) for name, var in self.ENV.items() if getattr(self, name)}
+        out[self.SOURCE_ENV] = self.source
+        if self.endpoint_url:
+            out.update(_COMPAT_ENV)
+        return out
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "ObjectStoreOptions":
+        env = os.environ if environ is None else environ
+        return cls(**{name: env.get(var) or None for name, var in cls.ENV.items()},
+                   source=env.get(cls.SOURCE_ENV) or "the environment (AWS_* variables)")
+
+    def key(self) -> tuple:
+        import hashlib
+
+        secret = hashlib.sha256((self.secret_access_key or "").encode()).hexdigest()
+        return (self.endpoint_url, self.region, self.access_key_id, secret)
+
+    def redact(self, text: str) -> str:
+        for value in (self.secret_access_key, self.access_key_id):
+            if value and len(value) >= 8:
+                text = text.replace(value, "***")
+        return text
+
+
+#: an S3-compatible server that is not AWS (s3proxy, MinIO, Ceph) may not take the trailing
+#: checksums newer AWS SDKs send by default: ask for checksums only where the API requires them
+_COMPAT_ENV = {"AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED", "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED"}
+
+_installed: ObjectStoreOptions | Callable[[], ObjectStoreOptions | None] | None = None
+_filesystems: dict[tuple, pafs.FileSystem] = {}
+_checked: dict[tuple, float] = {}
+_fs_lock = threading.Lock()
+
+
+def install_object_store(options: ObjectStoreOptions | Callable[[], ObjectStoreOptions | None] | None) -> None:
+    """Install how object store roots are reached in this process: options, or a function that
+    returns them when first needed (the Airflow adapter's: the connection FLEET_DATA_ROOT_CONN_ID
+    names). None: back to the environment (a job's process, started with ObjectStoreOptions.child_env)."""
+    global _installed
+    with _fs_lock:
+        _installed = options
+        _filesystems.clear()
+        _checked.clear()
+
+
+def object_store_options() -> ObjectStoreOptions:
+    """The options installed (a resolver is asked once and its answer kept), else those of the environment."""
+    global _installed
+    found = _installed
+    if callable(found):
+        found = found()
+        with _fs_lock:
+            _installed = found
+    return found if isinstance(found, ObjectStoreOptions) else ObjectStoreOptions.from_env()
+
+
+def _s3_filesystem(options: ObjectStoreOptions) -> pafs.FileSystem:
+    with _fs_lock:
+        fs = _filesystems.get(options.key())
+        if fs is not None:
+            return fs
+        kwargs: dict = {"region": options.region or "us-east-1", "connect_timeout": 5, "request_timeout": 30,
+                        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+        if options.access_key_id and options.secret_access_key:
+            kwargs.update(access_key=options.access_key_id, secret_key=options.secret_access_key)
+        if options.endpoint_url:
+            import urllib.parse
+
+            u = urllib.parse.urlsplit(options.endpoint_url if "://" in options.endpoint_url
+                                      else "https://" + options.endpoint_url)
+            kwargs.update(endpoint_override=u.netloc, scheme=u.scheme or "https")
+            for k, v in _COMPAT_ENV.items():
+                os.environ.setdefault(k, v)  # read by the SDK's client, made below
+        fs = _filesystems[options.key()] = pafs.S3FileSystem(**kwargs)
+        return fs
+
+
+def _is_store_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and not isinstance(e, FileNotFoundError) and "AWS Error" in str(e)
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e)
+    if "ACCESS_DENIED" in text or "SIGNATURE" in text.upper() or "INVALID_ACCESS_KEY" in text:
+        return "access denied (a wrong access key or secret, or no permission on the bucket)"
+    if "NETWORK_CONNECTION" in text or "Could not connect" in text or "curlCode" in text:
+        return "the object store does not answer (cannot connect)"
+    return " ".join(text.split())[:200]
+
+
+def _mtime_ns(info: pafs.FileInfo) -> int:
+    try:
+        return info.mtime_ns or 0
+    except (TypeError, ValueError):
+        return 0
+
+
+# -- the data root and paths in it ----------------------------------------------------------------------
+class DataRoot:
+    """A data root folder or URI, with the filesystem that serves it.
+
+    The rule of atomic publishing (a reader never takes a half-written file as complete), on a local
+    folder and on an object store alike:
+
+    * One file is published whole: on a local folder it is written beside its name (`.tmp-*`) and
+      renamed over it; on an object store, which has no rename, its whole content is built first and
+      sent as one object (one PUT, or a multipart upload completed only at the end: an upload that
+      fails or is killed leaves no object). A stream that other code writes into is never opened at
+      a final name (pyarrow completes an upload when such a stream is closed, also by an exception):
+      such files (Parquet) are written under a `_tmp-` name and copied into place whole.
+    * Readers skip names starting with `_` or `.` (`_tmp-` objects an interrupted writer left).
+    * A result of several files (a job's run folder) is complete when its `_SUCCESS` marker, written
+      last, exists: readers that choose a run (`newest_in_runs`) take only marked runs on an object
+      store (a local run folder is taken as before).
+    * What must be appended durably or be unique (the execution journal, the locks, the audit chain's
+      heads) does not live on an object store (docs/deploy.md).
+    """
+
+    def __init__(self, root: str | os.PathLike, options: ObjectStoreOptions | None = None):
         root = str(root)
-        if "://" in root:
+        self.options: ObjectStoreOptions | None = None
+        if root.startswith("file://"):
+            root = root[len("file://"):]
+        if root.startswith(("s3://", "s3a://")):
+            self.options = options or object_store_options()
+            self.fs = _s3_filesystem(self.options)
+            self.path = root.split("://", 1)[1].strip("/")
+            self.scheme = "s3"
+            self.uri = f"s3://{self.path}"
+            self.check()
+        elif "://" in root:
             self.fs, self.path = pafs.FileSystem.from_uri(root)
+            self.scheme = root.split("://", 1)[0]
+            self.uri = root
         else:
             self.fs, self.path = pafs.LocalFileSystem(), os.path.abspath(root)
-        self.uri = root
+            self.scheme = ""
+            self.uri = self.path
+
+    @property
+    def local(self) -> bool:
+        return isinstance(self.fs, pafs.LocalFileSystem)
+
+    def __repr__(self) -> str:
+        return f"DataRoot({self.uri!r})"
+
+    def describe(self) -> str:
+        """The root for a message: its URI, and for an object store where its credentials come from."""
+        if self.options is None:
+            return self.uri
+        where = f" at {self.options.endpoint_url}" if self.options.endpoint_url else ""
+        return f"{self.uri} (object store{where}, credentials from {self.options.source})"
+
+    def error(self, e: BaseException, doing: str = "") -> DataRootError:
+        what = f" ({doing})" if doing else ""
+        reason = self.options.redact(_reason(e)) if self.options else _reason(e)
+        return DataRootError(f"data root {self.describe()} cannot be used{what}: {reason}")
+
+    def check(self) -> None:
+        """For an object store: its bucket answers with these credentials (DataRootError, one line,
+        otherwise). A success is remembered for a few seconds per bucket."""
+        import time
+
+        if self.options is None:
+            return
+        bucket = self.path.split("/", 1)[0]
+        key = (*self.options.key(), bucket)
+        if time.monotonic() - _checked.get(key, -1e9) < 10:
+            return
+        try:
+            info = self.fs.get_file_info(bucket)
+        except OSError as e:
+            raise self.error(e) from None
+        if info.type == pafs.FileType.NotFound:
+            raise DataRootError(f"data root {self.describe()} cannot be used: the bucket {bucket!r} does not exist")
+        _checked[key] = time.monotonic()
+
+    def uri_of(self, path: str) -> str:
+        """A path of this root's filesystem as a URI (a local path as it is)."""
+        if self.local:
+            return path
+        return f"{self.scheme}://{path}"
+
+    def __truediv__(self, name: str) -> "DataPath":
+        return DataPath(self, self.path) / name
+
+    def at(self, *parts: str) -> "DataPath":
+        """The root itself (no parts) or a path below it."""
+        return DataPath(self, self.join(*parts) if parts else self.path)
 
     def join(self, *parts: str) -> str:
         return "/".join([self.path.rstrip("/"), *parts])
@@ -209,31 +368,323 @@ class DataRoot:
     def partition_dir(self, dataset: str, cluster: str, day: dt.date) -> str:
         return self.join(dataset, f"cluster={cluster}", f"date={day.isoformat()}")
 
+    def info(self, path: str) -> pafs.FileInfo:
+        try:
+            info = self.fs.get_file_info(path)
+        except OSError as e:
+            if _is_store_error(e):
+                raise self.error(e, f"looking at {self.uri_of(path)}") from None
+            raise
+        if info.type == pafs.FileType.File and not self.local and info.size == 4096:
+            # a filesystem-backed store (s3proxy's) may list a folder as a blob too: a folder wins
+            try:
+                if any(True for _ in self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))):
+                    return pafs.FileInfo(path, pafs.FileType.Directory)
+            except OSError:
+                pass
+        return info
+
     def exists(self, path: str) -> bool:
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        return self.info(path).type != pafs.FileType.NotFound
+
+    def listing(self, path: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        """The entries under a folder ([] when it does not exist), folders listed as folders only."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=recursive, allow_not_found=True))
+        except OSError as e:
+            if _is_store_error(e):
+                raise self.error(e, f"listing {self.uri_of(path)}") from None
+            raise
+        dirs = {i.path for i in infos if i.type == pafs.FileType.Directory}
+        return [i for i in infos if not (i.type == pafs.FileType.File and i.path in dirs)]
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except OSError as e:
+            if _is_store_error(e):
+                raise self.error(e, f"reading {self.uri_of(path)}") from None
+            raise
 
     def read_json(self, path: str, default=None):
         if not self.exists(path):
             return default
-        with self.fs.open_input_stream(path) as f:
-            return json.loads(f.read().decode("utf-8"))
+        return json.loads(self.read_bytes(path).decode("utf-8"))
+
+    def publish_bytes(self, path: str, data: bytes) -> None:
+        """Publish one file whole (the class's rule): a reader sees the old content or the new, never part."""
+        parent, name = path.rsplit("/", 1)
+        try:
+            if self.local:
+                os.makedirs(parent, exist_ok=True)
+                tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{name}"
+                try:
+                    with open(tmp, "wb") as f:
+                        f.write(data)
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                return
+            # the whole content is in hand: one stream, written once and closed (the upload completes
+            # at close only; a failed or killed upload leaves no object)
+            stream = self.fs.open_output_stream(path)
+            stream.write(data)
+            stream.close()
+        except OSError as e:
+            if _is_store_error(e):
+                raise self.error(e, f"writing {self.uri_of(path)}") from None
+            raise
 
     def write_json_atomic(self, path: str, doc) -> None:
-        parent, name = path.rsplit("/", 1)
-        self.fs.create_dir(parent, recursive=True)
-        tmp = f"{parent}/_tmp-{uuid.uuid4().hex}-{name}"
-        with self.fs.open_output_stream(tmp) as f:
-            f.write(json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
-        self.fs.move(tmp, path)
+        self.publish_bytes(path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
 
     def files(self, dataset: str, cluster: str | None = None) -> list[str]:
         """Committed data files of a dataset (temporary and hidden files skipped)."""
         base = self.join(dataset) if cluster is None else self.join(dataset, f"cluster={cluster}")
-        if not self.exists(base):
-            return []
-        sel = pafs.FileSelector(base, recursive=True)
-        return sorted(i.path for i in self.fs.get_file_info(sel)
-                      if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith(("_", ".")))
+        return sorted(i.path for i in self.listing(base, recursive=True)
+                      if i.type == pafs.FileType.File and not os.path.basename(i.path).startswith(("_", "."))
+                      and not any(p.startswith(("_", ".")) for p in i.path[len(base):].split("/")[:-1]))
+
+
+class DataStat:
+    """What pathlib's stat() gives that readers use: size and modification time."""
+
+    __slots__ = ("st_size", "st_mtime_ns", "st_mtime")
+
+    def __init__(self, size: int, mtime_ns: int):
+        self.st_size, self.st_mtime_ns, self.st_mtime = size, mtime_ns, mtime_ns / 1e9
+
+
+class DataPath:
+    """A file or folder under a DataRoot, used as pathlib's Path is (`/`, name, parent, exists,
+    read_text, glob...), on a local folder and an object store alike. str() is its URI (a local
+    path as it is); os.fspath() works for a local one only."""
+
+    __slots__ = ("root", "path")
+
+    def __init__(self, root: DataRoot, path: str):
+        self.root, self.path = root, path.rstrip("/") or path
+
+    # names
+    def __truediv__(self, name) -> "DataPath":
+        name = str(name).strip("/")
+        return DataPath(self.root, f"{self.path}/{name}" if name else self.path)
+
+    def joinpath(self, *names) -> "DataPath":
+        out = self
+        for n in names:
+            out = out / n
+        return out
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def with_name(self, name: str) -> "DataPath":
+        return self.parent / name
+
+    @property
+    def suffix(self) -> str:
+        return os.path.splitext(self.name)[1]
+
+    @property
+    def parent(self) -> "DataPath":
+        return DataPath(self.root, self.path.rsplit("/", 1)[0]) if "/" in self.path else self
+
+    @property
+    def local(self) -> bool:
+        return self.root.local
+
+    def __str__(self) -> str:
+        return self.root.uri_of(self.path)
+
+    def __repr__(self) -> str:
+        return f"DataPath({str(self)!r})"
+
+    def __fspath__(self) -> str:
+        if not self.local:
+            raise TypeError(f"{self} is not a local path")
+        return self.path
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, DataPath) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    # looking
+    def info(self) -> pafs.FileInfo:
+        return self.root.info(self.path)
+
+    def exists(self) -> bool:
+        return self.info().type != pafs.FileType.NotFound
+
+    def is_file(self) -> bool:
+        return self.info().type == pafs.FileType.File
+
+    def is_dir(self) -> bool:
+        return self.info().type == pafs.FileType.Directory
+
+    def stat(self) -> DataStat:
+        info = self.info()
+        if info.type == pafs.FileType.NotFound:
+            raise FileNotFoundError(str(self))
+        return DataStat(info.size or 0, _mtime_ns(info))
+
+    def iterdir(self) -> list["DataPath"]:
+        return [DataPath(self.root, i.path) for i in self.root.listing(self.path)]
+
+    def glob(self, pattern: str) -> list["DataPath"]:
+        """Paths matching a relative pattern of `/`-separated fnmatch parts (no `**`)."""
+        import fnmatch
+
+        level = [self]
+        for part in pattern.split("/"):
+            nxt = []
+            for p in level:
+                if any(c in part for c in "*?["):
+                    nxt += [c for c in p.iterdir() if fnmatch.fnmatchcase(c.name, part)]
+                else:
+                    nxt.append(p / part)
+            level = nxt
+        return [p for p in level if p.exists()]
+
+    # reading
+    def read_bytes(self) -> bytes:
+        return self.root.read_bytes(self.path)
+
+    def read_text(self, encoding: str = "utf-8") -> str:
+        return self.read_bytes().decode(encoding)
+
+    def open_input(self):
+        """A random-access file (Parquet footers)."""
+        return self.root.fs.open_input_file(self.path)
+
+    # writing (DataRoot's rule of atomic publishing)
+    def mkdir(self, parents: bool = True, exist_ok: bool = True) -> None:
+        self.root.fs.create_dir(self.path, recursive=parents)
+
+    def write_bytes(self, data: bytes) -> None:
+        self.root.publish_bytes(self.path, data)
+
+    def write_text(self, text: str, encoding: str = "utf-8") -> None:
+        self.write_bytes(text.encode(encoding))
+
+    def mark_done(self) -> None:
+        """Publish this folder's `_SUCCESS` marker on an object store: its files are all written
+        (write it last). A local folder needs none (see done)."""
+        if not self.local:
+            (self / SUCCESS).write_bytes(b"")
+
+    def done(self) -> bool:
+        """Whether this run folder is complete: its `_SUCCESS` marker exists (on an object store), or
+        it is a local folder (renamed files; older runs have no marker)."""
+        return self.local or (self / SUCCESS).exists()
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.root.fs.delete_file(self.path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+        except OSError:
+            if not missing_ok or self.exists():
+                raise
+
+    def rmtree(self) -> None:
+        if self.exists():
+            self.root.fs.delete_dir(self.path)
+
+
+#: the marker a run folder of several files gets last
+SUCCESS = "_SUCCESS"
+
+
+def data_path(where: "DataPath | str | os.PathLike") -> DataPath:
+    """A DataPath for a DataPath, a local path or a URI (s3://bucket/key: through the installed store)."""
+    if isinstance(where, DataPath):
+        return where
+    root = DataRoot(str(where))
+    return root.at()
+
+
+def as_path(where: "DataPath | str | os.PathLike"):
+    """pathlib's Path for a local path (what local callers always had), a DataPath for a URI or a DataPath."""
+    from pathlib import Path
+
+    if isinstance(where, DataPath) or "://" in str(where):
+        return data_path(where)
+    return Path(where)
+
+
+def newest_in_runs(base: "DataPath | str | os.PathLike", name: str) -> DataPath | None:
+    """The newest <base>/<run>/<name> by modification time, or None; on an object store only runs
+    marked done (DataPath.done). A run removed between the listing and the look is skipped."""
+    base = data_path(base)
+    best, best_mtime = None, None
+    for run in base.iterdir():
+        if run.name.startswith(("_", ".")):
+            continue
+        info = (run / name).info()
+        if info.type != pafs.FileType.File or not run.done():
+            continue
+        if best_mtime is None or _mtime_ns(info) > best_mtime:
+            best, best_mtime = run / name, _mtime_ns(info)
+    return best
+
+
+def read_jsonl(path) -> list[dict]:
+    """The rows of a job's JSON Lines result file ([] when it does not exist): a local path, a URI
+    or a DataPath."""
+    p = data_path(path)
+    if not p.is_file():
+        return []
+    return [json.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
+
+
+def _publish(dest, write) -> None:
+    """Publish `dest` (a local path, a URI or a DataPath) whole, from `write(tmp_path)` writing a
+    local file: renamed over it on a local folder, sent as one object to an object store."""
+    import tempfile
+
+    p = data_path(dest)
+    if p.local:
+        os.makedirs(os.path.dirname(p.path), exist_ok=True)
+        tmp = os.path.join(os.path.dirname(p.path), f".tmp-{uuid.uuid4().hex}-{p.name}")
+        try:
+            write(tmp)
+            os.replace(tmp, p.path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return
+    with tempfile.TemporaryDirectory(prefix="fleet-publish-") as d:
+        tmp = os.path.join(d, p.name)
+        write(tmp)
+        with open(tmp, "rb") as f:
+            p.write_bytes(f.read())
+
+
+def publish_rows(rows, dest) -> None:
+    """Write `rows` as JSON Lines to `dest` (published whole: DataRoot's rule)."""
+    p = data_path(dest)
+    p.write_bytes("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
+
+
+def publish_text(text: str, dest) -> None:
+    """Write `text` (UTF-8) to `dest` (published whole: DataRoot's rule)."""
+    data_path(dest).write_text(text)
+
+
+def publish_copy(src, dest) -> None:
+    """Copy a job's output file (a local path, a URI or a DataPath) to `dest` so that a reader (the
+    fleet page, a person) sees the old file or the new one, never a half-written one."""
+    s = data_path(src)
+    if not s.is_file():
+        raise FileNotFoundError(f"{s}: no such file")
+    data_path(dest).write_bytes(s.read_bytes())
 
 
 def warm_up_conversion() -> threading.Thread | None:

@@ -22,7 +22,14 @@ def fsync_dir(path: str | os.PathLike) -> None:
 
 def replace_file(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` as file `path`, whole or not at all: a hidden temporary file beside it, flushed,
-    renamed over `path`, then the folder flushed (created with its parents if missing)."""
+    renamed over `path`, then the folder flushed (created with its parents if missing). A path on the
+    data root's object store (a fleetkit.core.datasets.DataPath) is published whole as one object
+    (DataRoot's rule); it has no folder to flush."""
+    from fleetkit.core.datasets import DataPath
+
+    if isinstance(path, DataPath) and not path.local:
+        path.write_bytes(data)
+        return path
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")

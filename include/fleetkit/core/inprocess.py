@@ -16,7 +16,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from fleetkit.core.datasets import SCHEMAS, date_folder_before, read_jsonl
+from fleetkit.core.datasets import SCHEMAS, data_path, date_folder_before, read_jsonl
 
 #: per job (spark_jobs/<job>.py): (the environment variable of its row limit, the default limit,
 #: the datasets under the job's input whose rows are counted, none: the input itself)
@@ -41,24 +41,51 @@ def is_local(path: str) -> bool:
     return "://" not in path or path.startswith("file://")
 
 
+def readable_here(path: str) -> bool:
+    """Whether an in-process engine reads and writes `path`: a local one, or one on the data root's
+    object store (s3://, through fleetkit.core.datasets.DataRoot)."""
+    return is_local(path) or path.startswith("s3://")
+
+
+def location(path: str):
+    """A job's input or output path as a fleetkit.core.datasets.DataPath (file:// taken as local)."""
+    return data_path(str(local_path(path)) if is_local(path) else path)
+
+
+def _parquet(f: str):
+    """A Parquet file to read: a local path as it is, a URI opened through its DataRoot."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(f if is_local(f) else data_path(f).open_input())
+
+
 def local_path(path: str) -> Path:
     return Path(path[len("file://"):] if path.startswith("file://") else path)
 
 
 def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], list[str]]:
-    """(parquet files, JSON Lines files) under a local file or folder, as the Spark jobs list them
-    (jobs_common.data_files): names starting with _ or . skipped (files and folders),
-    date=YYYY-MM-DD folders older than `since` skipped."""
-    root = local_path(path)
-    if not root.exists():
+    """(parquet files, JSON Lines files) under a file or folder (local, or a URI of the data root's
+    object store), as the Spark jobs list them (jobs_common.data_files): names starting with _ or .
+    skipped (files and folders), date=YYYY-MM-DD folders older than `since` skipped."""
+    from pyarrow import fs as pafs
+
+    root = location(path)
+    info = root.info()
+    if info.type == pafs.FileType.NotFound:
         raise SystemExit(f"input {path!r} does not exist")
     files: list[str] = []
-    if root.is_file():
+    if info.type == pafs.FileType.File:
         files = [str(root)]
     else:
-        for folder, dirs, names in os.walk(root):
-            dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")) and not date_folder_before(d, since))
-            files.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith(("_", ".")))
+        base = root.path.rstrip("/") + "/"
+        for i in root.root.listing(root.path, recursive=True):
+            if i.type != pafs.FileType.File:
+                continue
+            parts = i.path[len(base):].split("/")
+            if any(p.startswith(("_", ".")) for p in parts) or any(date_folder_before(d, since) for d in parts[:-1]):
+                continue
+            files.append(root.root.uri_of(i.path))
+        files.sort()
     parquet = [f for f in files if f.endswith(".parquet")]
     jsonl = [f for f in files if f.endswith((".jsonl", ".json"))]
     return parquet, jsonl
@@ -67,20 +94,17 @@ def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], lis
 def count_rows(parquet: list[str], jsonl: list[str], limit: int) -> int | None:
     """The input's rows (Parquet footers, JSON Lines lines), or None once more than `limit` (or a
     file that cannot be read: the Spark job then names it)."""
-    import pyarrow.parquet as pq
-
     n = 0
     try:
         for f in parquet:
-            n += pq.ParquetFile(f).metadata.num_rows
+            n += _parquet(f).metadata.num_rows
             if n > limit:
                 return None
         for f in jsonl:
-            with open(f, "rb") as fh:
-                for line in fh:
-                    n += bool(line.strip())
-                    if n > limit:
-                        return None
+            for line in data_path(f).read_bytes().splitlines() if not is_local(f) else open(f, "rb"):
+                n += bool(line.strip())
+                if n > limit:
+                    return None
     except Exception:  # noqa: BLE001 - unreadable here: Spark reads it and says what is wrong
         return None
     return n
@@ -88,17 +112,18 @@ def count_rows(parquet: list[str], jsonl: list[str], limit: int) -> int | None:
 
 def small_input(job: str, path: str, since: dt.date | None = None) -> bool:
     """Whether `job`'s input at `path` (for offsets_health and group_id_reconciliation: the data
-    root) is small enough to run in process, and on a local path."""
+    root) is small enough to run in process, and on a local path or the data root's object store."""
     limit = max_rows(job)
-    if limit <= 0 or not is_local(path):
+    if limit <= 0 or not readable_here(path):
         return False
     datasets = LIMITS[job][2]
-    targets = [local_path(path) / d for d in datasets] if datasets else [local_path(path)]
+    here = location(path)
+    targets = [here / d for d in datasets] if datasets else [here]
     if not any(t.exists() for t in targets):
         # a data root holding none of the job's datasets yet has nothing to count: no Spark needed
         # (the in-process engines write the job's files for an empty input); a missing input of its
         # own is the Spark job's to name
-        return bool(datasets) and local_path(path).is_dir()
+        return bool(datasets) and (here.is_dir() or not here.local)
     parquet: list[str] = []
     jsonl: list[str] = []
     for target in targets:
@@ -132,7 +157,7 @@ def read_table(parquet: list[str], jsonl: list[str], dataset: str):
     stamps = {f.name for f in schema if pa.types.is_timestamp(f.type)}
     tables = []
     for f in parquet:
-        t = pq.ParquetFile(f).read()
+        t = _parquet(f).read()
         names = set(t.column_names)
         tables.append(pa.Table.from_arrays(
             [t[fld.name].cast(fld.type) if fld.name in names else pa.nulls(t.num_rows, fld.type) for fld in schema],

@@ -11,6 +11,9 @@ A plan is a JSON object::
 
 Its digest is SHA-256 over the canonical form (sorted keys, no insignificant whitespace, UTF-8),
 so any edit to the stored plan after approval changes it.
+
+The plans folder is a local folder (a plan is written durably: fsync and rename) or a URI of the
+data root's object store (published whole as one object, fleetkit.core.datasets.DataRoot).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from pathlib import Path
 
 from fleetkit.core import settings
+from fleetkit.core.datasets import DataPath, as_path
 from fleetkit.core.durable import replace_file
 from fleetkit.core.errors import FleetError
 
@@ -61,9 +65,14 @@ def safe_component(value: str) -> str:
         raise PlanError(str(e)) from None
 
 
-def plan_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:
+def _root(plans_root) -> Path | DataPath:
+    """The plans folder: a Path for a local one, a DataPath for an object store's."""
+    return as_path(plans_root)
+
+
+def plan_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path | DataPath:
     """Where a run's plan lives: derived from (dag, run), never passed along by a task."""
-    return Path(plans_root) / safe_component(dag_id) / safe_component(run_id) / "plan.json"
+    return _root(plans_root) / safe_component(dag_id) / safe_component(run_id) / "plan.json"
 
 
 def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -> tuple[Path, str]:
@@ -78,7 +87,7 @@ def store(plans_root: str | os.PathLike, dag_id: str, run_id: str, plan: dict) -
 
 def result_path(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> Path:
     """Where a run's execute result lives: beside its plan."""
-    return plan_path(plans_root, dag_id, run_id).with_name("result.json")
+    return plan_path(plans_root, dag_id, run_id).parent / "result.json"
 
 
 def store_result(plans_root: str | os.PathLike, dag_id: str, run_id: str, result) -> Path:
@@ -112,7 +121,7 @@ def _legacy_plan(plans_root: str | os.PathLike, dag_id: str, run_id: str) -> tup
     parts = (_legacy_component(dag_id), _legacy_component(run_id))
     if not all(parts):
         return None
-    path = Path(plans_root).joinpath(*parts, "plan.json")
+    path = _root(plans_root).joinpath(*parts, "plan.json")
     if path == plan_path(plans_root, dag_id, run_id):
         return None
     try:

@@ -41,6 +41,9 @@ SETTINGS = (
     Setting("FLEET_FILE", True, None, "the fleet file: the clusters, their connection ids and approvers"),
     Setting("FLEET_DATA_ROOT", True, None, "the data root: datasets, reports, plans, quarantine (a folder "
             "every host reaches, or a Spark/pyarrow URI)"),
+    Setting("FLEET_DATA_ROOT_CONN_ID", False, None, "the Airflow connection (type aws: login = access key id, "
+            "password = secret access key, extra endpoint_url, region_name) of an object store data root (s3://); "
+            "unset: the AWS SDK's own credentials"),
     Setting("FLEET_COLLECTION_INTERVAL", False, "5m", "time between scheduled collections: fleet_maintenance's "
             "schedule, and a cluster whose newest collection is older than twice this is STALE"),
     Setting("FLEET_SPARK_CONN_ID", False, "spark_default", "the Airflow connection spark-submit uses (its master, "
@@ -89,6 +92,18 @@ def fleet_file() -> str:
 
 def data_root() -> str:
     return required("FLEET_DATA_ROOT")
+
+
+def data_root_conn_id() -> str | None:
+    """FLEET_DATA_ROOT_CONN_ID: the connection of an object store data root, or None."""
+    return _value("FLEET_DATA_ROOT_CONN_ID")
+
+
+def under_root(base: str, *parts: str) -> str:
+    """A path below a data root folder or URI (pathlib would fold an URI's `//`)."""
+    if "://" in base:
+        return "/".join([base.rstrip("/"), *parts])
+    return str(Path(base).joinpath(*parts))
 
 
 def require() -> None:
@@ -171,7 +186,7 @@ def spark_python() -> str | None:
 
 def plans_root(data_root_: str | None = None) -> str:
     """Plans live beside the datasets: <data root>/plans/<dag>/<run>/plan.json."""
-    return _value("FLEET_PLANS_DIR") or str(Path(data_root_ or data_root()) / "plans")
+    return _value("FLEET_PLANS_DIR") or under_root(data_root_ or data_root(), "plans")
 
 
 def quarantine_root(data_root_: str | None = None) -> Path:
@@ -257,17 +272,34 @@ def component_value(name: str) -> str:
     return value
 
 
-def run_folder(base: str | os.PathLike, *parts: str) -> Path:
+def run_folder(base, *parts: str):
     """The folder of one run's output under `base`: each part (kind, DAG id, run id) made a path
-    component by safe_component. The one naming of run folders (reports, plans, journals, trims)."""
-    return Path(base).joinpath(*(safe_component(p) for p in parts))
+    component by safe_component. The one naming of run folders (reports, plans, journals, trims).
+    A Path for a local base, a URI string for an object store's, a DataPath for a DataPath."""
+    names = [safe_component(p) for p in parts]
+    if "://" in str(base) and isinstance(base, str):
+        return under_root(base, *names)
+    if _is_data_path(base):
+        return base.joinpath(*names)
+    return Path(base).joinpath(*names)
 
 
-def newest_in_runs(base: str | os.PathLike, name: str) -> Path | None:
+def _is_data_path(value) -> bool:
+    from fleetkit.core.datasets import DataPath
+
+    return isinstance(value, DataPath)
+
+
+def newest_in_runs(base, name: str):
     """The newest <base>/<run>/<name> by modification time (a run's report or job output), or
-    None. A run folder removed (retention) between the listing and the look is skipped."""
+    None. A run folder removed (retention) between the listing and the look is skipped. A base on
+    an object store (a URI or a DataPath): fleetkit.core.datasets.newest_in_runs (a DataPath)."""
     import stat
 
+    if "://" in str(base) or _is_data_path(base):
+        from fleetkit.core.datasets import newest_in_runs as newest_on_store
+
+        return newest_on_store(base, name)
     base = Path(base)
     best, best_mtime = None, None
     if not base.is_dir():

@@ -21,7 +21,8 @@ from collections import defaultdict
 
 from fleetkit.core import inprocess as core_inprocess
 from fleetkit.core.datasets import TS, publish_rows
-from fleetkit.core.inprocess import input_files, is_local, iso_micro_z, local_path  # noqa: F401 - is_local: the job asks here
+from fleetkit.core.inprocess import (  # noqa: F401 - is_local, readable_here: the job asks here
+    input_files, is_local, iso_micro_z, local_path, readable_here)
 from fleetkit.stuck import rules, timelag
 from fleetkit.stuck.columnar import GROUP_KEYS, KEYS, TP_KEYS, task_facts, unpack_points
 
@@ -239,16 +240,25 @@ def write_dataset(rows: list[dict], schema, data_root: str, dataset: str, run_st
     import pyarrow.parquet as pq
 
     day = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    folder = local_path(data_root) / dataset / f"date={day}"
+    table = pa.Table.from_pylist([{c: (list(r[c].items()) if c == "counts" else r[c]) for c in schema.names}
+                                  for r in rows], schema=schema)
+    root = core_inprocess.location(data_root).root
+    folder = root.at(dataset, f"date={day}")
     final = folder / f"run={run_stamp}"
     if final.exists():
         raise FileExistsError(f"{final} already exists")
     tmp = folder / f"_tmp-run={run_stamp}-{uuid.uuid4().hex}"
-    tmp.mkdir(parents=True)
-    table = pa.Table.from_pylist([{c: (list(r[c].items()) if c == "counts" else r[c]) for c in schema.names}
-                                  for r in rows], schema=schema)
-    pq.write_table(table, tmp / "part-00000.parquet")
-    os.replace(tmp, final)
+    if root.local:
+        os.makedirs(tmp.path)
+        pq.write_table(table, f"{tmp.path}/part-00000.parquet")
+        os.replace(tmp.path, final.path)
+    else:
+        # an object store has no rename: the one file is written under the _tmp- name, then copied whole
+        try:
+            pq.write_table(table, (tmp / "part-00000.parquet").path, filesystem=root.fs)
+            root.fs.move((tmp / "part-00000.parquet").path, (final / "part-00000.parquet").path)
+        finally:
+            tmp.rmtree()
     return str(final)
 
 
@@ -263,11 +273,12 @@ def run(snapshots_path: str, out: str, window: dt.timedelta, as_of: dt.datetime 
         raise SystemExit(f"input {snapshots_path!r} holds no .parquet or .jsonl files")
     snapshots = read_snapshots(parquet, jsonl)
     findings, groups, as_of = evaluate(snapshots, window, as_of, ratio, retention)
-    folder = local_path(out)
+    folder = core_inprocess.location(out)
     folder.mkdir(parents=True, exist_ok=True)
     publish_rows(for_json(findings), folder / "findings.jsonl")
     publish_rows(groups_for_json(groups), folder / "groups.jsonl")
     publish_rows(lag_series(findings, snapshots, as_of, window), folder / "series.jsonl")
+    folder.mark_done()
     if data_root:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         finding_schema, group_schema = _arrow_schemas()

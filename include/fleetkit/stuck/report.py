@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fleetkit.stuck import rules as stuck
 from fleetkit.stuck.timelag import TimeLag
-from fleetkit.core.datasets import read_jsonl
+from fleetkit.core.datasets import as_path, read_jsonl
 from fleetkit.core.render import render
 
 
@@ -151,7 +151,7 @@ class StuckReport:
 
     @classmethod
     def load(cls, out_dir: str | Path, window: str = "") -> "StuckReport":
-        out = Path(out_dir)
+        out = as_path(out_dir)
         series = {(s["cluster"], s.get("source") or "kafka", s["group"], s["topic"], s["partition"]): s["points"]
                   for s in read_jsonl(out / "series.jsonl")}
         return cls(findings=read_jsonl(out / "findings.jsonl"), groups=read_jsonl(out / "groups.jsonl"),
@@ -214,7 +214,8 @@ class StuckReport:
         return lines
 
     def render(self, out_dir: str | Path) -> tuple[Path, Path]:
-        out = Path(out_dir)
+        """report.html and report.md in `out_dir` (a local folder, or a data root's object store URI)."""
+        out = as_path(out_dir)
         flagged, unjudged = self.flagged(), self.not_judged()
         ctx = {"report": self, "flagged": flagged[:REPORT_LIMIT], "total_flagged": len(flagged), "storm_what": storm_what,
                "not_judged": unjudged[:REPORT_LIMIT], "total_not_judged": len(unjudged),

@@ -32,16 +32,25 @@ class StuckReportLink(BaseOperatorLink):
         return XCom.get_value(ti_key=ti_key, key=REPORT_XCOM_KEY) or ""
 
 
-def report_url(html_path: Path, data_root: str) -> str:
-    """The report's URL under the api-server's /fleet-reports app (relative to <data root>/reports)."""
+def report_url(html_path, data_root: str) -> str:
+    """The report's URL under the api-server's /fleet-reports app (relative to <data root>/reports;
+    a local path or a file of the data root's object store)."""
     from airflow.configuration import conf
 
-    try:
-        rel = html_path.resolve().relative_to((Path(data_root) / "reports").resolve())
-    except ValueError:
-        return html_path.resolve().as_uri()
+    from fleetkit.core.settings import under_root
+
+    if isinstance(html_path, Path):
+        try:
+            rel = html_path.resolve().relative_to((Path(data_root) / "reports").resolve()).as_posix()
+        except ValueError:
+            return html_path.resolve().as_uri()
+    else:
+        reports = under_root(data_root, "reports").rstrip("/") + "/"
+        if not str(html_path).startswith(reports):
+            return str(html_path)
+        rel = str(html_path)[len(reports):]
     base = conf.get("api", "base_url", fallback="").rstrip("/")
-    return f"{base}/fleet-reports/{rel.as_posix()}"
+    return f"{base}/fleet-reports/{rel}"
 
 
 class StuckReportOperator(BaseOperator):
@@ -56,15 +65,16 @@ class StuckReportOperator(BaseOperator):
         super().__init__(**kwargs)
         self.out_dir, self.fleet_file, self.data_root, self.window = out_dir, fleet_file, data_root, window
 
-    def _publish_latest(self, run_dir: Path, report: StuckReport) -> None:
+    def _publish_latest(self, run_dir, report: StuckReport) -> None:
         """Copy the run's report and outputs to reports/stuck/latest (the fleet page reads them
         there), except that a group this run could not judge keeps its latest stuck verdict
         (fleetkit.stuck.report.carry_judged): then latest's report is rendered from what it shows."""
-        from fleetkit.core.datasets import publish_copy, publish_rows, read_jsonl
+        from fleetkit.core.datasets import as_path, publish_copy, publish_rows, read_jsonl
+        from fleetkit.core.settings import under_root
         from fleetkit.stuck.report import OUTPUTS, carry_judged
 
-        latest = Path(self.data_root) / "reports" / "stuck" / "latest"
-        if run_dir.resolve() == latest.resolve():
+        latest = as_path(under_root(self.data_root, "reports", "stuck", "latest"))
+        if (run_dir.resolve() == latest.resolve()) if isinstance(latest, Path) else str(run_dir) == str(latest):
             return
         latest.mkdir(parents=True, exist_ok=True)
         rows, carried = carry_judged({n: read_jsonl(latest / n) for n in OUTPUTS},

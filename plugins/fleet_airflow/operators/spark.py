@@ -122,7 +122,8 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
 
         argv = [sys.executable, str(self.application), *self.application_args, "--engine", "in-process"]
         # the job's own minimal environment: nothing of Airflow's secrets (settings.job_env)
-        env = {**settings.job_env(), "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
+        env = {**settings.job_env(), **data_root_store_env(),
+               "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
         self.log.info("small input: %s runs in process (no Spark start-up): %s", self.name,
                       " ".join([Path(argv[1]).name, *argv[2:]]))
         proc = self._in_process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -185,6 +186,18 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             return super().execute(context)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def data_root_store_env() -> dict[str, str]:
+    """What a job's process needs of an object store data root: the endpoint, region and keys of the
+    connection FLEET_DATA_ROOT_CONN_ID names, as the AWS SDKs' environment variables (never on the
+    job's command line). {} for a local data root."""
+    root = settings.data_root()
+    if not root.startswith(("s3://", "s3a://")):
+        return {}
+    from fleetkit.core.datasets import object_store_options
+
+    return object_store_options().child_env()
 
 
 def driver_conf(master: str, conf: dict | None) -> dict:
