@@ -149,6 +149,27 @@ def cmd_audit_seal(args) -> int:
     return 0
 
 
+def cmd_audit_copy_heads(args) -> int:
+    """Copy the chains' heads of the data root from the heads folder (FLEET_AUDIT_HEADS_DIR) into the
+    shared run state's database (FLEET_STATE_CONN_ID): once, when a deployment moves there."""
+    from fleetkit.core import audit, settings as core_settings
+    from fleetkit.core.datasets import DataRoot
+
+    from fleet_airflow import settings
+
+    if core_settings.state_conn_id() is None:
+        print("error: FLEET_STATE_CONN_ID is not set: the heads already live in the heads folder "
+              "(docs/deploy.md: Shared run state)", file=sys.stderr)
+        return 2
+    store = state_store()
+    root = DataRoot(args.data_root or settings.data_root())
+    copied = audit.copy_heads(root, store)
+    for cluster in copied:
+        print(f"COPIED\tcluster={cluster}")
+    print(f"{len(copied)} chain head(s) of {root.uri} copied into {store.describe()}; check with `fleetctl audit verify`")
+    return 0
+
+
 def add_parser(sub) -> None:
     au = sub.add_parser("audit", help="the audit dataset: what destructive runbooks did")
     au_sub = au.add_subparsers(dest="audit_command", required=True)
@@ -180,3 +201,8 @@ def add_parser(sub) -> None:
     asl.add_argument("--cluster", help="only this cluster's chain")
     asl.add_argument("--data-root")
     asl.set_defaults(func=cmd_audit_seal)
+    ac = au_sub.add_parser("copy-heads", help="copy the chains' heads from the heads folder (FLEET_AUDIT_HEADS_DIR) "
+                                              "into the shared run state's database (FLEET_STATE_CONN_ID): once, "
+                                              "when the deployment moves its run state there")
+    ac.add_argument("--data-root")
+    ac.set_defaults(func=cmd_audit_copy_heads)

@@ -386,3 +386,31 @@ def test_deploy_check_reaches_the_shared_state(pg_state, chosen_from_settings, t
     assert cli.main(["deploy", "check"]) == 2
     err = capsys.readouterr().err
     assert "'fleet_state'" in err and "pw-x" not in err
+
+
+def test_heads_written_as_files_are_copied_into_the_database_and_verify_there(pg_state, tmp_path, monkeypatch,
+                                                                              capsys):
+    """A deployment moving its run state to the database: `fleetctl audit copy-heads` copies the
+    signed heads and registry as they are, the chains verify there (without it: no head); a second
+    copy is refused."""
+    from fleetctl import cli
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+
+    root = DataRoot(str(tmp_path / "data"))
+    monkeypatch.setenv("FLEET_AUDIT_HEADS_DIR", str(tmp_path / "heads"))
+    state.install(None)  # the files, as before the move
+    for c in ("c1", "c2"):
+        audit.record(root, cluster=c, dag_id="d", run_id="r", action="a", event="planned")
+    state.install(pg_state)
+    assert any(what.startswith("no head") for rep in audit.verify(root) for _, what in rep.problems)
+    for k, v in _deployment_env(pg_state.db, FLEET_DATA_ROOT=str(tmp_path / "data")).items():
+        if k.startswith(("FLEET_", "AIRFLOW_CONN_FLEET_STATE")):
+            monkeypatch.setenv(k, v)
+    assert cli.main(["audit", "copy-heads"]) == 0
+    assert "COPIED\tcluster=c1\nCOPIED\tcluster=c2\n" in capsys.readouterr().out
+    assert [(rep.cluster, rep.ok, rep.chained) for rep in audit.verify(root)] == [("c1", True, 1), ("c2", True, 1)]
+    audit.record(root, cluster="c1", dag_id="d", run_id="r2", action="a", event="planned")
+    assert all(rep.ok for rep in audit.verify(root))
+    assert cli.main(["audit", "copy-heads"]) == 2
+    assert "already in" in capsys.readouterr().err

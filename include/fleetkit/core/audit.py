@@ -458,6 +458,33 @@ def seal(root: DataRoot, cluster: str, keys: AuditKeys | None = None) -> dict:
     return sign_head(doc, key)
 
 
+def copy_heads(root: DataRoot, to, source=None) -> list[str]:
+    """Copy the data root's chain heads, sealed markers and registry from `source` (default: the
+    local files, FLEET_AUDIT_HEADS_DIR) into the store `to` (a deployment moving its run state to
+    the database, FLEET_STATE_CONN_ID), each document as signed: the chains verify there without
+    re-anchoring. Refused (FleetError, nothing copied) when `to` already holds a head or the
+    registry of this data root. Returns the clusters whose heads were copied."""
+    source = source or state.FILES
+    rid = root_id(root)
+    clusters = sorted(source.head_clusters(rid))
+    heads = {c: source.head_read(rid, c) for c in clusters}
+    held = [c for c in clusters if to.head_read(rid, c) is not None]
+    if held or to.registry_read(rid) is not None:
+        raise FleetError(f"the audit heads of data root {rid} are already in {to.describe()} "
+                         f"({', '.join(map(repr, held)) or 'its registry'}): nothing copied")
+    for c in clusters:
+        with to.chain_lock(rid, c):
+            to.head_write(rid, c, heads[c])
+            sealed = source.sealed_read(rid, c)
+            if sealed is not None:
+                to.sealed_write(rid, c, sealed)
+    registry = source.registry_read(rid)
+    if registry is not None:
+        to.registry_update(rid, lambda now: registry)
+    log.warning("AUDIT heads of %d chain(s) of data root %s copied into %s", len(clusters), rid, to.describe())
+    return clusters
+
+
 # -- reading -----------------------------------------------------------------------------------------
 def authentic(r: dict, keys: AuditKeys) -> bool:
     """Whether a record is one the toolkit wrote: keyed (a key id verify has) and its HMAC over the

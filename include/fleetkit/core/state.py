@@ -17,7 +17,8 @@ The locks (fleetkit.core.locks), the journal (fleetkit.core.journal) and the aud
 * journals, keyed by their path (journal_path): `journal_writer` (`write(lines, sync)` returns once
   the lines are durable), `journal_lines` (in the order written), `journal_exists`;
 * audit heads of (data root id, cluster): `chain_lock` (serializes appends), `head_read`,
-  `head_write`, `head_delete`, `sealed_exists`, `sealed_write`, `registry_read`, `registry_update`,
+  `head_write`, `head_delete`, `sealed_exists`, `sealed_read`, `sealed_write`, `registry_read`,
+  `registry_update`,
   `head_clusters` and their `*_where` for messages.
 
 Who chooses: `current()` is the store installed for the process (`install`, what the Airflow
@@ -416,6 +417,12 @@ class FileState:
 
     def sealed_exists(self, rid: str, cluster: str) -> bool:
         return self.sealed_where(rid, cluster).exists()
+
+    def sealed_read(self, rid: str, cluster: str) -> dict | None:
+        try:
+            return json.loads(self.sealed_where(rid, cluster).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
 
     def sealed_write(self, rid: str, cluster: str, doc: dict) -> None:
         replace_file(self.sealed_where(rid, cluster), json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))

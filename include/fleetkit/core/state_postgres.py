@@ -300,6 +300,12 @@ class PostgresState:
             cur.execute(f"SELECT 1 FROM {self.s}.audit_sealed WHERE data_root = %s AND cluster = %s", (rid, cluster))
             return cur.fetchone() is not None
 
+    def sealed_read(self, rid: str, cluster: str) -> dict | None:
+        with self.transaction() as cur:
+            cur.execute(f"SELECT doc FROM {self.s}.audit_sealed WHERE data_root = %s AND cluster = %s", (rid, cluster))
+            row = cur.fetchone()
+        return None if row is None else _doc(row[0], None)
+
     def sealed_write(self, rid: str, cluster: str, doc: dict) -> None:
         with self.transaction() as cur:
             cur.execute(f"INSERT INTO {self.s}.audit_sealed (data_root, cluster, doc) VALUES (%s, %s, %s) "
