@@ -274,6 +274,10 @@ class LabSpec:
     #: labs only: there the inter-node listeners (INTERNAL, CONTROLLER) are mutual TLS, never
     #: PLAINTEXT, since they cross the lab's network
     broker_hosts: list = field(default_factory=list)
+    #: with broker_hosts: each broker host runs an sshd (fleetlab.sshd, its files under <lab>/ssh),
+    #: and the fleet file describes the brokers as access: ssh, each with its ssh connection
+    #: (connection_env): the trim's file work and broker_control reach them over SSH
+    broker_ssh: bool = False
 
     @property
     def path(self) -> Path:
@@ -338,6 +342,18 @@ class LabSpec:
                            f"lab (security 'sasl_ssl', Kafka 4.x), got {len(self.broker_hosts)} on {self.kafka_version} "
                            f"with security {self.security!r}")
         return bool(self.broker_hosts)
+
+    def sshd(self, node_id: int):
+        """broker_ssh: the sshd of node `node_id`'s lab host (fleetlab.sshd.Sshd)."""
+        from fleetlab.sshd import Sshd
+
+        if not (self.broker_ssh and self.on_hosts):
+            raise LabError(f"{self.name}: broker_ssh needs broker_hosts (each broker in a lab host of its own)")
+        return Sshd(self.path / "ssh" / f"broker-{node_id}", self.host(node_id), self.netns(node_id))
+
+    def ssh_conn_id(self, node_id: int) -> str:
+        """broker_ssh: the ssh connection of node `node_id`'s host (the fleet file's ssh_conn_id)."""
+        return f"{self.conn_prefix}_broker{node_id}_ssh"
 
     @property
     def node_principal(self) -> str:
@@ -517,6 +533,11 @@ class LabSpec:
                 env[f"AIRFLOW_CONN_{self.zk_runbook_conn_id.upper()}"] = zookeeper(ZK_USER)
             else:
                 env[f"AIRFLOW_CONN_{self.zk_conn_id.upper()}"] = zookeeper(None)
+        if self.broker_ssh:  # one ssh connection per broker host: the client key's file, the host key pinned
+            for i in range(self.brokers):
+                sshd = self.sshd(i)
+                sshd.ensure_keys()
+                env[f"AIRFLOW_CONN_{self.ssh_conn_id(i).upper()}"] = sshd.connection_json()
         return env
 
     def cleaner_settings(self) -> dict:
@@ -550,7 +571,8 @@ class LabSpec:
         entry["offsets_topic_partitions"] = OFFSETS_PARTITIONS
         if not self.modern:  # 0.9 cannot report its cleaner settings (no DescribeConfigs)
             entry["cleaner"] = self.cleaner_settings()
-        entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
+        entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "ssh", "ssh_conn_id": self.ssh_conn_id(i)}
+                            if self.broker_ssh else {"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
                             for i in range(self.brokers)]
         entry["broker_control"] = {"stop": fleetlab("stop-broker"), "start": fleetlab("start-broker"),
                                    "set_config": fleetlab("broker-config", "{key}={value}")}
@@ -1296,6 +1318,9 @@ class Lab:
         if self.spec.mtls:  # the brokers' authorizer loads them at its start
             self.write_ssl_acls()
         start_checks = {}
+        if self.spec.broker_ssh:  # each broker host's sshd (the toolkit reaches the brokers' files over SSH)
+            for i in range(self.spec.brokers):
+                self.spec.sshd(i).start()
         for i in range(self.spec.brokers):
             start_checks[i] = self._start_failure_check(i)
             self._start_broker_process(home, i)
@@ -1394,6 +1419,8 @@ class Lab:
         with ThreadPoolExecutor(max_workers=self.spec.brokers) as pool:
             results = list(pool.map(lambda i: self.stop_broker(i, timeout), range(self.spec.brokers)))
         out = [f"broker {i}: {r}" for i, r in enumerate(results)]
+        if self.spec.broker_ssh:
+            out += [f"sshd {i}: {self.spec.sshd(i).stop()}" for i in range(self.spec.brokers)]
         if not self.spec.kraft:
             out.append(f"zookeeper: {procs.stop(self._pid_file('zookeeper'), self.marker, timeout=timeout)}")
             procs.wait_port_free("127.0.0.1", self.spec.zk_port, 15)
