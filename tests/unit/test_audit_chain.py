@@ -18,6 +18,8 @@ from fleetkit.core import audit
 from fleetkit.core.datasets import SCHEMAS, DataRoot, write_collection
 
 HOSTILE = 'lab "x"; rm -rf * {{ y }} é'
+#: a test that runs with the heads in each shared-state store in turn (files, PostgreSQL)
+both_stores = pytest.mark.usefixtures("state_store")
 
 
 @pytest.fixture
@@ -61,6 +63,7 @@ def _problems(root, cluster="lab"):
     return rep, problems
 
 
+@both_stores
 def test_intact_chain_links_each_record_to_the_one_before(root):
     rows = _append(root, n=4)
     assert rows[0]["prev_hash"] == audit.GENESIS
@@ -72,6 +75,7 @@ def test_intact_chain_links_each_record_to_the_one_before(root):
     assert stored[rows[2]["record_id"]]["hash"] == rows[2]["hash"]
 
 
+@both_stores
 def test_modified_record_is_reported(root):
     rows = _append(root)
     _rewrite(_file_of(root, rows[2]["record_id"]), lambda r: {**r, "actor": "mallory"})
@@ -80,6 +84,7 @@ def test_modified_record_is_reported(root):
     assert "modified" in problems[rows[2]["record_id"]]
 
 
+@both_stores
 def test_modified_record_with_its_hash_recomputed_is_reported(root):
     rows = _append(root)
 
@@ -93,6 +98,7 @@ def test_modified_record_with_its_hash_recomputed_is_reported(root):
     assert "chain broken" in problems[rows[3]["record_id"]]
 
 
+@both_stores
 def test_removed_record_is_reported(root):
     rows = _append(root)
     os.remove(_file_of(root, rows[2]["record_id"]))
@@ -102,6 +108,7 @@ def test_removed_record_is_reported(root):
     assert rows[1]["record_id"] in problems[rows[3]["record_id"]]  # the last intact record before the gap
 
 
+@both_stores
 def test_removed_first_record_is_reported(root):
     rows = _append(root)
     os.remove(_file_of(root, rows[0]["record_id"]))
@@ -109,6 +116,7 @@ def test_removed_first_record_is_reported(root):
     assert "chain broken" in problems[rows[1]["record_id"]]
 
 
+@both_stores
 def test_inserted_record_is_reported(root):
     rows = _append(root)
     forged = {**rows[1], "record_id": "f" * 32, "message": "nothing happened here",
@@ -121,6 +129,7 @@ def test_inserted_record_is_reported(root):
     assert rep.chained == 5
 
 
+@both_stores
 def test_reordered_records_are_reported(root):
     a, b, c, d, e = _append(root)
     # c moved before b, each rewritten with a consistent hash of its own
@@ -135,6 +144,7 @@ def test_reordered_records_are_reported(root):
     assert "chain broken" in problems[d["record_id"]]
 
 
+@both_stores
 def test_swapped_timestamps_are_reported(root):
     rows = _append(root)
     t1, t2 = rows[1]["observed_at"], rows[2]["observed_at"]
@@ -144,6 +154,7 @@ def test_swapped_timestamps_are_reported(root):
     assert "modified" in problems[rows[1]["record_id"]] and "modified" in problems[rows[2]["record_id"]]
 
 
+@both_stores
 def test_truncated_tail_is_reported(root):
     rows = _append(root)
     os.remove(_file_of(root, rows[-1]["record_id"]))
@@ -152,6 +163,7 @@ def test_truncated_tail_is_reported(root):
     assert "truncated" in problems[rows[-1]["record_id"]]
 
 
+@both_stores
 def test_whole_audit_removed_is_reported(root):
     rows = _append(root, n=2)
     for f in root.files("audit"):
@@ -271,6 +283,7 @@ KEY_A = "a:" + "1" * 64
 KEY_B = "b:" + "2" * 64
 
 
+@both_stores
 def test_rotated_keys_verify_with_the_previous_keys_listed(root, monkeypatch):
     monkeypatch.setenv(audit.KEY_VAR, KEY_A)
     monkeypatch.delenv(audit.PREVIOUS_KEYS_VAR, raising=False)
@@ -357,6 +370,7 @@ def test_seal_refuses_a_chain_with_a_problem(root, heads):
         audit.seal(root, "lab")
 
 
+@both_stores
 def test_records_before_the_chain_are_counted_not_errors(root):
     old_schema = pa.schema([f for f in SCHEMAS["audit"] if f.name not in ("prev_hash", "hash")])
     when = dt.datetime(2026, 2, 1, tzinfo=dt.timezone.utc)
@@ -371,6 +385,7 @@ def test_records_before_the_chain_are_counted_not_errors(root):
     assert [r["run_id"] for r in audit.records(root, "lab")][0] == "old"
 
 
+@both_stores
 def test_record_without_hash_after_the_chain_began_is_reported(root):
     rows = _append(root, n=3)
     _rewrite(_file_of(root, rows[2]["record_id"]), lambda r: {**r, "hash": None, "prev_hash": None})
@@ -415,6 +430,7 @@ def test_failed_write_leaves_the_head_as_it_was(root, heads, monkeypatch):
     assert rep.ok and rep.chained == 2
 
 
+@both_stores
 def test_append_reads_only_the_head_not_the_dataset(root, monkeypatch):
     _append(root, n=3)
 
@@ -484,6 +500,7 @@ def test_cli_audit_verify(root, heads):
 
 
 
+@both_stores
 def test_cli_audit_verify_one_cluster(root, capsys):
     from fleetctl.cli import main
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from fleetkit.core.errors import FleetConfigError, FleetError
-from fleetkit.core.state import CHAIN_LOCK_TIMEOUT_S, StateDB, StateUnreachable
+from fleetkit.core.state import _SCHEMA_NAME, CHAIN_LOCK_TIMEOUT_S, StateDB, StateUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,10 @@ class PostgresState:
     name = "postgres"
 
     def __init__(self, db: StateDB):
+        if not _SCHEMA_NAME.fullmatch(db.schema):
+            raise FleetConfigError(f"{db.describe()}: schema {db.schema!r} is not a plain lower-case identifier")
         self.db = db
-        self.s = db.schema  # checked by db_from_connection: a plain identifier
+        self.s = db.schema  # a plain identifier: written into the statements as is
         self._conn = None
         self._pid = None
         self._ready = False
