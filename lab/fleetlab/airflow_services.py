@@ -2,7 +2,7 @@
 processes on 127.0.0.1, PID files under .airflow/run, and its metadata database on a private
 PostgreSQL cluster under .airflow/postgres (fleetlab.postgres), started first and stopped last.
 
-Two profiles (FLEET_PROFILE, `fleetlab airflow up --profile`, `make ... PROFILE=cluster`):
+Three profiles (FLEET_PROFILE, `fleetlab airflow up --profile`, `make ... PROFILE=cluster`):
 
 * embedded (the default): LocalExecutor; Spark jobs on local[*].
 * cluster: what production runs. CeleryExecutor with a private Redis as the broker
@@ -12,6 +12,9 @@ Two profiles (FLEET_PROFILE, `fleetlab airflow up --profile`, `make ... PROFILE=
   workers) that `spark_default` points at, its executors on a Python that holds only pyspark,
   pandas, pyarrow and numpy. Their files live under .airflow/cluster; ports come from the port
   plan (fleetlab.ports). The DAGs are the same in both.
+* hosts: the cluster profile spread over lab hosts (fleetlab.hosts_profile: network namespaces on
+  the lab's own bridge): Airflow's components, PostgreSQL and Redis on one host, each Celery worker
+  on its own, the Spark master and workers on theirs, every process bound to its host's address.
 
 Ports and databases: the demo's PostgreSQL listens on 25432 (database airflow_demo), the tests'
 on 15432 (airflow_test); FLEET_PG_PORT / FLEET_PG_DATABASE choose others.
@@ -37,7 +40,7 @@ from pathlib import Path
 from fleetlab import procs
 from fleetkit.core.errors import FleetError
 from fleetlab.lab import LabSpec, fleet_specs
-from fleetlab import ports, postgres, redis_server, spark_cluster
+from fleetlab import hosts_profile, ports, postgres, redis_server, spark_cluster
 
 from fleetlab.paths import AIRFLOW_CFG, CHECKOUT as REPO_ROOT, DEMO_DATA_ROOT, DEMO_FLEET_FILE, VENV_BIN
 from fleetlab.paths import airflow_env_file, airflow_home, dags_folder
@@ -48,16 +51,26 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USERS = ("admin", "approver")
 PG_PORT_DEFAULT = 25432
 PG_DATABASE_DEFAULT = "airflow_demo"
-PROFILES = ("embedded", "cluster")
+PROFILES = ("embedded", "cluster", "hosts")
 CELERY_WORKERS = 2
 CELERY_CONCURRENCY = 2  # task slots per worker: 2 x 2 = [core] parallelism
 
 
 def pg_spec() -> postgres.PgSpec:
-    """The PostgreSQL cluster of the Airflow home in use."""
+    """The PostgreSQL cluster of the Airflow home in use (on the Airflow host in the hosts profile)."""
+    host, netns = hosts_profile.place(hosts_profile.AIRFLOW)
     return postgres.PgSpec(home=airflow_home() / "postgres",
                            port=int(os.environ.get("FLEET_PG_PORT", PG_PORT_DEFAULT)),
-                           database=os.environ.get("FLEET_PG_DATABASE", PG_DATABASE_DEFAULT))
+                           database=os.environ.get("FLEET_PG_DATABASE", PG_DATABASE_DEFAULT), host=host, netns=netns)
+
+
+def api_host() -> str:
+    """The api-server's address: loopback, or the Airflow host's in the hosts profile."""
+    return hosts_profile.place(hosts_profile.AIRFLOW)[0]
+
+
+def api_url() -> str:
+    return f"http://{api_host()}:{API_PORT}"
 
 
 # -- profiles ---------------------------------------------------------------------------------
@@ -83,15 +96,25 @@ def cluster_home() -> Path:
 
 
 def redis_spec() -> redis_server.RedisSpec:
-    return redis_server.RedisSpec(home=cluster_home() / "redis", port=port_plan().redis)
+    host, netns = hosts_profile.place(hosts_profile.AIRFLOW)
+    return redis_server.RedisSpec(home=cluster_home() / "redis", port=port_plan().redis, host=host, netns=netns)
 
 
 def spark_spec() -> spark_cluster.SparkClusterSpec:
-    return spark_cluster.SparkClusterSpec.from_plan(cluster_home() / "spark", port_plan(), workers=2)
+    placement = ()
+    if hosts_profile.placed():
+        names = [hosts_profile.SPARK_MASTER, *hosts_profile.SPARK_WORKERS]
+        placement = tuple((daemon, *hosts_profile.place(host))
+                          for daemon, host in zip(["master", "worker-0", "worker-1"], names))
+    return spark_cluster.SparkClusterSpec.from_plan(cluster_home() / "spark", port_plan(), workers=2,
+                                                    placement=placement)
 
 
 def celery_hostname(worker: int) -> str:
-    """The Celery node name of lab worker `worker` (also the hostname its task instances show)."""
+    """The Celery node name of lab worker `worker` (also the hostname its task instances show): the
+    worker's lab host in the hosts profile."""
+    if hosts_profile.placed():
+        return f"fleet-worker-{worker}@{hosts_profile.WORKERS[worker]}"
     return f"fleet-worker-{worker}@{socket.gethostname()}"
 
 
@@ -107,6 +130,8 @@ def profile_env(name: str | None = None) -> dict[str, str]:
     common = {"AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30"}
     if profile(name) == "embedded":
         return {"AIRFLOW__CORE__EXECUTOR": "LocalExecutor", **common}
+    # cluster and hosts: the hosts profile is the cluster profile placed on lab hosts (pg_spec,
+    # redis_spec, spark_spec and the workers' env say where)
     spark = spark_spec()
     return {
         "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -124,12 +149,16 @@ def profile_env(name: str | None = None) -> dict[str, str]:
 
 
 def celery_worker_env(worker: int) -> dict[str, str]:
-    """On top of profile_env("cluster"): what tells worker `worker` apart."""
-    return {
+    """On top of profile_env("cluster"): what tells worker `worker` apart. In the hosts profile its
+    Spark drivers (spark-submit runs on the worker, client mode) listen on the worker host's address."""
+    env = {
         "FLEET_CELERY_HOSTNAME": celery_hostname(worker),
         "AIRFLOW__CORE__HOSTNAME_CALLABLE": "fleetlab.celery_worker.hostname",
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(port_plan().celery_log_server(worker)),
     }
+    if hosts_profile.placed():
+        env["SPARK_LOCAL_IP"] = hosts_profile.place(hosts_profile.WORKERS[worker])[0]
+    return env
 
 
 def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
@@ -143,12 +172,15 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
             if "=" in line and not line.startswith("#"):
                 k, v = line.split("=", 1)
                 existing[k.removeprefix("export ").strip()] = v.strip().strip("'")
-    labs = labs if labs is not None else list(fleet_specs().values())
+    placed = hosts_profile.placed()
+    if labs is None:  # the hosts profile's workers reach only the cluster on the broker hosts
+        labs = [hosts_profile.kafka_spec(hosts_profile.folder(), port_plan())] if placed else list(fleet_specs().values())
+    fleet_file = str(hosts_profile.fleet_file()) if placed else (os.environ.get("FLEET_FILE") or str(DEMO_FLEET_FILE))
     values = {
         "AIRFLOW_HOME": str(home),
         "AIRFLOW_CONFIG": str(AIRFLOW_CFG),
         # the lab's deployment settings, explicit (fleetkit.core.settings: nothing falls back to the lab)
-        "FLEET_FILE": os.environ.get("FLEET_FILE") or str(DEMO_FLEET_FILE),
+        "FLEET_FILE": fleet_file,
         "FLEET_DATA_ROOT": os.environ.get("FLEET_DATA_ROOT") or str(DEMO_DATA_ROOT),
         "AIRFLOW__API_AUTH__JWT_SECRET": existing.get("AIRFLOW__API_AUTH__JWT_SECRET") or secrets.token_urlsafe(32),
         "AIRFLOW__API__SECRET_KEY": existing.get("AIRFLOW__API__SECRET_KEY") or secrets.token_urlsafe(32),
@@ -161,7 +193,7 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         "FLEET_SPARK_PYTHON": str(VENV_BIN / "python"),
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": pg_spec().url(),
         # where fleetctl reaches the REST API as its caller (audit rollback, lock clear, trim resume)
-        "FLEET_AIRFLOW_URL": f"http://{API_HOST}:{API_PORT}",
+        "FLEET_AIRFLOW_URL": api_url(),
     }
     if existing.get("AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"):  # keys retired by a rotation stay
         values["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"] = existing["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"]
@@ -221,7 +253,7 @@ def _env() -> dict[str, str]:
     load_airflow_env()
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '')}"
-    base = f"http://{API_HOST}:{API_PORT}"
+    base = api_url()
     env.update({"AIRFLOW__API__PORT": str(API_PORT), "AIRFLOW__API__BASE_URL": base,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{base}/execution/"})
     return env
@@ -321,6 +353,17 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         if progress is not None:
             progress(f"{what} in {time.monotonic() - t:.1f}s")
         t = time.monotonic()
+    previous = running_profile()
+    if previous is not None and "hosts" in (previous, chosen) and previous != chosen:
+        raise FleetError(f"the running Airflow is in the {previous} profile: stop it first (`fleetlab airflow "
+                         f"down`, or `make stop`) to start it in the {chosen} profile (its database and "
+                         "services move between this machine's loopback and the lab hosts)")
+    if chosen == "hosts":
+        addresses = hosts_profile.up()
+        step(f"lab hosts up ({len(addresses)} network namespaces on the lab's bridge)")
+        hosts_profile.kafka_up(port_plan())
+        os.environ["FLEET_FILE"] = str(hosts_profile.fleet_file())
+        step(f"Kafka {hosts_profile.KAFKA_VERSION} ({hosts_profile.KAFKA_CLUSTER}) up on the broker hosts")
     if write_env_file:
         ensure_env_file()
     ensure_passwords()
@@ -329,13 +372,12 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
     step("postgresql up")
     step("airflow db migrate" if migrate() else "database already migrated by this Airflow version (checked)")
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)
-    previous = running_profile()
     if previous is not None and previous != chosen:
         print(f"switching the running Airflow from the {previous} to the {chosen} profile: restarting the "
               f"scheduler ({procs.stop(_pid_file('scheduler'), _marker(), group=True)})", flush=True)
         if chosen == "embedded":
             _cluster_down()
-    if chosen == "cluster":
+    if chosen in ("cluster", "hosts"):
         redis_server.up(redis_spec())
         spark_cluster.up(spark_spec())
     _profile_file().write_text(chosen + "\n")
@@ -346,8 +388,9 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         if name in ("scheduler", "triggerer"):
             argv.append("--skip-serve-logs")
         if name == "api-server":
-            argv += ["--host", API_HOST, "--port", str(API_PORT)]
-        procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=env, cwd=str(REPO_ROOT))
+            argv += ["--host", api_host(), "--port", str(API_PORT)]
+        procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=env, cwd=str(REPO_ROOT),
+                    netns=hosts_profile.place(hosts_profile.AIRFLOW)[1])
 
     # Task processes report to the api-server's execution API: the components that run tasks
     # (scheduler with its executor, triggerer, Celery workers) start once it answers, so that a run
@@ -366,10 +409,10 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         _check_alive(waiting_for)
         time.sleep(1)
     else:
-        raise FleetError(f"the Airflow api-server did not answer on http://{API_HOST}:{API_PORT} in {timeout:.0f}s")
+        raise FleetError(f"the Airflow api-server did not answer on {api_url()} in {timeout:.0f}s")
     for name in runs_tasks:
         start(name)
-    if chosen == "cluster":
+    if chosen in ("cluster", "hosts"):
         _start_celery_workers(env)
         _wait_celery_workers(deadline=max(deadline, time.monotonic() + 60))
 
@@ -397,6 +440,10 @@ def running_profile() -> str | None:
     return recorded if recorded in PROFILES else "embedded"
 
 
+def _clustered(name: str | None) -> bool:
+    return name in ("cluster", "hosts")
+
+
 def _celery_names() -> list[str]:
     return [f"celery-worker-{i}" for i in range(CELERY_WORKERS)]
 
@@ -414,19 +461,21 @@ def _start_celery_workers(env: dict[str, str]) -> None:
     run = airflow_home() / "run"
     for i, (name, server) in enumerate(zip(_celery_names(), _log_server_names())):
         worker_env = {**env, **celery_worker_env(i)}
+        host, netns = hosts_profile.place(hosts_profile.WORKERS[i])
         if not procs.owned_pid(_pid_file(name), _marker(name)):
             argv = [_airflow_bin(), "celery", "worker", "--celery-hostname", celery_hostname(i),
                     "--concurrency", str(CELERY_CONCURRENCY), "--skip-serve-logs",
                     "--pid", str(run / f"{name}.celery-pid")]
             procs.start(argv, _pid_file(name), airflow_home() / "logs" / f"{name}.out", env=worker_env,
-                        cwd=str(REPO_ROOT))
+                        cwd=str(REPO_ROOT), netns=netns)
         if not procs.owned_pid(_pid_file(server), _marker(server)):
             port = port_plan().celery_log_server(i)
-            if procs.port_open("127.0.0.1", port):
-                raise FleetError(f"port 127.0.0.1:{port} (the log server of Celery worker {i}) is taken by "
+            if procs.port_open(host, port):
+                raise FleetError(f"port {host}:{port} (the log server of Celery worker {i}) is taken by "
                                  "another process")
-            procs.start([sys.executable, "-m", LOG_SERVER_MARKER, "--port", str(port)], _pid_file(server),
-                        airflow_home() / "logs" / f"{server}.out", env=worker_env, cwd=str(REPO_ROOT))
+            procs.start([sys.executable, "-m", LOG_SERVER_MARKER, "--port", str(port), "--host", host],
+                        _pid_file(server), airflow_home() / "logs" / f"{server}.out", env=worker_env,
+                        cwd=str(REPO_ROOT), netns=netns)
 
 
 def celery_ping(timeout: float = 2.0) -> list[str]:
@@ -451,12 +500,12 @@ def _wait_celery_workers(deadline: float) -> None:
             return
         time.sleep(1)
     raise FleetError(f"Celery workers {sorted(wanted - seen)} did not answer a ping through "
-                     f"{redis_spec().url()}; logs: {airflow_home() / 'logs'}/celery-worker-*.out")
+                     f"Redis on {redis_spec().where}; logs: {airflow_home() / 'logs'}/celery-worker-*.out")
 
 
 def api_healthy() -> bool:
     try:
-        with urllib.request.urlopen(f"http://{API_HOST}:{API_PORT}/api/v2/monitor/health", timeout=2) as r:
+        with urllib.request.urlopen(f"{api_url()}/api/v2/monitor/health", timeout=2) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -536,6 +585,9 @@ def down(timeout: float = 30, database: bool = True) -> list[str]:
     _profile_file().unlink(missing_ok=True)
     if database:
         out.append(f"postgresql: {postgres.down(pg_spec())}")
+        out += hosts_profile.kafka_down(port_plan())
+        if hosts_profile.placed():  # the hosts profile's network goes with its last process
+            out += hosts_profile.down()
     return out
 
 
@@ -544,7 +596,7 @@ def status() -> list[dict]:
     for name in COMPONENTS:
         pid = procs.owned_pid(_pid_file(name), _marker())
         rows.append({"component": name, "pid": pid, "running": pid is not None})
-    if running_profile() == "cluster" or any(_pid_file(n).exists() for n in _celery_names()):
+    if _clustered(running_profile()) or any(_pid_file(n).exists() for n in _celery_names()):
         for name in _celery_names() + _log_server_names():
             pid = procs.owned_pid(_pid_file(name), _marker(name))
             rows.append({"component": name, "pid": pid, "running": pid is not None})
@@ -562,12 +614,12 @@ TOKEN_REUSE_SECONDS = 600
 
 def api_token(user: str = "admin") -> str:
     """A JWT for `user`, reused for a few minutes (a busy api-server answers /auth/token slowly)."""
-    key = (API_HOST, API_PORT, user)
+    key = (api_host(), API_PORT, user)
     cached = _TOKENS.get(key)
     if cached and time.monotonic() - cached[0] < TOKEN_REUSE_SECONDS:
         return cached[1]
     body = json.dumps({"username": user, "password": passwords().get(user, "")}).encode()
-    req = urllib.request.Request(f"http://{API_HOST}:{API_PORT}/auth/token", data=body,
+    req = urllib.request.Request(f"{api_url()}/auth/token", data=body,
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=60) as r:
         token = json.loads(r.read())["access_token"]
@@ -580,7 +632,7 @@ def api(method: str, path: str, body: dict | None = None, user: str = "admin", a
     api-server); writes are sent again only after a 401 (a token the api-server no longer takes)."""
     tries = attempts if method == "GET" else 2
     for attempt in range(1, tries + 1):
-        req = urllib.request.Request(f"http://{API_HOST}:{API_PORT}{path}", method=method,
+        req = urllib.request.Request(f"{api_url()}{path}", method=method,
                                      data=json.dumps(body).encode() if body is not None else None,
                                      headers={"Content-Type": "application/json",
                                               "Authorization": f"Bearer {api_token(user)}"})
@@ -590,7 +642,7 @@ def api(method: str, path: str, body: dict | None = None, user: str = "admin", a
                 return json.loads(raw) if raw else {}
         except urllib.error.HTTPError as e:
             if e.code == 401:
-                _TOKENS.pop((API_HOST, API_PORT, user), None)
+                _TOKENS.pop((api_host(), API_PORT, user), None)
             if e.code != 401 or attempt == tries:
                 raise
         except (TimeoutError, urllib.error.URLError):

@@ -6,7 +6,7 @@
   tell which worker ran a task. On a real deployment each worker is its own host and the default
   (the host's FQDN) is right.
 * `python -m fleetlab.celery_worker --port N`: the worker's log server (Airflow's own app) bound
-  to 127.0.0.1. `airflow celery worker` would start one on every interface; the lab starts its
+  to 127.0.0.1 (on the several-hosts lab, the worker host's own address). `airflow celery worker` would start one on every interface; the lab starts its
   workers with --skip-serve-logs and runs this instead.
 """
 
@@ -30,10 +30,11 @@ def serve_logs(port: int, host: str = "127.0.0.1") -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fleetlab.celery_worker",
-                                 description="serve a Celery worker's task logs on 127.0.0.1")
+                                 description="serve a Celery worker's task logs on one address")
     ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1", help="the address to bind (the worker's lab host's own)")
     args = ap.parse_args(argv)
-    serve_logs(args.port)
+    serve_logs(args.port, args.host)
     return 0
 
 

@@ -255,16 +255,18 @@ def cmd_airflow(args) -> int:
     elif args.action == "up":
         profile = services.profile(args.profile)
         extra = (" + Redis, 2 Celery workers, Spark standalone (master + 2 workers)"
-                 if profile == "cluster" else "")
+                 if profile in ("cluster", "hosts") else "")
+        if profile == "hosts":
+            extra += ", each on its lab host, + Kafka 4.3.1 on three broker hosts"
         print(f"starting Airflow, {profile} profile (api-server, scheduler, dag-processor, triggerer{extra}) ...",
               flush=True)
         services.up(profile_name=profile, progress=lambda line: print(line, flush=True))
-        print(f"Airflow UI: http://{services.API_HOST}:{services.API_PORT}  "
+        print(f"Airflow UI: {services.api_url()}  "
               f"(user admin, password {services.passwords().get('admin', '?')})")
-        if profile == "cluster":
+        if profile in ("cluster", "hosts"):
             spark = services.spark_spec()
             print(f"Spark master: {spark.master_url}  (UI {spark.master_ui}); Celery broker: "
-                  f"{services.redis_spec().url()}; Celery workers: {', '.join(services.celery_hostnames())}")
+                  f"Redis on {services.redis_spec().where}; Celery workers: {', '.join(services.celery_hostnames())}")
     elif args.action == "down":
         for line in services.down():
             print(line)
@@ -386,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     a = sub.add_parser("airflow", help="the project's Airflow (api-server, scheduler, dag-processor, triggerer)")
     a.add_argument("action", choices=["env", "up", "down", "status"])
-    a.add_argument("--profile", choices=["embedded", "cluster"], default=None,
+    a.add_argument("--profile", choices=["embedded", "cluster", "hosts"], default=None,
                    help="up: embedded (LocalExecutor, Spark local[*]; the default, or FLEET_PROFILE) or cluster "
                         "(CeleryExecutor + Redis, 2 Celery workers, Spark standalone master + 2 workers)")
     a.set_defaults(func=cmd_airflow)

@@ -44,6 +44,9 @@ class PgSpec:
     home: Path
     port: int
     database: str
+    #: the address it listens on and is reached at; `netns`: the lab host it runs in (fleetlab.hosts)
+    host: str = "127.0.0.1"
+    netns: str | None = None
 
     @property
     def password_file(self) -> Path:
@@ -76,7 +79,7 @@ class PgSpec:
             return pw
 
     def url(self, driver: str = "psycopg2") -> str:
-        return f"postgresql+{driver}://{SUPERUSER}:{self.password()}@127.0.0.1:{self.port}/{self.database}"
+        return f"postgresql+{driver}://{SUPERUSER}:{self.password()}@{self.host}:{self.port}/{self.database}"
 
 
 def bindir() -> Path:
@@ -206,24 +209,39 @@ def up(spec: PgSpec, timeout: float = 60) -> None:
     """Create (once), start and wait for the cluster, then create the database if missing."""
     init(spec)
     if running(spec) is None:
-        if procs.port_open("127.0.0.1", spec.port):
-            raise PostgresError(f"port 127.0.0.1:{spec.port} is taken by another process: the PostgreSQL "
+        if procs.port_open(spec.host, spec.port):
+            raise PostgresError(f"port {spec.host}:{spec.port} is taken by another process: the PostgreSQL "
                                 f"of {spec.home} cannot start there")
         # a postmaster.pid left by a killed server is cleaned up by postgres itself
-        argv = [str(bindir() / "postgres"), "-D", str(spec.data_dir), "-p", str(spec.port),
-                "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+        argv = [str(bindir() / "postgres"), "-D", str(spec.data_dir), "-p", str(spec.port), *_hba(spec),
+                "-c", f"listen_addresses={spec.host}", "-c", "unix_socket_directories=",
                 "-c", "max_connections=300", "-c", "shared_buffers=64MB",
                 # a lab database: losing the last commits in a crash is fine, a corrupt one is not
                 "-c", "synchronous_commit=off"]
-        procs.start(argv, spec.pid_file, spec.log_file, cwd="/", **_popen_user_kwargs())
+        procs.start(argv, spec.pid_file, spec.log_file, cwd="/", netns=spec.netns, **_popen_user_kwargs())
     _wait_ready(spec, timeout)
     ensure_database(spec)
+
+
+def _hba(spec: PgSpec) -> list[str]:
+    """On a lab host (fleetlab.hosts): the clients are the other lab hosts, on the host's own subnet
+    (`samenet`), each with the password; initdb's pg_hba.conf takes loopback only."""
+    if not spec.netns:
+        return []
+    hba = spec.data_dir / "fleetlab_hba.conf"
+    hba.write_text("# written by fleetlab.postgres: the lab hosts' subnet, password (SCRAM) only\n"
+                   "host all all samenet scram-sha-256\n")
+    user = _server_user()
+    if user is not None:
+        os.chown(hba, user.pw_uid, user.pw_gid)
+    os.chmod(hba, 0o600)
+    return ["-c", f"hba_file={hba}"]
 
 
 def _connect(spec: PgSpec, dbname: str = "postgres", timeout: int = 3):
     import psycopg2
 
-    return psycopg2.connect(host="127.0.0.1", port=spec.port, user=SUPERUSER, password=spec.password(),
+    return psycopg2.connect(host=spec.host, port=spec.port, user=SUPERUSER, password=spec.password(),
                             dbname=dbname, connect_timeout=timeout)
 
 
@@ -242,7 +260,7 @@ def _wait_ready(spec: PgSpec, timeout: float) -> None:
         except psycopg2.OperationalError as e:
             last = str(e).strip()
         time.sleep(0.3)
-    raise PostgresError(f"PostgreSQL on 127.0.0.1:{spec.port} did not accept connections in {timeout:.0f}s "
+    raise PostgresError(f"PostgreSQL on {spec.host}:{spec.port} did not accept connections in {timeout:.0f}s "
                         f"({last}); log: {spec.log_file}")
 
 

@@ -61,11 +61,26 @@ def owned_pid(pid_file: Path, marker: str) -> int | None:
     return pid
 
 
+def in_netns(argv: list[str], netns: str | None, popen_kwargs: dict) -> list[str]:
+    """argv run inside the network namespace `netns` (a lab host, fleetlab.hosts): `ip netns exec`
+    enters it and execs argv, so the PID stays the one recorded. Dropping root (popen's user= /
+    group=) then happens after entering, with setpriv: `ip netns exec` itself needs root."""
+    if not netns:
+        return argv
+    user, group = popen_kwargs.pop("user", None), popen_kwargs.pop("group", None)
+    popen_kwargs.pop("extra_groups", None)
+    drop = (["setpriv", f"--reuid={user}", f"--regid={group if group is not None else user}", "--clear-groups"]
+            if user is not None else [])
+    return ["ip", "netns", "exec", netns, *drop, *argv]
+
+
 def start(argv: list[str], pid_file: Path, log_file: Path, env: dict | None = None,
-          cwd: str | None = None, **popen_kwargs) -> int:
+          cwd: str | None = None, netns: str | None = None, **popen_kwargs) -> int:
     """Start argv in its own session (so its PID is also its process group's id), output appended
-    to log_file. popen_kwargs go to subprocess.Popen (user=/group= to drop root, say)."""
+    to log_file. popen_kwargs go to subprocess.Popen (user=/group= to drop root, say); `netns`: run
+    it inside that lab host's network namespace."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
+    argv = in_netns(argv, netns, popen_kwargs)
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, cwd=cwd, start_new_session=True, **popen_kwargs)

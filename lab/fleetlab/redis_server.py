@@ -10,6 +10,7 @@ and stopped by PID like every other lab process, working folder and log under it
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -28,6 +29,9 @@ class RedisError(FleetError):
 class RedisSpec:
     home: Path
     port: int
+    #: the address it binds and is reached at; `netns`: the lab host it runs in (fleetlab.hosts)
+    host: str = "127.0.0.1"
+    netns: str | None = None
 
     @property
     def config_file(self) -> Path:
@@ -41,8 +45,35 @@ class RedisSpec:
     def log_file(self) -> Path:
         return self.home / "redis.log"
 
+    @property
+    def password_file(self) -> Path:
+        return self.home / "password"
+
+    def password(self) -> str | None:
+        """On a lab host (reached over the lab's network) Redis requires a password, generated once
+        (0600 beside the config); on loopback none (protected mode keeps it local)."""
+        if not self.netns:
+            return None
+        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            return self.password_file.read_text().strip()
+        except FileNotFoundError:
+            import secrets
+
+            pw = secrets.token_urlsafe(24)
+            with os.fdopen(os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+                f.write(pw + "\n")
+            return pw
+
     def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
+        """The broker URL (with the password, when there is one: give it through the environment only)."""
+        pw = self.password()
+        return f"redis://{':' + pw + '@' if pw else ''}{self.host}:{self.port}/{db}"
+
+    @property
+    def where(self) -> str:
+        """host:port, for messages (never the URL: it may hold the password)."""
+        return f"{self.host}:{self.port}"
 
 
 def binary() -> str:
@@ -57,9 +88,10 @@ def config_text(spec: RedisSpec) -> str:
     """The server's whole configuration."""
     return "\n".join([
         "# written by fleetlab.redis_server: the Celery broker of the cluster profile",
-        "bind 127.0.0.1",
+        f"bind {spec.host}",
         f"port {spec.port}",
         "protected-mode yes",
+        *([f"requirepass {spec.password()}"] if spec.password() else []),
         "daemonize no",
         # the command line keeps the config path: it is how the PID file is checked to be ours
         "set-proc-title no",
@@ -84,7 +116,7 @@ def ping(spec: RedisSpec, timeout: float = 1.0) -> bool:
     import redis
 
     try:
-        return bool(redis.Redis(host="127.0.0.1", port=spec.port, socket_timeout=timeout,
+        return bool(redis.Redis(host=spec.host, port=spec.port, password=spec.password(), socket_timeout=timeout,
                                 socket_connect_timeout=timeout).ping())
     except redis.RedisError:
         return False
@@ -94,12 +126,14 @@ def up(spec: RedisSpec, timeout: float = 30) -> int:
     """Start the server (unless ours already runs) and wait until it answers PING. Returns its PID."""
     pid = running(spec)
     if pid is None:
-        if procs.port_open("127.0.0.1", spec.port):
-            raise RedisError(f"port 127.0.0.1:{spec.port} is taken by another process: the Redis of "
+        if procs.port_open(spec.host, spec.port):
+            raise RedisError(f"port {spec.host}:{spec.port} is taken by another process: the Redis of "
                              f"{spec.home} cannot start there")
         spec.home.mkdir(parents=True, exist_ok=True)
-        spec.config_file.write_text(config_text(spec))
-        pid = procs.start([binary(), str(spec.config_file)], spec.pid_file, spec.log_file, cwd=str(spec.home))
+        with os.fdopen(os.open(spec.config_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(config_text(spec))  # 0600: it may hold the password
+        pid = procs.start([binary(), str(spec.config_file)], spec.pid_file, spec.log_file, cwd=str(spec.home),
+                          netns=spec.netns)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if running(spec) is None:
@@ -108,7 +142,7 @@ def up(spec: RedisSpec, timeout: float = 30) -> int:
         if ping(spec):
             return pid
         time.sleep(0.2)
-    raise RedisError(f"redis-server on 127.0.0.1:{spec.port} did not answer PING in {timeout:.0f}s; "
+    raise RedisError(f"redis-server on {spec.host}:{spec.port} did not answer PING in {timeout:.0f}s; "
                      f"log: {spec.log_file}")
 
 

@@ -220,13 +220,11 @@ def submit_env(spec: SparkClusterSpec) -> dict[str, str]:
 def argv(spec: SparkClusterSpec, name: str) -> list[str]:
     spark_class = str(VENV_BIN / "spark-class")
     props = ["--properties-file", str(spec.daemon_properties)]
-    # in a lab host's namespace: `ip netns exec` enters it and execs the daemon (same PID)
-    inside = ["ip", "netns", "exec", spec.netns(name)] if spec.netns(name) else []
     if name == "master":
-        return [*inside, spark_class, MASTER_CLASS, "--host", spec.address(name), "--port", str(spec.master_port),
+        return [spark_class, MASTER_CLASS, "--host", spec.address(name), "--port", str(spec.master_port),
                 "--webui-port", str(spec.master_ui_port), *props]
     i = int(name.removeprefix("worker-"))
-    return [*inside, spark_class, WORKER_CLASS, "--host", spec.address(name), "--port", str(spec.worker_ports[i]),
+    return [spark_class, WORKER_CLASS, "--host", spec.address(name), "--port", str(spec.worker_ports[i]),
             "--webui-port", str(spec.worker_ui_ports[i]), "--cores", str(spec.worker_cores),
             "--memory", spec.worker_memory, "--work-dir", str(spec.home / name / "work"), *props, spec.master_url]
 
@@ -285,7 +283,7 @@ def up(spec: SparkClusterSpec, timeout: float = 120) -> None:
         (spec.home / name).mkdir(parents=True, exist_ok=True)
         for attempt in range(1, BIND_ATTEMPTS + 1):
             procs.start(argv(spec, name), spec.pid_file(name), spec.log_file(name), env=env,
-                        cwd=str(spec.home / name))
+                        cwd=str(spec.home / name), netns=spec.netns(name))
             try:
                 if name == "master":
                     _wait(spec, timeout, lambda s: s is not None, "the master's web UI to answer")
