@@ -571,8 +571,9 @@ class LabSpec:
         entry["offsets_topic_partitions"] = OFFSETS_PARTITIONS
         if not self.modern:  # 0.9 cannot report its cleaner settings (no DescribeConfigs)
             entry["cleaner"] = self.cleaner_settings()
-        entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))], "access": "ssh", "ssh_conn_id": self.ssh_conn_id(i)}
-                            if self.broker_ssh else {"id": i, "log_dirs": [str(self.log_dir(i))], "access": "local"}
+        entry["brokers"] = [{"id": i, "log_dirs": [str(self.log_dir(i))],
+                             **({"access": "ssh", "ssh_conn_id": self.ssh_conn_id(i)} if self.broker_ssh
+                                else {"access": "local"})}
                             for i in range(self.brokers)]
         entry["broker_control"] = {"stop": fleetlab("stop-broker"), "start": fleetlab("start-broker"),
                                    "set_config": fleetlab("broker-config", "{key}={value}")}

@@ -257,6 +257,7 @@ def test_the_trim_reaches_each_broker_host_over_ssh(hosts_cluster, tmp_path, mon
     from fleetkit.clients.broker_files import LocalBrokerFiles, SshBrokerFiles
     from fleetkit.clients.kafka import KafkaCluster, client_config
     from fleetkit.clients.ssh import SshError, SshSession
+    from fleetkit.collection.offsets_topic import inventory
     from fleetkit.core.action import ClusterContext
     from fleetkit.core.connections import from_env, kafka_config
     from fleetkit.core.fleet import BrokerControlSettings, load_fleet
@@ -292,6 +293,11 @@ def test_the_trim_reaches_each_broker_host_over_ssh(hosts_cluster, tmp_path, mon
             return [(s.log_dir, s.base_offset, s.size_bytes, s.is_active, int(s.modified_at.timestamp())) for s in ss]
         assert segs and seen(segs) == seen(here.segments(OFFSETS_TOPIC, p))
         assert files.cleaner_checkpoints() == here.cleaner_checkpoints()
+        # the collection's segment inventory reads every broker's host over SSH (the adapter's files_for)
+        skipped: list[int] = []
+        rows, _ = inventory(cluster, files_for=clusters.files_for(broker_hosts), partitions=[p], skipped=skipped)
+        assert not skipped and {r["broker"] for r in rows} == {0, 1, 2}
+        assert {r["log_dir"] for r in rows} == {cluster.broker(i).log_dirs[0] for i in range(3)}
 
         trim_plan = {"partitions": [{"partition": p, "replicas": [
             {"broker": b, "log_dir": log_dir, "quarantine": [{"base_offset": s.base_offset, "size_bytes": s.size_bytes}

@@ -60,7 +60,8 @@ def test_an_airflow_ssh_connection_becomes_settings(host_key):
     pem = _ed25519_pem()
     s = connection_settings("b0_ssh", "10.1.2.3", 2222, "kafka-ops", None,
                             {"private_key": pem, "host_key": _pub(host_key), "conn_timeout": "5", "cmd_timeout": 30})
-    assert (s.host, s.port, s.username, s.connect_timeout, s.command_timeout) == ("10.1.2.3", 2222, "kafka-ops", 5.0, 30.0)
+    assert (s.host, s.port, s.username, s.connect_timeout, s.command_timeout) == \
+        ("10.1.2.3", 2222, "kafka-ops", 5.0, 30.0)
     assert s.host_keys == (_pub(host_key),) and s.private_key == pem
     assert pem not in repr(s) and "private_key=" not in repr(s)
     # key_file, several host keys (one per line), a bare base64 blob, the default port

@@ -304,8 +304,9 @@ class SshBrokerFiles:
         try:
             self._sftp().rename(src, dst)
         except OSError as e:
-            raise BrokerFilesError(f"{self.where}: cannot rename {src} to {dst} ({e.strerror or e}): the quarantine "
-                                   "must be on the log dir's file system (a rename; nothing is copied over SSH)") from None
+            raise BrokerFilesError(f"{self.where}: cannot rename {src} to {dst} ({e.strerror or e}): the "
+                                   "quarantine must be on the log dir's file system (a rename; nothing is copied "
+                                   "over SSH)") from None
         self._sync(posixpath.dirname(dst), posixpath.dirname(src))
 
     def unlink(self, path: str) -> None:
