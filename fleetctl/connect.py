@@ -148,7 +148,10 @@ def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = Tr
 def install_data_root_store() -> None:
     """An s3:// data root is reached through the connection FLEET_DATA_ROOT_CONN_ID names: a JSON
     AIRFLOW_CONN_<ID> variable without Airflow, any other through Airflow
-    (fleet_airflow.clusters.data_root_store_options), looked up when such a root is first used."""
+    (fleet_airflow.clusters.data_root_store_options), looked up when such a root is first used. Nothing
+    is imported for a local data root (the incident commands start in about a second)."""
+    if "://" not in os.environ.get("FLEET_DATA_ROOT", ""):
+        return
     from fleetkit.core.datasets import install_object_store
 
     def resolve():

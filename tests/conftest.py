@@ -373,6 +373,23 @@ def live(spark):
     return session("tests", "local[2]")
 
 
+@pytest.fixture(scope="session")
+def object_store():
+    """The lab's S3-compatible object store (fleetlab.objectstore: s3proxy, its filesystem backend)
+    on the tests' port, bucket `fleet`, for a data root s3://fleet/<prefix>: started once for the
+    session (a JVM of a 192 MB heap, up in a few seconds), stopped and its folder removed after it
+    unless it was already running. Yields its ObjectStoreSpec (spec.connection(): the aws connection)."""
+    from fleetlab import objectstore
+
+    spec = objectstore.ObjectStoreSpec(state_dir(".lab-test") / "objectstore", TEST_PORTS.object_store)
+    was_running = objectstore.running(spec) is not None
+    objectstore.up(spec)
+    objectstore.create_bucket(spec, "fleet")
+    yield spec
+    if not was_running:
+        objectstore.remove(spec)
+
+
 @pytest.fixture
 def data_root(tmp_path) -> str:
     return str(tmp_path / "data")

@@ -190,6 +190,15 @@ def fleet_app() -> FastAPI:
         log.error("fleet page: %s", exc)
         return PlainTextResponse(f"Kafka fleet: {exc}\n", status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
 
+    from fleetkit.core.datasets import DataRootError
+
+    @app.exception_handler(DataRootError)
+    def data_root_unavailable(request: Request, exc: DataRootError):
+        """A data root on an object store that cannot be reached: the one line naming its URI and
+        connection (never a key), 503."""
+        log.error("fleet page: %s", exc)
+        return PlainTextResponse(f"Kafka fleet: {exc}\n", status_code=status.HTTP_503_SERVICE_UNAVAILABLE)
+
     def may_read(user=Depends(reader)):
         require_dag_read(user, FLEET_PAGE_DAG)
         settings.require()  # a deployment without its required settings: 503, the line naming it

@@ -375,14 +375,23 @@ class DataRoot:
             if _is_store_error(e):
                 raise self.error(e, f"looking at {self.uri_of(path)}") from None
             raise
-        if info.type == pafs.FileType.File and not self.local and info.size == 4096:
-            # a filesystem-backed store (s3proxy's) may list a folder as a blob too: a folder wins
-            try:
-                if any(True for _ in self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))):
-                    return pafs.FileInfo(path, pafs.FileType.Directory)
-            except OSError:
-                pass
+        if info.type == pafs.FileType.File and info.size == 4096 and not self.local \
+                and any(True for _ in self.fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))):
+            return pafs.FileInfo(path, pafs.FileType.Directory)  # a folder s3proxy also shows as a blob
         return info
+
+    def _folder_blob(self, info: pafs.FileInfo) -> bool:
+        """Whether a file an object store listed is a folder: a filesystem-backed S3 server (the lab's
+        s3proxy) lists each folder, empty ones too, as a 4096-byte blob beside it."""
+        if self.local or info.type != pafs.FileType.File or info.size != 4096:
+            return False
+        try:
+            # such a blob has no object behind it (its HEAD finds none) unless it holds files
+            if self.fs.get_file_info(info.path).type != pafs.FileType.File:
+                return True
+            return any(True for _ in self.fs.get_file_info(pafs.FileSelector(info.path, allow_not_found=True)))
+        except OSError:
+            return False
 
     def exists(self, path: str) -> bool:
         return self.info(path).type != pafs.FileType.NotFound
@@ -396,7 +405,15 @@ class DataRoot:
                 raise self.error(e, f"listing {self.uri_of(path)}") from None
             raise
         dirs = {i.path for i in infos if i.type == pafs.FileType.Directory}
-        return [i for i in infos if not (i.type == pafs.FileType.File and i.path in dirs)]
+        out = []
+        for i in infos:
+            if i.type == pafs.FileType.File and (i.path in dirs or self._folder_blob(i)):
+                if i.path not in dirs:
+                    out.append(pafs.FileInfo(i.path, pafs.FileType.Directory))
+                    dirs.add(i.path)
+                continue
+            out.append(i)
+        return out
 
     def read_bytes(self, path: str) -> bytes:
         try:
@@ -436,6 +453,23 @@ class DataRoot:
             if _is_store_error(e):
                 raise self.error(e, f"writing {self.uri_of(path)}") from None
             raise
+
+    def delete_tree(self, path: str) -> None:
+        """Remove a folder and everything under it. On an object store object by object (DeleteObject):
+        the batch call (DeleteObjects) needs a checksum some S3-compatible servers do not take."""
+        if self.local:
+            if self.exists(path):
+                self.fs.delete_dir(path)
+            return
+        infos = self.listing(path, recursive=True)
+        if self.info(path).type == pafs.FileType.File:
+            infos.append(self.info(path))
+        for info in infos:
+            if info.type == pafs.FileType.File:
+                try:
+                    self.fs.delete_file(info.path)
+                except FileNotFoundError:
+                    pass
 
     def write_json_atomic(self, path: str, doc) -> None:
         self.publish_bytes(path, json.dumps(doc, sort_keys=True, indent=1).encode("utf-8"))
@@ -594,8 +628,7 @@ class DataPath:
                 raise
 
     def rmtree(self) -> None:
-        if self.exists():
-            self.root.fs.delete_dir(self.path)
+        self.root.delete_tree(self.path)
 
 
 #: the marker a run folder of several files gets last
@@ -884,7 +917,7 @@ def prune(root: DataRoot, dataset: str, cluster: str, keep_days: int, today: dt.
         except ValueError:
             continue
         if (today - day).days > keep_days:
-            root.fs.delete_dir(info.path)
+            root.delete_tree(info.path)
             removed.append(info.path)
     return removed
 
