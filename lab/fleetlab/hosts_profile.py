@@ -8,7 +8,8 @@ machine runs them. Which host runs what:
     sparkm             the Spark standalone master
     sparkw0, sparkw1   a Spark worker each (the executors)
     kafka0..kafka2     one node each of the secured KRaft cluster `hosts43` (Kafka 4.3.1, SASL_SSL
-                       for clients, mutual TLS between the nodes)
+                       for clients, mutual TLS between the nodes) and an sshd: the fleet file says
+                       `access: ssh`, so the trim's file work and broker_control run over SSH
 
 Every process binds its host's address; nothing of it listens on this machine's loopback. The
 machine itself (fleetlab, fleetctl, the tests, a browser) reaches the hosts through the bridge.
@@ -83,7 +84,7 @@ def kafka_up(plan, home: Path | None = None, timeout: float = 180):
     """Start the secured cluster on the broker hosts (unless it runs) and write the fleet file."""
     from fleetlab.lab import Lab
 
-    spec = kafka_spec(folder(home), plan)
+    spec = kafka_spec(folder(home), plan, home)
     Lab(spec).up(timeout=timeout)
     write_fleet_file(spec, fleet_file(home))
     return spec
@@ -94,35 +95,28 @@ def kafka_down(plan, home: Path | None = None) -> list[str]:
 
     if not placed(home):
         return []
-    return Lab(kafka_spec(folder(home), plan)).down()
+    return Lab(kafka_spec(folder(home), plan, home)).down()
 
 
-def kafka_spec(root: Path, plan):
+def kafka_spec(root: Path, plan, home: Path | None = None):
     """The secured KRaft cluster with a node per broker host (fleetlab.lab.LabSpec.broker_hosts)."""
     from fleetlab.lab import LabSpec
 
-    net = network()
+    net = network(home)
     nodes = [{"address": net.address(h), "netns": net.netns(h)} for h in BROKERS]
     ports = plan.cluster("lab43")
     return LabSpec(lab_dir=str(root / KAFKA_CLUSTER), name=KAFKA_CLUSTER, zk_port=0,
                    broker_base_port=ports["broker_base_port"], controller_base_port=ports["controller_base_port"],
-                   brokers=len(BROKERS), kafka_version=KAFKA_VERSION, security="sasl_ssl", broker_hosts=nodes)
+                   brokers=len(BROKERS), kafka_version=KAFKA_VERSION, security="sasl_ssl", broker_hosts=nodes,
+                   broker_ssh=True)
 
 
 def fleet_document(spec, approvers=("admin", "approver")) -> dict:
-    """The fleet file of the hosts profile: the one cluster, its connections and broker log dirs."""
-    return {
-        "version": 1,
-        "clusters": [{
-            "name": spec.name,
-            "kafka_version": spec.kafka_version,
-            "kafka_conn_id": spec.kafka_conn_id,
-            "runbook_kafka_conn_id": spec.runbook_kafka_conn_id,
-            "approvers": list(approvers),
-            "brokers": [{"id": i, "log_dirs": [str(spec.log_dir(i).resolve())], "access": "local"}
-                        for i in range(spec.brokers)],
-        }],
-    }
+    """The fleet file of the hosts profile: the one cluster (the lab's own entry: connections, broker
+    log dirs reached over SSH, broker_control) and who may approve its runbooks."""
+    doc = spec.fleet_document()
+    doc["clusters"][0]["approvers"] = list(approvers)
+    return doc
 
 
 def write_fleet_file(spec, path: Path) -> Path:

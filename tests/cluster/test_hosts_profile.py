@@ -1,0 +1,180 @@
+"""fleet_maintenance under the real scheduler on the hosts profile: Airflow's api-server,
+scheduler, dag-processor, triggerer, PostgreSQL and Redis on one lab host, a Celery worker on each
+of two more, a Spark standalone master and two workers on three others, and a secured Kafka 4.3.1
+cluster with a node on each of three broker hosts (fleetlab.hosts_profile). The lab is started the
+way `make demo PROFILE=hosts` starts it (`fleetlab airflow up --profile hosts`), in an Airflow home
+of this module's own, and removed afterwards (processes by PID, namespaces, bridge).
+
+Asserted: the run's tasks ran on both Celery worker hosts; the Spark jobs ran as applications of the
+standalone master on the Spark host, their executors on the two Spark worker hosts, connected to a
+driver on a Celery worker host's address; the stuck verdict of the collected group is on the fleet
+page served by the api-server on the Airflow host; nothing of it listens on this machine's loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fleetlab import hosts_profile, ports, spark_cluster
+from fleetlab.lab import Lab
+from fleetlab.paths import read_env_file
+from fleetlab.traffic import produce
+from tests.helpers import commit_when_led
+
+REPO = Path(__file__).resolve().parents[2]
+FLEETLAB = str(REPO / ".venv" / "bin" / "fleetlab")
+pytestmark = [pytest.mark.airflow, pytest.mark.spark,
+              pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root (CI runs as root)")]
+
+#: the environment of the lab's own Airflow home: nothing of the tests' Airflow, fleet or database
+DROP = ("AIRFLOW_", "FLEET_", "SPARK_")
+
+
+class Rest:
+    """The REST API of the hosts profile's api-server, as user `user`."""
+
+    def __init__(self, base: str, passwords: dict):
+        self.base, self.passwords, self.tokens = base, passwords, {}
+
+    def token(self, user: str = "admin") -> str:
+        if user not in self.tokens:
+            body = json.dumps({"username": user, "password": self.passwords[user]}).encode()
+            req = urllib.request.Request(f"{self.base}/auth/token", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as r:
+                self.tokens[user] = json.loads(r.read())["access_token"]
+        return self.tokens[user]
+
+    def __call__(self, method: str, path: str, body: dict | None = None, raw: bool = False):
+        req = urllib.request.Request(f"{self.base}{path}", method=method,
+                                     data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.token()}"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            data = r.read()
+        return data.decode() if raw else (json.loads(data) if data else {})
+
+
+@pytest.fixture(scope="module")
+def hosts_lab(tmp_path_factory):
+    home = tmp_path_factory.mktemp("hosts-airflow")
+    plan = ports.tests()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(DROP)}
+    env.update({
+        "AIRFLOW_HOME": str(home), "AIRFLOW_CONFIG": str(REPO / "airflow.cfg"),
+        # ports of this module's own (each process binds its lab host's address, never loopback)
+        "FLEET_AIRFLOW_PORT": str(plan.base + 8070), "FLEET_PG_PORT": str(plan.postgres),
+        "FLEET_PG_DATABASE": "airflow_hosts", "FLEET_DATA_ROOT": str(home / "data"),
+        "FLEET_LOCK_DIR": str(home / "locks"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_COLLECTION_INTERVAL": "1h",
+        # every analysis goes to the standalone master, however small its input
+        "FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0",
+        "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",
+    })
+    try:
+        out = subprocess.run([FLEETLAB, "airflow", "up", "--profile", "hosts"], env=env, capture_output=True,
+                             text=True, timeout=1200)
+        print(out.stdout[-3000:])
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        deployment = read_env_file(home / "airflow.env")
+        passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        yield {"home": home, "env": env, "deployment": deployment, "plan": plan,
+               "api": Rest(deployment["FLEET_AIRFLOW_URL"], passwords)}
+    finally:
+        down = subprocess.run([FLEETLAB, "airflow", "down"], env=env, capture_output=True, text=True, timeout=600)
+        print(down.stdout[-3000:], down.stderr[-2000:])
+        assert not hosts_profile.network(home).state(), "the lab hosts were not removed"
+
+
+def run_fleet_maintenance(api) -> tuple[str, list[dict]]:
+    dag_id = "fleet_maintenance"
+    deadline = time.monotonic() + 300
+    while True:  # the dag-processor on the Airflow host parses the DAG first
+        try:
+            api("GET", f"/api/v2/dags/{dag_id}")
+            break
+        except urllib.error.HTTPError:
+            assert time.monotonic() < deadline, "fleet_maintenance was never parsed"
+            time.sleep(3)
+    api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"window": "2m"}})
+    run_id = urllib.parse.quote(run["dag_run_id"])
+    deadline = time.monotonic() + 900
+    while (state := api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]) not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"fleet_maintenance {run_id} still {state}"
+        time.sleep(5)
+    tis = api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+    return state, tis
+
+
+@pytest.mark.timeout(2400)
+def test_fleet_maintenance_runs_across_the_hosts(hosts_lab):
+    home, api, plan = hosts_lab["home"], hosts_lab["api"], hosts_lab["plan"]
+    lab_plan = ports.DEMO  # the profile's Redis, Spark and Kafka ports (each on its own host's address)
+    net = hosts_profile.network(home)
+    addr = {h: net.address(h) for h in hosts_profile.HOST_NAMES}
+    spec = hosts_profile.kafka_spec(hosts_profile.folder(home), lab_plan, home)
+    lab = Lab(spec)
+    # a group with members gone and lag on one partition: what the stuck job must judge
+    commit_when_led(lab, "orders", 3, {"billing": {0: 0, 1: 0, 2: 0}})
+    produce(spec.bootstrap, "orders", {0: 5}, kafka_version=spec.kafka_version, security=spec.security_config("admin"))
+
+    # the api-server answers on the Airflow host's address only
+    assert hosts_lab["deployment"]["FLEET_AIRFLOW_URL"] == f"http://{addr['airflow']}:{plan.base + 8070}"
+    since_ms = int(time.time() * 1000) - 5000
+    workers_seen: set[str] = set()
+    for attempt in range(3):  # Celery hands tasks to whichever worker is free: until both ran some
+        state, tis = run_fleet_maintenance(api)
+        assert state == "success", [(t["task_id"], t["map_index"], t["state"]) for t in tis]
+        ran = [t for t in tis if t["operator"] != "EmptyOperator"]
+        workers_seen |= {t["hostname"] for t in ran}
+        assert workers_seen <= {"fleet-worker-0@worker0", "fleet-worker-1@worker1"}, workers_seen
+        if len(workers_seen) == 2:
+            break
+    assert workers_seen == {"fleet-worker-0@worker0", "fleet-worker-1@worker1"}
+
+    # the Spark jobs: applications of the master on the Spark host, executors on the Spark worker
+    # hosts, each connected to a driver on a Celery worker host
+    sspec = spark_cluster.SparkClusterSpec.from_plan(home / "cluster" / "spark", lab_plan, workers=2, placement=(
+        ("master", addr["sparkm"], net.netns("sparkm")), ("worker-0", addr["sparkw0"], net.netns("sparkw0")),
+        ("worker-1", addr["sparkw1"], net.netns("sparkw1"))))
+    apps = [a for a in spark_cluster.applications(sspec) if a["starttime"] >= since_ms]
+    assert {"stuck_partitions", "offsets_health"} <= {a["name"] for a in apps if a["state"] == "FINISHED"}, apps
+    executor_hosts, driver_hosts = set(), set()
+    for i, host in enumerate(spark_cluster.SparkClusterSpec.names(sspec)[1:]):
+        with urllib.request.urlopen(f"http://{sspec.address(host)}:{sspec.worker_ui_ports[i]}/json/", timeout=10) as r:
+            ws = json.loads(r.read())
+        mine = [e for e in ws.get("executors", []) + ws.get("finishedexecutors", [])
+                if e.get("appid") in {a["id"] for a in apps}]
+        if mine:
+            executor_hosts.add(sspec.address(host))
+        for e in mine:
+            stderr = (sspec.home / host / "work" / e["appid"] / str(e["id"]) / "stderr").read_text()
+            driver_hosts |= {a for a in (addr["worker0"], addr["worker1"], "127.0.0.1")
+                             if f"CoarseGrainedScheduler@{a}:" in stderr}
+    assert executor_hosts == {addr["sparkw0"], addr["sparkw1"]}
+    assert driver_hosts and driver_hosts <= {addr["worker0"], addr["worker1"]}, driver_hosts
+
+    # the fleet page, served from the Airflow host, shows the stuck job's verdict of the group
+    page = api("GET", "/fleet/", raw=True)
+    assert "hosts43" in page and "billing" in page
+    group = api("GET", "/fleet/group?cluster=hosts43&group=billing", raw=True)
+    assert "orders" in group
+
+    # nothing of the profile listens on this machine's loopback
+    listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    for port in (plan.base + 8070, plan.postgres, lab_plan.redis, lab_plan.spark_master, *spec_ports(spec)):
+        assert f"127.0.0.1:{port} " not in listening, port
+
+
+def spec_ports(spec) -> list[int]:
+    return [spec.broker_port(i) for i in range(spec.brokers)]
