@@ -204,3 +204,33 @@ def test_a_plan_of_a_group_with_live_members_says_it_would_be_refused_before_any
     assert body.index("### Refused if approved now") < body.index("### What will change")
     assert "still\\-running\\-1" in body
     assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 3, 1: 5, 2: 10}
+
+
+def test_the_gate_keeps_its_lock_journal_and_audit_heads_in_the_shared_state(dag, setup, pg_state, monkeypatch):
+    """FLEET_STATE_CONN_ID set: the gate's tasks lock, journal and audit in the database (nothing in
+    the lock folder, no journal file); a lock another host holds there refuses the run."""
+    from fleetkit.core import journal
+    from fleetkit.core.runbook import GATE_SEQ, Runbook
+
+    db = pg_state.db
+    monkeypatch.setenv("FLEET_STATE_CONN_ID", db.conn_id)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{db.conn_id.upper()}", json.dumps({
+        "conn_type": "postgres", "host": db.host, "port": db.port, "login": db.user, "password": db.password,
+        "schema": db.dbname, "extra": {"state_schema": db.schema}}))
+    other_host = _lab_lock(setup["lab"], setup["locks"].parent / "another-host-locks")
+    other_host.acquire("other_dag/other_run", "other_dag", "other_run")
+    dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve"))
+    assert states(dr)["lock"] == "failed" and offsets(setup["lab"], setup["group"], setup["topic"])[0] == 3
+    assert other_host.clear()["owner"] == "other_dag/other_run"
+
+    dr = run(dag, setup["conf"], Answerer(DAG_ID, "Approve", user="approver"))
+    assert dr.state == "success", states(dr)
+    assert offsets(setup["lab"], setup["group"], setup["topic"]) == {0: 4, 1: 6, 2: 10}
+    rb = Runbook(capability="stuck", action="reset_offsets", dag_id=DAG_ID, run_id=dr.run_id, cluster="labtest",
+                 data_root=str(setup["data"]), lock_dir=str(setup["locks"]))
+    entries = journal.read_journal(rb.journal)
+    assert entries[GATE_SEQ]["status"] == "done" and not Path(rb.journal).exists()
+    assert _lab_lock(setup["lab"], setup["locks"]).holder() is None and not setup["locks"].exists()
+    assert [r["event"] for r in audit.records(setup["root"], "labtest", dr.run_id)] == \
+        ["planned", "approved", "executed", "verified"]
+    assert all(rep.ok for rep in audit.verify(setup["root"])) and not audit._root_folder(setup["root"]).exists()
