@@ -105,7 +105,8 @@ def add_parser(sub) -> None:
     lk = sub.add_parser("lock", help="the per-cluster locks of the destructive runbooks")
     lk_sub = lk.add_subparsers(dest="lock_command", required=True)
     ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
-    ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks; unused "
+                                        "when FLEET_STATE_CONN_ID keeps the locks in the database)")
     ls_.set_defaults(func=cmd_lock_status)
     lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster: refused while its holder "
                                          "run is queued or running (asked of Airflow as you: FLEET_AIRFLOW_USER); "
@@ -113,5 +114,6 @@ def add_parser(sub) -> None:
     lc.add_argument("cluster", help="the cluster name (or identity) the lock's holder recorded")
     lc.add_argument("--force", action="store_true", help="clear it (the holder run no longer runs, or Airflow cannot "
                                                          "be asked and you checked the run yourself)")
-    lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks)")
+    lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks; unused "
+                                       "when FLEET_STATE_CONN_ID keeps the locks in the database)")
     lc.set_defaults(func=cmd_lock_clear)
