@@ -18,8 +18,7 @@ The locks (fleetkit.core.locks), the journal (fleetkit.core.journal) and the aud
   the lines are durable), `journal_lines` (in the order written), `journal_exists`;
 * audit heads of (data root id, cluster): `chain_lock` (serializes appends), `head_read`,
   `head_write`, `head_delete`, `sealed_exists`, `sealed_read`, `sealed_write`, `registry_read`,
-  `registry_update`,
-  `head_clusters` and their `*_where` for messages.
+  `registry_update`, `head_clusters` and their `*_where` for messages.
 
 Who chooses: `current()` is the store installed for the process (`install`, what the Airflow
 adapter does: fleet_airflow.clusters.install_state); without one, the files when
