@@ -44,6 +44,7 @@ from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.core import inprocess as core_inprocess  # noqa: E402
+from fleetkit.core.settings import under_root  # noqa: E402
 from fleetkit.group_ids import inprocess  # noqa: E402
 from fleetkit.group_ids import rules  # noqa: E402
 from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
@@ -230,11 +231,11 @@ def main(argv=None) -> int:
     import datetime as dt
 
     cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=max_age) if max_age is not None else None
-    mappings_path = args.mappings or str(Path(args.data_root) / "group_id_mappings")
-    members_path = args.members or str(Path(args.data_root) / "group_members")
-    local = all(core_inprocess.is_local(p) for p in (mappings_path, members_path, args.out))
-    if args.engine == "in-process" or (args.engine == "auto" and local and core_inprocess.small_input(
-            inprocess.JOB, str(Path(mappings_path).parent)) and not (args.mappings or args.members)):
+    mappings_path = args.mappings or under_root(args.data_root, "group_id_mappings")
+    members_path = args.members or under_root(args.data_root, "group_members")
+    local = all(core_inprocess.readable_here(p) for p in (mappings_path, members_path, args.out))
+    if args.engine == "in-process" or (args.engine == "auto" and local and not (args.mappings or args.members)
+                                       and core_inprocess.small_input(inprocess.JOB, args.data_root)):
         summary = inprocess.run(mappings_path, members_path, args.out, fleet_config(args.fleet), args.root, grace,
                                 args.cluster, cutoff)
         print(json.dumps(summary, sort_keys=True), flush=True)

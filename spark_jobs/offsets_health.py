@@ -319,7 +319,7 @@ def main(argv=None) -> int:
         import trim_plan  # spark_jobs/trim_plan.py (it imports this module's readers)
 
         parts = trim_plan.parse_partitions(args.partitions)
-    local_paths = all(core_inprocess.is_local(p) for p in (args.data_root, args.out))
+    local_paths = all(core_inprocess.readable_here(p) for p in (args.data_root, args.out))
     if args.engine == "in-process" or (args.engine == "auto" and local_paths and inprocess.small_input(args.data_root)):
         inprocess.run(args.data_root, args.fleet, args.out, args.bloat_ratio, args.min_bloat_bytes, args.trim_plan,
                       parts)

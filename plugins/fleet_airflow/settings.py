@@ -110,6 +110,18 @@ def job_env(environ: dict | None = None) -> dict[str, str]:
     return out
 
 
+def data_root_store_env() -> dict[str, str]:
+    """What a job's process needs of an object store data root: the endpoint, region and keys of the
+    connection FLEET_DATA_ROOT_CONN_ID names, as the AWS SDKs' environment variables (never on the
+    job's command line). {} for a local data root."""
+    if not data_root().startswith(("s3://", "s3a://")):
+        return {}
+    from fleetkit.core.datasets import object_store_options
+
+    return object_store_options().child_env()
+
+
 def spark_env() -> dict[str, str]:
-    """The environment of spark-submit and of a job run in process: job_env()."""
-    return job_env()
+    """The environment of spark-submit and of a job run in process: job_env(), and the data root's
+    object store (data_root_store_env) when it is on one."""
+    return {**job_env(), **data_root_store_env()}

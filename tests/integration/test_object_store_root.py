@@ -113,6 +113,23 @@ def test_collection_stuck_job_report_page_metrics_and_reports_route_on_s3(lab, s
     assert (out_dir / "_SUCCESS").exists() and (out_dir / "groups.jsonl").is_file()
     assert DataRoot(s3_root).files("stuck_groups")  # the job's datasets, appended on the store
 
+    # the offsets-health job (in process, with its trim plan) on the records collected into the store:
+    # the fleet page takes its run once marked done
+    clusters.collect_offsets_topic(cluster, s3_root)
+    health_out = str(run_folder(f"{s3_root}/reports", "offsets", run_id))
+    health = spark_job_operator("offsets_health", "offsets_health",
+                                ["--data-root", s3_root, "--fleet", str(lab.fleet_file), "--out", health_out,
+                                 "--trim-plan"], in_process_input="--data-root")
+    health.application = str(jobs_dir() / "offsets_health.py")
+    assert health._small_input()
+    health._run_in_process()
+    assert (data_path(health_out) / "_SUCCESS").exists()
+    replicas, run = FleetView(s3_root).offsets_replicas()
+    assert run == Path(health_out).name and {r["cluster"] for r in replicas} == {cluster.name}
+    (data_path(health_out) / "_SUCCESS").unlink()  # a run not marked done is not taken
+    assert FleetView(s3_root).offsets_replicas() == ([], None)
+    (data_path(health_out) / "_SUCCESS").write_bytes(b"")
+
     # the report and its latest copy, on the store
     report = StuckReport.load(out)
     html, _ = report.render(out)

@@ -190,7 +190,15 @@ def plans_root(data_root_: str | None = None) -> str:
 
 
 def quarantine_root(data_root_: str | None = None) -> Path:
-    return Path(_value("FLEET_QUARANTINE_DIR") or Path(data_root_ or data_root()) / "quarantine")
+    """Where a trim moves segment files of brokers on the worker's own disk: FLEET_QUARANTINE_DIR, else
+    <data root>/quarantine; a data root on an object store holds no moved files (MissingSetting)."""
+    if _value("FLEET_QUARANTINE_DIR"):
+        return Path(_value("FLEET_QUARANTINE_DIR"))
+    root = str(data_root_ or data_root())
+    if "://" in root:
+        raise MissingSetting("FLEET_QUARANTINE_DIR", f"the trim's quarantine, a local folder: the data root {root} "
+                             "is an object store, where segment files cannot be moved")
+    return Path(root) / "quarantine"
 
 
 def lock_dir() -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from pathlib import Path
 
 from fleetkit.core import inprocess as core
 from fleetkit.core.datasets import iter_rows, publish_rows, publish_text
@@ -34,7 +33,7 @@ def small_input(data_root: str) -> bool:
 
 def _rows(path: str, dataset: str) -> tuple[list[dict], bool]:
     """(the rows of a dataset's files, whether they are all Parquet)."""
-    if not Path(path).exists():
+    if not core.location(path).exists():
         return [], True
     parquet, jsonl = core.input_files(path)
     return list(iter_rows(core.read_table(parquet, jsonl, dataset))), not jsonl
@@ -91,10 +90,11 @@ def run(mappings_path: str, members_path: str, out: str, config: dict, default_r
         per[f["class"]] = per.get(f["class"], 0) + 1
     shown = sorted((f for f in findings if f["class"] != "OK"),
                    key=lambda f: (f["cluster"], f["class"], f["path"] is not None, f["path"] or ""))
-    folder = core.local_path(out)
+    folder = core.location(out)
     folder.mkdir(parents=True, exist_ok=True)
     publish_rows([{**f, "mtime": core.iso_micro_z(f["mtime"])} for f in shown], folder / "findings.jsonl")
     summary = {"clusters": counts, "findings": len(shown), "seconds": round(time.monotonic() - t0, 1),
                "skipped_old_collections": too_old}
     publish_text(json.dumps(summary, indent=1, sort_keys=True), folder / "summary.json")
+    folder.mark_done()
     return summary

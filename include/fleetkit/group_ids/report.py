@@ -7,18 +7,15 @@ import json
 import os
 from pathlib import Path
 
+from fleetkit.core.datasets import as_path, read_jsonl
 from fleetkit.group_ids.rules import CLASSES
 
 
 def load_findings(out_dir: str | os.PathLike) -> tuple[list[dict], dict]:
     """(findings, summary) written by the Spark job into out_dir."""
-    out = Path(out_dir)
+    out = as_path(out_dir)
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {"clusters": {}}
-    findings = []
-    if (out / "findings.jsonl").exists():
-        with open(out / "findings.jsonl", encoding="utf-8") as f:
-            findings = [json.loads(line) for line in f if line.strip()]
-    return findings, summary
+    return read_jsonl(out / "findings.jsonl"), summary
 
 
 def render_report(out_dir: str | os.PathLike, max_rows: int = 2000,
@@ -36,7 +33,7 @@ def render_report(out_dir: str | os.PathLike, max_rows: int = 2000,
     findings, summary = load_findings(out_dir)
     clusters = [{"cluster": c, "counts": sorted(v.items(), key=lambda kv: CLASSES.index(kv[0]) if kv[0] in CLASSES else 99)}
                 for c, v in sorted(summary.get("clusters", {}).items())]
-    path = Path(out_dir) / "report.md"
+    path = as_path(out_dir) / "report.md"
     path.write_text(render("group_ids.md.j2", clusters=clusters, findings=findings, shown=max_rows,
                            unconfigured=unconfigured,
                            truncated=len(findings) > max_rows), encoding="utf-8")

@@ -134,9 +134,10 @@ def evidence_folder(data_root: str, run_id: str | None) -> Path:
     under <data root>/reports/coordinator (its id made one path component, so no value leaves that
     folder), or the newest (`latest`) when none is given. A run id, never a path: a trigger param
     must not point the plan at files of its choosing."""
-    from fleetkit.core.settings import run_folder
+    from fleetkit.core.datasets import as_path
+    from fleetkit.core.settings import run_folder, under_root
 
-    base = Path(data_root) / "reports" / "coordinator"
+    base = as_path(under_root(str(data_root), "reports", "coordinator"))
     return run_folder(base, run_id) if run_id else base / "latest"
 
 
@@ -154,12 +155,12 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
     partition = resolve_partition(params.get("group"), params.get("partition"), count)
     state = leadership.state(admin, OFFSETS_TOPIC, partition)
     replicas = leadership.assignment(admin, OFFSETS_TOPIC)[partition]
-    root = Path(data_root)
-    report_dir = evidence_folder(str(root), params.get("evidence_run"))
+    root = str(data_root)
+    report_dir = evidence_folder(root, params.get("evidence_run"))
     owned, affected = ownership_facts(report_dir, cluster.name, partition)
     groups = list(dict.fromkeys(([params["group"]] if params.get("group") else []) + affected))[:20]
     live = who(kafka, zk, groups) if groups else []
-    history = leader_history(DataRoot(str(root)), cluster.name, partition)
+    history = leader_history(DataRoot(root), cluster.name, partition)
     health = health_facts(root, cluster.name, partition)
 
     evidence = [

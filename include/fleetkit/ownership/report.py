@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fleetkit.core.datasets import publish_copy, read_jsonl
+from fleetkit.core.datasets import as_path, publish_copy, read_jsonl
+from fleetkit.core.settings import under_root
 from fleetkit.core.render import render
 from fleetkit.ownership.rules import LOAD_STUCK, MISMATCH, NO_GROUPS, OK
 
@@ -36,7 +37,7 @@ def rank(partitions: list[dict], groups: list[dict]) -> tuple[list[dict], int, l
 def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_stuck: str) -> dict:
     """Render report.md from the job's groups.jsonl / partitions.jsonl, copy it to
     reports/coordinator/latest, and return a summary (what needs a person)."""
-    out = Path(out_dir)
+    out = as_path(out_dir)
     groups = read_jsonl(out / "groups.jsonl")
     partitions = read_jsonl(out / "partitions.jsonl")
     flagged, isr_only, bad_groups = rank(partitions, groups)
@@ -44,7 +45,7 @@ def report(out_dir: str, data_root: str, events: list[dict], passes: dict, load_
                   total_groups=len(groups), hidden_groups=max(0, len(bad_groups) - GROUPS_LIMIT), events=events,
                   passes=passes, load_stuck=load_stuck, isr_only=isr_only)
     (out / "report.md").write_text(text, encoding="utf-8")
-    latest = Path(data_root) / "reports" / "coordinator" / "latest"
+    latest = as_path(under_root(data_root, "reports", "coordinator", "latest"))
     latest.mkdir(parents=True, exist_ok=True)
     for name in LATEST_FILES:
         if (out / name).exists():

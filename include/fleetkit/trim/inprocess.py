@@ -60,10 +60,10 @@ def read_dataset(root: str, name: str, clusters: list[str] | None = None, column
     `clusters`, only their `cluster=<name>` folders, naming the clusters it leaves out)."""
     import pyarrow as pa
 
-    folder = core.local_path(root) / name
+    folder = core.location(root) / name
     parquet = core.input_files(str(folder))[0] if folder.exists() else []
     parquet = files_of_clusters(parquet, root, name, clusters)
-    data = DataRoot(str(core.local_path(root)))
+    data = core.location(root).root
     schema = SCHEMAS[name]
     tables = [read_file(data, f, schema) for f in parquet]
     table = pa.concat_tables(tables)
@@ -86,7 +86,7 @@ def current_records(root: str, clusters: list[str] | None = None):
 
     records = read_dataset(root, "offsets_topic_records", clusters)
     names = clusters if clusters is not None else sorted(records["cluster"].dropna().unique())
-    data = DataRoot(str(core.local_path(root)))
+    data = core.location(root).root
     since = log_marks.superseded_since(data, names)
     if not since:
         return records
@@ -215,7 +215,7 @@ def _settings(fleet_file: str, data_root: str):
     from fleetkit.collection.offsets_topic import settings_path
 
     clusters, brokers = {}, {}
-    root = DataRoot(str(core.local_path(data_root)))
+    root = core.location(data_root).root
     for c in load_fleet(fleet_file).clusters:
         clusters[c.name] = {"kafka_version": c.kafka_version, "dedupe_buffer_size": c.cleaner.dedupe_buffer_size,
                             "threads": c.cleaner.threads, "load_factor": c.cleaner.io_buffer_load_factor}
@@ -348,7 +348,7 @@ def run(data_root: str, fleet_file: str, out: str, bloat_ratio: float = rules.DE
     checkpoints = read_dataset(data_root, "cleaner_checkpoints", fleet)
     clusters, brokers = _settings(fleet_file, data_root)
     rows, per_segment = health(records, segments, checkpoints, clusters, brokers, bloat_ratio, min_bloat_bytes)
-    folder = core.local_path(out)
+    folder = core.location(out)
     folder.mkdir(parents=True, exist_ok=True)
     publish_rows(rows, folder / "health.jsonl")
     publish_rows(per_segment, folder / "segments.jsonl")
@@ -367,5 +367,6 @@ def run(data_root: str, fleet_file: str, out: str, bloat_ratio: float = rules.DE
         publish_text(planning.plan_json(plans), folder / "trim_plan.json")
         summary["plans"] = planning.summary(plans)
         print(json.dumps({"plans": summary["plans"], "seconds": round(time.monotonic() - t1, 1)}), flush=True)
+    folder.mark_done()
     return summary
 

@@ -101,7 +101,10 @@ def run_folder(params: dict) -> Path:
     """Where the run's trim plan is read and its broker runbooks are written."""
     from fleetkit.core import settings
 
-    return Path(params.get("data_root") or settings.data_root()) / "reports" / "trim" / settings.safe_component(params["_run_id"])
+    from fleetkit.core.datasets import as_path
+
+    return as_path(settings.under_root(str(params.get("data_root") or settings.data_root()), "reports", "trim",
+                                       settings.safe_component(params["_run_id"])))
 
 
 def quarantine_root(params: dict):

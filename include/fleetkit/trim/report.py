@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetkit.core.datasets import read_jsonl
+from fleetkit.core.datasets import as_path, read_jsonl
 from fleetkit.core.render import render, visible_controls
 
 
@@ -32,7 +32,7 @@ class HealthReport:
 def write_report(out_dir: str | Path) -> HealthReport:
     """Read a run folder's health.jsonl and trim_plan.json (absent: no plan) and write its
     offsets_health.md."""
-    out = Path(out_dir)
+    out = as_path(out_dir)
     health = read_jsonl(out / "health.jsonl")
     plans = json.loads((out / "trim_plan.json").read_text()) if (out / "trim_plan.json").exists() else []
     unhealthy = [h for h in health if h["verdict"] != "HEALTHY"]

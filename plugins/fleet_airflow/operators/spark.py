@@ -122,7 +122,7 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
 
         argv = [sys.executable, str(self.application), *self.application_args, "--engine", "in-process"]
         # the job's own minimal environment: nothing of Airflow's secrets (settings.job_env)
-        env = {**settings.job_env(), **data_root_store_env(),
+        env = {**settings.job_env(), **settings.data_root_store_env(),
                "PYTHONPATH": os.pathsep.join([str(library_dir().parent), str(jobs_dir())])}
         self.log.info("small input: %s runs in process (no Spark start-up): %s", self.name,
                       " ".join([Path(argv[1]).name, *argv[2:]]))
@@ -135,7 +135,7 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             raise AirflowException(f"{self.name} (in process) exited with code {proc.returncode}: see the lines above")
 
     def _get_hook(self):
-        """The provider's hook, whose spark-submit runs with settings.job_env() and nothing else of the
+        """The provider's hook, whose spark-submit runs with settings.spark_env() and nothing else of the
         worker's environment (the hook would otherwise start it with a copy of the task's whole
         environment: Airflow's secrets, the audit key, every connection)."""
         extra = dict(self.env_vars or {})
@@ -145,7 +145,7 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
         finally:
             self.env_vars = extra or None
         submit = hook.submit
-        env = {**settings.job_env(), **extra}
+        env = {**settings.spark_env(), **extra}
 
         def submit_with_env(application: str = "", **kwargs: Any):
             kwargs["env"] = env
@@ -186,18 +186,6 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             return super().execute(context)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def data_root_store_env() -> dict[str, str]:
-    """What a job's process needs of an object store data root: the endpoint, region and keys of the
-    connection FLEET_DATA_ROOT_CONN_ID names, as the AWS SDKs' environment variables (never on the
-    job's command line). {} for a local data root."""
-    root = settings.data_root()
-    if not root.startswith(("s3://", "s3a://")):
-        return {}
-    from fleetkit.core.datasets import object_store_options
-
-    return object_store_options().child_env()
 
 
 def driver_conf(master: str, conf: dict | None) -> dict:
