@@ -64,6 +64,14 @@ def pg_spec() -> postgres.PgSpec:
                            database=os.environ.get("FLEET_PG_DATABASE", PG_DATABASE_DEFAULT), host=host, netns=netns)
 
 
+def lab_specs() -> list[LabSpec]:
+    """The Kafka clusters of the Airflow in use: the lab fleet, or, in the hosts profile, the one
+    cluster on the broker hosts (the only one its workers reach)."""
+    if hosts_profile.placed():
+        return [hosts_profile.kafka_spec(hosts_profile.folder(), port_plan())]
+    return list(fleet_specs().values())
+
+
 def api_host() -> str:
     """The api-server's address: loopback, or the Airflow host's in the hosts profile."""
     return hosts_profile.place(hosts_profile.AIRFLOW)[0]
@@ -173,8 +181,7 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
                 k, v = line.split("=", 1)
                 existing[k.removeprefix("export ").strip()] = v.strip().strip("'")
     placed = hosts_profile.placed()
-    if labs is None:  # the hosts profile's workers reach only the cluster on the broker hosts
-        labs = [hosts_profile.kafka_spec(hosts_profile.folder(), port_plan())] if placed else list(fleet_specs().values())
+    labs = labs if labs is not None else lab_specs()
     fleet_file = str(hosts_profile.fleet_file()) if placed else (os.environ.get("FLEET_FILE") or str(DEMO_FLEET_FILE))
     values = {
         "AIRFLOW_HOME": str(home),
@@ -365,7 +372,11 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         os.environ["FLEET_FILE"] = str(hosts_profile.fleet_file())
         step(f"Kafka {hosts_profile.KAFKA_VERSION} ({hosts_profile.KAFKA_CLUSTER}) up on the broker hosts")
     if write_env_file:
-        ensure_env_file()
+        from fleetlab.paths import read_env_file
+
+        # the file was written from this environment, but where the database, the api-server and the
+        # fleet are depends on the profile: its values win over ones loaded before (another profile's)
+        os.environ.update(read_env_file(ensure_env_file()))
     ensure_passwords()
     env = {**_env(), **profile_env(chosen)}
     db_up()

@@ -472,8 +472,9 @@ def collections_until(clock: Clock, done: Callable[[], bool], every: float = COL
     return n
 
 
-def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
-    """The demo's DAG runs; returns the run ids the summary shows."""
+def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900, coordinator_cluster: str = "lab") -> dict:
+    """The demo's DAG runs; returns the run ids the summary shows. The coordinator check runs on
+    `coordinator_cluster` (the 0.9 cluster of the lab fleet; the hosts profile's one cluster)."""
     # coordinator_ownership is unpaused when the demo starts its run: its leader-change watch would
     # otherwise start a run (a Spark job) on the lab's start-up leader elections, beside the runs
     # the verdicts wait for
@@ -517,8 +518,9 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900) -> dict:
 
     watch([first, final], timeout, until=health_done)
     airflow.set_paused("coordinator_ownership", False)
-    coord_run = airflow.trigger("coordinator_ownership", COORDINATOR_CONF)
-    clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(COORDINATOR_CONF)})")
+    coord_conf = dict(COORDINATOR_CONF, cluster=coordinator_cluster)
+    coord_run = airflow.trigger("coordinator_ownership", coord_conf)
+    clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(coord_conf)})")
     coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
     watch([first, final, coord], timeout)
     final_started.set()
@@ -563,7 +565,7 @@ def airflow_up(clock: Clock) -> None:
     from fleetlab import airflow_services as services
 
     services.up(progress=lambda line: clock.say(f"  airflow: {line}"))
-    clock.say(f"  airflow: UI http://{services.API_HOST}:{services.API_PORT}")
+    clock.say(f"  airflow: UI {services.api_url()}")
 
 
 def main(started_at: float | None = None, setup_seconds: float | None = None) -> int:
@@ -576,25 +578,35 @@ def main(started_at: float | None = None, setup_seconds: float | None = None) ->
     env = dict(os.environ)
     lab_cmd = fleetlab()
 
-    from fleetlab.lab import fleet_specs
+    from fleetlab import airflow_services as services
+    from fleetlab.lab import Lab, fleet_specs
 
-    specs = list(fleet_specs().values())
-    traffic_started: list[float] = []
+    if services.profile() == "hosts":
+        # the hosts profile starts its own cluster on the broker hosts with Airflow (its workers
+        # reach no other): Airflow first, then the traffic on that cluster
+        with clock.step("lab hosts, Kafka on the broker hosts and Airflow up"):
+            airflow_up(clock)
+        specs = services.lab_specs()
+        with clock.step("traffic warm-up (groups committed)"):
+            for spec in specs:
+                Lab(spec).start_traffic()
+            wait_traffic(clock, specs)
+    else:
+        specs = list(fleet_specs().values())
 
-    def traffic() -> None:
-        run_logged(clock, "traffic", [lab_cmd, "traffic", "start"], env)
-        traffic_started.append(time.time())
-        wait_traffic(clock, specs)
+        def traffic() -> None:
+            run_logged(clock, "traffic", [lab_cmd, "traffic", "start"], env)
+            wait_traffic(clock, specs)
 
-    # the lab and Airflow do not need each other to start: the DAGs reach the clusters only when
-    # they run, and the leader-change watch retries until ZooKeeper answers
-    in_parallel(clock, {
-        "lab": [("lab up", lambda: run_logged(clock, "lab", [lab_cmd, "up"], env)),
-                ("traffic warm-up (groups committed)", traffic)],
-        "airflow": [("Airflow up", lambda: airflow_up(clock))],
-    })
+        # the lab and Airflow do not need each other to start: the DAGs reach the clusters only when
+        # they run, and the leader-change watch retries until ZooKeeper answers
+        in_parallel(clock, {
+            "lab": [("lab up", lambda: run_logged(clock, "lab", [lab_cmd, "up"], env)),
+                    ("traffic warm-up (groups committed)", traffic)],
+            "airflow": [("Airflow up", lambda: airflow_up(clock))],
+        })
     with clock.step("DAG runs"):
-        runs = run_dags(clock, Airflow())
+        runs = run_dags(clock, Airflow(), coordinator_cluster="lab" if len(specs) > 1 else specs[0].name)
     with clock.step("summary"):
         from fleetlab import demo_summary
 

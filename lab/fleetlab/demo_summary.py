@@ -40,7 +40,7 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     pw = services.passwords()
     print()
     print("=" * 72)
-    print(f"Airflow UI     http://{services.API_HOST}:{services.API_PORT}")
+    print(f"Airflow UI     http://{services.api_host()}:{services.API_PORT}")
     pw_file = services.airflow_home() / "simple_auth_manager_passwords.json.generated"
     for user in services.USERS:
         print(f"login          {user} / {pw.get(user, f'(see {pw_file})')}")
@@ -55,9 +55,8 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     for name in SCHEMAS:
         files = root.files(name)
         print(f"  {name:<20} {len(files)} file(s)")
-    from fleetlab.lab import fleet_specs
-
-    for name, spec in fleet_specs().items():
+    for spec in services.lab_specs():
+        name = spec.name
         snaps = read_dataset(root, "offsets_snapshots", name)
         if not snaps.num_rows:
             print(f"latest collection of cluster {name} (Kafka {spec.kafka_version}, {spec.mode}): none")
@@ -76,17 +75,17 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     if run_dir is not None:
         from urllib.parse import quote
 
-        print(f"stuck report   http://{services.API_HOST}:{services.API_PORT}/fleet-reports/stuck/"
+        print(f"stuck report   http://{services.api_host()}:{services.API_PORT}/fleet-reports/stuck/"
               f"{quote(run_dir.name)}/report.html")
         print(f"               {run_dir / 'report.html'}")
         for line in flagged_lines(run_dir):
             print(line)
-    print(f"fleet page     http://{services.API_HOST}:{services.API_PORT}/fleet/ (\"Kafka fleet\" in the UI's navigation: "
+    print(f"fleet page     http://{services.api_host()}:{services.API_PORT}/fleet/ (\"Kafka fleet\" in the UI's navigation: "
           "groups by verdict, lag charts, a prefilled runbook form per flagged partition)")
-    print(f"metrics        http://{services.API_HOST}:{services.API_PORT}/fleet/metrics (Prometheus; a Bearer token from "
+    print(f"metrics        http://{services.api_host()}:{services.API_PORT}/fleet/metrics (Prometheus; a Bearer token from "
           f"/auth/token); scrape config: - {{job_name: kafka-fleet, metrics_path: /fleet/metrics, "
           f"authorization: {{credentials_file: TOKEN_FILE}}, static_configs: [{{targets: "
-          f"[\"{services.API_HOST}:{services.API_PORT}\"]}}]}} (docs/metrics.md)")
+          f"[\"{services.api_host()}:{services.API_PORT}\"]}}]}} (docs/metrics.md)")
     print("incident CLI   eval \"$(.venv/bin/fleetlab env)\" (the lab's deployment settings), then "
           ".venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
           "(README: During an incident)")
