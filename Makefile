@@ -117,6 +117,10 @@ test: setup
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
+# Spark jobs through Hadoop's s3a connector on the lab's object store (minutes: not in `make test`)
+test-spark-s3: setup
+	$(BIN)/pytest -m spark_s3 tests/spark/test_spark_on_object_store.py $(PYTEST_ARGS)
+
 # the cluster profile end to end (Celery workers, Spark standalone) under the real scheduler
 test-cluster: setup
 	$(BIN)/pytest tests/cluster $(PYTEST_ARGS)

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
-from jobs_common import iso, parse_ts, read_rows, session, spark_schema, write_jsonl  # noqa: E402
+from jobs_common import iso, mark_done, parse_ts, read_rows, session, spark_schema, write_jsonl  # noqa: E402
 
 from pyspark.sql import Column, DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -402,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"as_of": as_of.isoformat().replace("+00:00", "Z"), "window_seconds": window.total_seconds(),
                       "groups": n_groups, "partitions": n_parts, "verdicts": verdicts,
                       "seconds": round(time.monotonic() - t0, 1), "out": str(out)}), flush=True)
+    mark_done(out, spark)
     spark.stop()
     return 0
 

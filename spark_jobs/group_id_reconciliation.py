@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
-from jobs_common import data_files, iso, session, write_jsonl  # noqa: E402
+from jobs_common import data_files, iso, mark_done, path_exists, path_join, session, write_jsonl, write_text  # noqa: E402
 
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -242,15 +242,15 @@ def main(argv=None) -> int:
         return 0
     t0 = time.monotonic()
     spark = session("group_id_reconciliation", args.master)
-    mappings = read_input(spark, mappings_path, MAPPINGS_SCHEMA) if Path(mappings_path).exists() \
+    mappings = read_input(spark, mappings_path, MAPPINGS_SCHEMA) if path_exists(mappings_path, spark) \
         else spark.createDataFrame([], MAPPINGS_SCHEMA)
-    members = read_input(spark, members_path, MEMBERS_SCHEMA) if Path(members_path).exists() \
+    members = read_input(spark, members_path, MEMBERS_SCHEMA) if path_exists(members_path, spark) \
         else spark.createDataFrame([], MEMBERS_SCHEMA)
     if args.cluster:
         mappings = mappings.filter(F.col("cluster").isin(args.cluster))
         members = members.filter(F.col("cluster").isin(args.cluster))
     newest = None
-    files = [data_files(p) for p in (mappings_path, members_path) if Path(p).exists()]
+    files = [data_files(p) for p in (mappings_path, members_path) if path_exists(p, spark)]
     if all(not jsonl for _, jsonl in files):
         newest = newest_from_stats([f for parquet, _ in files for f in parquet])
     if newest is not None and args.cluster:
@@ -268,14 +268,13 @@ def main(argv=None) -> int:
     counts: dict[str, dict[str, int]] = {}
     for r in findings.groupBy("cluster", "class").count().collect():
         counts.setdefault(r["cluster"], {})[r["class"]] = r["count"]
-    out = Path(args.out)
+    out = args.out
     n = write_jsonl(findings.filter(F.col("class") != "OK").withColumn("mtime", iso(F.col("mtime")))
-                    .orderBy("cluster", "class", "path"), str(out / "findings.jsonl"))
+                    .orderBy("cluster", "class", "path"), path_join(out, "findings.jsonl"))
     summary = {"clusters": counts, "findings": n, "seconds": round(time.monotonic() - t0, 1),
                "skipped_old_collections": too_old}
-    tmp = out / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1, sort_keys=True))
-    tmp.replace(out / "summary.json")
+    write_text(path_join(out, "summary.json"), json.dumps(summary, indent=1, sort_keys=True), spark)
+    mark_done(out, spark)
     print(json.dumps(summary, sort_keys=True), flush=True)
     spark.stop()
     return 0

@@ -111,9 +111,50 @@ def session(app: str, master: str | None = None) -> SparkSession:
     # made here could not tell, as it reads no defaults before a SparkContext exists.
     if master:
         b = b.master(master)
+    jars = os.environ.get("FLEET_SPARK_JARS")
+    if jars and not submitted:  # (spark-submit got them as --jars)
+        b = b.config("spark.jars", jars)
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    object_store_conf(spark)
     return spark
+
+
+#: Hadoop's s3a settings of an object store data root: s3:// URIs (the toolkit's) through s3a
+S3A_IMPL = {"fs.s3.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
+            "fs.AbstractFileSystem.s3.impl": "org.apache.hadoop.fs.s3a.S3A"}
+
+
+def object_store_conf(spark: SparkSession, environ: dict | None = None) -> None:
+    """Point Hadoop's s3a connector at the data root's object store from the job's environment (the
+    AWS SDKs' variables the worker gives a job: fleet_airflow.settings.data_root_store_env), set in
+    the running session's Hadoop configuration: the keys are never on spark-submit's command line,
+    and the executors get them with each job's configuration. Nothing without AWS_ACCESS_KEY_ID or
+    AWS_ENDPOINT_URL (the SDK's own chain then: an instance's role)."""
+    env = os.environ if environ is None else environ
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for k, v in S3A_IMPL.items():
+        conf.set(k, v)
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        conf.set("fs.s3a.access.key", env["AWS_ACCESS_KEY_ID"])
+        conf.set("fs.s3a.secret.key", env["AWS_SECRET_ACCESS_KEY"])
+    if env.get("AWS_REGION"):
+        conf.set("fs.s3a.endpoint.region", env["AWS_REGION"])
+    endpoint = env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        # an S3-compatible server: its own address, path-style buckets, objects deleted one by one
+        # (its batch delete may refuse the checksum the SDK sends)
+        conf.set("fs.s3a.endpoint", endpoint)
+        conf.set("fs.s3a.path.style.access", "true")
+        conf.set("fs.s3a.connection.ssl.enabled", "true" if endpoint.startswith("https:") else "false")
+        conf.set("fs.s3a.multiobjectdelete.enable", "false")
+
+
+def mark_done(out: str, spark: SparkSession | None = None) -> None:
+    """A run folder on an object store gets its _SUCCESS marker last: readers take only marked runs
+    there (fleetkit.core.datasets.DataRoot). A local folder gets none (its files are renamed in place)."""
+    if _SCHEME.match(out) and not out.startswith("file:"):
+        write_text(path_join(out, "_SUCCESS"), "", spark)
 
 
 # -- files: through the Hadoop FileSystem of each path -------------------------------------------

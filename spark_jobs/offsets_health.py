@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs_common import session, write_jsonl  # noqa: E402
+from jobs_common import mark_done, session, write_jsonl  # noqa: E402
 
 from pyspark.sql import DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -344,6 +344,7 @@ def main(argv=None) -> int:
         out.unpersist()
         summary = trim_plan.run(spark, args.data_root, args.out, args.out, parts)
         print(json.dumps({"plans": summary, "seconds": round(time.monotonic() - t1, 1)}), flush=True)
+    mark_done(args.out, spark)
     spark.stop()
     return 0
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
 from jobs_common import (  # noqa: E402
-    SNAPSHOT_SCHEMA, iso, parse_ts, path_join, read_rows, session, write_dataset, write_jsonl,
+    SNAPSHOT_SCHEMA, iso, mark_done, parse_ts, path_join, read_rows, session, write_dataset, write_jsonl,
 )
 
 from pyspark.sql import Column, DataFrame  # noqa: E402
@@ -390,6 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"as_of": as_of.isoformat().replace("+00:00", "Z"), "window_seconds": window.total_seconds(),
                       "partitions": n_find, "groups": n_groups, "statuses": summary,
                       "seconds": round(time.monotonic() - t0, 1), "out": str(out)}), flush=True)
+    mark_done(out, spark)
     spark.stop()
     return 0
 

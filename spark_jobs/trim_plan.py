@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs_common import path_exists, path_join, session, write_text  # noqa: E402
+from jobs_common import mark_done, path_exists, path_join, session, write_text  # noqa: E402
 from offsets_health import current_records, latest_inventory, newest_per_key, read_dataset  # noqa: E402
 
 from pyspark.sql import DataFrame  # noqa: E402
@@ -131,6 +131,7 @@ def main(argv=None) -> int:
     spark = session("trim_plan", args.master)
     summary = run(spark, args.data_root, args.health, args.out, parts)
     print(json.dumps({"plans": summary, "seconds": round(time.monotonic() - t0, 1)}), flush=True)
+    mark_done(args.out, spark)
     spark.stop()
     return 0
 

@@ -83,6 +83,9 @@ DISTS: dict[str, Dist] = {
 
 #: the lab's S3-compatible object store (fleetlab.objectstore): group:artifact:version:classifier
 S3PROXY = "org.gaul:s3proxy:2.9.0:jar-with-dependencies"
+#: Spark's s3a connector for a data root on an object store: hadoop-aws of pyspark's own Hadoop
+#: (pyspark 4.2.0 ships hadoop-client 3.5.0) with its runtime dependencies (the AWS SDK v2 bundle)
+HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
 
 
 def get(version: str) -> Dist:
@@ -271,6 +274,55 @@ def ensure_s3proxy(check: bool = True) -> Path:
     return path
 
 
+def hadoop_aws_folder() -> str:
+    """The hadoop-aws jars' entry folder in the checksums file (and under the cache): hadoop-aws-<version>."""
+    return f"hadoop-aws-{HADOOP_AWS.split(':')[2]}"
+
+
+def ensure_hadoop_aws(check: bool = True) -> Path:
+    """The folder of hadoop-aws and its runtime dependencies (the jars spark-submit needs for s3a://),
+    fetched from Maven Central on first use and checked against their pinned sha256."""
+    folder = hadoop_aws_folder()
+    home = cache_dir() / folder
+    expected = read_checksums().get(folder)
+    if check and not expected:
+        raise LabError(f"{CHECKSUMS} pins no jars of {HADOOP_AWS}")
+    if not (home / ".verified").exists():
+        if not any(home.glob("hadoop-aws-*.jar")):
+            mvn = shutil.which("mvn")
+            if mvn is None:
+                raise LabError(f"mvn is not installed: it fetches {HADOOP_AWS} from Maven Central (`make setup` "
+                               "installs Debian's maven)")
+            work = home.with_name(folder + ".download")
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir(parents=True)
+            g, a, v = HADOOP_AWS.split(":")
+            (work / "pom.xml").write_text(
+                "<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
+                f"<groupId>fleetlab</groupId><artifactId>{folder}</artifactId><version>1</version>"
+                f"<packaging>pom</packaging><dependencies><dependency><groupId>{g}</groupId><artifactId>{a}"
+                f"</artifactId><version>{v}</version></dependency></dependencies></project>\n")
+            print(f"fetching {HADOOP_AWS} and its AWS SDK bundle from Maven Central (about 700 MB) ...", flush=True)
+            out = subprocess.run([mvn, "-B", "-q", f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
+                                  "-DoutputDirectory=libs"], cwd=work, capture_output=True, text=True)
+            if out.returncode != 0:
+                tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
+                raise LabError(f"mvn could not resolve {HADOOP_AWS} (see {work / 'pom.xml'}):\n{tail}")
+            if home.exists():
+                shutil.rmtree(home)
+            (work / "libs").rename(home)
+            shutil.rmtree(work, ignore_errors=True)
+        if check:
+            verify(folder, home, expected)
+            (home / ".verified").write_text("jars match fleetlab/kafka-jars.sha256\n")
+    return home
+
+
+def hadoop_aws_jars() -> list[str]:
+    """The jars of ensure_hadoop_aws(), for spark-submit's --jars (FLEET_SPARK_JARS)."""
+    return [str(p) for p in sorted(ensure_hadoop_aws().glob("*.jar"))]
+
+
 def write_checksums() -> None:
     lines = ["# sha256 of every jar of the lab's Kafka distributions (fleetlab/dists.py).",
              "# Regenerate after a deliberate version change: python -m fleetlab.dists --write-checksums"]
@@ -280,6 +332,8 @@ def write_checksums() -> None:
             raise LabError(f"Kafka {version} is not fetched ({libs}); fetch it first (make setup)")
         lines += [f"{digest}  {version}/{jar}" for jar, digest in jar_digests(libs).items()]
     lines.append(f"{_sha256(ensure_s3proxy(check=False))}  {s3proxy_key()}")
+    lines += [f"{digest}  {hadoop_aws_folder()}/{jar}"
+              for jar, digest in jar_digests(ensure_hadoop_aws(check=False)).items()]
     CHECKSUMS.write_text("\n".join(lines) + "\n")
 
 

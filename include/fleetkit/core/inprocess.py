@@ -151,7 +151,6 @@ def read_table(parquet: list[str], jsonl: list[str], dataset: str):
     read_rows: columns a file lacks are null, JSON timestamps ISO-8601 strings); a JSON line that is
     not such a row is a SystemExit naming the file and the line."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     schema = SCHEMAS[dataset]
     stamps = {f.name for f in schema if pa.types.is_timestamp(f.type)}

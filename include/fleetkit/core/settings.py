@@ -48,6 +48,8 @@ SETTINGS = (
             "schedule, and a cluster whose newest collection is older than twice this is STALE"),
     Setting("FLEET_SPARK_CONN_ID", False, "spark_default", "the Airflow connection spark-submit uses (its master, "
             "deploy mode, queue)"),
+    Setting("FLEET_SPARK_JARS", False, None, "jars spark-submit adds (--jars, comma-separated paths on the "
+            "workers): for an s3:// data root, hadoop-aws of Spark's Hadoop and its AWS SDK bundle"),
     Setting("FLEET_SPARK_PYTHON", False, None, "the Python of the Spark executors (PYSPARK_PYTHON); unset: "
             "Spark's own default"),
     Setting("FLEET_RETENTION_DAYS", False, "30", "days of dataset partitions kept"),

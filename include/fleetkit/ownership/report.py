@@ -4,8 +4,6 @@ reports/coordinator/latest (``report``), and the partitions the recovery runbook
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fleetkit.core.datasets import as_path, publish_copy, read_jsonl
 from fleetkit.core.settings import under_root
 from fleetkit.core.render import render

@@ -21,7 +21,7 @@ import time
 from collections import defaultdict
 
 from fleetkit.core import inprocess as core
-from fleetkit.core.datasets import SCHEMAS, DataRoot, files_of_clusters, publish_rows, publish_text, read_file
+from fleetkit.core.datasets import SCHEMAS, files_of_clusters, publish_rows, publish_text, read_file
 from fleetkit.core.fleet import load_fleet
 from fleetkit.trim import planning, rules
 from fleetkit.trim.cleaner import capacity

@@ -18,6 +18,7 @@ by the Airflow tasks).
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -180,6 +181,9 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
             zip_path = build_py_files(folder)
             self.log.info("py-files: %s", zip_path)
             self.py_files = ",".join(p for p in (self.py_files, str(zip_path)) if p)
+            # the deployment's extra jars (FLEET_SPARK_JARS: hadoop-aws and the AWS SDK bundle for an
+            # s3:// data root), read on the worker; the store's keys reach the job in its environment
+            self.jars = ",".join(p for p in (self.jars, os.environ.get("FLEET_SPARK_JARS")) if p) or None
             self._hook = None  # the hook takes py_files and conf when it is made
             self.conf = driver_conf(self._get_hook()._connection["master"], self.conf)
             self._hook = None
