@@ -84,8 +84,9 @@ def input_files(path: str, since: dt.date | None = None) -> tuple[list[str], lis
             parts = i.path[len(base):].split("/")
             if any(p.startswith(("_", ".")) for p in parts) or any(date_folder_before(d, since) for d in parts[:-1]):
                 continue
-            files.append(root.root.uri_of(i.path))
-        files.sort()
+            files.append((tuple((1, d) for d in parts[:-1]) + ((0, parts[-1]),), root.root.uri_of(i.path)))
+        # os.walk's order, as the jobs list them: a folder's files (by name), then its folders (by name)
+        files = [f for _, f in sorted(files)]
     parquet = [f for f in files if f.endswith(".parquet")]
     jsonl = [f for f in files if f.endswith((".jsonl", ".json"))]
     return parquet, jsonl
