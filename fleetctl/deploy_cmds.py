@@ -63,6 +63,8 @@ def cmd_deploy_check(args) -> int:
         root = settings.data_root()
         if "://" not in root:
             problems += _writable("FLEET_DATA_ROOT", root)
+        else:
+            problems += _object_store_root(root)
         if settings.state_conn_id() is None:
             try:
                 problems += _writable("lock folder", settings.lock_dir())
@@ -80,6 +82,19 @@ def cmd_deploy_check(args) -> int:
     for p in problems:
         print(red(f"error: {p}"), file=sys.stderr)
     return 2 if problems else 0
+
+
+def _object_store_root(root: str) -> list[str]:
+    """An object store data root: its bucket answers with the connection FLEET_DATA_ROOT_CONN_ID names."""
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.errors import FleetError
+
+    try:
+        where = DataRoot(root).describe()
+    except FleetError as e:
+        return [str(e)]
+    print(f"data root: {where} (reachable)")
+    return []
 
 
 def _shared_state() -> list[str]:

@@ -244,7 +244,9 @@ def test_a_writer_killed_mid_upload_leaves_the_old_object(s3_root, object_store,
     assert names == [f"{s3_root[5:]}/reports/big.bin"]
 
 
-def test_wrong_credentials_and_a_stopped_server_are_one_line_without_secrets(s3_root, object_store, monkeypatch):
+def test_wrong_credentials_and_a_stopped_server_are_one_line_without_secrets(s3_root, object_store, monkeypatch,
+                                                                           capsys, tmp_path):
+    from fleetctl.cli import main as fleetctl
     from fleetlab import objectstore
 
     key, secret = _secrets(object_store)
@@ -255,9 +257,24 @@ def test_wrong_credentials_and_a_stopped_server_are_one_line_without_secrets(s3_
     text = str(e.value)
     assert "\n" not in text and s3_root in text and f"connection {CONN_ID!r}" in text and "access denied" in text
     assert secret not in text and key not in text and "not-the-secret" not in text
+    # fleetctl deploy check names it the same way (exit 2), and says so when it answers
+    (tmp_path / "fleet.yaml").write_text('version: 1\nclusters:\n  - {name: lab, kafka_version: "3.9.2", '
+                                         'kafka_conn_id: lab_kafka, approvers: [x]}\n')
+    monkeypatch.setenv("FLEET_FILE", str(tmp_path / "fleet.yaml"))
+    (tmp_path / "locks").mkdir()
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.delenv("FLEET_STATE_CONN_ID", raising=False)
+    capsys.readouterr()
+    assert fleetctl(["deploy", "check"]) == 2
+    out, err = capsys.readouterr()
+    assert f"error: {text}" in err and secret not in out + err and "not-the-secret" not in out + err
 
     _use_connection(monkeypatch, object_store.connection())
     DataRoot(s3_root)  # the right ones answer
+    assert fleetctl(["deploy", "check"]) == 0
+    out, err = capsys.readouterr()
+    assert f"data root: {s3_root} (object store at {object_store.endpoint}, credentials from connection " \
+           f"{CONN_ID!r}) (reachable)" in out and secret not in out + err
     objectstore.down(object_store)
     try:
         datasets.install_object_store(None)
