@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 PROFILE ?= embedded
 
 .PHONY: help setup system-deps kafka-dist airflow-env lab-up lab-down lab-status airflow-up airflow-down \
-        demo demo-cluster stop test test-unit test-cluster spark-exec-venv bench lock clean
+        demo demo-cluster stop test test-unit test-cluster test-hosts spark-exec-venv bench lock clean
 
 help:
 	@echo "make demo   set up, start the lab fleet + Airflow + traffic, run fleet_maintenance"
@@ -116,6 +116,11 @@ test: setup
 
 test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+# the heavier tests of the hosts profile (Airflow, Celery workers, Spark and Kafka on lab hosts; root):
+# fleet_maintenance across the hosts. The trim whose worker host dies runs in `make test` too.
+test-hosts: setup
+	$(BIN)/pytest -m "hosts or not hosts" tests/cluster/test_hosts_profile.py $(PYTEST_ARGS)
 
 # Spark jobs through Hadoop's s3a connector on the lab's object store (minutes: not in `make test`)
 test-spark-s3: setup

@@ -72,6 +72,17 @@ def lab_specs() -> list[LabSpec]:
     return list(fleet_specs().values())
 
 
+STATE_CONN_ID = "fleet_state"
+
+
+def state_pg_spec() -> postgres.PgSpec:
+    """The shared run state's database (hosts profile): database fleet_state of the metadata
+    PostgreSQL."""
+    import dataclasses
+
+    return dataclasses.replace(pg_spec(), database="fleet_state")
+
+
 def api_host() -> str:
     """The api-server's address: loopback, or the Airflow host's in the hosts profile."""
     return hosts_profile.place(hosts_profile.AIRFLOW)[0]
@@ -202,6 +213,14 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         # where fleetctl reaches the REST API as its caller (audit rollback, lock clear, trim resume)
         "FLEET_AIRFLOW_URL": api_url(),
     }
+    if placed:
+        # several hosts: the lock, the execution journal and the audit heads in the deployment's
+        # PostgreSQL, where every worker and fleetctl on any host reach them
+        state = state_pg_spec()
+        values["FLEET_STATE_CONN_ID"] = STATE_CONN_ID
+        values[f"AIRFLOW_CONN_{STATE_CONN_ID.upper()}"] = json.dumps({
+            "conn_type": "postgres", "host": state.host, "port": state.port, "login": postgres.SUPERUSER,
+            "password": state.password(), "schema": state.database})
     if existing.get("AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"):  # keys retired by a rotation stay
         values["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"] = existing["AIRFLOW_VAR_FLEET_AUDIT_KEYS_PREVIOUS"]
     for lab in labs:
@@ -380,6 +399,8 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
     ensure_passwords()
     env = {**_env(), **profile_env(chosen)}
     db_up()
+    if chosen == "hosts":
+        postgres.ensure_database(state_pg_spec())
     step("postgresql up")
     step("airflow db migrate" if migrate() else "database already migrated by this Airflow version (checked)")
     (airflow_home() / "run").mkdir(parents=True, exist_ok=True)

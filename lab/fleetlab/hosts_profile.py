@@ -108,7 +108,10 @@ def kafka_spec(root: Path, plan, home: Path | None = None):
     return LabSpec(lab_dir=str(root / KAFKA_CLUSTER), name=KAFKA_CLUSTER, zk_port=0,
                    broker_base_port=ports["broker_base_port"], controller_base_port=ports["controller_base_port"],
                    brokers=len(BROKERS), kafka_version=KAFKA_VERSION, security="sasl_ssl", broker_hosts=nodes,
-                   broker_ssh=True)
+                   broker_ssh=True,
+                   # the incident's cluster: a __consumer_offsets the cleaner never compacts, in small
+                   # segments (Kafka 4's minimum), so a trim has old segments to quarantine
+                   broker_overrides={"log.cleaner.enable": "false"}, offsets_segment_bytes=1024 * 1024)
 
 
 def fleet_document(spec, approvers=("admin", "approver")) -> dict:

@@ -53,11 +53,11 @@ class Rest:
                 self.tokens[user] = json.loads(r.read())["access_token"]
         return self.tokens[user]
 
-    def __call__(self, method: str, path: str, body: dict | None = None, raw: bool = False):
+    def __call__(self, method: str, path: str, body: dict | None = None, raw: bool = False, user: str = "admin"):
         req = urllib.request.Request(f"{self.base}{path}", method=method,
                                      data=json.dumps(body).encode() if body is not None else None,
                                      headers={"Content-Type": "application/json",
-                                              "Authorization": f"Bearer {self.token()}"})
+                                              "Authorization": f"Bearer {self.token(user)}"})
         with urllib.request.urlopen(req, timeout=60) as r:
             data = r.read()
         return data.decode() if raw else (json.loads(data) if data else {})
@@ -78,6 +78,9 @@ def hosts_lab(tmp_path_factory):
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_COLLECTION_INTERVAL": "1h",
         # every analysis goes to the standalone master, however small its input
         "FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0",
+        # the trim's execute sleeps after its third file move (the test kills its worker host there);
+        # the scheduler fails a task whose worker stopped heartbeating after 45 s, not 5 min
+        "FLEET_TRIM_PAUSE_AFTER_MOVES": "3", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
         "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",
     })
     try:
@@ -116,6 +119,7 @@ def run_fleet_maintenance(api) -> tuple[str, list[dict]]:
     return state, tis
 
 
+@pytest.mark.hosts  # `make test-hosts` (the trim below runs in `make test`)
 @pytest.mark.timeout(2400)
 def test_fleet_maintenance_runs_across_the_hosts(hosts_lab):
     home, api, plan = hosts_lab["home"], hosts_lab["api"], hosts_lab["plan"]
@@ -178,3 +182,163 @@ def test_fleet_maintenance_runs_across_the_hosts(hosts_lab):
 
 def spec_ports(spec) -> list[int]:
     return [spec.broker_port(i) for i in range(spec.brokers)]
+
+
+# -- the trim whose worker host dies ----------------------------------------------------------------
+TRIM_DAG = "runbook_offsets_trim"
+BULK_PARTITIONS, BULK_COMMITS = 100, 600  # twice: 120,000 records on one partition, about 9 MB
+EARLY_METADATA = '{"app": "early é", "ts": 1}'
+
+
+class Home:
+    """What tests.ui.approvals.settle reads of an Airflow: its home (the scheduler's log)."""
+
+    def __init__(self, home: Path):
+        self.home = home
+
+    def airflow_home(self) -> Path:
+        return self.home
+
+
+def replica_files(spec, partition: int) -> dict[int, dict[str, str]]:
+    """{broker: {file name: sha256}} of the partition's folder on each broker host (its log dir)."""
+    import hashlib
+
+    out = {}
+    for b in range(spec.brokers):
+        folder = spec.log_dir(b) / f"__consumer_offsets-{partition}"
+        if folder.is_dir():
+            out[b] = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir()) if f.is_file()}
+    return out
+
+
+def log_bytes(spec, partition: int) -> dict[int, int]:
+    return {b: sum(f.stat().st_size for f in (spec.log_dir(b) / f"__consumer_offsets-{partition}").glob("*.log"))
+            for b in range(spec.brokers)}
+
+
+def fleetctl_on(net, host: str, env: dict, *args: str) -> subprocess.CompletedProcess:
+    """fleetctl run on lab host `host` (another machine of the deployment) with `env`."""
+    argv = [str(REPO / ".venv" / "bin" / "fleetctl"), *args]
+    proc = net.run(host, argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=900)
+    print(f"[{host}] fleetctl {' '.join(args)} -> {proc.returncode}\n{out[-3000:]}{err[-3000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+@pytest.mark.timeout(2400)
+def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored(hosts_lab):
+    """runbook_offsets_trim on the broker hosts' cluster: approved in the browser by the second user,
+    executed over SSH on the broker hosts; its worker host dies (every process of it SIGKILLed)
+    between two file moves. The scheduler fails the task, the cleanup teardown runs on the other
+    worker, and `fleetctl trim resume` on the other worker's host finishes the trim under the shared
+    lock, reading the journal from the deployment's PostgreSQL: every group's offsets intact, the
+    partition smaller on every replica. `fleetctl trim restore` then puts every file back byte for
+    byte."""
+    from fleetkit.core import audit
+    from fleetkit.core.datasets import DataRoot
+    from fleetkit.core.partitioning import partition_for
+    from fleetlab.lab import OFFSETS_PARTITIONS
+    from fleetlab.traffic import bulk_commits
+    from tests.helpers import committed, committed_offsets, groups_on_partition, wait_until
+    from tests.ui.approvals import approve_in_browser, finished, pending_approval, settle, task_states, trigger, unpause, wait_for
+
+    home, api, deployment = hosts_lab["home"], hosts_lab["api"], hosts_lab["deployment"]
+    assert deployment["FLEET_STATE_CONN_ID"]  # the lock, the journal and the audit heads in PostgreSQL
+    net = hosts_profile.network(home)
+    spec = hosts_profile.kafka_spec(hosts_profile.folder(home), ports.DEMO, home)
+    lab = Lab(spec)
+    bulk = "bulk-writer"
+    P = partition_for(bulk, OFFSETS_PARTITIONS)
+    early = groups_on_partition(P, OFFSETS_PARTITIONS, 1, "early é {i}")[0]
+    commit_when_led(lab, "early-topic", 1, {early: {0: 0}}, metadata=EARLY_METADATA)
+    commit_when_led(lab, "bulk", BULK_PARTITIONS, {})
+    for _ in range(2):
+        bulk_commits(spec.client_config(), bulk, "bulk", BULK_COMMITS * BULK_PARTITIONS, BULK_PARTITIONS)
+    expected = {early: ("early-topic", {0: 0}), bulk: ("bulk", {p: BULK_COMMITS for p in range(BULK_PARTITIONS)})}
+    security = spec.security_config("admin")
+
+    def offsets_intact() -> bool:
+        return all(committed_offsets(spec.bootstrap, g, t, len(want), spec.kafka_version, security) == want
+                   for g, (t, want) in expected.items())
+
+    assert offsets_intact()
+    before_bytes, before_files = log_bytes(spec, P), replica_files(spec, P)
+    assert sorted(before_files) == [0, 1, 2] and all(sum(n.endswith(".log") for n in f) >= 4
+                                                     for f in before_files.values()), before_files
+
+    passwords = api.passwords
+    case = {"api": api, "dag_id": TRIM_DAG, "airflow": Home(home), "root": DataRoot(str(home / "data")),
+            "base_url": deployment["FLEET_AIRFLOW_URL"], "passwords": passwords,
+            "conf": {"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0}}
+    unpause(case)
+    run_id = trigger(case, user="admin")
+    wait_for(lambda: pending_approval(case, run_id), 600, "the approval request")
+    assert log_bytes(spec, P) == before_bytes  # nothing moved before the approval
+    settle(case, run_id)
+    approve_in_browser(case, run_id, "approver", ["What will change", f"__consumer_offsets-{P}"],
+                       screenshot="approval-trim-hosts.png")
+
+    # execute runs on a worker host and moves files on the broker hosts over SSH; it sleeps after its
+    # third move (FLEET_TRIM_PAUSE_AFTER_MOVES), its broker stopped: its worker host dies there
+    def paused_on():
+        ti = api("GET", f"/api/v2/dags/{TRIM_DAG}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/execute")
+        logs = [p for p in home.glob(f"logs/dag_id={TRIM_DAG}/run_id=*/task_id=execute/attempt=1.log")
+                if run_id in str(p)]
+        if ti["state"] == "running" and logs and "paused after 3 file move(s)" in logs[0].read_text(errors="replace"):
+            return ti["hostname"]
+        assert ti["state"] in (None, "scheduled", "queued", "running"), ti["state"]
+        return None
+
+    hostname = wait_for(paused_on, 900, "execute paused after its third file move")
+    dead = hostname.rsplit("@", 1)[1]
+    other = next(w for w in hosts_profile.WORKERS if w != dead)
+    moved_before_kill = {b: f for b, f in replica_files(spec, P).items()}
+    assert moved_before_kill != before_files  # files left a replica's folder
+    killed = net.kill_host(dead)
+    assert killed, f"no process on {dead}"
+    print(f"worker host {dead} killed ({len(killed)} processes) mid-execute; {other} lives on")
+
+    # the scheduler fails the dead worker's task; the gate's cleanup teardown runs on the other worker
+    state = wait_for(lambda: finished(case, run_id), 900, "the run to end after its worker died")
+    tasks = task_states(case, run_id)
+    print(f"trim run {state}: {tasks}")
+    assert state == "failed" and tasks["execute"] == "failed" and tasks["cleanup"] == "success", tasks
+
+    # an operator on the other worker's host resumes it: same lock, the journal from PostgreSQL
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **deployment,
+           "FLEET_AIRFLOW_USER": "approver", "FLEET_AIRFLOW_PASSWORD": passwords["approver"]}
+    out = fleetctl_on(net, other, env, "trim", "resume", run_id, "--execute")
+    assert out.returncode == 0 and "resumed: finished and verified" in out.stdout, out.stderr[-3000:]
+    assert passwords["approver"] not in out.stdout + out.stderr
+    assert wait_until(lambda: offsets_intact() or None, 180, "every group's offsets after the resumed trim",
+                      retry_on=(Exception,))
+    [back] = committed(spec.bootstrap, early, "early-topic", 1, spec.kafka_version, security)
+    assert (back.offset, back.metadata) == (0, EARLY_METADATA)
+    after_bytes = log_bytes(spec, P)
+    assert all(after_bytes[b] < before_bytes[b] for b in before_bytes), (before_bytes, after_bytes)
+
+    # restore: a change of its own, approved by another listed approver first, then every file back
+    admin = dict(env, FLEET_AIRFLOW_USER="admin", FLEET_AIRFLOW_PASSWORD=passwords["admin"])
+    out = fleetctl_on(net, other, admin, "trim", "restore", run_id, "--approve")
+    assert out.returncode == 0 and "restore approved by admin" in out.stdout, out.stderr[-3000:]
+    # what the trim moved, per replica: its manifests in the quarantine beside each broker's log dir
+    moved = {}
+    for b in range(spec.brokers):
+        [manifest] = (spec.log_dir(b).parent / f"{spec.log_dir(b).name}.fleet-quarantine").glob(
+            f"*/broker-{b}/__consumer_offsets-{P}/manifest.json")
+        moved[b] = [Path(f["source"]).name for f in json.loads(manifest.read_text())["files"]]
+        assert any(n.endswith(".log") for n in moved[b]), moved[b]
+    out = fleetctl_on(net, other, env, "trim", "restore", run_id, "--execute")
+    assert out.returncode == 0, out.stderr[-3000:]
+    restored = replica_files(spec, P)
+    differ = sorted((b, n) for b, names in moved.items() for n in names if restored[b].get(n) != before_files[b][n])
+    assert not differ, f"not restored byte for byte: {differ}"
+    assert audit.records(case["root"], spec.name, run_id)[-1]["event"] == "restored"
+    assert wait_until(lambda: offsets_intact() or None, 180, "every group's offsets after the restore",
+                      retry_on=(Exception,))
+
+    # the dead worker host comes back (the module's other test needs both)
+    up = subprocess.run([FLEETLAB, "airflow", "up", "--profile", "hosts"], env=hosts_lab["env"], capture_output=True,
+                        text=True, timeout=600)
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]

@@ -34,8 +34,9 @@ def headless_chrome(profile_dir, window: str = "1400,1800"):
     return webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
 
 
-def log_in(driver, user: str, timeout: float = 60):
-    """Airflow's login page as a person fills it in; returns a WebDriverWait of `timeout` seconds."""
+def log_in(driver, user: str, timeout: float = 60, base: str | None = None, password: str | None = None):
+    """Airflow's login page as a person fills it in; returns a WebDriverWait of `timeout` seconds.
+    `base` / `password`: another Airflow than the tests' own (its URL, the user's password)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
@@ -43,9 +44,9 @@ def log_in(driver, user: str, timeout: float = 60):
     from fleetlab import airflow_services as services
 
     wait = WebDriverWait(driver, timeout)
-    driver.get(f"{base_url()}/auth/login/")
+    driver.get(f"{base or base_url()}/auth/login/")
     wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
-    driver.find_element(By.NAME, "password").send_keys(services.passwords()[user])
+    driver.find_element(By.NAME, "password").send_keys(password or services.passwords()[user])
     driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait.until(lambda d: "/auth/login" not in d.current_url)
     return wait
