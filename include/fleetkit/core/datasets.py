@@ -233,8 +233,13 @@ def _s3_filesystem(options: ObjectStoreOptions) -> pafs.FileSystem:
         fs = _filesystems.get(options.key())
         if fs is not None:
             return fs
-        kwargs: dict = {"region": options.region or "us-east-1", "connect_timeout": 5, "request_timeout": 30,
+        kwargs: dict = {"connect_timeout": 5, "request_timeout": 30,
                         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=3)}
+        # no region: the SDK's own (its variables, configuration, the instance); a server that is not
+        # AWS signs with the one it is given, us-east-1 when none
+        region = options.region or ("us-east-1" if options.endpoint_url else None)
+        if region:
+            kwargs["region"] = region
         if options.access_key_id and options.secret_access_key:
             kwargs.update(access_key=options.access_key_id, secret_key=options.secret_access_key)
         if options.endpoint_url:
