@@ -118,9 +118,10 @@ test-unit: setup
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 # the heavier tests of the hosts profile (Airflow, Celery workers, Spark and Kafka on lab hosts; root):
-# fleet_maintenance across the hosts. The trim whose worker host dies runs in `make test` too.
+# fleet_maintenance across the hosts (every analysis on Spark through s3a: its jars, about 700 MB, are
+# fetched once) and two runbooks at once. The trim whose worker host dies runs in `make test` too.
 test-hosts: setup
-	$(BIN)/pytest -m "hosts or not hosts" tests/cluster/test_hosts_profile.py $(PYTEST_ARGS)
+	FLEET_TEST_HOSTS_SPARK=1 $(BIN)/pytest -m "hosts or not hosts" tests/cluster/test_hosts_profile.py $(PYTEST_ARGS)
 
 # Spark jobs through Hadoop's s3a connector on the lab's object store (minutes: not in `make test`)
 test-spark-s3: setup

@@ -199,7 +199,7 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         "AIRFLOW_CONFIG": str(AIRFLOW_CFG),
         # the lab's deployment settings, explicit (fleetkit.core.settings: nothing falls back to the lab)
         "FLEET_FILE": fleet_file,
-        "FLEET_DATA_ROOT": os.environ.get("FLEET_DATA_ROOT") or str(DEMO_DATA_ROOT),
+        "FLEET_DATA_ROOT": hosts_profile.DATA_ROOT if placed else (os.environ.get("FLEET_DATA_ROOT") or str(DEMO_DATA_ROOT)),
         "AIRFLOW__API_AUTH__JWT_SECRET": existing.get("AIRFLOW__API_AUTH__JWT_SECRET") or secrets.token_urlsafe(32),
         "AIRFLOW__API__SECRET_KEY": existing.get("AIRFLOW__API__SECRET_KEY") or secrets.token_urlsafe(32),
         "AIRFLOW__CORE__FERNET_KEY": existing.get("AIRFLOW__CORE__FERNET_KEY")
@@ -218,6 +218,13 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         # PostgreSQL, where every worker and fleetctl on any host reach them
         state = state_pg_spec()
         values["FLEET_STATE_CONN_ID"] = STATE_CONN_ID
+        # the data root on the object store host, its keys in an aws connection
+        values["FLEET_DATA_ROOT_CONN_ID"] = hosts_profile.STORE_CONN_ID
+        values[f"AIRFLOW_CONN_{hosts_profile.STORE_CONN_ID.upper()}"] = hosts_profile.store_spec(port_plan()).connection_uri()
+        if os.environ.get("FLEET_LAB_SPARK_S3A"):  # Spark jobs on the store: s3a's jars (about 700 MB, once)
+            from fleetlab import dists
+
+            values["FLEET_SPARK_JARS"] = ",".join(dists.hadoop_aws_jars())
         values[f"AIRFLOW_CONN_{STATE_CONN_ID.upper()}"] = json.dumps({
             "conn_type": "postgres", "host": state.host, "port": state.port, "login": postgres.SUPERUSER,
             "password": state.password(), "schema": state.database})
@@ -388,6 +395,7 @@ def up(timeout: float = 180, write_env_file: bool = True, profile_name: str | No
         addresses = hosts_profile.up()
         step(f"lab hosts up ({len(addresses)} network namespaces on the lab's bridge)")
         hosts_profile.kafka_up(port_plan())
+        hosts_profile.store_up(port_plan())
         os.environ["FLEET_FILE"] = str(hosts_profile.fleet_file())
         step(f"Kafka {hosts_profile.KAFKA_VERSION} ({hosts_profile.KAFKA_CLUSTER}) up on the broker hosts")
     if write_env_file:
@@ -618,6 +626,7 @@ def down(timeout: float = 30, database: bool = True) -> list[str]:
     if database:
         out.append(f"postgresql: {postgres.down(pg_spec())}")
         out += hosts_profile.kafka_down(port_plan())
+        out += hosts_profile.store_down(port_plan())
         if hosts_profile.placed():  # the hosts profile's network goes with its last process
             out += hosts_profile.down()
     return out

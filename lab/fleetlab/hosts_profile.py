@@ -7,14 +7,18 @@ machine runs them. Which host runs what:
                        Spark driver (client mode) listens on the worker's own address
     sparkm             the Spark standalone master
     sparkw0, sparkw1   a Spark worker each (the executors)
+    store              the object store (s3proxy): the data root is s3://fleet/data on it
     kafka0..kafka2     one node each of the secured KRaft cluster `hosts43` (Kafka 4.3.1, SASL_SSL
                        for clients, mutual TLS between the nodes) and an sshd: the fleet file says
                        `access: ssh`, so the trim's file work and broker_control run over SSH
 
 Every process binds its host's address; nothing of it listens on this machine's loopback. The
 machine itself (fleetlab, fleetctl, the tests, a browser) reaches the hosts through the bridge.
-The hosts share this machine's file system, as hosts sharing a network file system would: the
-data root, the logs and the Airflow home are the same paths everywhere.
+The data root is on the object store host (FLEET_DATA_ROOT=s3://fleet/data, its keys in the aws
+connection FLEET_DATA_ROOT_CONN_ID names); the locks, journals and audit heads in the PostgreSQL of
+the Airflow host (FLEET_STATE_CONN_ID). The hosts share this machine's file system for what a
+deployment keeps on each host or ships with its code: the installed toolkit, the Airflow home and
+its task logs, the broker hosts' log dirs (each reached over its own SSH).
 
 The network belongs to the Airflow home (<AIRFLOW_HOME>/hosts): `fleetlab airflow up --profile
 hosts` creates it, `fleetlab airflow down` (and `make stop`) removes it with every process in it.
@@ -33,8 +37,13 @@ AIRFLOW = "airflow"
 WORKERS = ("worker0", "worker1")
 SPARK_MASTER = "sparkm"
 SPARK_WORKERS = ("sparkw0", "sparkw1")
+STORE = "store"
 BROKERS = ("kafka0", "kafka1", "kafka2")
-HOST_NAMES = (AIRFLOW, *WORKERS, SPARK_MASTER, *SPARK_WORKERS, *BROKERS)
+HOST_NAMES = (AIRFLOW, *WORKERS, SPARK_MASTER, *SPARK_WORKERS, STORE, *BROKERS)
+#: the data root on the store host, and the connection of its keys
+BUCKET = "fleet"
+DATA_ROOT = f"s3://{BUCKET}/data"
+STORE_CONN_ID = "fleet_store"
 KAFKA_CLUSTER = "hosts43"
 KAFKA_VERSION = "4.3.1"
 
@@ -96,6 +105,31 @@ def kafka_down(plan, home: Path | None = None) -> list[str]:
     if not placed(home):
         return []
     return Lab(kafka_spec(folder(home), plan, home)).down()
+
+
+def store_spec(plan, home: Path | None = None):
+    """The object store on the store host (fleetlab.objectstore)."""
+    from fleetlab.objectstore import ObjectStoreSpec
+
+    address, netns = place(STORE, home)
+    return ObjectStoreSpec(home=folder(home) / "objectstore", port=plan.object_store, host=address, netns=netns)
+
+
+def store_up(plan, home: Path | None = None):
+    from fleetlab import objectstore
+
+    spec = store_spec(plan, home)
+    objectstore.up(spec)
+    objectstore.create_bucket(spec, BUCKET)
+    return spec
+
+
+def store_down(plan, home: Path | None = None) -> list[str]:
+    from fleetlab import objectstore
+
+    if not placed(home):
+        return []
+    return [f"object store: {objectstore.down(store_spec(plan, home))}"]
 
 
 def kafka_spec(root: Path, plan, home: Path | None = None):

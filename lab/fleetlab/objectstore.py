@@ -138,7 +138,7 @@ def up(spec: ObjectStoreSpec, timeout: float = 60) -> int:
     """Start the server (unless ours already runs) and wait until it answers. Returns its PID."""
     pid = running(spec)
     if pid is None:
-        if spec.netns is None and procs.port_open(spec.host, spec.port):
+        if procs.port_open(spec.host, spec.port):
             raise ObjectStoreError(f"port {spec.host}:{spec.port} is taken by another process: the object store "
                                    f"of {spec.home} cannot start there")
         path = jar()
@@ -150,9 +150,7 @@ def up(spec: ObjectStoreSpec, timeout: float = 60) -> int:
         _write_private(spec.properties_file, properties_text(spec, key, secret))
         argv = [java, HEAP, "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(path),
                 "--properties", str(spec.properties_file)]
-        if spec.netns:
-            argv = ["ip", "netns", "exec", spec.netns, *argv]  # execs the JVM: the same PID
-        pid = procs.start(argv, spec.pid_file, spec.log_file, cwd=str(spec.home),
+        pid = procs.start(argv, spec.pid_file, spec.log_file, cwd=str(spec.home), netns=spec.netns,
                           env={k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "JAVA_HOME")})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

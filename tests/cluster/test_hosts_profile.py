@@ -8,7 +8,8 @@ of this module's own, and removed afterwards (processes by PID, namespaces, brid
 Asserted: the run's tasks ran on both Celery worker hosts; the Spark jobs ran as applications of the
 standalone master on the Spark host, their executors on the two Spark worker hosts, connected to a
 driver on a Celery worker host's address; the stuck verdict of the collected group is on the fleet
-page served by the api-server on the Airflow host; nothing of it listens on this machine's loopback.
+page served by the api-server on the Airflow host, read from the data root on the object store host;
+nothing of it listens on this machine's loopback.
 """
 
 from __future__ import annotations
@@ -76,13 +77,15 @@ def hosts_lab(tmp_path_factory):
         "FLEET_LOCK_DIR": str(home / "locks"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
         "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_COLLECTION_INTERVAL": "1h",
-        # every analysis goes to the standalone master, however small its input
-        "FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0",
         # the trim's execute sleeps after its third file move (the test kills its worker host there);
         # the scheduler fails a task whose worker stopped heartbeating after 45 s, not 5 min
         "FLEET_TRIM_PAUSE_AFTER_MOVES": "3", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
         "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",
     })
+    if os.environ.get("FLEET_TEST_HOSTS_SPARK"):  # `make test-hosts`: every analysis on the standalone master,
+        # however small its input, reading and writing the object store through s3a (its jars fetched once)
+        env.update({"FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0",
+                    "FLEET_LAB_SPARK_S3A": "1"})
     try:
         out = subprocess.run([FLEETLAB, "airflow", "up", "--profile", "hosts"], env=env, capture_output=True,
                              text=True, timeout=1200)
@@ -90,9 +93,19 @@ def hosts_lab(tmp_path_factory):
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         deployment = read_env_file(home / "airflow.env")
         passwords = json.loads((home / "simple_auth_manager_passwords.json.generated").read_text())
+        # this process reads the data root on the store host with the deployment's connection
+        from fleetkit.core.datasets import ObjectStoreOptions, install_object_store
+
+        store = json.loads(deployment[f"AIRFLOW_CONN_{hosts_profile.STORE_CONN_ID.upper()}"])
+        install_object_store(ObjectStoreOptions(endpoint_url=store["extra"]["endpoint_url"],
+                                                region=store["extra"]["region_name"], access_key_id=store["login"],
+                                                secret_access_key=store["password"], source="the hosts profile's store"))
         yield {"home": home, "env": env, "deployment": deployment, "plan": plan,
                "api": Rest(deployment["FLEET_AIRFLOW_URL"], passwords)}
     finally:
+        from fleetkit.core.datasets import install_object_store
+
+        install_object_store(None)
         down = subprocess.run([FLEETLAB, "airflow", "down"], env=env, capture_output=True, text=True, timeout=600)
         print(down.stdout[-3000:], down.stderr[-2000:])
         assert not hosts_profile.network(home).state(), "the lab hosts were not removed"
@@ -122,6 +135,7 @@ def run_fleet_maintenance(api) -> tuple[str, list[dict]]:
 @pytest.mark.hosts  # `make test-hosts` (the trim below runs in `make test`)
 @pytest.mark.timeout(2400)
 def test_fleet_maintenance_runs_across_the_hosts(hosts_lab):
+    assert os.environ.get("FLEET_TEST_HOSTS_SPARK"), "run it with `make test-hosts` (every analysis on Spark)"
     home, api, plan = hosts_lab["home"], hosts_lab["api"], hosts_lab["plan"]
     lab_plan = ports.DEMO  # the profile's Redis, Spark and Kafka ports (each on its own host's address)
     net = hosts_profile.network(home)
@@ -228,7 +242,7 @@ def fleetctl_on(net, host: str, env: dict, *args: str) -> subprocess.CompletedPr
 
 @pytest.mark.timeout(2400)
 def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored(hosts_lab):
-    """runbook_offsets_trim on the broker hosts' cluster: approved in the browser by the second user,
+    """runbook_offsets_trim on the broker hosts' cluster, its data root on the object store host: approved in the browser by the second user,
     executed over SSH on the broker hosts; its worker host dies (every process of it SIGKILLed)
     between two file moves. The scheduler fails the task, the cleanup teardown runs on the other
     worker, and `fleetctl trim resume` on the other worker's host finishes the trim under the shared
@@ -268,7 +282,9 @@ def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored
                                                      for f in before_files.values()), before_files
 
     passwords = api.passwords
-    case = {"api": api, "dag_id": TRIM_DAG, "airflow": Home(home), "root": DataRoot(str(home / "data")),
+    assert deployment["FLEET_DATA_ROOT"] == hosts_profile.DATA_ROOT  # on the object store host
+    case = {"api": api, "dag_id": TRIM_DAG, "airflow": Home(home), "root": DataRoot(hosts_profile.DATA_ROOT),
+            "browser_dir": str(home),
             "base_url": deployment["FLEET_AIRFLOW_URL"], "passwords": passwords,
             "conf": {"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0}}
     unpause(case)
@@ -342,3 +358,98 @@ def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored
     up = subprocess.run([FLEETLAB, "airflow", "up", "--profile", "hosts"], env=hosts_lab["env"], capture_output=True,
                         text=True, timeout=600)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
+
+
+@pytest.mark.hosts  # `make test-hosts`
+@pytest.mark.timeout(1800)
+def test_two_runbooks_on_one_cluster_never_change_it_at_once(hosts_lab):
+    """Two approved runbook_reset_offsets runs for two groups of the same cluster, triggered and
+    approved at the same moment, their tasks on the Celery worker hosts: the shared lock (a row in
+    the deployment's PostgreSQL) lets one execute at a time. The other is refused at its lock task
+    (nothing of its group changed) or executes after the first released the lock; never both at once."""
+    import datetime as dt
+
+    from tests.helpers import committed_offsets
+    from tests.ui.approvals import answer, finished, pending_approval, settle, trigger, unpause, wait_for
+
+    home, api = hosts_lab["home"], hosts_lab["api"]
+    spec = hosts_profile.kafka_spec(hosts_profile.folder(home), ports.DEMO, home)
+    lab, security = Lab(spec), spec.security_config("admin")
+    groups = {"reset-a": "topic-a", "reset-b": "topic-b"}
+    for group, topic in groups.items():
+        commit_when_led(lab, topic, 1, {group: {0: 2}})
+        produce(spec.bootstrap, topic, {0: 10}, kafka_version=spec.kafka_version, security=security)
+    dag_id = "runbook_reset_offsets"
+    cases = {g: {"api": api, "airflow": Home(home), "dag_id": dag_id,
+                 "conf": {"cluster": spec.name, "group": g, "topic": t, "partitions": "0", "target": "offset 7",
+                          "dry_run": False}} for g, t in groups.items()}
+    unpause(next(iter(cases.values())))
+    runs = {g: trigger(c) for g, c in cases.items()}  # as admin, one right after the other
+    for g, c in cases.items():
+        wait_for(lambda: pending_approval(c, runs[g]), 600, f"the approval request of {g}")
+    for g, c in cases.items():
+        settle(c, runs[g])
+    for g, c in cases.items():  # approved together
+        answer(c, runs[g], "Approve", user="approver")
+    states = {g: wait_for(lambda: finished(c, runs[g]), 900, f"the run of {g}") for g, c in cases.items()}
+
+    def tis(g):
+        return {t["task_id"]: t for t in api("GET", f"/api/v2/dags/{dag_id}/dagRuns/"
+                                                     f"{urllib.parse.quote(runs[g], safe='')}/taskInstances")["task_instances"]}
+
+    ran = {g: tis(g) for g in groups}
+    print({g: (states[g], {k: (v["state"], v["hostname"]) for k, v in t.items()}) for g, t in ran.items()})
+    print("lock tasks ran on", {g: t["lock"]["hostname"] for g, t in ran.items()})
+    executed = [g for g in groups if ran[g]["execute"]["state"] == "success"]
+    assert executed, states
+    for g in groups:
+        got = committed_offsets(spec.bootstrap, g, groups[g], 1, spec.kafka_version, security)
+        assert got == ({0: 7} if g in executed else {0: 2}), (g, got)
+    if len(executed) == 2:  # the second waited for the lock: the executes never overlap
+        (a0, a1), (b0, b1) = ((dt.datetime.fromisoformat(ran[g]["execute"]["start_date"]),
+                               dt.datetime.fromisoformat(ran[g]["execute"]["end_date"])) for g in executed)
+        assert a1 <= b0 or b1 <= a0, (executed, (a0, a1), (b0, b1))
+    else:  # the other was refused at its lock, holder named, nothing of its group changed
+        [refused] = [g for g in groups if g not in executed]
+        assert ran[refused]["lock"]["state"] == "failed", ran[refused]["lock"]
+
+
+@pytest.mark.hosts  # `make test-hosts`
+@pytest.mark.timeout(2400)
+def test_the_object_store_gone_for_30s_fails_a_run_clearly_and_the_next_one_succeeds(hosts_lab):
+    """The object store host's server stops for 30 s while fleet_maintenance runs: the run fails
+    (or its tasks retry) with a line naming the data root and its connection, nothing half-written
+    is taken for a result (the stuck job's runs are marked _SUCCESS last and read only when marked),
+    and the next run, with the store back, succeeds and reports."""
+    from fleetlab import objectstore
+
+    assert os.environ.get("FLEET_TEST_HOSTS_SPARK"), "run it with `make test-hosts`"
+    home, api = hosts_lab["home"], hosts_lab["api"]
+    store = hosts_profile.store_spec(ports.DEMO, home)
+    dag_id = "fleet_maintenance"
+    api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+    run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"window": "2m"}})
+    run_id = urllib.parse.quote(run["dag_run_id"], safe="")
+    deadline = time.monotonic() + 600
+    while api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/collect/0")["state"] not in (
+            "running", "success", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    print(f"object store: {objectstore.down(store)}")
+    try:
+        time.sleep(30)
+    finally:
+        objectstore.up(store)
+    while (state := api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"]) not in ("success", "failed"):
+        assert time.monotonic() < deadline + 900
+        time.sleep(5)
+    tis = api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=100")["task_instances"]
+    failed = [t["task_id"] for t in tis if t["state"] == "failed"]
+    print(f"run during the outage: {state}, failed tasks {failed}")
+    if state == "failed":  # its failed tasks say what they could not reach
+        logs = "\n".join(p.read_text(errors="replace") for t in failed
+                         for p in home.glob(f"logs/dag_id={dag_id}/run_id=*/task_id={t}/**/*.log")
+                         if urllib.parse.unquote(run_id) in str(p))
+        assert hosts_profile.DATA_ROOT in logs and hosts_profile.STORE_CONN_ID in logs, logs[-3000:]
+    state, tis = run_fleet_maintenance(api)
+    assert state == "success", [(t["task_id"], t["state"]) for t in tis]

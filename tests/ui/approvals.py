@@ -85,7 +85,7 @@ def approve_in_browser(case, run_id, user: str, shows: list[str], screenshot: st
 
     from tests.ui.browser import base_url, headless_chrome, log_in
 
-    driver = headless_chrome(f"{case['root'].path}/chrome-profile-{user}")
+    driver = headless_chrome(f"{case.get('browser_dir') or case['root'].path}/chrome-profile-{user}")
     try:
         # case["base_url"] / case["passwords"]: another Airflow than the tests' own (the hosts profile's)
         wait = log_in(driver, user, base=case.get("base_url"), password=(case.get("passwords") or {}).get(user))

@@ -650,3 +650,44 @@ clusters:
     else:
         assert "In server.properties: log.cleaner.dedupe.buffer.size=8388608" in shell
         assert "kafka-configs.sh" not in shell
+
+
+def test_a_trim_of_brokers_over_ssh_needs_no_quarantine_folder_of_the_deployment(monkeypatch, tmp_path):
+    """Every broker reached over SSH quarantines beside its log dir on its host: the plan is built on a
+    data root where segment files cannot go (an object store) without FLEET_QUARANTINE_DIR; a broker
+    on the worker's own disk still needs it (one line naming the setting)."""
+    from types import SimpleNamespace
+
+    from fleetkit.core.settings import MissingSetting
+
+    def fleet(access: str):
+        broker = ("{id: 0, log_dirs: [/kafka/d0], access: ssh, ssh_conn_id: b0_ssh}" if access == "ssh"
+                  else "{id: 0, log_dirs: [d0], access: local}")
+        return parse_fleet(f"""
+version: 1
+clusters:
+  - {{name: c1, kafka_conn_id: k, kafka_version: "4.3.1", brokers: [{broker}]}}
+""", path=str(tmp_path / "f.yaml"))
+
+    tp = {"cluster": "c1", "partitions": [{"partition": 3, "recommit": [], "active_groups": [],
+                                           "group_metadata_lost": [], "groups": [],
+                                           "replicas": [{"broker": 0, "log_dir": "/kafka/d0", "kept": [], "bytes_freed": 10,
+                                                         "quarantine": [{"base_offset": 0, "size_bytes": 10}],
+                                                         "verdict": "OVER_CAPACITY", "reason": "r"}]}]}
+    run = "manual__2026-01-01T00:00:00+00:00"
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    (folder / "trim_plan.json").write_text(json.dumps([tp]))
+    monkeypatch.setattr(trim_plan, "run_folder", lambda params: folder)
+    monkeypatch.setattr(trim_plan, "leaders_and_isr", lambda kafka, zk: ({3: 0}, {3: [0]}))
+    monkeypatch.delenv("FLEET_QUARANTINE_DIR", raising=False)
+    params = {"data_root": "s3://fleet/data", "_run_id": run}
+
+    plan = trim_plan.build(SimpleNamespace(cluster=fleet("ssh").cluster("c1"), kafka=None, zk=None), params)
+    assert plan["details"]["quarantine_root"] is None
+    assert plan["preconditions"][0]["segments"][0]["quarantine_root"] == "/kafka/d0.fleet-quarantine"
+    assert "beside each broker's log dir on its host" in plan["rollback"]["how"]
+    assert "/kafka/d0.fleet-quarantine" in (folder / "runbook-broker-0.sh").read_text()
+
+    with pytest.raises(MissingSetting, match="FLEET_QUARANTINE_DIR"):
+        trim_plan.build(SimpleNamespace(cluster=fleet("local").cluster("c1"), kafka=None, zk=None), params)

@@ -17,8 +17,10 @@ ACTION = "trim_offsets_segments"
 
 
 def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, list[int]],
-              quarantine_root: str) -> dict:
-    """The approval-gate plan for one cluster's trim plan (from spark_jobs/trim_plan.py)."""
+              quarantine_root: str | None) -> dict:
+    """The approval-gate plan for one cluster's trim plan (from spark_jobs/trim_plan.py).
+    `quarantine_root`: where the files of brokers on the worker's own disk go (None when every
+    broker is reached over SSH: each quarantines beside its log dir, on its host)."""
     changes, seg_pre, brokers = [], [], set()
     fixes: dict[int, dict] = {}
     for p in trim_plan["partitions"]:
@@ -82,7 +84,9 @@ def gate_plan(cluster, trim_plan: dict, leaders: dict[int, int], isr: dict[int, 
              if kraft(cluster) else []),
         "rollback": {"how": "fleetctl trim restore RUN (dry run; --execute to act): broker by broker, stop it, move "
                             "its quarantined files back (checksums from the journal; a manifest.json in each "
-                            f"folder under {quarantine_root}), start it.",
+                            + (f"folder under {quarantine_root}), start it." if quarantine_root else
+                               "folder beside each broker's log dir on its host, <log dir>.fleet-quarantine), start "
+                               "it."),
                      "dag_id": None, "conf": None},
         "evidence": [{"label": f"partition {p['partition']} broker {r['broker']}", "value": f"{r['verdict']}: "
                       f"{r['reason']}"} for p in trim_plan["partitions"] for r in p["replicas"] if r.get("verdict")],
@@ -156,7 +160,10 @@ def build(ctx: ClusterContext, params: dict) -> dict:
         raise FleetError(f"nothing to trim on cluster {ctx.cluster.name!r}: no unhealthy partition has a rolled "
                          "segment that can go (the newest rolled and the active segment always stay)")
     leaders, isr = leaders_and_isr(ctx.kafka, ctx.zk)
-    root = str(quarantine_root(params))
+    trimmed = {r["broker"] for p in plans_[0]["partitions"] for r in p["replicas"] if r["quarantine"]}
+    # the deployment's quarantine folder only for brokers on the worker's own disk (an object-store
+    # data root has none: FLEET_QUARANTINE_DIR); a broker over SSH quarantines on its host
+    root = None if all(_over_ssh(ctx.cluster, b) for b in trimmed) else str(quarantine_root(params))
     plan = gate_plan(ctx.cluster, plans_[0], leaders, isr, root)
     for b, text in runbooks(plan, params["_run_id"]).items():
         (folder / f"runbook-broker-{b}.sh").write_text(text)
