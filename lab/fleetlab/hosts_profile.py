@@ -104,7 +104,8 @@ def kafka_down(plan, home: Path | None = None) -> list[str]:
 
     if not placed(home):
         return []
-    return Lab(kafka_spec(folder(home), plan, home)).down()
+    lab = Lab(kafka_spec(folder(home), plan, home))
+    return [f"traffic: {lab.stop_traffic()}", *lab.down()]  # the demo's traffic on it first
 
 
 def store_spec(plan, home: Path | None = None):
