@@ -431,8 +431,16 @@ def test_the_object_store_gone_for_30s_fails_a_run_clearly_and_the_next_one_succ
     run = api("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": {"window": "2m"}})
     run_id = urllib.parse.quote(run["dag_run_id"], safe="")
     deadline = time.monotonic() + 600
-    while api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/collect/0")["state"] not in (
-            "running", "success", "failed"):
+
+    def collect_state():  # the mapped collect exists once list_clusters ran
+        try:
+            return api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/collect/0")["state"]
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    while collect_state() not in ("running", "success", "failed"):
         assert time.monotonic() < deadline
         time.sleep(1)
     print(f"object store: {objectstore.down(store)}")
