@@ -119,7 +119,7 @@ test-unit: setup
 
 # the heavier tests of the hosts profile (Airflow, Celery workers, Spark and Kafka on lab hosts; root):
 # fleet_maintenance across the hosts (every analysis on Spark through s3a: its jars, about 700 MB, are
-# fetched once) and two runbooks at once. The trim whose worker host dies runs in `make test` too.
+# fetched once, as `make demo PROFILE=hosts` does) and two runbooks at once. The trim whose worker host dies runs in `make test` too.
 test-hosts: setup
 	FLEET_TEST_HOSTS_SPARK=1 $(BIN)/pytest -m "hosts or not hosts" tests/cluster/test_hosts_profile.py $(PYTEST_ARGS)
 

@@ -221,7 +221,9 @@ def ensure_env_file(labs: list[LabSpec] | None = None) -> Path:
         # the data root on the object store host, its keys in an aws connection
         values["FLEET_DATA_ROOT_CONN_ID"] = hosts_profile.STORE_CONN_ID
         values[f"AIRFLOW_CONN_{hosts_profile.STORE_CONN_ID.upper()}"] = hosts_profile.store_spec(port_plan()).connection_uri()
-        if os.environ.get("FLEET_LAB_SPARK_S3A"):  # Spark jobs on the store: s3a's jars (about 700 MB, once)
+        # the Spark jobs read and write the store through s3a: its jars (about 700 MB, fetched once);
+        # FLEET_LAB_SPARK_S3A=0 leaves them out (a test whose jobs all run in process)
+        if os.environ.get("FLEET_LAB_SPARK_S3A", "1") != "0":
             from fleetlab import dists
 
             values["FLEET_SPARK_JARS"] = ",".join(dists.hadoop_aws_jars())

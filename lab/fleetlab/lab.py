@@ -870,11 +870,19 @@ class Lab:
 
         s = self.spec
         s.ensure_passwords()
+        names = (NODE_CN, *(s.host(i) for i in range(s.brokers)), "127.0.0.1", "localhost")
+        hosts_file = s.tls_dir / "node-hosts"
+        if s.on_hosts and (s.tls_dir / "broker.pem").exists() and (
+                not hosts_file.exists() or hosts_file.read_text().split() != list(names)):
+            # the nodes' hosts got other addresses (another subnet, another layout): the node
+            # certificate names the old ones, so it is issued again by the same CA
+            tls.make_server_cert(s.tls_dir, s.tls_dir / "ca.pem", s.tls_dir / "ca.key", names)
+            hosts_file.write_text("\n".join(names) + "\n")
         if not (s.tls_dir / "broker.pem").exists():
             ca_pem, ca_key = tls.make_ca(s.tls_dir, f"fleetlab CA of {s.name}")
             if s.on_hosts:  # one certificate for every node: its name, then every node's address
-                tls.make_server_cert(s.tls_dir, ca_pem, ca_key, (NODE_CN, *(s.host(i) for i in range(s.brokers)),
-                                                                 "127.0.0.1", "localhost"))
+                tls.make_server_cert(s.tls_dir, ca_pem, ca_key, names)
+                hosts_file.write_text("\n".join(names) + "\n")
                 tls.make_client_cert(s.tls_dir, ca_pem, ca_key, {"CN": NODE_CN}, "node-client")
             else:
                 tls.make_server_cert(s.tls_dir, ca_pem, ca_key)

@@ -81,6 +81,8 @@ def hosts_lab(tmp_path_factory):
         # the scheduler fails a task whose worker stopped heartbeating after 45 s, not 5 min
         "FLEET_TRIM_PAUSE_AFTER_MOVES": "3", "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "45",
         "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",
+        # `make test`: the analyses of its small inputs run in process, so s3a's jars are not fetched
+        "FLEET_LAB_SPARK_S3A": "0",
     })
     if os.environ.get("FLEET_TEST_HOSTS_SPARK"):  # `make test-hosts`: every analysis on the standalone master,
         # however small its input, reading and writing the object store through s3a (its jars fetched once)
