@@ -92,11 +92,9 @@ class ObjectStoreSpec:
 
 
 def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(path, 0o600)
+    from fleetlab.tls import _write_private as write_bytes  # the lab's one 0600 writer
+
+    write_bytes(path, text.encode())
 
 
 def _ensure_credentials(spec: ObjectStoreSpec) -> tuple[str, str]:

@@ -59,6 +59,14 @@ class BrokerFilesError(FleetError):
     """A file operation on a broker's files failed or was refused (one line naming the files)."""
 
 
+def _segments(log_dir: str, topic: str, partition: int, found: list[tuple[int, int, float]]) -> list[Segment]:
+    """The segments of one partition folder from (base offset, size, mtime) of its .log files, in
+    base-offset order; the last is the active one (local folders and SSH alike)."""
+    found = sorted(found)
+    return [Segment(log_dir, topic, partition, base, size, dt.datetime.fromtimestamp(mtime, dt.timezone.utc),
+                    i == len(found) - 1) for i, (base, size, mtime) in enumerate(found)]
+
+
 class BrokerFiles(Protocol):
     # what the collection reads
     def segments(self, topic: str, partition: int) -> list[Segment]: ...
@@ -114,10 +122,7 @@ class LocalBrokerFiles:
                 if m:
                     st = entry.stat()
                     found.append((int(m.group(1)), st.st_size, st.st_mtime))
-            found.sort()
-            return [Segment(d, topic, partition, base, size,
-                            dt.datetime.fromtimestamp(mtime, dt.timezone.utc), i == len(found) - 1)
-                    for i, (base, size, mtime) in enumerate(found)]
+            return _segments(d, topic, partition, found)
         return []
 
     def cleaner_checkpoints(self) -> dict[tuple[str, str, int], int]:
@@ -235,9 +240,7 @@ class SshBrokerFiles:
                 continue
             found = sorted((int(m.group(1)), a.st_size, a.st_mtime) for a in attrs
                            for m in [SEGMENT_RE.match(a.filename)] if m)
-            return [Segment(d, topic, partition, base, size,
-                            dt.datetime.fromtimestamp(mtime, dt.timezone.utc), i == len(found) - 1)
-                    for i, (base, size, mtime) in enumerate(found)]
+            return _segments(d, topic, partition, found)
         return []
 
     def cleaner_checkpoints(self) -> dict[tuple[str, str, int], int]:
