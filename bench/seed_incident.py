@@ -26,7 +26,7 @@ Then, with the lab's `fleet` principal as an operator's tools have it:
 1. every group's committed offsets are read (the reference);
 2. a leader change (one broker: restarted, a new leader epoch; three nodes: P's leader stopped, another
    replica takes over and loads P, the node started again once it has) and the library's ownership check
-   (`fleetkit.ownership.rules.who` through fleetctl's connection, then `partition_verdict` with
+   (`fleetkit.ownership.collect.who` through fleetctl's connection, then `partition_verdict` with
    --load-stuck) is polled on the real broker until the groups answer: the LOADING observations, the
    first LOAD_STUCK with its evidence (partition, leader epoch, size, seconds), the time until the
    groups answered, and the broker's own "Finished loading" figure;
@@ -140,7 +140,8 @@ def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str
     down). Several (KRaft: three combined nodes): P's leader is stopped, another replica becomes
     leader and loads P; the stopped node is started again afterwards and waited back into the ISR."""
     from fleetctl.connect import connected
-    from fleetkit.ownership.rules import LOAD_STUCK, OK, partition_verdict, who, worst
+    from fleetkit.ownership.collect import who
+    from fleetkit.ownership.rules import LOAD_STUCK, OK, partition_verdict, worst
 
     logs = {b: spec.broker_dir(b) / "logs" / "server.log" for b in range(spec.brokers)}
     marks = {b: (p.stat() if p.exists() else None) for b, p in logs.items()}

@@ -102,7 +102,7 @@ with DAG(
     def which_clusters(params=None, **context) -> dict:
         from fleetkit.core.fleet import load_fleet
 
-        from fleetkit.trim.rules import newest_result
+        from fleetkit.core.settings import newest_offsets_health
 
         from fleetkit.ownership.collect import clusters_to_check, record_changes
 
@@ -118,7 +118,7 @@ with DAG(
                                   f"(epoch {c['from_epoch']} -> {c['to_epoch']})" for c in e["changes"]))
         record_changes(settings.data_root(), events)
         names = clusters_to_check(params, events, fleet_names)
-        return {"clusters": names, "events": events, "health": str(newest_result(settings.data_root()) or "")}
+        return {"clusters": names, "events": events, "health": str(newest_offsets_health(settings.data_root()) or "")}
 
     @task(map_index_template="{{ cluster }}", execution_timeout=dt.timedelta(minutes=70))
     def collect(cluster: str, params=None) -> dict:

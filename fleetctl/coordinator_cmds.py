@@ -22,7 +22,7 @@ def cmd_coordinator_partition(args) -> int:
 def cmd_coordinator_who(args) -> int:
     from fleetkit.core.errors import blind_summary
     from fleetkit.core.render import visible_controls
-    from fleetkit.ownership.rules import who
+    from fleetkit.ownership.collect import who
 
     cluster = load_cluster(args)
     with connected(cluster, CONNECT_TIMEOUT, stores=False) as (kafka, zk, _):

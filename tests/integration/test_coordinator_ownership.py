@@ -15,7 +15,7 @@ import pytest
 
 from fleetkit.clients import leadership
 from fleetkit.core.partitioning import partition_for
-from fleetkit.ownership.rules import who
+from fleetkit.ownership.collect import who
 from fleetlab.lab import expire_zk_session
 from tests.helpers import LeadershipHandles, fleet_kafka, runbook_kafka, wait_until
 

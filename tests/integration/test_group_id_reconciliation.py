@@ -286,7 +286,7 @@ def test_rollback_delete_spares_a_znode_recreated_since(zk, root, tmp_path):
     kop_delete(zk, root, "10.5.0.1", "recreated")
     kop_write(zk, root, "10.5.0.1", "recreated", "g 'ü' $(x)")  # the client reconnected: KoP's own znode
     assert zk.exists(f"{root}/10.5.0.1-recreated").version == 0
-    back = gi_execute.apply(zk, gi_execute.rollback_ops(res.changed), root, tmp_path / "rollback.jsonl")
+    back = gi_execute.apply(zk, gi.rollback_ops(res.changed), root, tmp_path / "rollback.jsonl")
     assert [c["path"] for c in back.changed] == [f"{root}/10.5.0.1-kept"]
     assert [(s["path"], s["reason"]) for s in back.skipped] == [
         (f"{root}/10.5.0.1-recreated", "the znode was deleted and re-created since it was read: not touched")]

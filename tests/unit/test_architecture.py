@@ -89,6 +89,13 @@ BOUNDARIES = [
     # a stage never imports a later one: the plan (what a person approves) knows nothing of how it
     # is executed (what both need, a segment's files and the quarantine, is trim/layout.py)
     ("fleetkit.trim.plan", ("fleetkit.trim.execute", "fleetkit.trim.resume")),
+    ("fleetkit.group_ids.plan", ("fleetkit.group_ids.execute",)),
+    ("fleetkit.ownership.plan", ("fleetkit.ownership.execute",)),
+    ("fleetkit.stuck.plan", ("fleetkit.stuck.execute",)),
+    # a capability's rules are verdicts over values: they reach no cluster and read no data root
+    *[(f"fleetkit.{c}.rules", ("fleetkit.clients", "fleetkit.collection", "fleetkit.core.datasets",
+                               "kazoo", "confluent_kafka", "paramiko"))
+      for c in ("stuck", "trim", "ownership", "group_ids")],
 ]
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from fleetkit.group_ids import rules as gi
-from fleetkit.group_ids.execute import recheck_members, rollback_ops
+from fleetkit.group_ids.execute import recheck_members
+from fleetkit.group_ids.rules import rollback_ops
 from fleetkit.group_ids.report import render_report
 from fleetkit.core.errors import FleetConfigError
 from fleetkit.core.fleet import parse_fleet

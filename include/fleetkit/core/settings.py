@@ -322,3 +322,11 @@ def newest_in_runs(base, name: str):
         if stat.S_ISREG(st.st_mode) and (best_mtime is None or st.st_mtime > best_mtime):
             best, best_mtime = p, st.st_mtime
     return best
+
+
+def newest_offsets_health(data_root):
+    """The newest offsets-health result (the trim's analysis, read by the coordinator check):
+    <data root>/reports/offsets/<run>/health.jsonl, or None."""
+    import os
+
+    return newest_in_runs(os.path.join(str(data_root), "reports", "offsets"), "health.jsonl")

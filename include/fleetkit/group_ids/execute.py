@@ -11,7 +11,7 @@ naming the operation, the znode and the ZooKeeper identity.
 
 ``execute_ops`` is that sequence, the one both writers run: the runbook's approved execute
 (``run``) and the scheduled MISSING-mapping writer (plugins/fleet_airflow/operators/group_ids.py).
-``rollback_ops`` turns an apply's changes into the conditional writes that undo them.
+``rules.rollback_ops`` turns an apply's changes into the conditional writes that undo them.
 """
 
 from __future__ import annotations
@@ -299,26 +299,6 @@ def recheck_members(ops: list[dict], members: Iterable[dict]) -> tuple[list[dict
         else:
             keep.append(op)
     return keep, dropped
-
-
-def rollback_ops(changed: Iterable[dict]) -> list[dict]:
-    """Conditional writes that undo applied ops (from an apply result's `changed`, or the done
-    entries of its journal), each conditional on the version the apply left and on the znode's
-    creation time, like every set and delete: a create is deleted, a set is set back, a delete is
-    re-created with its previous data. A path someone changed, or deleted and re-created, since
-    is skipped, like any lost race (so is one whose creation time was not recorded)."""
-    out = []
-    for c in changed:
-        if c.get("op") == "create":
-            out.append({"op": "delete", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": None,
-                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
-        elif c.get("op") == "set":
-            out.append({"op": "set", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": c["before"],
-                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
-        elif c.get("op") == "delete":
-            out.append({"op": "create", "class": "ROLLBACK", "path": c["path"], "before": None, "after": c["before"],
-                        "version": None})
-    return out
 
 
 def journal_path(data_root: str | os.PathLike, dag_id: str, run_id: str, cluster: str) -> Path:

@@ -10,8 +10,7 @@ from fleetkit.core.action import ClusterContext
 from fleetkit.core.datasets import iso_z, utcnow
 from fleetkit.core.errors import FleetError
 from fleetkit.group_ids.collect import collect
-from fleetkit.group_ids.execute import rollback_ops
-from fleetkit.group_ids.rules import ACTION, CLASSES, diff, ops_for
+from fleetkit.group_ids.rules import ACTION, CLASSES, diff, ops_for, rollback_ops
 
 #: what execute re-checks (each write also carries its own condition)
 PRECONDITIONS = [

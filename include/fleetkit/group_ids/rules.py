@@ -222,3 +222,23 @@ def ops_for(findings: Iterable[dict], classes: Iterable[str]) -> list[dict]:
             op.update(before=f["znode_group"], after=None, version=int(f["znode_version"]), ctime_ms=f.get("ctime_ms"))
         ops.append(op)
     return sorted(ops, key=lambda o: (o["op"], o["path"]))
+
+
+def rollback_ops(changed: Iterable[dict]) -> list[dict]:
+    """Conditional writes that undo applied ops (from an apply result's `changed`, or the done
+    entries of its journal), each conditional on the version the apply left and on the znode's
+    creation time, like every set and delete: a create is deleted, a set is set back, a delete is
+    re-created with its previous data. A path someone changed, or deleted and re-created, since
+    is skipped, like any lost race (so is one whose creation time was not recorded)."""
+    out = []
+    for c in changed:
+        if c.get("op") == "create":
+            out.append({"op": "delete", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": None,
+                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
+        elif c.get("op") == "set":
+            out.append({"op": "set", "class": "ROLLBACK", "path": c["path"], "before": c["after"], "after": c["before"],
+                        "version": c["new_version"], "ctime_ms": c.get("ctime_ms")})
+        elif c.get("op") == "delete":
+            out.append({"op": "create", "class": "ROLLBACK", "path": c["path"], "before": None, "after": c["before"],
+                        "version": None})
+    return out

@@ -24,12 +24,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleetkit.clients import leadership
-from fleetkit.trim import rules as offsets_health
 from fleetkit.core.partitioning import partition_for
 from fleetkit.core.datasets import DataRoot, iso_z, read_jsonl, utcnow
 from fleetkit.core.errors import FleetError
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
-from fleetkit.ownership.rules import who
+from fleetkit.ownership.collect import who
+from fleetkit.core.settings import newest_offsets_health
 
 #: the runbook whose plans these are; a rollback names it (fleetctl audit rollback triggers it)
 DAG_ID = "runbook_coordinator_recovery"
@@ -122,7 +122,7 @@ def ownership_facts(report_dir: Path, cluster: str, partition: int) -> tuple[dic
 
 
 def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
-    newest = offsets_health.newest_result(data_root)
+    newest = newest_offsets_health(data_root)
     return [{"broker": h["broker"], "disk_bytes": h.get("disk_bytes"), "verdict": h.get("verdict"),
              "records": h.get("records")}
             for h in (read_jsonl(newest) if newest else [])

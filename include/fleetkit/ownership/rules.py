@@ -101,35 +101,3 @@ def partition_verdict(groups_worst: str | None, leader: int | None, waiting_seco
     if current in WAITING and not leaderless and waiting_seconds is not None and waiting_seconds > load_stuck_seconds:
         return LOAD_STUCK
     return current
-
-
-def who(kafka, zk, groups: list[str]) -> list[dict]:
-    """Live answer for `fleetctl coordinator who`: per group its partition, that partition's leader,
-    ISR and leader epoch (ZooKeeper when the cluster has one, else metadata), the coordinator the
-    cluster names, what that broker answers, and the verdict."""
-    from fleetkit.clients.offsets_leaders import offsets_topic_state
-    from fleetkit.core.kafka_names import OFFSETS_TOPIC
-    from fleetkit.core.partitioning import partition_for
-
-    # ZooKeeper when the cluster has one; metadata when ZooKeeper has no state for the topic yet
-    found = (offsets_topic_state(kafka, zk) if zk is not None else {}) or offsets_topic_state(kafka, None)
-    states = {p: {"leader": s.leader, "isr": list(s.isr), "leader_epoch": s.leader_epoch} for p, s in found.items()}
-    if not states:
-        raise LookupError(f"cluster {kafka.name!r} has no {OFFSETS_TOPIC} topic yet (no group has committed)")
-    count = max(states) + 1
-    answers = kafka.coordinators(groups)
-    if answers is None:
-        descs = kafka.describe_groups(groups)
-    out = []
-    for g in groups:
-        p = partition_for(g, count)
-        st = states.get(p, {"leader": None, "isr": [], "leader_epoch": None})
-        if answers is not None:
-            a = answers[g]
-            coord, error, state = a.coordinator_id, a.error, a.state
-        else:
-            d = descs[g]
-            coord, error, state = d.coordinator_id, d.error, d.state
-        out.append({"group": g, "partition": p, "partitions": count, **st, "coordinator_id": coord,
-                    "error": error, "state": state, "verdict": verdict(coord, error, st["leader"])})
-    return out

@@ -8,7 +8,8 @@ import time
 
 from fleetkit.clients import leadership
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
-from fleetkit.ownership.rules import OK, who
+from fleetkit.ownership.collect import who
+from fleetkit.ownership.rules import OK
 
 
 def verify(kafka, zk, plan: dict, timeout: float = 120.0) -> list[str]:

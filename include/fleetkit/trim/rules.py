@@ -63,15 +63,6 @@ class HealthFacts:
     observations: int              # inventory observations in the history
 
 
-def newest_result(data_root):
-    """The newest offsets-health result, <data root>/reports/offsets/<run>/health.jsonl, if any."""
-    import os
-
-    from fleetkit.core.settings import newest_in_runs
-
-    return newest_in_runs(os.path.join(data_root, "reports", "offsets"), "health.jsonl")
-
-
 def verdict(f: HealthFacts, kafka_version: str, dedupe_buffer_size: int, threads: int = 1,
             load_factor: float = 0.9, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
             min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES, min_cleanable_ratio: float = 0.5,
