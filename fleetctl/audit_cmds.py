@@ -7,7 +7,7 @@ import sys
 import time
 
 from fleetctl.connect import airflow_context, state_store
-from fleetctl.output import red
+from fleetctl.output import red, with_examples
 
 
 def cmd_audit_list(args) -> int:
@@ -179,6 +179,7 @@ def add_parser(sub) -> None:
     al.add_argument("--limit", type=int, default=50)
     al.add_argument("--details", action="store_true", help="print each record's details (before/after)")
     al.add_argument("--data-root")
+    with_examples(al, "examples:\n  fleetctl audit list --cluster lab --limit 20\n  fleetctl audit list --run RUN --details")
     al.set_defaults(func=cmd_audit_list)
     ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record, as "
                                             "your own Airflow user (FLEET_AIRFLOW_USER + FLEET_AIRFLOW_PASSWORD or "
@@ -190,19 +191,23 @@ def add_parser(sub) -> None:
                     help="Storm spout offsets: I confirm the topology is deactivated (required for them)")
     ar.add_argument("--data-root", help="where to find the audit record (the rollback run audits into the "
                                         "deployment's data root)")
+    with_examples(ar, "examples:\n  fleetctl audit rollback RECORD_ID --print-only   # the rollback run's conf\n  fleetctl audit rollback RECORD_ID --execute      # the rollback, after its approval")
     ar.set_defaults(func=cmd_audit_rollback)
     av = au_sub.add_parser("verify", help="check every cluster's audit hash chain: modified, removed, inserted or "
                                           "re-ordered records and a truncated tail (exit 1 when one is found)")
     av.add_argument("--cluster", help="only this cluster's chain")
     av.add_argument("--data-root")
+    with_examples(av, "examples:\n  fleetctl audit verify\n  fleetctl audit verify --cluster lab")
     av.set_defaults(func=cmd_audit_verify)
     asl = au_sub.add_parser("seal", help="sign the head of chains written before the audit key was configured "
                                          "(once, after the upgrade; refused when a chain has a problem)")
     asl.add_argument("--cluster", help="only this cluster's chain")
     asl.add_argument("--data-root")
+    with_examples(asl, "example:\n  fleetctl audit seal --cluster lab")
     asl.set_defaults(func=cmd_audit_seal)
     ac = au_sub.add_parser("copy-heads", help="copy the chains' heads from the heads folder (FLEET_AUDIT_HEADS_DIR) "
                                               "into the shared run state's database (FLEET_STATE_CONN_ID): once, "
                                               "when the deployment moves its run state there")
     ac.add_argument("--data-root")
+    with_examples(ac, "example:\n  FLEET_STATE_CONN_ID=fleet_state fleetctl audit copy-heads")
     ac.set_defaults(func=cmd_audit_copy_heads)

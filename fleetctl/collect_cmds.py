@@ -8,7 +8,7 @@ import sys
 from fleetkit.core.errors import FleetError
 
 from fleetctl.connect import connected
-from fleetctl.output import BLIND, say_blind
+from fleetctl.output import BLIND, say_blind, with_examples
 
 
 def cmd_collect(args) -> int:
@@ -56,4 +56,5 @@ def add_parser(sub) -> None:
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
     c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT)")
     c.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for a cluster (default 15)")
+    with_examples(c, "examples:\n  fleetctl collect --cluster lab\n  fleetctl collect --cluster lab --out /tmp/snapshot --timeout 60")
     c.set_defaults(func=cmd_collect)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from fleetctl.connect import CONNECT_TIMEOUT, connected, load_cluster
-from fleetctl.output import say_blind
+from fleetctl.output import say_blind, with_examples
 
 
 def cmd_coordinator_partition(args) -> int:
@@ -50,6 +50,7 @@ def add_parser(sub) -> None:
     cp = co_sub.add_parser("partition", help="group -> partition, as Kafka computes it (Java hashCode, Utils.abs)")
     cp.add_argument("groups", nargs="+", metavar="GROUP")
     cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
+    with_examples(cp, "example:\n  fleetctl coordinator partition orders-app billing --partitions 50")
     cp.set_defaults(func=cmd_coordinator_partition)
     cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
                                        "and what it answers (exit 3 when a group is not OK, 4 when the login or an "
@@ -57,4 +58,5 @@ def add_parser(sub) -> None:
     cw.add_argument("groups", nargs="+", metavar="GROUP")
     cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    with_examples(cw, "example:\n  fleetctl coordinator who orders-app billing --cluster lab")
     cw.set_defaults(func=cmd_coordinator_who)

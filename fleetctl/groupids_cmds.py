@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fleetctl.connect import CONNECT_TIMEOUT, connected, load_cluster
+from fleetctl.output import with_examples
 
 
 def cmd_groupids_diff(args) -> int:
@@ -41,4 +42,5 @@ def add_parser(sub) -> None:
     gd.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     gd.add_argument("--cluster", required=True)
     gd.add_argument("--all", action="store_true", help="print OK paths too")
+    with_examples(gd, "examples:\n  fleetctl groupids diff --cluster kop\n  fleetctl groupids diff --cluster kop --all")
     gd.set_defaults(func=cmd_groupids_diff)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from fleetctl.connect import actor, state_store
+from fleetctl.output import with_examples
 
 
 def _lock_dir(args) -> str:
@@ -107,6 +108,7 @@ def add_parser(sub) -> None:
     ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
     ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks; unused "
                                         "when FLEET_STATE_CONN_ID keeps the locks in the database)")
+    with_examples(ls_, "example:\n  fleetctl lock status")
     ls_.set_defaults(func=cmd_lock_status)
     lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster: refused while its holder "
                                          "run is queued or running (asked of Airflow as you: FLEET_AIRFLOW_USER); "
@@ -116,4 +118,5 @@ def add_parser(sub) -> None:
                                                          "be asked and you checked the run yourself)")
     lc.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks; unused "
                                        "when FLEET_STATE_CONN_ID keeps the locks in the database)")
+    with_examples(lc, "examples:\n  fleetctl lock clear lab            # refused while its holder still runs\n  fleetctl lock clear lab --force    # its holder is gone and you checked the cluster")
     lc.set_defaults(func=cmd_lock_clear)

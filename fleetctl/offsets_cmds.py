@@ -6,6 +6,7 @@ import json
 import sys
 
 from fleetctl.incident import add_health_parser, add_offsets_parsers
+from fleetctl.output import with_examples
 
 
 def cmd_offsets_decode(args) -> int:
@@ -50,6 +51,7 @@ def add_parser(sub) -> None:
                                          "decoder does not know: \"unknown\": true, key and value in hex)")
     od.add_argument("--key", required=True, help="the record key, hex")
     od.add_argument("--value", help="the record value, hex (absent: a tombstone)")
+    with_examples(od, "examples:\n  fleetctl offsets decode --key 0001000a6f72646572732d6170700007696e766f69636500000000\n    # an offset commit's key: group orders-app, topic invoice, partition 0")
     od.set_defaults(func=cmd_offsets_decode)
     add_offsets_parsers(o_sub)
     add_health_parser(o_sub)
@@ -57,4 +59,5 @@ def add_parser(sub) -> None:
     oc.add_argument("--dedupe-buffer-size", type=int, required=True, help="log.cleaner.dedupe.buffer.size, bytes")
     oc.add_argument("--threads", type=int, default=1, help="log.cleaner.threads")
     oc.add_argument("--load-factor", type=float, default=0.9, help="log.cleaner.io.buffer.load.factor")
+    with_examples(oc, "example:\n  fleetctl offsets cleaner-capacity --dedupe-buffer-size 134217728 --threads 1")
     oc.set_defaults(func=cmd_offsets_capacity)

@@ -56,3 +56,11 @@ def print_table(headers, rows, out=None) -> None:
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     for r in [list(headers)] + cells:
         print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
+
+
+def with_examples(parser, epilog: str) -> None:
+    """Give a command's --help its examples (kept as written: one per line)."""
+    import argparse
+
+    parser.epilog = epilog
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter

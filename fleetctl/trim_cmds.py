@@ -6,6 +6,7 @@ import sys
 
 from fleetctl.connect import CONNECT_TIMEOUT, airflow_clusters, airflow_context, connected, state_store
 from fleetctl.connect import actor as current_actor
+from fleetctl.output import with_examples
 
 
 def _trim_command(args, what: str) -> int:
@@ -144,4 +145,7 @@ def add_parser(sub) -> None:
                          "  fleetctl trim restore RUN --approve       # an approver, for a finished trim\n"
                          "  fleetctl trim restore RUN --execute       # someone else, within 4 h")
             sp.formatter_class = __import__("argparse").RawDescriptionHelpFormatter
+        elif name == "resume":
+            with_examples(sp, "examples:\n  fleetctl trim resume RUN             # what is left to do\n"
+                              "  fleetctl trim resume RUN --execute   # finish it under the cluster's lock")
         sp.set_defaults(func=fn)

@@ -33,7 +33,7 @@ from pyspark.sql import types as T  # noqa: E402
 
 from fleetkit.core import inprocess as core_inprocess  # noqa: E402
 from fleetkit.trim import inprocess  # noqa: E402
-from fleetkit.trim import rules as offsets_health  # noqa: E402
+from fleetkit.trim import rules as trim_rules  # noqa: E402
 from fleetkit.core.fleet import load_fleet  # noqa: E402
 
 PKEYS = ["cluster", "partition"]
@@ -237,7 +237,7 @@ def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, sett
              .join(F.broadcast(settings), "cluster", "left")
              .fillna({"records": 0, "live_keys": 0, "tombstones": 0, "record_bytes": 0, "live_bytes": 0,
                       "observations": 0}))
-    fields = list(offsets_health.HealthFacts.__dataclass_fields__)
+    fields = list(trim_rules.HealthFacts.__dataclass_fields__)
 
     if broker_settings is not None:
         facts = (facts.join(F.broadcast(broker_settings), ["cluster", "broker"], "left")
@@ -248,11 +248,11 @@ def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, sett
         facts = (facts.withColumn("min_cleanable_ratio", F.lit(None).cast("double"))
                  .withColumn("segment_bytes", F.lit(None).cast("long")))
 
-    names = [*offsets_health.SETTING_FIELDS, *fields]
+    names = [*trim_rules.SETTING_FIELDS, *fields]
 
     @F.udf(returnType=_VERDICT)
     def judge(*values):
-        return offsets_health.judge_replica(dict(zip(names, values)), bloat_ratio, min_bloat_bytes)
+        return trim_rules.judge_replica(dict(zip(names, values)), bloat_ratio, min_bloat_bytes)
 
     cap = F.floor(F.floor(F.least(F.col("dedupe_buffer_size") / F.col("threads"), F.lit(2**31 - 1)) / 24)
                   * F.col("load_factor")).cast("long")
@@ -302,8 +302,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data-root", required=True)
     ap.add_argument("--fleet", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--bloat-ratio", type=float, default=offsets_health.DEFAULT_BLOAT_RATIO)
-    ap.add_argument("--min-bloat-bytes", type=int, default=offsets_health.DEFAULT_MIN_BLOAT_BYTES)
+    ap.add_argument("--bloat-ratio", type=float, default=trim_rules.DEFAULT_BLOAT_RATIO)
+    ap.add_argument("--min-bloat-bytes", type=int, default=trim_rules.DEFAULT_MIN_BLOAT_BYTES)
     ap.add_argument("--trim-plan", action="store_true",
                     help="then write DIR/trim_plan.json in the same Spark application")
     ap.add_argument("--partitions", default="all-unhealthy",

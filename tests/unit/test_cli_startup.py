@@ -134,3 +134,27 @@ def test_nothing_calls_the_lab_verbs_through_fleetctl():
     found = [f"{p.relative_to(REPO)}: {m.group(0)!r}" for p in files if p.resolve() != Path(__file__).resolve()
              for m in [*said.finditer(p.read_text()), *argv.finditer(p.read_text())]]
     assert found == []
+
+
+def test_every_command_shows_an_example_in_its_help():
+    """README promises an example under every command's --help: each leaf command's epilog has one,
+    and it names the command it is for."""
+    import argparse
+
+    from fleetctl import cli
+
+    missing = []
+
+    def walk(parser, path):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            epilog = parser.epilog or ""
+            if "example" not in epilog or " ".join(path) not in epilog:
+                missing.append(" ".join(path))
+            return
+        for s in subs:
+            for name, sp in s.choices.items():
+                walk(sp, path + [name])
+
+    walk(cli.build_parser(), ["fleetctl"])
+    assert missing == []
