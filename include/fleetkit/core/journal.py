@@ -82,6 +82,23 @@ class Journal:
         """Durably record what became of change `seq` (done, skipped, failed, ...)."""
         self.write([{"seq": seq, "status": status, **fields}])
 
+    def step(self, seq, fn: Callable[[], object], *, failures: tuple[type[BaseException], ...] = (Exception,),
+             on_error: Callable[[BaseException], dict] | None = None, **fields):
+        """Make change `seq`: its intent (`fields`) durable first, then `fn()`, then its outcome `done`
+        (with fn's result when that is a dict). When fn raises one of `failures`, the outcome is
+        `failed` with the error (and what `on_error(e)` returns, which may replace it); any other
+        error, or `failures=()`, leaves the intent without an outcome: a change of unknown result,
+        which a resume checks on the cluster itself. The error is re-raised either way. Returns fn's
+        result."""
+        self.intent(seq, **fields)
+        try:
+            out = fn()
+        except failures as e:
+            self.outcome(seq, "failed", **{"error": f"{type(e).__name__}: {e}", **(on_error(e) if on_error else {})})
+            raise
+        self.outcome(seq, "done", **(out if isinstance(out, dict) else {}))
+        return out
+
     def close(self) -> None:
         if self._f:
             self._f.close()

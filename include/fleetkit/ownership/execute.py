@@ -52,18 +52,6 @@ def check(zk, plan: dict) -> list[str]:
     return problems
 
 
-def _step(journal: Journal, seq: int, fn, **fields):
-    """Run one change between its journaled intent and outcome (failed with the error, re-raised)."""
-    journal.intent(seq, **fields)
-    try:
-        out = fn()
-    except Exception as e:
-        journal.outcome(seq, "failed", error=f"{type(e).__name__}: {e}")
-        raise
-    journal.outcome(seq, "done", **(out if isinstance(out, dict) else {}))
-    return out
-
-
 def move(zk, plan: dict, journal_path: str | os.PathLike | None = None, timeout: float = 60.0) -> dict:
     """Set the approved replica order and leader (see the module), refusing when the live
     assignment, leader or epoch differ from the plan's."""
@@ -80,7 +68,7 @@ def move(zk, plan: dict, journal_path: str | os.PathLike | None = None, timeout:
         if before.leader != target:
             lead_first = [target] + [b for b in order if b != target]
             if current != lead_first:
-                _step(journal, seq, lambda: leadership.reorder_replicas(zk, OFFSETS_TOPIC, p, lead_first, timeout),
+                journal.step(seq, lambda: leadership.reorder_replicas(zk, OFFSETS_TOPIC, p, lead_first, timeout),
                       step="reorder_replicas", partition=name, before=current, after=lead_first)
                 current, seq = lead_first, seq + 1
 
@@ -95,11 +83,11 @@ def move(zk, plan: dict, journal_path: str | os.PathLike | None = None, timeout:
                     raise RecoveryError(f"{name} leader is {st.leader} after the election, not {target}")
                 return {"leader_after": st.leader, "epoch_after": st.leader_epoch}
 
-            _step(journal, seq, elect, step="preferred_election", partition=name, leader_before=before.leader,
+            journal.step(seq, elect, step="preferred_election", partition=name, leader_before=before.leader,
                   target=target)
             seq += 1
         if current != order:
-            _step(journal, seq, lambda: leadership.reorder_replicas(zk, OFFSETS_TOPIC, p, order, timeout),
+            journal.step(seq, lambda: leadership.reorder_replicas(zk, OFFSETS_TOPIC, p, order, timeout),
                   step="reorder_replicas", partition=name, before=current, after=order)
     after = leadership.state(zk, OFFSETS_TOPIC, p)
     return {"replicas_before": d["replicas"], "replicas_after": leadership.assignment(zk, OFFSETS_TOPIC).get(p),
@@ -118,6 +106,6 @@ def execute(zk, plan: dict, lab_control=None, journal_path: str | os.PathLike | 
         t0 = time.monotonic()
         with Journal(journal_path) as journal:
             for seq, step, fn in ((0, "stop_broker", lab_control.stop), (1, "start_broker", lab_control.start)):
-                _step(journal, seq, lambda fn=fn: fn(d["target"]) and None, step=step, broker=d["target"])
+                journal.step(seq, lambda fn=fn: fn(d["target"]) and None, step=step, broker=d["target"])
         return {"restarted": d["target"], "seconds": round(time.monotonic() - t0, 1)}
     return {"handover": "runbook_offsets_trim", "partition": d["partition"]}

@@ -69,18 +69,21 @@ def execute(kafka: KafkaCluster, plan: dict, journal_path: str | os.PathLike | N
     mechanism = mechanism_for(kafka)
     log.info("reset of group %r on topic %r: %d partition(s) through %s", group, topic, len(changes), mechanism)
     with Journal(journal_path) as j:
-        j.intent(COMMIT_SEQ, op=mechanism, group=group, topic=topic, partitions=changes)
+        moved: dict = {}
+
+        def read_back(e: BaseException) -> dict:  # the failed outcome says which partitions moved
+            moved.update(_moved(kafka, group, topic, changes))
+            return moved
+
         try:
-            MECHANISMS[mechanism](kafka, group, offsets)
+            j.step(COMMIT_SEQ, lambda: MECHANISMS[mechanism](kafka, group, offsets) and None, on_error=read_back,
+                   op=mechanism, group=group, topic=topic, partitions=changes)
         except Exception as e:
-            moved = _moved(kafka, group, topic, changes)
-            j.outcome(COMMIT_SEQ, "failed", error=f"{type(e).__name__}: {e}", **moved)
             raise ResetFailed(
                 f"reset of group {group!r} on topic {topic!r} failed ({e}); read back after the failure: "
                 f"moved {_names(topic, moved['moved'])}, not moved {_names(topic, moved['not_moved'])}, "
                 f"unknown {_names(topic, moved['unknown'])}"
                 + (f"; journal {journal_path}" if journal_path else "")) from e
-        j.outcome(COMMIT_SEQ, "done")
     return {"group": group, "topic": topic, "changes": changes, "mechanism": mechanism}
 
 

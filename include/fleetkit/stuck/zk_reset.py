@@ -267,26 +267,30 @@ def execute(ctx, plan: dict, journal_path: str | os.PathLike | None = None) -> d
         for seq, r in enumerate(d["partitions"]):
             path = r["znode"]
             current, stat = client.get(path)
-            j.intent(seq, op="set_znode", path=path, version=r["version"], before=r["committed"], after=r["new"],
-                     data_before=current.decode("utf-8", "replace"))
-            try:
+
+            def write(path=path, current=current, stat=stat, r=r) -> None:
                 if stat.version != r["version"]:
                     raise BadVersionError()
                 client.set(path, encode_offset(d["source"], current, r["new"]), version=r["version"])
+
+            refused: list = []
+
+            def failure(e: BaseException, path=path) -> dict:
+                if isinstance(e, NoAuthError):
+                    refused.append(not_authorized(client, "set", path, ctx.cluster.name))
+                    return {"error": str(refused[0])}
+                return {"error": "BadVersion"} if isinstance(e, BadVersionError) else {}
+
+            try:
+                j.step(seq, write, on_error=failure, op="set_znode", path=path, version=r["version"],
+                       before=r["committed"], after=r["new"], data_before=current.decode("utf-8", "replace"))
             except NoAuthError:
-                refused = not_authorized(client, "set", path, ctx.cluster.name)
-                j.outcome(seq, "failed", error=str(refused))
-                raise refused from None
+                raise refused[0] from None
             except BadVersionError:
-                j.outcome(seq, "failed", error="BadVersion")
                 raise ZnodeResetFailed(
                     f"znode {path!r} changed between the re-check and the write (a consumer committed); written "
                     f"before it: {[c['znode'] for c in done]}" + (f"; journal {journal_path}" if journal_path else "")
                 ) from None
-            except Exception as e:
-                j.outcome(seq, "failed", error=f"{type(e).__name__}: {e}")
-                raise
-            j.outcome(seq, "done")
             log.info("wrote %s: %s -> %s", path, r["committed"], r["new"])
             done.append({"znode": path, "partition": r["partition"], "before": r["committed"], "after": r["new"]})
     return {"source": d["source"], "group": d["group"], "topic": d["topic"], "changes": done}

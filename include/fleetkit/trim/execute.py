@@ -178,10 +178,10 @@ def apply_move(journal: Journal, m: dict, entry: dict | None, files: BrokerFiles
         return "absent"
     size = files.size(src)
     digest = files.sha256(src)
-    journal.intent(m["seq"], **{k: m[k] for k in ("step", "broker", "partition", "base_offset", "source",
-                                                  "destination")}, size=size, sha256=digest)
-    move_verified(src, dst, digest, files)
-    journal.outcome(m["seq"], "done")
+    # a move cut short stays an open intent: settle() finds where its file is
+    journal.step(m["seq"], lambda: move_verified(src, dst, digest, files), failures=(),
+                 **{k: m[k] for k in ("step", "broker", "partition", "base_offset", "source", "destination")},
+                 size=size, sha256=digest)
     log.info("quarantined %s -> %s (%d bytes, sha256 %s)", src, dst, size, digest[:16])
     return "moved"
 
@@ -408,13 +408,11 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
                 if fix_mode(ctx.cluster.version_tuple) == "live":  # Kafka 1.1+: no restart needed
                     from fleetkit.trim import cleaner_config
 
-                    journal.intent(seq, step="alter_config_live", broker=int(b), config=fix)
-                    applied = cleaner_config.apply_live(ctx.kafka, fix, [int(b)])
-                    journal.outcome(seq, "done", before=applied["before"])
+                    journal.step(seq, lambda: {"before": cleaner_config.apply_live(ctx.kafka, fix, [int(b)])["before"]},
+                                 failures=(), step="alter_config_live", broker=int(b), config=fix)
                 else:
-                    journal.intent(seq, step="set_config", broker=int(b), config=fix)
-                    control.set_config(int(b), fix)
-                    journal.outcome(seq, "done")
+                    journal.step(seq, lambda: control.set_config(int(b), fix) and None, failures=(),
+                                 step="set_config", broker=int(b), config=fix)
         moves = file_moves(plan)
         timings: dict[str, float] = {}
         counts = {"moved": 0, "already": 0, "absent": 0}
@@ -505,10 +503,9 @@ def _repair_segment(journal: Journal, entries: dict, files: list[dict], bfiles: 
         if problem:
             raise TrimError(f"cannot put {m['source']} back: {problem}")
         back = f"{m['seq']} back"
-        journal.intent(back, step="move back", source=m["destination"], destination=m["source"],
-                       sha256=e["sha256"], size=e.get("size"))
-        move_verified(m["destination"], m["source"], e["sha256"], bfiles)
-        journal.outcome(back, "done")
+        journal.step(back, lambda: move_verified(m["destination"], m["source"], e["sha256"], bfiles), failures=(),
+                     step="move back", source=m["destination"], destination=m["source"], sha256=e["sha256"],
+                     size=e.get("size"))
         journal.outcome(m["seq"], "moved_back")
         did.append(f"moved {m['source']} back from the quarantine (its segment's .log had not moved)")
     return did
@@ -539,15 +536,16 @@ def teardown(ctx: ClusterContext, plan: dict) -> list[str]:
         for b in plan["details"]["order"]:
             if b in running:
                 continue
-            try:  # every broker gets its start, whatever happens to the others
-                journal.intent(f"teardown start broker {b}", step="start", broker=b)
+            def start(b=b) -> None:
                 control.start(b)
                 ctx.kafka.close()
                 wait_back_in_isr(ctx, b, broker_partitions(plan, b))
-                journal.outcome(f"teardown start broker {b}", "done")
+
+            try:  # every broker gets its start, whatever happens to the others
+                journal.step(f"teardown start broker {b}", start, failures=(FleetError,),
+                             on_error=lambda e: {"error": str(e)}, step="start", broker=b)
                 did.append(f"started broker {b} (it was not running) and it is back in the ISR")
             except FleetError as e:
-                journal.outcome(f"teardown start broker {b}", "failed", error=str(e))
                 errors.append(f"broker {b}: {e}")
         if errors:
             raise TrimError("teardown finished with problems: " + "; ".join(errors) +
@@ -589,10 +587,9 @@ def restore_files(journal: Journal, moves: list[dict], files: BrokerFiles) -> li
     did = []
     for m in moves:
         seq = f"{m['seq']} restore"
-        journal.intent(seq, step="restore", source=m["destination"], destination=m["source"],
-                       sha256=m["sha256"], size=m["size"])
-        move_verified(m["destination"], m["source"], m["sha256"], files)
-        journal.outcome(seq, "done")
+        journal.step(seq, lambda: move_verified(m["destination"], m["source"], m["sha256"], files), failures=(),
+                     step="restore", source=m["destination"], destination=m["source"], sha256=m["sha256"],
+                     size=m["size"])
         journal.outcome(m["seq"], "restored")
         did.append(f"restored {m['source']} ({m['size']} bytes, sha256 {m['sha256'][:16]})")
     return did
