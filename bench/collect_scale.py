@@ -127,7 +127,7 @@ def commit_groups(spec: LabSpec, groups: list[tuple[str, str, int]], in_flight: 
     import socket
     import struct
 
-    from fleetkit.clients.wire import _string
+    from fleetkit.clients.wire_codec import string as _string
 
     def request(cid: int, group: str, topic: str, offset: int) -> bytes:
         parts = b"".join(struct.pack(">iq", p, offset) + _string("") for p in range(3))

@@ -64,6 +64,8 @@ def phase(layout: str, runs: int, spark: bool, out: Path) -> int:
             fleet = hosts_profile.write_fleet_file(spec, home / "fleet.yaml")
             os.environ["FLEET_FILE"] = str(fleet)
             clock.say(f"{layout}: Kafka {hosts_profile.KAFKA_VERSION} ({spec.name}) up on loopback")
+            # this Airflow's clusters (its connections in airflow.env) are this one, not the lab fleet
+            services.lab_specs = lambda: [spec]
             services.up(profile_name="cluster", progress=lambda line: clock.say(f"  airflow: {line}"))
         else:
             services.up(profile_name="hosts", progress=lambda line: clock.say(f"  airflow: {line}"))
@@ -108,6 +110,9 @@ def phase(layout: str, runs: int, spark: bool, out: Path) -> int:
         if layout == "one host" and spec is not None:
             for line in Lab(spec).down():
                 clock.say(f"  {line}")
+        from fleetlab import postgres
+
+        clock.say(f"  postgresql: {postgres.remove_relocated(services.pg_spec().home)}")
 
 
 def main() -> int:

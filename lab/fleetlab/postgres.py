@@ -287,6 +287,21 @@ def down(spec: PgSpec, timeout: float = 30) -> str:
     return procs.stop(spec.pid_file, _marker(spec), timeout=timeout, sig=signal.SIGINT)
 
 
+def remove_relocated(home: Path) -> str:
+    """Before a throw-away home (a test's, a benchmark's) is discarded: remove its cluster's data
+    when it lives outside the home (_data_dir: in the server user's home), which would otherwise
+    outlive it. Refused while that cluster runs. Returns what was done, for the log."""
+    home = Path(home)
+    data = _data_dir(home)
+    if data == home / "data" or not data.exists():
+        return "no relocated data"
+    spec = PgSpec(home=home, port=0, database="postgres")
+    if running(spec) is not None:
+        raise PostgresError(f"PostgreSQL of {home} still runs: stop it before removing its data ({data})")
+    shutil.rmtree(data)
+    return f"removed its data in {data}"
+
+
 def _tail(path: Path, n: int = 20) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-n:])

@@ -111,6 +111,9 @@ def hosts_lab(tmp_path_factory):
         down = subprocess.run([FLEETLAB, "airflow", "down"], env=env, capture_output=True, text=True, timeout=600)
         print(down.stdout[-3000:], down.stderr[-2000:])
         assert not hosts_profile.network(home).state(), "the lab hosts were not removed"
+        from fleetlab import postgres
+
+        print(f"postgresql: {postgres.remove_relocated(home / 'postgres')}")  # not left behind in its user's home
 
 
 def run_fleet_maintenance(api) -> tuple[str, list[dict]]:

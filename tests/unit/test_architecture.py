@@ -293,3 +293,46 @@ def test_a_forbidden_import_a_cycle_and_a_missing_module_are_caught(tmp_path):
     assert stage_module_problems([["`plan.py`", "x", "x", "x", "x"]], tmp_path / "include/fleetkit") == [
         "trim/plan.py is in the table ('x') but does not exist"]
     assert missing_paths({"trim/plan.py", "stuck/plan.py"}, [tmp_path / "include/fleetkit"], []) == ["trim/plan.py"]
+
+
+def import_cycles(graph: dict[str, set[str]], package: str = "fleetkit") -> list[list[str]]:
+    """The groups of `package`'s modules that import each other, directly or around a circle
+    (an import inside a function counts: it is a dependency all the same)."""
+    g = {m: {i for i in imps if i in graph} for m, imps in graph.items() if m.split(".")[0] == package}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in g[v]:
+            if w not in g:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_the_library_has_no_import_circle():
+    assert import_cycles(GRAPH) == []
+    # and the check sees one
+    assert import_cycles({"fleetkit.a": {"fleetkit.b"}, "fleetkit.b": {"fleetkit.a"}, "fleetkit.c": set()}) == [
+        ["fleetkit.a", "fleetkit.b"]]

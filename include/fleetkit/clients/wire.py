@@ -45,19 +45,17 @@ import struct
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from fleetkit.clients import wire_codec as codec
+# the codec's names this module's decoders (and wire_logs) use
+from fleetkit.clients.wire_codec import (ERRORS, MAX_STRING, NO_TAGS, Reader, error_name,  # noqa: F401
+                                         response_reader)
+from fleetkit.clients.wire_codec import array_len as _array_len, string as _string  # noqa: F401
+from fleetkit.clients.wire_codec import utf8 as _utf8, uvarint as _uvarint  # noqa: F401
+
 log = logging.getLogger(__name__)
 
-ERRORS = {
-    0: None, -1: "UNKNOWN_SERVER_ERROR", 7: "REQUEST_TIMED_OUT", 14: "COORDINATOR_LOAD_IN_PROGRESS",
-    15: "COORDINATOR_NOT_AVAILABLE", 16: "NOT_COORDINATOR", 24: "INVALID_GROUP_ID",
-    25: "UNKNOWN_MEMBER_ID", 30: "GROUP_AUTHORIZATION_FAILED", 35: "UNSUPPORTED_VERSION",
-    3: "UNKNOWN_TOPIC_OR_PARTITION", 5: "LEADER_NOT_AVAILABLE", 29: "TOPIC_AUTHORIZATION_FAILED",
-    42: "INVALID_REQUEST", 69: "GROUP_ID_NOT_FOUND", 31: "CLUSTER_AUTHORIZATION_FAILED",
-    33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE", 58: "SASL_AUTHENTICATION_FAILED",
-}
 UNREACHABLE = "COORDINATOR_UNREACHABLE"  # the named coordinator did not answer at all
 UNSUPPORTED = "UNSUPPORTED_VERSION"      # the broker accepts none of the versions spoken here
-MAX_STRING = 32767
 #: how long a broker may take to answer ApiVersions before it is taken for one that cannot (0.9)
 API_VERSIONS_TIMEOUT = 3.0
 #: the largest response accepted (Fetch answers ask at most 32 MiB)
@@ -71,15 +69,10 @@ API_NAMES = {API_VERSIONS: "ApiVersions", FIND_COORDINATOR: "FindCoordinator", D
 #: leader epochs (what ZooKeeper's partition state gives on ZooKeeper-mode clusters).
 IMPLEMENTED = {FIND_COORDINATOR: (0, 4), DESCRIBE_GROUPS: (0, 5), METADATA: (7, 8), CONSUMER_GROUP_DESCRIBE: (0, 1)}
 #: first flexible version, per API key
-FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9, CONSUMER_GROUP_DESCRIBE: 0,
-                 17: 1 << 15, 36: 2}  # SaslHandshake is never flexible; SaslAuthenticate from v2 (wire_security)
+FLEXIBLE_FROM = {API_VERSIONS: 3, FIND_COORDINATOR: 3, DESCRIBE_GROUPS: 5, METADATA: 9, CONSUMER_GROUP_DESCRIBE: 0}
 #: FindCoordinator v4 carries many keys in one request
 BATCHED_FIND_FROM = 4
 KEY_TYPE_GROUP = 0
-
-
-def error_name(code: int) -> str | None:
-    return ERRORS[code] if code in ERRORS else f"KAFKA_ERROR_{code}"
 
 
 def supported(config: dict) -> bool:
@@ -202,46 +195,10 @@ class PartitionLeader:
 
 
 # -- encoding ---------------------------------------------------------------------------------
-def _utf8(s: str, what: str = "group id") -> bytes:
-    b = s.encode("utf-8", "surrogatepass")
-    if len(b) > MAX_STRING:
-        raise ValueError(f"{what} of {len(b)} UTF-8 bytes is longer than Kafka's {MAX_STRING}")
-    return b
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _string(s: str, flexible: bool = False) -> bytes:
-    b = _utf8(s)
-    return (_uvarint(len(b) + 1) if flexible else struct.pack(">h", len(b))) + b
-
-
-def _array_len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else struct.pack(">i", n)
-
-
-NO_TAGS = b"\x00"  # an empty tagged-field section
-
-
 def encode_request(api_key: int, version: int, correlation_id: int, body: bytes, client_id: str = "fleetkit") -> bytes:
-    """A size-prefixed request: header v1 (v2 with its empty tagged fields for flexible
-    versions; the client id keeps its int16 length in both) followed by `body`."""
-    flexible = version >= FLEXIBLE_FROM[api_key]
-    header = struct.pack(">hhi", api_key, version, correlation_id) + _string(client_id)
-    if flexible:
-        header += NO_TAGS
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    """A size-prefixed request of an API spoken here (flexible from FLEXIBLE_FROM's version):
+    wire_codec.encode_request."""
+    return codec.encode_request(api_key, version, correlation_id, body, version >= FLEXIBLE_FROM[api_key], client_id)
 
 
 def api_versions_request(correlation_id: int) -> bytes:
@@ -295,70 +252,6 @@ def metadata_body(version: int, topics: list[str]) -> bytes:
 
 
 # -- decoding ---------------------------------------------------------------------------------
-class Reader:
-    def __init__(self, data: bytes):
-        self.data, self.pos = data, 0
-
-    def _unpack(self, fmt: str, size: int) -> int:
-        (v,) = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
-        return v
-
-    def int8(self) -> int:
-        return self._unpack(">b", 1)
-
-    def int16(self) -> int:
-        return self._unpack(">h", 2)
-
-    def int32(self) -> int:
-        return self._unpack(">i", 4)
-
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            if self.pos >= len(self.data):
-                raise struct.error("varint runs past the end of the response")
-            b = self.data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise struct.error("varint longer than 5 bytes")
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise struct.error(f"field of {n} bytes runs past the end of the response")
-        v = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return v
-
-    def string(self, flexible: bool = False) -> str | None:
-        n = self.uvarint() - 1 if flexible else self.int16()
-        if n < 0:
-            return None
-        return self._take(n).decode("utf-8", "replace")
-
-    def skip_bytes(self, flexible: bool = False) -> None:
-        n = self.uvarint() - 1 if flexible else self.int32()
-        if n > 0:
-            self._take(n)
-
-    def bytes_(self, flexible: bool = False) -> bytes | None:
-        n = self.uvarint() - 1 if flexible else self.int32()
-        return None if n < 0 else self._take(n)
-
-    def array_len(self, flexible: bool = False) -> int:
-        n = self.uvarint() - 1 if flexible else self.int32()
-        return max(n, 0)  # -1: null array
-
-    def skip_tags(self) -> None:
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
-
-
 def decode_consumer_assignment(data: bytes | None) -> tuple[tuple[str, int], ...] | None:
     """The (topic, partition) pairs of a ConsumerProtocolAssignment (any version: later versions
     only append fields), sorted; None for empty or unreadable bytes."""
@@ -374,16 +267,6 @@ def decode_consumer_assignment(data: bytes | None) -> tuple[tuple[str, int], ...
         return tuple(sorted(out))
     except struct.error:
         return None
-
-
-def response_reader(payload: bytes, flexible: bool) -> tuple[int, Reader]:
-    """(correlation id, reader at the body) of a response without its size prefix: header v0,
-    or v1 (with tagged fields) for flexible versions."""
-    r = Reader(payload)
-    cid = r.int32()
-    if flexible:
-        r.skip_tags()
-    return cid, r
 
 
 def decode_api_versions(payload: bytes) -> tuple[int, dict[int, tuple[int, int]]]:

@@ -1,7 +1,7 @@
 """Partition reassignments on the wire, for clusters without ZooKeeper (KRaft).
 
 confluent-kafka 2.x has no AlterPartitionReassignments / ListPartitionReassignments admin call,
-so this module speaks them over plain TCP with fleetkit.clients.wire's primitives:
+so this module speaks them over plain TCP with fleetkit.clients.wire_codec's primitives:
 
 * AlterPartitionReassignments (API key 45) v0: set a partition's replica list (the order is
   the preference order; a reordering of the same set moves no data). Answered per partition.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import struct
 
 from fleetkit.clients import wire
+from fleetkit.clients import wire_codec as codec
 
 ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
 NAMES = {ALTER_REASSIGNMENTS: "AlterPartitionReassignments", LIST_REASSIGNMENTS: "ListPartitionReassignments"}
@@ -36,7 +37,7 @@ class ReassignmentError(ConnectionError):
 
 def _request(api_key: int, correlation_id: int, body: bytes) -> bytes:
     """Request header v2 (flexible: client id as int16 string, then empty tags) and `body`."""
-    header = struct.pack(">hhi", api_key, VERSION, correlation_id) + wire._string("fleetkit") + wire.NO_TAGS
+    header = struct.pack(">hhi", api_key, VERSION, correlation_id) + codec.string("fleetkit") + codec.NO_TAGS
     payload = header + body
     return struct.pack(">i", len(payload)) + payload
 
@@ -47,23 +48,23 @@ def alter_body(timeout_ms: int, topic: str, moves: dict[int, list[int] | None]) 
     for p, replicas in sorted(moves.items()):
         parts += struct.pack(">i", p)
         if replicas is None:
-            parts += wire._uvarint(0)
+            parts += codec.uvarint(0)
         else:
-            parts += wire._array_len(len(replicas), True) + b"".join(struct.pack(">i", b) for b in replicas)
-        parts += wire.NO_TAGS
-    topics = (wire._array_len(1, True) + wire._string(topic, True) + wire._array_len(len(moves), True) + parts
-              + wire.NO_TAGS)
-    return struct.pack(">i", timeout_ms) + topics + wire.NO_TAGS
+            parts += codec.array_len(len(replicas), True) + b"".join(struct.pack(">i", b) for b in replicas)
+        parts += codec.NO_TAGS
+    topics = (codec.array_len(1, True) + codec.string(topic, True) + codec.array_len(len(moves), True) + parts
+              + codec.NO_TAGS)
+    return struct.pack(">i", timeout_ms) + topics + codec.NO_TAGS
 
 
 def list_body(timeout_ms: int) -> bytes:
     """Every reassignment in progress (topics null)."""
-    return struct.pack(">i", timeout_ms) + wire._uvarint(0) + wire.NO_TAGS
+    return struct.pack(">i", timeout_ms) + codec.uvarint(0) + codec.NO_TAGS
 
 
 def decode_alter(payload: bytes) -> tuple[str | None, dict[tuple[str, int], str | None]]:
     """(the request's error with its message, {(topic, partition): error with message or None})."""
-    _, r = wire.response_reader(payload, True)
+    _, r = codec.response_reader(payload, True)
     r.int32()  # throttle time
     err, msg = r.int16(), r.string(True)
     out = {}
@@ -72,15 +73,15 @@ def decode_alter(payload: bytes) -> tuple[str | None, dict[tuple[str, int], str 
         for _ in range(r.array_len(True)):
             p, perr, pmsg = r.int32(), r.int16(), r.string(True)
             r.skip_tags()
-            out[(topic, p)] = f"{wire.error_name(perr)}: {pmsg}" if perr else None
+            out[(topic, p)] = f"{codec.error_name(perr)}: {pmsg}" if perr else None
         r.skip_tags()
     r.skip_tags()
-    return (f"{wire.error_name(err)}: {msg}" if err else None), out
+    return (f"{codec.error_name(err)}: {msg}" if err else None), out
 
 
 def decode_list(payload: bytes) -> tuple[str | None, dict[tuple[str, int], dict]]:
     """(error with message, {(topic, partition): {"replicas", "adding", "removing"}})."""
-    _, r = wire.response_reader(payload, True)
+    _, r = codec.response_reader(payload, True)
     r.int32()  # throttle time
     err, msg = r.int16(), r.string(True)
     out = {}
@@ -93,7 +94,7 @@ def decode_list(payload: bytes) -> tuple[str | None, dict[tuple[str, int], dict]
             out[(topic, p)] = {"replicas": lists[0], "adding": lists[1], "removing": lists[2]}
         r.skip_tags()
     r.skip_tags()
-    return (f"{wire.error_name(err)}: {msg}" if err else None), out
+    return (f"{codec.error_name(err)}: {msg}" if err else None), out
 
 
 def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float, security=None) -> bytes:
@@ -114,7 +115,7 @@ def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[in
     """Ask the controller to set `replicas` (in this order) for topic-partition; raises
     ReassignmentError with the broker's error when refused. Returns once accepted: the caller
     waits for the metadata to show the new order."""
-    wire._utf8(topic, "topic name")
+    codec.utf8(topic, "topic name")
     err, parts = decode_alter(_ask(bootstrap, ALTER_REASSIGNMENTS,
                                    alter_body(int(timeout * 1000), topic, {partition: list(replicas)}), timeout,
                                    security))

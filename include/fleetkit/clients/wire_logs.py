@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from fleetkit.clients import log_format, wire
 from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
 from fleetkit.core.errors import NotAuthorized, refused
-from fleetkit.clients.wire import NO_TAGS, _array_len, _Broker, _string, error_name, response_reader
+from fleetkit.clients.wire import _Broker
+from fleetkit.clients.wire_codec import NO_TAGS, error_name, response_reader
+from fleetkit.clients.wire_codec import array_len as _array_len, string as _string
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from fleetkit.core.errors import AuthenticationFailed, FleetConfigError, TlsHand
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: SaslAuthenticate versions spoken here (v2 is the flexible form of v1)
+#: SaslAuthenticate versions spoken here (v2, its flexible form, is not: requests are classic)
 SASL_AUTHENTICATE_VERSIONS = (0, 1)
 #: SaslAuthenticate / SaslHandshake error codes that mean "the login failed"
 LOGIN_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE", 58: "SASL_AUTHENTICATION_FAILED"}
@@ -209,7 +209,7 @@ def decode_authenticate(reader, version: int) -> tuple[int, str | None, bytes]:
 def login(broker, security: Security) -> None:
     """Log the broker connection in (after ApiVersions): SaslHandshake v1 then the mechanism's
     SaslAuthenticate round trips. AuthenticationFailed on any refusal."""
-    from fleetkit.clients import wire
+    from fleetkit.clients import wire_codec as codec
 
     addr = f"{broker.host}:{broker.port}"
     on = security.cluster or addr
@@ -228,21 +228,21 @@ def login(broker, security: Security) -> None:
     if version < max(auth_lo, SASL_AUTHENTICATE_VERSIONS[0]):
         raise failed(f"broker {addr} accepts SaslAuthenticate v{auth_lo}-v{auth_hi} only")
     conn = broker.conn
-    conn.send(wire.encode_request(SASL_HANDSHAKE, 1, 1, handshake_body(security.mechanism)))
-    _, r = wire.response_reader(conn.payload(), False)
+    conn.send(codec.encode_request(SASL_HANDSHAKE, 1, 1, handshake_body(security.mechanism), flexible=False))
+    _, r = codec.response_reader(conn.payload(), False)
     err, enabled = decode_handshake(r)
     if err:
-        raise failed(f"{wire.error_name(err)} (the broker enables {', '.join(enabled) or 'no mechanism'} on this "
+        raise failed(f"{codec.error_name(err)} (the broker enables {', '.join(enabled) or 'no mechanism'} on this "
                      f"listener, the connection asks for {security.mechanism})")
     cid = [1]
 
     def exchange(token: bytes) -> bytes:
         cid[0] += 1
-        conn.send(wire.encode_request(SASL_AUTHENTICATE, version, cid[0], authenticate_body(token)))
-        _, rr = wire.response_reader(conn.payload(), False)
+        conn.send(codec.encode_request(SASL_AUTHENTICATE, version, cid[0], authenticate_body(token), flexible=False))
+        _, rr = codec.response_reader(conn.payload(), False)
         code, message, data = decode_authenticate(rr, version)
         if code:
-            raise failed(message or wire.error_name(code))
+            raise failed(message or codec.error_name(code))
         return data
 
     if security.mechanism == "PLAIN":

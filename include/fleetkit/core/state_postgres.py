@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from fleetkit.core.errors import FleetConfigError, FleetError
-from fleetkit.core.state import _SCHEMA_NAME, CHAIN_LOCK_TIMEOUT_S, StateDB, StateUnreachable
+from fleetkit.core.state_db import _SCHEMA_NAME, CHAIN_LOCK_TIMEOUT_S, StateDB, StateUnreachable
 
 log = logging.getLogger(__name__)
 
