@@ -11,18 +11,18 @@ from fleet_airflow import settings
 from fleetlab import airflow_services as services
 
 
-def stuck_run_dir(root: DataRoot, run_id: str | None) -> Path | None:
-    """The stuck report folder of `run_id` (the demo's final run), else the newest one."""
-    base = Path(root.path) / "reports" / "stuck"
-    if run_id is not None:
-        from fleetkit.core.settings import run_folder
+def stuck_run_dir(root: DataRoot, run_id: str | None):
+    """The stuck report folder of `run_id` (the demo's final run), else the newest one: a DataPath,
+    on a local data root and an object store alike."""
+    from fleetkit.core.datasets import newest_in_runs
+    from fleetkit.core.settings import run_folder
 
+    base = root / "reports" / "stuck"
+    if run_id is not None:
         folder = run_folder(base, run_id)
         return folder if (folder / "report.md").exists() else None
-    if not base.is_dir():
-        return None
-    run_dirs = sorted((p for p in base.iterdir() if p.is_dir() and p.name != "latest"), key=lambda p: p.stat().st_mtime)
-    return run_dirs[-1] if run_dirs else None
+    newest = newest_in_runs(base, "report.md")
+    return newest.parent if newest is not None else None
 
 
 def flagged_lines(run_dir: Path, limit: int = 12) -> list[str]:

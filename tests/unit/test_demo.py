@@ -125,12 +125,13 @@ def test_summary_shows_the_final_runs_stuck_report(tmp_path):
         folder = run_folder(base, run)
         folder.mkdir(parents=True)
         (folder / "report.md").write_text(run)
-    assert stuck_run_dir(root, final) == run_folder(base, final)
+    assert str(stuck_run_dir(root, final)) == str(run_folder(base, final))  # a DataPath: local or s3:// alike
     assert stuck_run_dir(root, "manual__never-ran") is None
     hostile = "../../etc/passwd\n{{ x }}"
     assert stuck_run_dir(root, hostile) is None
     assert run_folder(base, hostile).resolve().parent == base.resolve()  # looked up inside the reports folder
     assert stuck_run_dir(root, None) is not None  # no run named: the newest
+    assert stuck_run_dir(root, None).name == run_folder(base, later).name
 
 
 @pytest.mark.parametrize("argv", [["airflow", "env"], ["airflow", "up"], ["airflow", "down"], ["airflow", "status"]])
