@@ -76,20 +76,19 @@ def _trim_command(args, what: str) -> int:
     with connected(cluster, CONNECT_TIMEOUT, stores=False, changes=True) as (kafka, zk, _):
         # brokers with access: ssh: their files and broker_control commands over their connection
         hosts = airflow_clusters().broker_hosts(cluster)  # (sessions open on first use)
-        # held by this process (host and pid recorded: `fleetctl lock clear` refuses while it runs)
-        lock = rb.lock(cluster, kafka, zk, owner, holder_running, kind="cli")  # the cluster's identity
         try:
-            ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal, broker_hosts=hosts)
-            try:
-                with rb.under_lock(lock.identity, owner):  # every change checks the lock is still ours
+            # the cluster's lock, held by this process (host and pid recorded: `fleetctl lock clear`
+            # refuses while it runs); every change checks it is still ours
+            with rb.holding(cluster, kafka, zk, owner, holder_running, kind="cli"):
+                ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal, broker_hosts=hosts)
+                try:
                     out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
-            except Exception as e:
-                trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
-                                   {"journal": trim_resume.journal.summary(run.journal)})
-                raise
+                except Exception as e:
+                    trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
+                                       {"journal": trim_resume.journal.summary(run.journal)})
+                    raise
         finally:
             hosts.close()
-            lock.release(owner)
     if what == "restore":
         for line in out["done"]:
             print(visible_controls(line))

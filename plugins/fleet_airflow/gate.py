@@ -553,22 +553,8 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
                 refuse("preconditions no longer hold: " + "; ".join(problems), {"problems": problems})
             log.info("preconditions hold; executing %s approved by %s (plan %s); journal %s", action.name, actor,
                      digest_now, journal_file)
-            with run_journal.Journal(journal_file) as j:
-                j.intent(GATE_SEQ, step="execute", actor=actor, digest=digest_now)
-            try:
-                out = action.execute(ctx, plan)
-            except Exception as e:
-                with run_journal.Journal(journal_file) as j:
-                    j.outcome(GATE_SEQ, "failed", error=f"{type(e).__name__}: {e}")
-                account = run_journal.summary(journal_file)
-                _audit(params, context, action, "failed", actor=actor, digest=digest_now,
-                       message=f"execute failed after {len(account['done'])} change(s) made, "
-                               f"{len(account['unknown'])} of unknown outcome: {type(e).__name__}: {e}",
-                       details={"journal": account, "rollback": plan["rollback"]})
-                raise
-            with run_journal.Journal(journal_file) as j:
-                j.outcome(GATE_SEQ, "done")
-            return out
+            return rb.execute(lambda: action.execute(ctx, plan), actor=actor, digest=digest_now,
+                              rollback=plan["rollback"])
 
         # every change first checks that this run still holds the cluster's lock (an operator may have
         # cleared it): the lock task named the identity it locked

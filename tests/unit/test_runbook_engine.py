@@ -174,6 +174,7 @@ def test_one_implementation_of_the_engine():
             "requesters": r"def requesters\(", "read_approval": r"def read_approval\(",
             "write_approval": r"def write_approval\(", "ClusterLock": r"class ClusterLock\b",
             "Journal": r"class Journal\b", "audit record": r"def record\(root: DataRoot",
+            "the execute step's journal entry": r"intent\(GATE_SEQ", "the lock held for a change": r"def holding\(",
             "an approval's digest check": r"changed after approval"}
     where: dict[str, list[str]] = {k: [] for k in defs}
     for folder in ("include", "plugins", "fleetctl", "dags", "spark_jobs"):
@@ -250,3 +251,53 @@ def test_restoring_a_finished_trim_needs_another_persons_recent_approval(deploym
     assert "other than 'bob'" in trim_resume.restore_approval_problem(run, "bob")  # never one's own
     later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=trim_resume.RESTORE_APPROVAL_HOURS, minutes=1)
     assert "needs its own approval" in trim_resume.restore_approval_problem(run, "carol", now=later)
+
+
+class _Kafka:
+    """A cluster's id, as the lock asks it (a unit test reaches no cluster)."""
+
+    def cluster_id(self) -> str:
+        return "unit-cluster"
+
+
+def test_execute_journals_around_the_change_and_audits_a_failure_with_the_journal(deployment):
+    from fleetkit.core import audit
+    from fleetkit.core.journal import read_journal
+    from fleetkit.core.runbook import GATE_SEQ
+
+    rb, digest = deployment
+    assert rb.execute(lambda: {"changed": 1}, actor="bob", digest=digest) == {"changed": 1}
+    assert read_journal(rb.journal)[GATE_SEQ]["status"] == "done"
+    assert [r["event"] for r in audit.authentic_records(rb.root, "c1", rb.run_id)] == []  # success: the caller's
+
+    failing = Runbook(capability="stuck", action="reset_offsets", dag_id=rb.dag_id, run_id="r2", cluster="c1")
+
+    def change():
+        with failing.open_journal() as j:  # one change made before the failure
+            j.step(0, lambda: None, op="set")
+        raise RuntimeError("broker went away")
+
+    with pytest.raises(RuntimeError):
+        failing.execute(change, actor="bob", digest=digest, rollback={"dag": "x"})
+    entry = read_journal(failing.journal)[GATE_SEQ]
+    assert (entry["status"], entry["error"]) == ("failed", "RuntimeError: broker went away")
+    (failed,) = [r for r in audit.authentic_records(failing.root, "c1", "r2") if r["event"] == "failed"]
+    assert "execute failed after 1 change(s) made" in failed["message"]
+    assert failed["details"]["rollback"] == {"dag": "x"}
+
+
+def test_holding_releases_the_lock_whatever_happens_and_guards_every_change(deployment):
+    from fleetkit.core.locks import ClusterLocked, LockLost
+
+    rb, _ = deployment
+    cluster = rb.fleet_cluster()
+    with pytest.raises(RuntimeError):
+        with rb.holding(cluster, _Kafka(), None, "me", kind="cli") as lock:
+            with pytest.raises(ClusterLocked):  # one holder
+                rb.lock(cluster, _Kafka(), None, "someone else")
+            raise RuntimeError("the change failed")
+    assert lock.holder() is None  # released on the error
+    with rb.holding(cluster, _Kafka(), None, "me", kind="cli") as lock:
+        lock.release("me")  # cleared under it (an operator's `fleetctl lock clear`)
+        with pytest.raises(LockLost), rb.open_journal() as j:
+            j.step(0, lambda: None, op="set")  # the next change finds out before it is made

@@ -27,6 +27,7 @@ Deployment settings (fleet file, data root, lock folder) come from the deploymen
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -335,6 +336,47 @@ class Runbook:
         holds the lock of cluster identity `identity` (LockLost before the next change otherwise)."""
         lock = ClusterLock(self.lock_dir, identity, self.cluster)
         return core_journal.guarded(self.journal, lambda: lock.check_held(owner))
+
+    @contextmanager
+    def holding(self, cluster: Cluster, kafka, zk, owner: str,
+                holder_running: Callable[[str, str], object] | None = None, kind: str = "airflow"):
+        """A change made by one process from start to end (the unattended creator, fleetctl): take
+        the cluster's lock for `owner`, hold it (every change journaled for the run first checks it
+        is still `owner`'s: under_lock), release it whatever happens. Yields the lock. The gate
+        takes and releases the lock in tasks of their own (lock, unlock) and holds it in execute
+        with under_lock."""
+        lock = self.lock(cluster, kafka, zk, owner, holder_running, kind=kind)
+        try:
+            with self.under_lock(lock.identity, owner):
+                yield lock
+        finally:
+            lock.release(owner)
+
+    # the execution
+    def execute(self, change: Callable[[], object], actor: str | None, digest: str | None,
+                rollback: dict | None = None):
+        """The execute step of an approved plan: its journal entry (GATE_SEQ: intent before
+        `change()`, done or failed after; an intent left alone means it was killed, which the
+        gate's cleanup records) and, when `change` raises, the audit's `failed` record with what
+        the journal says was made and how to roll it back. Re-raises; returns change's result (the
+        caller audits the success with it)."""
+        path = self.journal
+        with core_journal.Journal(path) as j:
+            j.intent(GATE_SEQ, step="execute", actor=actor, digest=digest)
+        try:
+            out = change()
+        except Exception as e:
+            with core_journal.Journal(path) as j:
+                j.outcome(GATE_SEQ, "failed", error=f"{type(e).__name__}: {e}")
+            account = core_journal.summary(path)
+            self.audit("failed", actor=actor, digest=digest,
+                       message=f"execute failed after {len(account['done'])} change(s) made, "
+                               f"{len(account['unknown'])} of unknown outcome: {type(e).__name__}: {e}",
+                       details={"journal": account, "rollback": rollback})
+            raise
+        with core_journal.Journal(path) as j:
+            j.outcome(GATE_SEQ, "done")
+        return out
 
     def release_lock(self, identity: str, owner: str) -> bool:
         """Release the lock of a cluster identity taken by `owner` (no need to reach the cluster)."""

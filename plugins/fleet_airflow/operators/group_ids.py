@@ -124,15 +124,12 @@ class CreateMissingGroupIdsOperator(BaseOperator):
                          cluster=cluster.name)
             try:
                 with clusters.connected(cluster, changes=True) as (kafka, zk):  # writes: the runbook principal
-                    # the cluster's lock, like every writer: never while a runbook changes the cluster
-                    lock = rb.lock(cluster, kafka, zk, owner, holder_running)
-                    try:
-                        with rb.under_lock(lock.identity, owner):  # each write checks the lock is still ours
-                            res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=rb.data_root,
-                                              dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler",
-                                              journal=rb.journal)
-                    finally:
-                        lock.release(owner)
+                    # the cluster's lock, like every writer: never while a runbook changes the cluster;
+                    # each write checks the lock is still ours
+                    with rb.holding(cluster, kafka, zk, owner, holder_running):
+                        res = execute_ops(zk.client, kafka, cluster.name, ops, cfg.root, data_root=rb.data_root,
+                                          dag_id=dag_id, run_id=run_id, action=CREATE_ACTION, actor="scheduler",
+                                          journal=rb.journal)
             except ClusterLocked as e:
                 if e.holder_running is False:
                     self.log.error("cluster %s: %d MISSING mapping(s) not created: %s", cluster.name, len(ops), v(str(e)))
