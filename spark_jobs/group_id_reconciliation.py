@@ -37,7 +37,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
-from jobs_common import data_files, iso, mark_done, path_exists, path_join, session, write_jsonl, write_text  # noqa: E402
+from jobs_common import (data_files, iso, mark_done, path_exists, path_join, session, spark_schema,  # noqa: E402
+                         write_jsonl, write_text)
+from fleetkit.core.datasets import FINDINGS  # noqa: E402
 
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
@@ -49,28 +51,10 @@ from fleetkit.group_ids import inprocess  # noqa: E402
 from fleetkit.group_ids import rules  # noqa: E402
 from fleetkit.core.fleet import DEFAULT_GROUP_ID_GRACE_SECONDS, DEFAULT_GROUP_ID_ROOT, parse_duration_seconds  # noqa: E402
 
-MAPPINGS_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("observed_at", T.TimestampType()),
-    T.StructField("path", T.StringType()), T.StructField("client_host", T.StringType()),
-    T.StructField("client_id", T.StringType()), T.StructField("group", T.StringType()),
-    T.StructField("znode_version", T.IntegerType()), T.StructField("ctime", T.TimestampType()),
-    T.StructField("mtime", T.TimestampType()),
-])
-MEMBERS_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("observed_at", T.TimestampType()),
-    T.StructField("group", T.StringType()), T.StructField("client_id", T.StringType()),
-    T.StructField("client_host", T.StringType()), T.StructField("member_id", T.StringType()),
-])
+MAPPINGS_SCHEMA = spark_schema("group_id_mappings")
+MEMBERS_SCHEMA = spark_schema("group_members")
 #: the findings rules.diff returns, one column per key (plus the cluster)
-FINDINGS_SCHEMA = T.StructType([
-    T.StructField("cluster", T.StringType()), T.StructField("path", T.StringType()),
-    T.StructField("class", T.StringType()), T.StructField("reason", T.StringType()),
-    T.StructField("group", T.StringType()), T.StructField("groups", T.ArrayType(T.StringType())),
-    T.StructField("client_host", T.StringType()), T.StructField("client_id", T.StringType()),
-    T.StructField("member_ids", T.ArrayType(T.StringType())), T.StructField("znode_group", T.StringType()),
-    T.StructField("znode_version", T.IntegerType()), T.StructField("ctime_ms", T.LongType()),
-    T.StructField("mtime", T.TimestampType()), T.StructField("age_seconds", T.DoubleType()),
-])
+FINDINGS_SCHEMA = spark_schema(FINDINGS["group_id_findings"])
 #: slices of each cluster's paths that rules.diff judges one at a time (a name's rows share one)
 SLICES = 64
 

@@ -132,6 +132,17 @@ SCHEMAS: dict[str, pa.Schema] = {
     ]),
 }
 
+#: the findings jobs write beside the datasets (JSON Lines), declared like the datasets: the
+#: group-id reconciliation's (rules.diff's keys, one column each, plus the cluster)
+FINDINGS: dict[str, pa.Schema] = {
+    "group_id_findings": pa.schema([
+        ("cluster", pa.string()), ("path", pa.string()), ("class", pa.string()), ("reason", pa.string()),
+        ("group", pa.string()), ("groups", pa.list_(pa.string())), ("client_host", pa.string()),
+        ("client_id", pa.string()), ("member_ids", pa.list_(pa.string())), ("znode_group", pa.string()),
+        ("znode_version", pa.int32()), ("ctime_ms", pa.int64()), ("mtime", TS), ("age_seconds", pa.float64()),
+    ]),
+}
+
 
 
 def utcnow() -> dt.datetime:
