@@ -86,8 +86,11 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
           f"/auth/token); scrape config: - {{job_name: kafka-fleet, metrics_path: /fleet/metrics, "
           f"authorization: {{credentials_file: TOKEN_FILE}}, static_configs: [{{targets: "
           f"[\"{services.api_host()}:{services.API_PORT}\"]}}]}} (docs/metrics.md)")
+    # the clusters this Airflow reaches: the lab fleet (0.9 first, 4.3 for lag), or the hosts profile's one
+    names = [spec.name for spec in services.lab_specs()]
+    first, modern = (names[0], names[-1]) if len(names) == 1 else ("lab", "lab43")
     print("incident CLI   eval \"$(.venv/bin/fleetlab env)\" (the lab's deployment settings), then "
-          ".venv/bin/fleetctl stuck --cluster lab; .venv/bin/fleetctl lag --all --cluster lab43 "
+          f".venv/bin/fleetctl stuck --cluster {first}; .venv/bin/fleetctl lag --all --cluster {modern} "
           "(README: During an incident)")
     print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
           "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required); "
@@ -96,7 +99,7 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
           "approver (a private window, or log out first) and answer under Browse > Required Actions; "
           f"approvers are the fleet file's `approvers` ({settings.fleet_file()}); passwords: {pw_file}")
     print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
-          "(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster lab` names: "
+          f"(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster {first}` names: "
           "`.venv/bin/fleetlab stop-broker N`); report: "
           f"{root.uri}/reports/coordinator/latest/report.md")
     print(f"offsets health {root.uri}/reports/offsets/<run>/offsets_health.md (hourly, or offsets_health=always)")
