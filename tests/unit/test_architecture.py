@@ -336,3 +336,13 @@ def test_the_library_has_no_import_circle():
     # and the check sees one
     assert import_cycles({"fleetkit.a": {"fleetkit.b"}, "fleetkit.b": {"fleetkit.a"}, "fleetkit.c": set()}) == [
         ["fleetkit.a", "fleetkit.b"]]
+
+
+def test_the_readme_is_a_guide_whose_links_resolve():
+    """README.md is the user's guide (at most 250 lines: the reference is in docs/), and every
+    relative link in it names a file of the repository."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 250
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)]+)\)", readme) if "://" not in t and not t.startswith("#")]
+    assert targets, "the guide links to no page of docs/"
+    assert [t for t in targets if not (REPO / t).exists()] == []
