@@ -163,7 +163,8 @@ def test_a_small_stuck_input_runs_in_process_and_a_large_one_through_spark_submi
         ["--snapshots", str(tmp_path / "offsets_snapshots"), "--out", str(out), "--window", "4m",
          "--recent-days", "2"], in_process_input="--snapshots")
     submitted = []
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: submitted.append(self.task_id))
+    monkeypatch.setattr(SparkSubmitOperator, "execute",
+                        lambda self, context: submitted.append((self.task_id, self.application_args[-2:])))
     monkeypatch.setenv("JAVA_HOME", "/nonexistent")
     op.execute({})
     assert submitted == []
@@ -171,7 +172,10 @@ def test_a_small_stuck_input_runs_in_process_and_a_large_one_through_spark_submi
     assert (finding["group"], finding["status"], finding["lag"]) == ("g", "STALLED", 4)
     monkeypatch.setenv("FLEET_STUCK_INPROCESS_MAX_ROWS", "3")
     op.execute({})
-    assert submitted == ["analyse_stuck"]
+    # the choice is made once, here: the job under spark-submit is told, not left to judge again
+    assert submitted == [("analyse_stuck", ["--engine", "spark"])]
+    op.execute({})
+    assert op.application_args.count("--engine") == 1
 
 
 def test_killing_the_task_stops_the_job_it_runs_in_process(tmp_path):
@@ -227,7 +231,8 @@ def test_a_small_offsets_data_root_is_judged_in_process_and_a_large_one_through_
         ["--data-root", str(root), "--fleet", str(fleet), "--out", str(out), "--bloat-ratio", "3",
          "--min-bloat-bytes", "0", "--trim-plan"], in_process_input="--data-root")
     submitted = []
-    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda self, context: submitted.append(self.task_id))
+    monkeypatch.setattr(SparkSubmitOperator, "execute",
+                        lambda self, context: submitted.append((self.task_id, self.application_args[-2:])))
     monkeypatch.setenv("JAVA_HOME", "/nonexistent")
     monkeypatch.delenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", raising=False)
     op.execute({})
@@ -240,7 +245,7 @@ def test_a_small_offsets_data_root_is_judged_in_process_and_a_large_one_through_
     assert [b["quarantine"] != [] for b in c1["partitions"][0]["replicas"]] == [True, True]
     monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "10")
     op.execute({})
-    assert submitted == ["offsets_health"]
+    assert submitted == [("offsets_health", ["--engine", "spark"])]
 
 
 SECRETS = {"AIRFLOW_VAR_FLEET_AUDIT_KEY": "k:audit-secret-0123456789abcdef0123456789",

@@ -176,6 +176,9 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
         self.application = str(jobs_dir() / f"{self.name}.py")
         if self._small_input():
             return self._run_in_process()
+        if self.in_process_input and "--engine" not in (self.application_args or []):
+            # decided here, once: the job does not judge its input's size again under spark-submit
+            self.application_args = [*(self.application_args or []), "--engine", "spark"]
         folder = Path(tempfile.mkdtemp(prefix=f"fleet-spark-{re.sub(r'[^A-Za-z0-9_.-]', '_', self.task_id)}-"))
         try:
             zip_path = build_py_files(folder)
