@@ -37,9 +37,7 @@ class ReassignmentError(ConnectionError):
 
 def _request(api_key: int, correlation_id: int, body: bytes) -> bytes:
     """Request header v2 (flexible: client id as int16 string, then empty tags) and `body`."""
-    header = struct.pack(">hhi", api_key, VERSION, correlation_id) + codec.string("fleetkit") + codec.NO_TAGS
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    return codec.encode_request(api_key, VERSION, correlation_id, body, flexible=True)
 
 
 def alter_body(timeout_ms: int, topic: str, moves: dict[int, list[int] | None]) -> bytes:

@@ -35,7 +35,7 @@ from fleetkit.clients import log_format, wire
 from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
 from fleetkit.core.errors import NotAuthorized, refused
 from fleetkit.clients.wire import _Broker
-from fleetkit.clients.wire_codec import NO_TAGS, error_name, response_reader
+from fleetkit.clients.wire_codec import NO_TAGS, encode_request, error_name, response_reader
 from fleetkit.clients.wire_codec import array_len as _array_len, string as _string
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,7 @@ def not_authorized(error: str, resource_name: str | None, security, request: str
 
 def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
     """A size-prefixed request (header v1, or v2 with empty tagged fields when flexible)."""
-    flexible = version >= FLEXIBLE_FROM[api_key]
-    header = struct.pack(">hhi", api_key, version, correlation_id) + _string("fleetkit")
-    if flexible:
-        header += NO_TAGS
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    return encode_request(api_key, version, correlation_id, body, version >= FLEXIBLE_FROM[api_key])
 
 
 def version_for(broker: _Broker, api_key: int) -> int:
