@@ -411,6 +411,45 @@ def write_dataset(df: DataFrame, data_root: str, dataset: str, run_stamp: str) -
     return final.text
 
 
+def arrow_task(fn):
+    """A mapInArrow function running `fn` (an Arrow table -> an Arrow table or None) once on all of
+    a task's rows: the library's stages run in Spark's tasks as they run in process."""
+    def run(batches):
+        import pyarrow as pa
+
+        batches = list(batches)
+        if not batches:
+            return
+        out = fn(pa.Table.from_batches(batches))
+        if out is not None and out.num_rows:
+            yield from out.to_batches()
+    return run
+
+
+def arrow_merging_task(fn, compact_rows: int = 1_000_000):
+    """A mapInArrow function running `fn`, a partial aggregation whose outputs merge by running it
+    again (fn(concat(fn(a), fn(b))) == fn(concat(a, b))), batch by batch: a task holds the partial
+    results, not its rows, and merges them whenever they outgrow twice the last merge (or
+    `compact_rows`)."""
+    def run(batches):
+        import pyarrow as pa
+
+        parts, rows, limit = [], 0, compact_rows
+        for batch in batches:
+            part = fn(pa.Table.from_batches([batch]))
+            parts.append(part)
+            rows += part.num_rows
+            if rows > limit:
+                parts = [fn(pa.concat_tables(parts))]
+                rows = parts[0].num_rows
+                limit = max(compact_rows, 2 * rows)
+        if parts:
+            out = fn(pa.concat_tables(parts)) if len(parts) > 1 else parts[0]
+            if out.num_rows:
+                yield from out.to_batches()
+    return run
+
+
 def iso(col) -> "F.Column":
     return F.date_format(col, ISO_Z)
 

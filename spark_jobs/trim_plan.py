@@ -19,80 +19,41 @@ import argparse
 import json
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from jobs_common import mark_done, path_exists, path_join, session, write_text  # noqa: E402
-from offsets_health import current_records, latest_inventory, newest_per_key, read_dataset  # noqa: E402
+from jobs_common import arrow_task, mark_done, path_exists, path_join, session, spark_schema, write_text  # noqa: E402
+from offsets_health import (  # noqa: E402
+    current_records, latest_inventory, newest_per_key, read_dataset, with_has_members,
+)
 
 from pyspark.sql import DataFrame  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-from fleetkit.trim import planning  # noqa: E402
+from fleetkit.trim import planning, stages  # noqa: E402
 
 
-def replicas_to_trim(segments: DataFrame, targets: DataFrame) -> dict[tuple, list[dict]]:
-    """{(cluster, broker, partition): its segments of the latest inventory, oldest first, each with
-    "quarantine" (planning.mark_quarantine)}: collected to the driver (a replica has tens of segments)."""
-    latest = latest_inventory(segments).join(targets, ["cluster", "broker", "partition"])
-    out: dict[tuple, list[dict]] = defaultdict(list)
-    for r in latest.orderBy("cluster", "partition", "broker", "base_offset").collect():
-        out[(r["cluster"], r["broker"], r["partition"])].append(r.asDict())
-    return planning.mark_quarantine(out)
-
-
-def lost_keys(newest: DataFrame, cutoffs: DataFrame) -> DataFrame:
-    """Live keys (newest record per key, not a tombstone) below the partition's cutoff: removed by the trim."""
-    return (newest.filter(~F.col("tombstone")).join(cutoffs, ["cluster", "partition"])
-            .filter(F.col("offset") < F.col("cutoff")))
-
-
-def build(records: DataFrame, segments: DataFrame, health: DataFrame, group_states: DataFrame | None,
+def build(records: DataFrame, segments: DataFrame, health_rows: list[dict], states: dict | None,
           partitions: list[int] | None) -> dict:
-    unhealthy = health.filter(F.col("verdict") != "HEALTHY")
-    if partitions is not None:
-        unhealthy = health.filter(F.col("partition").isin(partitions))
-    targets = unhealthy.select("cluster", "broker", "partition").distinct()
-    replicas = replicas_to_trim(segments, targets)
-    cutoffs = records.sparkSession.createDataFrame([(c, p, v) for (c, p), v in sorted(planning.cutoffs_of(replicas).items())],
-                                                   "cluster string, partition long, cutoff long")
-    # one aggregation of the records serves every question below (lost keys, live groups, group state)
-    relevant = records.join(F.broadcast(cutoffs.select("cluster", "partition")), ["cluster", "partition"])
-    newest = newest_per_key(relevant.withColumn("has_members", F.coalesce(F.size("members") > 0, F.lit(False))),
-                            ["tombstone", "key_version", "committed_offset", "generation", "has_members"]).cache()
-    lost = lost_keys(newest, cutoffs).cache()
-    # the commit metadata (a string, kept out of the aggregation) of the lost commits only
-    at = ["cluster", "partition", "offset"]
-    metadata = (relevant.select(*at, "metadata").join(lost.select(*at), at, "left_semi")
-                .groupBy(*at).agg(F.first("metadata").alias("metadata")))
-    commits = lost.filter(F.col("key_version") != 2).join(metadata, at, "left")
-    # is the group active? (rules.group_state, from the collected coordinator state and the group's
-    # newest group-metadata record). The executor re-checks live before it commits.
-    gm = (newest.filter(F.col("key_version") == 2)
-          .select("cluster", "group", (~F.col("tombstone") & F.col("has_members")).alias("metadata_live")))
-    commits = commits.join(gm, ["cluster", "group"], "left")
-    if group_states is not None:
-        commits = commits.join(group_states, ["cluster", "group"], "left")
-    else:
-        commits = commits.withColumn("group_state", F.lit(None).cast("string"))
-
-    commits = commits.orderBy("cluster", "partition", "group", "topic", "topic_partition")
-    live_groups = (newest.filter(~F.col("tombstone") & (F.col("key_version") != 2))
-                   .select("cluster", "partition", "group").distinct().orderBy("cluster", "partition", "group"))
-    metadata_lost = lost.filter(F.col("key_version") == 2).orderBy("cluster", "partition", "group")
-    health_rows = {(r["cluster"], r["broker"], r["partition"]): r.asDict() for r in unhealthy.collect()}
-    return planning.assemble(replicas, [r.asDict() for r in commits.select(*planning.COMMIT_FIELDS).collect()],
-                             [r.asDict() for r in live_groups.collect()],
-                             [r.asDict() for r in metadata_lost.collect()], health_rows)
+    """{cluster: plan}: the replicas to trim from the latest inventory, then stages.plan_rows of each
+    key of their partitions (in the tasks), collected for stages.plans."""
+    replicas, health_map = stages.replicas_to_trim(latest_inventory(segments), health_rows, partitions)
+    cutoffs = planning.cutoffs_of(replicas)
+    wanted = records.sparkSession.createDataFrame(sorted(cutoffs), "cluster string, partition int")
+    relevant = with_has_members(records.join(F.broadcast(wanted), ["cluster", "partition"]))
+    rows = newest_per_key(relevant, stages.PLAN_COLS, lambda t: stages.plan_rows(t, cutoffs), stages.PLAN_ROWS)
+    return stages.plans(replicas, health_map, rows.toArrow(), states)
 
 
-def group_states_frame(spark, root: str) -> DataFrame | None:
+def group_states(spark, root: str) -> dict | None:
+    """stages.group_states per group (its rows in one task), collected; None without the dataset."""
     try:
-        gc = read_dataset(spark, root, "group_coordinators")
+        gc = read_dataset(spark, root, "group_coordinators").select("cluster", "group", "observed_at", "state")
     except SystemExit:
         return None
-    return gc.groupBy("cluster", "group").agg(F.max_by("state", "observed_at").alias("group_state"))
+    out = gc.repartition("cluster", "group").mapInArrow(
+        arrow_task(lambda t: stages.states_table(stages.group_states(t, with_time=True))), spark_schema(stages.STATES))
+    return stages.group_states(out.toArrow())
 
 
 def parse_partitions(text: str) -> list[int] | None:
@@ -110,10 +71,10 @@ def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | Non
     health_file = path_join(health_dir, "health.jsonl")
     if not path_exists(health_file):
         raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
-    health = spark.read.json(health_file)
+    health = [r.asDict() for r in spark.read.json(health_file).collect()]
     plans = build(current_records(spark, data_root),
                   read_dataset(spark, data_root, "segment_inventory"), health,
-                  group_states_frame(spark, data_root), parts)
+                  group_states(spark, data_root), parts)
     write_text(path_join(out, "trim_plan.json"), planning.plan_json(plans))
     return planning.summary(plans)
 

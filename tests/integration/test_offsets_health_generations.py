@@ -70,9 +70,8 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
         offsets_health.read_dataset(spark, root.uri, "cleaner_checkpoints") if not modern else
         spark.createDataFrame([], "cluster string, broker int, log_dir string, topic string, partition int, "
                                   "observed_at timestamp, checkpoint_offset long"),
-        offsets_health.settings_frame(spark, str(h.fleet_file)), 3.0, 0,
-        offsets_health.broker_settings_frame(spark, root.uri, str(h.fleet_file)))
-    rows = [r.asDict() for r in out.collect()]
+        *offsets_health.inprocess.cleaner_settings(str(h.fleet_file), root), 3.0, 0)
+    rows = out.to_pylist()
     verdicts = sorted((r["partition"], r["broker"], r["verdict"]) for r in rows)
     brokers = sorted(b.id for b in cluster.brokers)
     assert verdicts == sorted([(quiet_p, b, "HEALTHY") for b in brokers] +

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from fleetkit.core.datasets import SCHEMAS
-from fleetkit.stuck import inprocess
+from fleetkit.stuck import inprocess, stages
 from tests.spark.test_stuck_job import AS_OF, case_rows, storm_rows, to_jsonl
 from tests.stuck_cases import WINDOW
 
@@ -47,7 +47,7 @@ def mixed_rows() -> list[dict]:
 def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
     spark = live
     import stuck_partitions as job
-    from jobs_common import SNAPSHOT_SCHEMA, iso
+    from jobs_common import SNAPSHOT_SCHEMA
     from pyspark.sql import functions as F
 
     rows = mixed_rows()
@@ -58,14 +58,14 @@ def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
         return [json.loads(r[0]) for r in frame.select(F.to_json(F.struct("*"), {"ignoreNullFields": "false"})).collect()]
 
     spark_findings = as_written(job.for_json(findings))
-    spark_groups = as_written(groups.withColumn("judged_from", iso(F.col("judged_from"))))
+    spark_groups = as_written(job.for_json(groups))
     spark_series = as_written(job.lag_series(findings, job.with_source(df), as_of, WINDOW))
 
     table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in SCHEMAS["offsets_snapshots"]} for r in rows],
                                  schema=SCHEMAS["offsets_snapshots"])
     f2, g2, as_of2 = inprocess.evaluate(table, WINDOW, AS_OF)
     assert as_of2 == AS_OF
-    mine = json.loads(json.dumps(inprocess.for_json(f2)))
+    mine = json.loads(json.dumps(stages.as_json(f2)))
     keys = ("cluster", "source", "group", "topic", "partition")
     theirs, ours = by_key(spark_findings, keys), by_key(mine, keys)
     assert theirs.keys() == ours.keys()
@@ -76,14 +76,14 @@ def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
         assert list(got) == list(want), k  # the same columns in the same order
         diff = {c: (want[c], got[c]) for c in want if not close(want[c], got[c])}
         assert not diff, (k, diff)
-    mine_groups = json.loads(json.dumps(inprocess.groups_for_json(g2)))
+    mine_groups = json.loads(json.dumps(stages.as_json(g2)))
     theirs, ours = by_key(spark_groups, keys[:3]), by_key(mine_groups, keys[:3])
     assert theirs.keys() == ours.keys() and any(g["rebalance_storm"] for g in mine_groups)
     for k, want in theirs.items():
         assert list(ours[k]) == list(want), k
         diff = {c: (want[c], ours[k][c]) for c in want if not close(want[c], ours[k][c])}
         assert not diff, (k, diff)
-    mine_series = json.loads(json.dumps(inprocess.lag_series(f2, table, AS_OF, WINDOW)))
+    mine_series = json.loads(json.dumps(stages.as_json(inprocess.lag_series(f2, table, AS_OF, WINDOW))))
     assert mine_series and by_key(mine_series, keys).keys() == by_key(spark_series, keys).keys()
     for k, want in by_key(spark_series, keys).items():
         assert close(by_key(mine_series, keys)[k], want), k

@@ -13,7 +13,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 #: the modules whose functions the Spark jobs run inside executors (UDFs, mapInPandas)
 EXECUTOR_MODULES = ["fleetkit.stuck.rules", "fleetkit.trim.rules", "fleetkit.ownership.rules",
-                    "fleetkit.group_ids.rules", "fleetkit.core.partitioning", "fleetkit.core.datasets"]
+                    "fleetkit.group_ids.rules", "fleetkit.core.partitioning", "fleetkit.core.datasets",
+                    "fleetkit.stuck.stages", "fleetkit.stuck.columnar"]
 NOT_ON_EXECUTORS = ["yaml", "jinja2", "kazoo", "confluent_kafka", "airflow", "psutil"]
 
 

@@ -1,20 +1,16 @@
-"""offsets_health's per-task summary (`_summarizer`): distinct records per segment bucket, in numpy.
+"""The offsets_health job's per-task summary (fleetkit.trim.stages.summarize, which its Spark tasks
+run through jobs_common.arrow_task): distinct records per segment bucket, in numpy.
 
-A pure function over Arrow batches (no Spark session); checked against a plain-Python reference
+A pure function over Arrow tables (no Spark session); checked against a plain-Python reference
 on random input: copies of a record in several batches, several partitions per task, offsets
 below every segment base, tombstones and sizes."""
 
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
-
 import pyarrow as pa
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "spark_jobs"))
-
-from offsets_health import _summarizer  # noqa: E402
+from fleetkit.trim.stages import summarize
 
 
 def reference(rows, bases):
@@ -37,7 +33,10 @@ def run(rows, bases, batch=7):
         names=["_pid", "offset", "tombstone", "size_bytes"])
         for chunk in (rows[i:i + batch] for i in range(0, len(rows), batch))]
     out = {}
-    for b in _summarizer(bases)(iter(batches)):
+    table = pa.Table.from_batches(batches) if batches else pa.table({
+        "_pid": pa.array([], pa.int32()), "offset": pa.array([], pa.int64()), "tombstone": pa.array([], pa.bool_()),
+        "size_bytes": pa.array([], pa.int32())})
+    for b in summarize(table, bases).to_batches():
         for pid, bucket, n, t, s, m in zip(*(b.column(i).to_pylist() for i in range(6))):
             assert (pid, bucket) not in out
             out[(pid, bucket)] = (n, t, s, m)

@@ -141,6 +141,47 @@ FINDINGS: dict[str, pa.Schema] = {
         ("client_id", pa.string()), ("member_ids", pa.list_(pa.string())), ("znode_group", pa.string()),
         ("znode_version", pa.int32()), ("ctime_ms", pa.int64()), ("mtime", TS), ("age_seconds", pa.float64()),
     ]),
+    # the stuck job's (fleetkit.stuck.stages): one row per partition of a group in an offsets store,
+    # also appended as a dataset under the data root
+    "stuck_findings": pa.schema([
+        ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()), ("source", pa.string()),
+        ("group", pa.string()), ("status", pa.string()), ("lag", pa.int64()), ("committed_offset", pa.int64()),
+        ("log_start_offset", pa.int64()), ("log_end_offset", pa.int64()), ("assigned", pa.bool_()),
+        ("window_start", TS), ("window_end", TS), ("snapshots", pa.int64()), ("reason", pa.string()),
+        ("unchanged_since", TS), ("confidence", pa.string()), ("stalled_since", TS), ("stopped_since", TS),
+        ("judged_from", TS), ("offset_expires_at", TS), ("expires_in_seconds", pa.int64()),
+        ("lag_seconds", pa.float64()), ("lag_seconds_kind", pa.string()), ("lag_seconds_error", pa.float64()),
+    ]),
+    # one row per group: its findings rolled up and its rebalance-storm verdict
+    "stuck_groups": pa.schema([
+        ("cluster", pa.string()), ("source", pa.string()), ("group", pa.string()), ("status", pa.string()),
+        ("total_lag", pa.int64()), ("counts", pa.map_(pa.string(), pa.int64())), ("judged_from", TS),
+        ("rebalance_storm", pa.bool_()), ("storm_kind", pa.string()), ("rebalances", pa.int32()),
+        ("rejoins", pa.int32()), ("group_wide_stop", pa.bool_()), ("storm_fix", pa.string()),
+    ]),
+    # the offsets_health job's (fleetkit.trim.stages): one row per __consumer_offsets replica
+    "offsets_health": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("partition", pa.int32()),
+        ("records", pa.int64()), ("live_keys", pa.int64()), ("tombstones", pa.int64()),
+        ("record_bytes", pa.int64()), ("live_bytes", pa.int64()), ("disk_bytes", pa.int64()),
+        ("segments", pa.int64()), ("duplicate_ratio", pa.float64()), ("largest_segment_messages", pa.int64()),
+        ("keys_per_pass", pa.int64()), ("checkpoint_first", pa.int64()), ("checkpoint_last", pa.int64()),
+        ("dirty_bytes_first", pa.int64()), ("dirty_bytes_last", pa.int64()), ("verdict", pa.string()),
+        ("reason", pa.string()), ("fix", pa.string()),
+    ]),
+    # and one per segment of those replicas, with the messages it holds
+    "offsets_segments": pa.schema([
+        ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("partition", pa.int32()),
+        ("base_offset", pa.int64()), ("next_base", pa.int64()), ("size_bytes", pa.int64()),
+        ("is_active", pa.bool_()), ("messages", pa.int64()),
+    ]),
+    # lag over the window of the flagged partitions the report charts
+    "stuck_series": pa.schema([
+        ("cluster", pa.string()), ("source", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+        ("partition", pa.int32()), ("status", pa.string()),
+        ("points", pa.list_(pa.struct([("t", pa.string()), ("lag", pa.int64()), ("committed_offset", pa.int64()),
+                                       ("log_end_offset", pa.int64())]))),
+    ]),
 }
 
 
@@ -691,29 +732,6 @@ def read_jsonl(path) -> list[dict]:
     if not p.is_file():
         return []
     return [json.loads(line) for line in p.read_bytes().splitlines() if line.strip()]
-
-
-def _publish(dest, write) -> None:
-    """Publish `dest` (a local path, a URI or a DataPath) whole, from `write(tmp_path)` writing a
-    local file: renamed over it on a local folder, sent as one object to an object store."""
-    import tempfile
-
-    p = data_path(dest)
-    if p.local:
-        os.makedirs(os.path.dirname(p.path), exist_ok=True)
-        tmp = os.path.join(os.path.dirname(p.path), f".tmp-{uuid.uuid4().hex}-{p.name}")
-        try:
-            write(tmp)
-            os.replace(tmp, p.path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return
-    with tempfile.TemporaryDirectory(prefix="fleet-publish-") as d:
-        tmp = os.path.join(d, p.name)
-        write(tmp)
-        with open(tmp, "rb") as f:
-            p.write_bytes(f.read())
 
 
 def publish_rows(rows, dest) -> None:

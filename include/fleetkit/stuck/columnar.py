@@ -1,6 +1,6 @@
 """The stuck job's per-partition facts computed column-wise (numpy over Arrow tables): what
 fleetkit.stuck.rules.features computes for one partition's rows, for every partition of a table at
-once. The Spark job (spark_jobs/stuck_partitions.py) hands each task's rows here (mapInArrow);
+once. fleetkit.stuck.stages.task runs it first, in each Spark task and once in process;
 rules.features stays the reference (tests/unit/test_stuck_key_features.py compares the two)."""
 
 from __future__ import annotations
@@ -431,11 +431,6 @@ def task_output_schema():
         name, ddl = part.split(" ")
         fields.append(pa.field(name, arrow(ddl)))
     return pa.schema(fields)
-
-
-def task_output_ddl() -> str:
-    """task_output_schema as a Spark DDL string."""
-    return "_row int, " + ", ".join(f"`{c}` {_KEY_TYPES[c]}" for c in KEYS) + ", " + ", ".join(_PARTS)
 
 
 def log_end_points(table, hi_us: int, raw=None):
