@@ -787,11 +787,3 @@ def commit_index(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     log.info("cluster %s: %d group(s) with live commits in %s (%.1fs)", cluster.name, len(index), OFFSETS_TOPIC,
              res.seconds)
     return CommitIndex(live_groups(index, now_ms), times, res.problems, generations)
-
-
-def committed_groups(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                     retention_ms: int = DEFAULT_OFFSETS_RETENTION_MS,
-                     max_records: int = COMMITTED_GROUPS_MAX_RECORDS) -> tuple[set[str], list[str]]:
-    """(groups with live commits, problems): commit_index without the rhythm."""
-    idx = commit_index(cluster, kafka, root, retention_ms, max_records)
-    return idx.groups, idx.problems

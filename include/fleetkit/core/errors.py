@@ -13,10 +13,6 @@ class ClusterUnreachable(FleetError):
     """A cluster (Kafka or ZooKeeper) did not answer."""
 
 
-class CollectionError(FleetError):
-    """A collection could not complete; nothing was written."""
-
-
 class LabError(FleetError):
     """The lab fleet could not be started, stopped or inspected."""
 
