@@ -49,15 +49,13 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 from airflow.providers.standard.exceptions import HITLTriggerEventError
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 
-from fleetkit.core import journal as run_journal
 from fleetkit.core.action import Action, ClusterContext
 from fleetkit.core import plans
 from fleetkit.core.errors import FleetError
 from fleetkit.core.fleet import Cluster, load_fleet
 from fleetkit.core.render import render, visible_controls
-from fleetkit.core.runbook import (GATE_SEQ, SECOND, TRIGGERING_USER, Refused, Runbook, eligible_approvers,
-                                   needs_second_approver,
-                                   require_approvers, requesters)
+from fleetkit.core.runbook import (SECOND, TRIGGERING_USER, Refused, Runbook, VerifyFailed, eligible_approvers,
+                                   needs_second_approver, require_approvers, requesters)
 
 from fleet_airflow import settings
 # the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
@@ -119,11 +117,6 @@ def runbook(params: dict, action: GateAction, context) -> Runbook:
     return Runbook(capability=action.capability, action=action.name, dag_id=context["dag"].dag_id,
                    run_id=context["run_id"], cluster=params["cluster"], data_root=data_root(),
                    fleet_file=settings.fleet_file(), lock_dir=lock_dir())
-
-
-def execute_journal(params: dict, action: GateAction, context) -> str:
-    """Where this run's execute journals its changes (derived from the run, never passed along)."""
-    return str(runbook(params, action, context).journal)  # (the journal's file, or its key in the database)
 
 
 def render_plan(action: GateAction, plan: dict, digest: str,
@@ -534,41 +527,18 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
         # no answer (an approval task marked success by hand): what its XCom claimed, for the record
         evidence = {} if answered else {"approval_record": str(rb.approval_file()), "xcom_claimed": json.loads(
             json.dumps(context["ti"].xcom_pull(task_ids="approve"), default=str))}
-        try:
-            plan, digest_now, actor = rb.approved(requested_by=_run_requesters(context), check_audit=True,
-                                                  triggering_user=_triggering_user(context),
-                                                  details=evidence)
-        except Refused as e:
-            raise AirflowFailException(f"REFUSED, nothing executed: {e}") from None
-
-        def refuse(msg: str, details: dict | None = None):
-            rb.audit("refused", actor=actor, digest=digest_now, message=msg, details=details)
-            raise AirflowFailException(f"REFUSED, nothing executed: {msg}")
-
-        journal_file = execute_journal(params, action, context)
-
-        def run(ctx: ClusterContext) -> dict:
-            problems = action.check(ctx, plan)
-            if problems:
-                refuse("preconditions no longer hold: " + "; ".join(problems), {"problems": problems})
-            log.info("preconditions hold; executing %s approved by %s (plan %s); journal %s", action.name, actor,
-                     digest_now, journal_file)
-            return rb.execute(lambda: action.execute(ctx, plan), actor=actor, digest=digest_now,
-                              rollback=plan["rollback"])
-
         # every change first checks that this run still holds the cluster's lock (an operator may have
         # cleared it): the lock task named the identity it locked
-        identity = context["ti"].xcom_pull(task_ids="lock", key="lock_identity")
-        owner = f"{context['dag'].dag_id}/{context['run_id']}"
-        if not identity:
-            refuse("the lock task recorded no lock identity: this run does not hold the cluster's lock")
         try:
-            with rb.under_lock(identity, owner):
-                result = _with_cluster(params, run, journal_path=journal_file, changes=True)
+            result = rb.execute_approved(
+                action, lambda fn: _with_cluster(params, fn, journal_path=str(rb.journal), changes=True),
+                context["ti"].xcom_pull(task_ids="lock", key="lock_identity"),
+                f"{context['dag'].dag_id}/{context['run_id']}", requested_by=_run_requesters(context),
+                triggering_user=_triggering_user(context), details=evidence)
+        except Refused as e:
+            raise AirflowFailException(f"REFUSED, nothing executed: {e}") from None
         except FleetError as e:
             raise AirflowFailException(str(e)) from None
-        _audit(params, context, action, "executed", actor=actor, digest=digest_now,
-               message=f"executed, approved by {actor}", details={"result": result, "rollback": plan["rollback"]})
         # the result for verify in a file beside the plan; the XCom only says where (what the
         # cluster said, NUL included, never goes into the metadata database)
         path = plans.store_result(plans_root(), context["dag"].dag_id, context["run_id"], result)
@@ -577,37 +547,19 @@ def approval_gate(action: GateAction, response_timeout: dt.timedelta = DEFAULT_R
     @task(task_id="verify")
     def verify_task(**context) -> str:
         params = context["params"]
-        plan, digest = plans.load(plans_root(), context["dag"].dag_id, context["run_id"])
         result = plans.load_result(plans_root(), context["dag"].dag_id, context["run_id"])
-        problems = _with_cluster(params, lambda ctx: action.verify(ctx, plan, result))
-        if problems:
-            _audit(params, context, action, "verify_failed", digest=digest, message="; ".join(problems),
-                   details={"problems": problems, "rollback": plan["rollback"]})
-            raise AirflowFailException("verification failed: " + "; ".join(problems))
-        _audit(params, context, action, "verified", digest=digest, message="verified: the cluster reads back the plan")
+        try:
+            runbook(params, action, context).verify_executed(action, lambda fn: _with_cluster(params, fn), result)
+        except VerifyFailed as e:
+            raise AirflowFailException(str(e)) from None
         return "verified"
 
     @task(task_id="cleanup")
     def cleanup_task(**context) -> list[str]:
         """Teardown: record an execute that started and never finished, then the action's teardown."""
         params = context["params"]
-        journal_file = execute_journal(params, action, context)
-        gate_entry = run_journal.read_journal(journal_file).get(GATE_SEQ)
-        if gate_entry is None:
-            log.info("execute never started: nothing to clean up")
-            return []
-        plan, digest = plans.load(plans_root(), context["dag"].dag_id, context["run_id"])
-        if gate_entry["status"] == "intent":
-            account = run_journal.summary(journal_file)
-            _audit(params, context, action, "interrupted", actor=gate_entry.get("actor"), digest=digest,
-                   message=f"execute started and never finished (killed or lost): {len(account['done'])} change(s) "
-                           f"made, {len(account['unknown'])} of unknown outcome; see the journal {journal_file}",
-                   details={"journal": account, "rollback": plan["rollback"]})
-        done = _with_cluster(params, lambda ctx: action.teardown(ctx, plan), journal_path=journal_file, changes=True)
-        if done:
-            _audit(params, context, action, "teardown", digest=digest, message="; ".join(done),
-                   details={"done": done})
-        return done
+        rb = runbook(params, action, context)
+        return rb.clean_up(action, lambda fn: _with_cluster(params, fn, journal_path=str(rb.journal), changes=True))
 
     @task(task_id="unlock")
     def unlock_task(**context) -> bool:

@@ -301,3 +301,86 @@ def test_holding_releases_the_lock_whatever_happens_and_guards_every_change(depl
         lock.release("me")  # cleared under it (an operator's `fleetctl lock clear`)
         with pytest.raises(LockLost), rb.open_journal() as j:
             j.step(0, lambda: None, op="set")  # the next change finds out before it is made
+
+
+class _Action:
+    """An action's callables, recording what the engine asked (a unit test reaches no cluster)."""
+
+    name = "reset_offsets"
+
+    def __init__(self, problems=(), verify=(), teardown=()):
+        self.problems, self.verify_problems, self.teardown_done = list(problems), list(verify), list(teardown)
+        self.executed = 0
+
+    def check(self, ctx, plan):
+        return self.problems
+
+    def execute(self, ctx, plan):
+        self.executed += 1
+        return {"changed": 1}
+
+    def verify(self, ctx, plan, result):
+        return self.verify_problems
+
+    def teardown(self, ctx, plan):
+        return self.teardown_done
+
+
+def _events(rb) -> list[str]:
+    from fleetkit.core import audit
+
+    return [r["event"] for r in audit.authentic_records(rb.root, "c1", rb.run_id)]
+
+
+def _approved(rb, digest):
+    rb.write_approval(record(digest=digest, second="bob"))
+    rb.audit("approved", actor="alice", digest=digest)
+    rb.audit("approved", actor="bob", digest=digest)
+
+
+def test_the_steps_after_approval_run_in_order_and_each_is_audited(deployment):
+    """execute (approval, lock identity, preconditions, change, `executed`), verify, clean up: the
+    gate's tasks only call them."""
+    from fleetkit.core.runbook import VerifyFailed
+
+    rb, digest = deployment
+    _approved(rb, digest)
+    cluster = rb.fleet_cluster()
+    lock = rb.lock(cluster, _Kafka(), None, "dag/r1")
+    act = _Action(verify=["offset of g|t|0 is 7, the plan said 5"], teardown=["quarantine kept"])
+    assert rb.execute_approved(act, lambda fn: fn(None), lock.identity, "dag/r1") == {"changed": 1}
+    plans.store_result(rb.plans_root, rb.dag_id, rb.run_id, {"changed": 1})
+    with pytest.raises(VerifyFailed, match="g|t|0 is 7"):
+        rb.verify_executed(act, lambda fn: fn(None), {"changed": 1})
+    assert rb.clean_up(act, lambda fn: fn(None)) == ["quarantine kept"]
+    assert _events(rb)[-3:] == ["executed", "verify_failed", "teardown"] and act.executed == 1
+
+
+def test_execute_refuses_without_the_lock_or_when_a_precondition_fails_and_changes_nothing(deployment):
+    rb, digest = deployment
+    _approved(rb, digest)
+    act = _Action(problems=["group g is Stable now"])
+    lock = rb.lock(rb.fleet_cluster(), _Kafka(), None, "dag/r1")
+    with pytest.raises(Refused, match="preconditions no longer hold: group g is Stable now"):
+        rb.execute_approved(act, lambda fn: fn(None), lock.identity, "dag/r1")
+    with pytest.raises(Refused, match="a refusal is final"):  # and for good
+        rb.execute_approved(_Action(), lambda fn: fn(None), lock.identity, "dag/r1")
+    other = Runbook(capability="stuck", action="reset_offsets", dag_id=rb.dag_id, run_id="r3", cluster="c1")
+    _, digest3 = plans.store(other.plans_root, other.dag_id, other.run_id, plans.load(rb.plans_root, rb.dag_id,
+                                                                                      rb.run_id)[0])
+    _approved(other, digest3)
+    with pytest.raises(Refused, match="no lock identity"):
+        other.execute_approved(act, lambda fn: fn(None), None, "dag/r3")
+    assert act.executed == 0 and rb.execute_state() is None and other.execute_state() is None
+    assert _events(rb).count("refused") == 2 and _events(other).count("refused") == 1
+
+
+def test_clean_up_records_an_execute_that_never_finished(deployment):
+    from fleetkit.core.runbook import GATE_SEQ
+
+    rb, digest = deployment
+    assert rb.clean_up(_Action(teardown=["x"]), lambda fn: fn(None)) == []  # execute never started
+    with rb.open_journal() as j:
+        j.intent(GATE_SEQ, step="execute", actor="alice")
+    assert rb.clean_up(_Action(), lambda fn: fn(None)) == []
+    assert _events(rb) == ["interrupted"]

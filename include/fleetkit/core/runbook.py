@@ -27,6 +27,7 @@ Deployment settings (fleet file, data root, lock folder) come from the deploymen
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,12 @@ APPROVE = "Approve"
 REQUESTED_BY = "requested_by"
 GATE_SEQ = "gate"  # the gate's own journal entry: execute started (intent) / ended (done, failed)
 FINAL_EVENTS = ("refused", "rejected")  # once recorded for a run, nothing of it is ever executed
+
+log = logging.getLogger(__name__)
+
+
+class VerifyFailed(FleetError):
+    """The cluster does not read back what the executed plan said; audited `verify_failed`."""
 
 
 class Refused(FleetError):
@@ -377,6 +384,72 @@ class Runbook:
         with core_journal.Journal(path) as j:
             j.outcome(GATE_SEQ, "done")
         return out
+
+    # the run's steps after its approval, in order; the adapter (the gate's tasks) only wires them.
+    # `connect(fn)` runs fn(ClusterContext) over the cluster's connections (the runbook principal's
+    # for execute and cleanup, the read-only one's for verify).
+    def execute_approved(self, action, connect: Callable, identity: str | None, owner: str,
+                         requested_by: tuple[str, ...] = (), triggering_user: str | None = None,
+                         details: dict | None = None) -> dict:
+        """Execute an approved plan: the approval (`approved`, with the audit), this run's hold on the
+        lock taken by the lock step (`identity`, `under_lock`), the preconditions re-checked on the
+        cluster right before acting (action.check), the change (`execute`: its journal entry and a
+        failure's audit), then the audit's `executed`. Refused (audited) when a check says no; returns
+        the change's result."""
+        plan, digest, actor = self.approved(requested_by=requested_by, check_audit=True,
+                                            triggering_user=triggering_user, details=details)
+        if not identity:
+            raise self.refuse("the lock task recorded no lock identity: this run does not hold the cluster's lock",
+                              actor=actor, digest=digest)
+
+        def run(ctx) -> dict:
+            problems = action.check(ctx, plan)
+            if problems:
+                raise self.refuse("preconditions no longer hold: " + "; ".join(problems), actor=actor, digest=digest,
+                                  details={"problems": problems})
+            log.info("preconditions hold; executing %s approved by %s (plan %s); journal %s", action.name, actor,
+                     digest, self.journal)
+            return self.execute(lambda: action.execute(ctx, plan), actor=actor, digest=digest,
+                                rollback=plan["rollback"])
+
+        with self.under_lock(identity, owner):
+            result = connect(run)
+        self.audit("executed", actor=actor, digest=digest, message=f"executed, approved by {actor}",
+                   details={"result": result, "rollback": plan["rollback"]})
+        return result
+
+    def verify_executed(self, action, connect: Callable, result) -> None:
+        """Read the cluster back against the plan (action.verify): the audit's `verified`, or its
+        `verify_failed` and VerifyFailed naming the problems."""
+        plan, digest = plans.load(self.plans_root, self.dag_id, self.run_id)
+        problems = connect(lambda ctx: action.verify(ctx, plan, result))
+        if problems:
+            self.audit("verify_failed", digest=digest, message="; ".join(problems),
+                       details={"problems": problems, "rollback": plan["rollback"]})
+            raise VerifyFailed("verification failed: " + "; ".join(problems))
+        self.audit("verified", digest=digest, message="verified: the cluster reads back the plan")
+
+    def clean_up(self, action, connect: Callable) -> list[str]:
+        """After execute, whatever happened to it: an execute that started and never finished (its
+        journal entry left at intent: killed or lost) is audited `interrupted` with what the journal
+        says was made; then the action's teardown (audited when it did something). Nothing when
+        execute never started."""
+        state = self.execute_state()
+        if state is None:
+            log.info("execute never started: nothing to clean up")
+            return []
+        plan, digest = plans.load(self.plans_root, self.dag_id, self.run_id)
+        if state == "intent":
+            entry = core_journal.read_journal(self.journal)[GATE_SEQ]
+            account = core_journal.summary(self.journal)
+            self.audit("interrupted", actor=entry.get("actor"), digest=digest,
+                       message=f"execute started and never finished (killed or lost): {len(account['done'])} "
+                               f"change(s) made, {len(account['unknown'])} of unknown outcome; see the journal "
+                               f"{self.journal}", details={"journal": account, "rollback": plan["rollback"]})
+        done = connect(lambda ctx: action.teardown(ctx, plan))
+        if done:
+            self.audit("teardown", digest=digest, message="; ".join(done), details={"done": done})
+        return done
 
     def release_lock(self, identity: str, owner: str) -> bool:
         """Release the lock of a cluster identity taken by `owner` (no need to reach the cluster)."""
