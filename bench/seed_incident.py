@@ -31,7 +31,7 @@ Then, with the lab's `fleet` principal as an operator's tools have it:
    first LOAD_STUCK with its evidence (partition, leader epoch, size, seconds), the time until the
    groups answered, and the broker's own "Finished loading" figure;
 3. runbook_offsets_trim (dag.test on the tests' PostgreSQL metadata database, approved by a second
-   listed approver through tests.hitl, the plan from the offsets health Spark job), timed;
+   listed approver through fleetlab.hitl, the plan from the offsets health Spark job), timed;
 4. the leader change again: the load after the trim; then every group's offsets compared with (1).
 With --cold the page cache is dropped (root only) before each judged load, so the partition is read
 from disk as a partition larger than memory is; the warm loads are printed too.
@@ -47,7 +47,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -56,13 +55,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "include"), str(REPO / "plugins"), str(REPO)]
 
-import tests.conftest as tc  # noqa: E402  - the tests' environment: Airflow home, ports, PostgreSQL
+from fleetlab import harness  # noqa: E402
+
+#: the tests' environment (Airflow home, ports, PostgreSQL), set before anything imports Airflow
+H = harness.setup(REPO)
+
 from fleetkit.core.kafka_names import OFFSETS_TOPIC  # noqa: E402
 from fleetkit.core.partitioning import partition_for  # noqa: E402
-from fleetlab import postgres  # noqa: E402
 from fleetlab.lab import Lab, LabSpec, log_grown_since  # noqa: E402
 from fleetlab.traffic import bulk_commits  # noqa: E402
-from tests.helpers import commit_when_led, committed_offsets, groups_on_partition  # noqa: E402
+from fleetlab.arrange import commit_when_led, committed_offsets, groups_on_partition  # noqa: E402
 
 DAG = "runbook_offsets_trim"
 LOAD_LINE = re.compile(r"Finished loading[^\n]*?__consumer_offsets[-,](\d+)\]?[^\n]*? in (\d+) ?(?:ms|milliseconds)")
@@ -70,7 +72,7 @@ LOAD_LINE = re.compile(r"Finished loading[^\n]*?__consumer_offsets[-,](\d+)\]?[^
 
 def seed_spec(version: str, segment_mib: int) -> LabSpec:
     folder = REPO / ".lab-seed" / version
-    spec = LabSpec(lab_dir=str(folder), name=f"seed{version.replace('.', '')[:2]}", **tc.TEST_PORTS.cluster("trimgen"),
+    spec = LabSpec(lab_dir=str(folder), name=f"seed{version.replace('.', '')[:2]}", **H.ports.cluster("trimgen"),
                    brokers=1, kafka_version=version, broker_heap="1g",
                    broker_overrides={"log.cleaner.enable": "false"},
                    offsets_segment_bytes=segment_mib * 1024 * 1024)
@@ -214,27 +216,15 @@ def judged_loads(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str], ar
     return out
 
 
-def migrate_airflow_db() -> bool:
-    """The tests' PostgreSQL (started unless running) and a migrated database; True if started here."""
-    tc.TEST_AIRFLOW_HOME.mkdir(exist_ok=True)
-    was_running = postgres.running(tc.TEST_PG) is not None
-    postgres.up(tc.TEST_PG)
-    out = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"], capture_output=True,
-                         text=True, env=dict(os.environ))
-    if out.returncode != 0:
-        raise SystemExit(f"airflow db migrate failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return not was_running
-
-
 def run_trim(spec: LabSpec, P: int, tmp: Path) -> tuple[float, object, Path]:
     from airflow.dag_processing.dagbag import DagBag
 
-    from tests.hitl import Answerer, run_dag
+    from fleetlab.hitl import Answerer, run_dag
 
     data = tmp / "data"
     os.environ.update(FLEET_FILE=str(tmp / "fleet.yaml"), FLEET_DATA_ROOT=str(data), FLEET_LOCK_DIR=str(tmp / "locks"))
-    dag = DagBag(dag_folder=str(tc.DAGS_FOLDER)).get_dag(DAG)
-    t0 = time.monotonic()  # approved by "approver", requested by "admin" (tests.hitl)
+    dag = DagBag(dag_folder=str(H.dags_folder)).get_dag(DAG)
+    t0 = time.monotonic()  # approved by "approver", requested by "admin" (fleetlab.hitl)
     dr = run_dag(dag, {"cluster": spec.name, "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0},
                  Answerer(DAG, "Approve", timeout=3600))
     wall = time.monotonic() - t0
@@ -258,7 +248,7 @@ def one_generation(version: str, args) -> str:
         lab.up()
         for k, v in spec.connection_env().items():
             os.environ[k] = v
-        tc.write_fleet_file(spec, tmp / "fleet.yaml")
+        harness.write_fleet_file(spec, tmp / "fleet.yaml")
         from fleetkit.core.fleet import load_fleet
         cluster = load_fleet(tmp / "fleet.yaml").cluster(spec.name)
 
@@ -321,7 +311,7 @@ def main() -> int:
                          "from disk, as a partition larger than memory is; the warm loads are printed too")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
-    started = migrate_airflow_db()
+    started = harness.airflow_db_up(H)
     results = []
     try:
         for version in args.generations.split(","):
@@ -329,8 +319,7 @@ def main() -> int:
             print(results[-1], flush=True)
     finally:
         if started:
-            tc._close_airflow_sessions()
-            print(f"postgresql: {postgres.down(tc.TEST_PG)}")
+            print(harness.airflow_db_down(H))
     print("\n".join(results))
     return 0 if all(r.endswith(" met") and "NOT met" not in r for r in results) else 1
 

@@ -1,8 +1,6 @@
-"""Shared fixtures. The environment is set here, before anything imports Airflow:
-the tests use their own Airflow home (.airflow-test, with its own PostgreSQL on 15432, database
-airflow_test) and their own lab fleet in .lab-test (clusters labtest, lab39test, lab43test: Kafka
-0.9.0.1, 3.9.2 and 4.3.1 on the tests' ports of fleetlab/ports.py), so they never touch the demo's.
-A test starts only the clusters it asks for (fixtures `lab`, `lab_fleet`, `generation_lab`).
+"""Shared fixtures. The environment is fleetlab.harness's, set here before anything imports
+Airflow: the tests' own Airflow home, PostgreSQL and lab fleet, so they never touch the demo's. A
+test starts only the clusters it asks for (fixtures `lab`, `lab_fleet`, `generation_lab`).
 FLEET_TEST_PORT_OFFSET (default 0; multiples of 1000 up to 5000) shifts every test port, so two
 checkouts can run their suites side by side.
 
@@ -15,9 +13,7 @@ under the real scheduler (tests/ui, tests/cluster) all in the same one: they sha
 from __future__ import annotations
 
 import copy
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,84 +21,23 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-#: the pytest-xdist worker this process is ("gw0", "gw1", ...; "" without -n) and its number
-WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-SHARD = int(WORKER[2:]) if WORKER.startswith("gw") and WORKER[2:].isdigit() else 0
-if SHARD:  # set before anything reads the port plan (fleetlab.ports) or starts a server
-    os.environ["FLEET_TEST_PORT_OFFSET"] = str(int(os.environ.get("FLEET_TEST_PORT_OFFSET", "0")) + 1000 * SHARD)
+from fleetlab import harness  # noqa: E402
 
-
-def state_dir(name: str) -> Path:
-    """The folder `name` of the repository that holds this test process's servers and data
-    (`name-gwN` for the second and later pytest-xdist workers)."""
-    return REPO / (f"{name}-{WORKER}" if SHARD else name)
-
-
-TEST_AIRFLOW_HOME = state_dir(".airflow-test")
-
-os.environ["AIRFLOW_HOME"] = str(TEST_AIRFLOW_HOME)
-os.environ["AIRFLOW_CONFIG"] = str(REPO / "airflow.cfg")
-os.environ.setdefault("AIRFLOW__CORE__FERNET_KEY", "3pP9cXqGzv0E2p3d7bq2m8XZr8s2uQ3k4y0JrJ5H1xk=")
-os.environ.setdefault("AIRFLOW__API_AUTH__JWT_SECRET", "test-only-jwt-secret-not-for-production")
-# the audit key (HMAC of the audit chain): a fixed test key, `id:secret`
-os.environ.setdefault("AIRFLOW_VAR_FLEET_AUDIT_KEY", "tests:test-only-audit-key-not-for-production-0123456789")
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-# paused (as in production): no scheduled run competes with the tests for the machine or writes
-# into the data root under a test; a test that needs a DAG's runs unpauses it and triggers them
-os.environ["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] = "True"
-# the DAG files do not change under a test run: the tests' dag-processor parses each file when it
-# starts, not every 15 s as airflow.cfg says (those parses took a quarter of a core all along)
-os.environ["AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL"] = "3600"
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-from fleetlab import ports  # noqa: E402
-
-PORT_OFFSET = ports.test_offset()
-TEST_PORTS = ports.tests()
-os.environ["FLEET_AIRFLOW_PORT"] = str(TEST_PORTS.airflow_api)  # the tests' own api-server (the demo uses 28080)
-os.environ["PATH"] = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}"
-os.environ["FLEET_PG_PORT"] = str(TEST_PORTS.postgres)
-os.environ["FLEET_PG_DATABASE"] = "airflow_test"
-
-from fleetlab import postgres, traffic  # noqa: E402
-
-TEST_PG = postgres.PgSpec(home=TEST_AIRFLOW_HOME / "postgres", port=int(os.environ["FLEET_PG_PORT"]),
-                          database=os.environ["FLEET_PG_DATABASE"])
-# the URL is known (its password generated) before the server starts, so Airflow's settings,
-# read when something first imports airflow, already point at it
-os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = TEST_PG.url()
-
-from fleetlab.lab import Lab, LabSpec, fleet_specs  # noqa: E402
-
+#: the environment, set before anything imports Airflow (fleetlab.harness: the benchmarks use it too)
+HARNESS = harness.setup(REPO, os.environ.get("PYTEST_XDIST_WORKER", ""))
+WORKER, SHARD = HARNESS.worker, HARNESS.shard
+state_dir = HARNESS.state_dir
+TEST_AIRFLOW_HOME = HARNESS.airflow_home
+PORT_OFFSET, TEST_PORTS, TEST_PG = HARNESS.port_offset, HARNESS.ports, HARNESS.pg
 #: the test fleet: cluster name -> LabSpec (.lab-test/<name>)
-TEST_FLEET = fleet_specs(state_dir(".lab-test"), TEST_PORTS, suffix="test")
+TEST_FLEET = HARNESS.fleet
 TEST_LAB = TEST_FLEET["labtest"]
 #: the cluster of each Kafka generation, for tests parametrized over generations
-GENERATIONS = {"0.9": "labtest", "3.9": "lab39test", "4.3": "lab43test"}
-for _spec in TEST_FLEET.values():
-    os.environ.update(_spec.connection_env())
-# The tests' Spark jobs are small: a driver JVM that compiles with the quick JIT only (C1) spends
-# about half the CPU of the default tiered JIT on them (the stuck job on the test data: 23 s of
-# CPU instead of 41 s, 21 s instead of 26 s of wall time); spark-submit passes SPARK_SUBMIT_OPTS to
-# the driver (the DAGs' tasks and the `spark` fixture alike). Production jobs keep the default.
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1")
-os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[2]"})
-TEST_FLEET_FILE = state_dir(".lab-test") / "fleet.yaml"
-os.environ["FLEET_FILE"] = str(TEST_FLEET_FILE)
-# runs that take the default data root (e.g. started by an asset watcher) never write the demo's ./data
-os.environ["FLEET_DATA_ROOT"] = str(TEST_AIRFLOW_HOME / "data")
-# the audit chains' heads live as long as that data root (across sessions, whatever lock folder a
-# test takes): a head lost while its chain stays is reported, and refuses a trim's restore
-os.environ["FLEET_AUDIT_HEADS_DIR"] = str(TEST_AIRFLOW_HOME / "audit-heads")
-# the DAG files of the tests' Airflow: the loaders `fleetctl deploy dags` writes, as in a deployment
-# (the dags_folder of airflow.cfg is ${AIRFLOW_HOME}/dags)
-from fleet_airflow.dag_files import install as _install_dag_files  # noqa: E402
+GENERATIONS = harness.GENERATIONS
+TEST_FLEET_FILE, DAGS_FOLDER = HARNESS.fleet_file, HARNESS.dags_folder
 
-DAGS_FOLDER = TEST_AIRFLOW_HOME / "dags"
-_install_dag_files(DAGS_FOLDER)
-(TEST_AIRFLOW_HOME / "plugins").mkdir(parents=True, exist_ok=True)
-# the suite's clusters are collected when a test needs it, not every 5 min: none goes stale during a run
-# (the STALE state is tested with explicit intervals in tests/unit/test_blind.py and test_fleetview.py)
-os.environ["FLEET_COLLECTION_INTERVAL"] = "1h"
+from fleetlab import postgres, traffic  # noqa: E402
+from fleetlab.lab import Lab  # noqa: E402
 
 
 class LabHandle:
@@ -148,21 +83,8 @@ class LabHandle:
 
 # Who may approve a destructive runbook on the test cluster: the two users of airflow.cfg's
 # simple_auth_manager_users (tests trigger as one and approve as the other)
-TEST_APPROVERS = ["admin", "approver"]
-
-
-def write_fleet_file(spec: LabSpec | list[LabSpec], path: Path, **cluster_overrides) -> Path:
-    """A fleet file of one lab cluster (or several), the test approvers and overrides on each."""
-    specs = spec if isinstance(spec, list) else [spec]
-    doc = {"version": 1, "clusters": []}
-    for one in specs:
-        entry = one.fleet_cluster()
-        entry["approvers"] = list(TEST_APPROVERS)
-        entry.update(cluster_overrides)
-        doc["clusters"].append(entry)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+TEST_APPROVERS = harness.APPROVERS
+write_fleet_file = harness.write_fleet_file
 
 
 @pytest.fixture(scope="session")
@@ -211,28 +133,15 @@ def generation_lab(request, lab_fleet):
 def airflow_db():
     """A migrated metadata database for DAG tests: the tests' PostgreSQL (started here, stopped by
     PID at the end of the session unless it was already running), database airflow_test."""
-    TEST_AIRFLOW_HOME.mkdir(exist_ok=True)
-    was_running = postgres.running(TEST_PG) is not None
-    postgres.up(TEST_PG)
+    started = harness.airflow_db_up(HARNESS)
     try:
-        out = subprocess.run([str(REPO / ".venv" / "bin" / "airflow"), "db", "migrate"],
-                             capture_output=True, text=True, env=dict(os.environ))
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         yield TEST_AIRFLOW_HOME
     finally:
-        if not was_running:
-            _close_airflow_sessions()  # before the server goes: no rollback on a closed socket at exit
-            print(f"postgresql: {postgres.down(TEST_PG)}")
+        if started:
+            print(harness.airflow_db_down(HARNESS))
 
 
-def _close_airflow_sessions() -> None:
-    import sys as _sys
-
-    if "airflow.settings" in _sys.modules:
-        try:
-            _sys.modules["airflow.settings"].dispose_orm()
-        except Exception as e:  # noqa: BLE001 - best effort at the end of the session
-            print(f"closing Airflow's database sessions: {e}")
+_close_airflow_sessions = harness.close_airflow_sessions
 
 
 @pytest.fixture(scope="session")

@@ -6,11 +6,12 @@ import shutil
 import time
 from contextlib import contextmanager
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from fleetkit.clients.kafka import client_config
-from fleetkit.core.partitioning import partition_for
+# shared with the benchmarks: defined in the lab, the tests import them from here as before
+from fleetlab.arrange import (  # noqa: F401
+    commit_when_led, committed, committed_offsets, groups_on_partition, wait_until,
+)
 
 
 def fleet_kafka(spec, timeout: float | None = None, conn_id: str | None = None, **override):
@@ -46,43 +47,6 @@ def fleet_wire_security(spec):
     return fleet_kafka(spec).wire_security
 
 
-def committed(bootstrap: str, group: str, topic: str, partitions: int = 3,
-              kafka_version: str = "0.9.0.1", security: dict | None = None) -> list[TopicPartition]:
-    """The group's commit of each partition of `topic` (offset -1001: none; metadata as librdkafka
-    reads it, up to its trailing NUL), read through the admin API the way kafka-consumer-groups does
-    (`security`: a secured lab's admin login)."""
-    from fleetlab.traffic import login_for
-
-    admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **login_for(bootstrap, security)},
-                                      kafka_version))
-    fut = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
-    return next(iter(fut.values())).result().topic_partitions
-
-
-def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,
-                      kafka_version: str = "0.9.0.1", security: dict | None = None) -> dict[int, int]:
-    """The group's committed offset of each partition of `topic` (-1001: none)."""
-    return {tp.partition: tp.offset for tp in committed(bootstrap, group, topic, partitions, kafka_version, security)}
-
-
-def wait_until(fn, timeout: float, what: str, interval: float = 0.5, retry_on: tuple = ()):
-    """Call `fn` until it returns something true and return that; after `timeout` seconds fail
-    naming `what` and the last value (or the last exception of a type in `retry_on`)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            last = fn()
-            if last:
-                return last
-        except retry_on as e:  # noqa: PERF203 - polling
-            last = e
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not reached in {timeout}s (last: {last!r})")
-        time.sleep(interval)
-
-
 #: the timeout a "fails fast" test gives the client it calls: a failure the client only reported
 #: once it gave up would take at least this long, so ending before it says the failure was
 #: reported as it happened, not waited out. How soon it is reported is a benchmark figure
@@ -98,18 +62,6 @@ def not_waited_out(timeout: float = GIVE_UP):
     elapsed = time.monotonic() - t0
     print(f"ended after {elapsed:.2f}s (the client's timeout: {timeout:.0f}s)")
     assert elapsed < timeout, f"{elapsed:.1f}s: the client waited out its own {timeout:.0f}s timeout"
-
-
-def groups_on_partition(partition: int, count: int, n: int, name: str) -> list[str]:
-    """`n` group names that hash to `partition` of a `count`-partition __consumer_offsets; `name`
-    is a format string with {i} (hostile characters welcome)."""
-    out, i = [], 0
-    while len(out) < n:
-        g = name.format(i=i)
-        if partition_for(g, count) == partition:
-            out.append(g)
-        i += 1
-    return out
 
 
 def mapped_task_states(dr) -> dict:
@@ -177,40 +129,6 @@ def fresh_lab(spec):
     finally:
         lab.down()
         shutil.rmtree(spec.lab_dir, ignore_errors=True)
-
-
-def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[int, int] | list[dict[int, int]]],
-                    gap: float = 0.0, metadata: str | None = None) -> None:
-    """Create `topic`, wait until every partition has a leader (a commit right after CreateTopics
-    may meet UNKNOWN_TOPIC_OR_PART), then commit {group: {partition: offset}} as the lab's admin.
-    A list of {partition: offset} per group commits each in turn, `gap` seconds apart (a consumer
-    with a commit rhythm the collection reads from __consumer_offsets). `metadata`: every commit's
-    commit metadata."""
-    from confluent_kafka import Consumer, KafkaException
-
-    lab.create_topic(topic, partitions=partitions)
-    admin = lab.admin()
-
-    def led() -> bool:
-        md = admin.list_topics(topic, timeout=10).topics.get(topic)
-        return md is not None and md.error is None and len(md.partitions) == partitions and all(
-            q.leader >= 0 for q in md.partitions.values())
-
-    # 0.9 answers metadata of a topic being created with a reply librdkafka rejects (_BAD_MSG)
-    wait_until(led, 60, f"{topic} led", retry_on=(KafkaException,))
-    time.sleep(1)
-    for group, sequence in commits.items():
-        c = Consumer(lab.spec.client_config({"group.id": group, "enable.auto.commit": False}))
-        try:
-            for i, offsets in enumerate([sequence] if isinstance(sequence, dict) else sequence):
-                if i:
-                    time.sleep(gap)
-                tps = [TopicPartition(topic, p, o) if metadata is None else TopicPartition(topic, p, o, metadata=metadata)
-                       for p, o in offsets.items()]
-                wait_until(lambda: c.commit(offsets=tps, asynchronous=False), 30, f"a commit to {topic}",
-                           retry_on=(KafkaException,))
-        finally:
-            c.close()
 
 
 class LeadershipHandles:

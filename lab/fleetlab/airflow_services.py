@@ -105,7 +105,7 @@ def profile(name: str | None = None) -> str:
 
 def port_plan() -> ports.PortPlan:
     """The port plan of the Airflow in use: the tests' when the api-server is on the tests' port
-    (tests/conftest.py puts it there), else the demo's."""
+    (fleetlab.harness puts it there), else the demo's."""
     return ports.tests() if API_PORT == ports.tests().airflow_api else ports.DEMO
 
 

@@ -1,4 +1,4 @@
-"""Answering approval tasks in tests.
+"""Answering approval tasks in the tests and the benchmarks that drive a runbook.
 
 Under dag.test() an approval task waits forever (its timeout is not applied), so tests answer it
 the way Airflow's REST route PATCH .../hitlDetails does: write the response on the hitl_detail row
@@ -6,7 +6,7 @@ and resume the parked task instance (handle_event_submit), in one transaction.
 
 Who asks and who answers: dag.test() records every run as triggered by "dag_test", so `run_dag`
 names the requester in the conf (`requested_by`, "admin" by default) and the answerer answers as
-"approver" by default, another listed approver of the test fleet file (tests/conftest.py). The
+"approver" by default, another listed approver of the harness's fleet files (fleetlab.harness). The
 gate refuses an approver who requested the run.
 """
 

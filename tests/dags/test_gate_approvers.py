@@ -3,7 +3,7 @@ lab: the approvers are the fleet file's (none: no plan), the requester never app
 the decision is the one Airflow's HITL record gave the approval task (never XCom alone), and the
 fleet file and data root come from the deployment, never from the trigger conf.
 
-dag.test() records every run as triggered by "dag_test"; tests/hitl.run_dag names "admin" as the
+dag.test() records every run as triggered by "dag_test"; fleetlab.hitl.run_dag names "admin" as the
 requester (conf `requested_by`) unless told otherwise.
 """
 
@@ -20,9 +20,9 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import commit, produce, wait_topic
 
 from tests.helpers import committed_offsets
-from tests.hitl import Answerer, MarkSuccess
-from tests.hitl import run_dag as run
-from tests.hitl import task_states as states
+from fleetlab.hitl import Answerer, MarkSuccess
+from fleetlab.hitl import run_dag as run
+from fleetlab.hitl import task_states as states
 
 DAG_ID = "runbook_reset_offsets"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab]

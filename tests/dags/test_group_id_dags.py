@@ -19,7 +19,7 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import ConsumerThread, wait_topic
 from fleetkit.core.render import md
 
-from tests.hitl import Answerer
+from fleetlab.hitl import Answerer
 from tests.kop_standin import kop_write
 from tests.conftest import GENERATIONS
 from tests.helpers import admin_kafka, commit_when_led, mapped_task_states

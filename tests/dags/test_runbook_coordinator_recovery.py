@@ -17,9 +17,9 @@ from fleetkit.core.partitioning import partition_for
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
-from tests.hitl import Answerer
-from tests.hitl import run_dag as run
-from tests.hitl import task_states as states
+from fleetlab.hitl import Answerer
+from fleetlab.hitl import run_dag as run
+from fleetlab.hitl import task_states as states
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "runbook_coordinator_recovery"

@@ -19,9 +19,9 @@ from fleetlab.traffic import commit, produce, wait_topic
 
 from tests.conftest import TEST_LAB, write_fleet_file
 from tests.helpers import committed_offsets
-from tests.hitl import Answerer
-from tests.hitl import run_dag as run
-from tests.hitl import task_states as states
+from fleetlab.hitl import Answerer
+from fleetlab.hitl import run_dag as run
+from fleetlab.hitl import task_states as states
 
 DAG_ID = "runbook_reset_offsets"
 pytestmark = pytest.mark.airflow

@@ -1,6 +1,6 @@
 """runbook_reset_offsets through the approval gate, with dag.test() against the real lab.
 
-Approvals are answered the way the REST PATCH route does (tests/hitl.py): dag.test() never
+Approvals are answered the way the REST PATCH route does (fleetlab/hitl.py): dag.test() never
 applies an approval's timeout, so something has to answer.
 """
 
@@ -19,9 +19,9 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 from fleetkit.core.locks import ClusterLock, zookeeper_identity
 
-from tests.hitl import Answerer
-from tests.hitl import run_dag as run
-from tests.hitl import task_states as states
+from fleetlab.hitl import Answerer
+from fleetlab.hitl import run_dag as run
+from fleetlab.hitl import task_states as states
 from tests.helpers import committed_offsets
 
 REPO = Path(__file__).resolve().parents[2]

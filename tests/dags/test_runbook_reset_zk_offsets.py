@@ -16,9 +16,9 @@ from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import produce, wait_topic
 
 from tests.conftest import TEST_LAB, write_fleet_file
-from tests.hitl import Answerer
-from tests.hitl import run_dag as run
-from tests.hitl import task_states as states
+from fleetlab.hitl import Answerer
+from fleetlab.hitl import run_dag as run
+from fleetlab.hitl import task_states as states
 from tests.integration.test_zk_offset_stores import storm_json
 
 DAG_ID = "runbook_reset_offsets"

@@ -15,7 +15,7 @@ from fleetlab.traffic import POISON, produce, producer, wait_topic
 
 from tests.dags.test_runbook_reset_offsets import offsets, states
 from tests.helpers import poisoned_consumer_collected
-from tests.hitl import Answerer
+from fleetlab.hitl import Answerer
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "runbook_stuck_partition"

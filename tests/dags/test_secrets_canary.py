@@ -22,7 +22,7 @@ import pytest
 
 from fleetlab.traffic import commit, produce, wait_topic
 from tests.conftest import TEST_AIRFLOW_HOME, write_fleet_file
-from tests.hitl import Answerer, run_dag, task_states
+from fleetlab.hitl import Answerer, run_dag, task_states
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(900)]

@@ -14,7 +14,7 @@ from fleetlab import traffic
 
 from tests.helpers import committed_offsets
 
-#: every generation of the test fleet: Kafka generation -> cluster (tests/conftest.py GENERATIONS)
+#: every generation of the test fleet: Kafka generation -> cluster (fleetlab.harness.GENERATIONS)
 GENERATIONS = {"0.9": "labtest", "3.9": "lab39test", "4.3": "lab43test"}
 #: those with a ZooKeeper (faults of the ZooKeeper session exist only there; 4.3 runs KRaft)
 ZOOKEEPER_GENERATIONS = {"0.9": "labtest", "3.9": "lab39test"}

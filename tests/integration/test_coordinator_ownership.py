@@ -370,9 +370,9 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     from fleetkit.core.datasets import DataRoot
     from fleetkit.core.journal import journal_path, read_journal
     from fleetlab.traffic import ConsumerThread, produce, wait_topic
-    from tests.hitl import Answerer
-    from tests.hitl import run_dag as run
-    from tests.hitl import task_states as states
+    from fleetlab.hitl import Answerer
+    from fleetlab.hitl import run_dag as run
+    from fleetlab.hitl import task_states as states
 
     dag_id = "runbook_coordinator_recovery"
     dag = dagbag.get_dag(dag_id)

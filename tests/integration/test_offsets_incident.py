@@ -27,7 +27,7 @@ from fleetkit.clients.kafka import client_config
 from fleetlab.lab import Lab, LabSpec, log_grown_since
 from fleetlab.traffic import consumer, wait_topic
 
-from tests.hitl import Answerer
+from fleetlab.hitl import Answerer
 from tests.conftest import DAGS_FOLDER, TEST_PORTS, state_dir
 from tests.conftest import write_fleet_file
 from tests.helpers import fresh_lab

@@ -81,7 +81,9 @@ def crossing(graph: dict[str, set[str]], importer: str, forbidden: tuple[str, ..
 #: (importer, what it never imports): dags -> plugins -> include <- spark_jobs; fleetctl and fleetlab
 #: beside them, the lab imported by none of the others
 BOUNDARIES = [
-    ("fleetkit", ("airflow", "pyspark", "fleet_airflow", "fleetctl", "fleetlab", "fleet_dags", "fleet_spark_jobs")),
+    # the library's stages run in Spark's tasks and in process over Arrow tables: numpy, no pandas
+    ("fleetkit", ("airflow", "pyspark", "pandas", "fleet_airflow", "fleetctl", "fleetlab", "fleet_dags",
+                  "fleet_spark_jobs")),
     ("fleet_airflow", ("fleetlab", "fleetctl", "fleet_dags", "fleet_spark_jobs")),
     ("fleet_spark_jobs", ("airflow", "fleet_airflow", "fleetctl", "fleetlab", "fleet_dags")),
     ("fleet_dags", ("fleetlab", "fleetctl", "fleet_spark_jobs")),
@@ -312,3 +314,42 @@ def test_the_readme_is_a_guide_whose_links_resolve():
     targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)]+)\)", readme) if "://" not in t and not t.startswith("#")]
     assert targets, "the guide links to no page of docs/"
     assert [t for t in targets if not (REPO / t).exists()] == []
+
+
+def written_datasets(paths) -> list[tuple[str, str]]:
+    """(file, dataset) of every write_dataset(..., "<dataset>", ...) call with a literal name."""
+    out = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "write_dataset":
+                out += [(path.name, a.value) for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return out
+
+
+def test_every_dataset_a_job_writes_has_its_schema_declared_once():
+    """A job's Parquet datasets (write_dataset, both engines) are declared in core/datasets.py, as
+    are the collection's (table_from_rows refuses an undeclared one)."""
+    from fleetkit.core.datasets import FINDINGS, SCHEMAS
+
+    written = written_datasets([*(REPO / "spark_jobs").glob("*.py"), *FLEETKIT.rglob("*.py")])
+    assert {d for _, d in written} >= {"stuck_findings", "stuck_groups"}  # the check sees the writers
+    assert [(f, d) for f, d in written if d not in SCHEMAS and d not in FINDINGS] == []
+    assert not set(SCHEMAS) & set(FINDINGS)
+
+
+def test_the_engines_of_a_capability_share_its_stages():
+    """A capability with an in-process engine runs the same stages module as its Spark job: the
+    facts, rules, roll-ups and output schemas are written once, in the library."""
+    for capability, job in (("stuck", "stuck_partitions"), ("trim", "offsets_health"),
+                            ("group_ids", "group_id_reconciliation")):
+        inprocess = GRAPH[f"fleetkit.{capability}.inprocess"]
+        spark = GRAPH[f"fleet_spark_jobs.{job}"]
+        shared = {m for m in inprocess & spark if m.startswith(f"fleetkit.{capability}.")}
+        assert shared, (capability, "no library module both engines call")
+        assert "pandas" not in {i.split(".")[0] for i in inprocess}, capability
+
+
+def test_bench_imports_no_test_module():
+    bench = {name: imports_of(p, name, set(GRAPH)) for p in (REPO / "bench").glob("*.py") for name in [p.stem]}
+    assert sorted(f"bench/{n}.py -> {i}" for n, imps in bench.items() for i in imps
+                  if i == "tests" or i.startswith("tests.")) == []

@@ -74,7 +74,7 @@ def test_profiles(monkeypatch):
         services.profile("k8s")
 
     plan = services.port_plan()
-    assert plan == ports.tests()  # tests/conftest.py puts the api-server on the tests' port
+    assert plan == ports.tests()  # fleetlab.harness puts the api-server on the tests' port
     env = services.profile_env("cluster")
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__CELERY__BROKER_URL"] == f"redis://127.0.0.1:{plan.redis}/0"
