@@ -33,12 +33,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spark-submit runs this file as a script
-from jobs_common import iso, mark_done, parse_ts, read_rows, session, spark_schema, write_jsonl  # noqa: E402
+from jobs_common import conform, iso, mark_done, parse_ts, read_rows, session, spark_schema, write_jsonl  # noqa: E402
 
 from pyspark.sql import Column, DataFrame, Window  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 from pyspark.sql import types as T  # noqa: E402
 
+from fleetkit.core.datasets import FINDINGS  # noqa: E402
 from fleetkit.ownership import rules as ownership  # noqa: E402
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC  # noqa: E402
 from fleetkit.stuck.rules import parse_duration  # noqa: E402
@@ -338,7 +339,9 @@ def evaluate(coordinators: DataFrame, states: DataFrame, as_of: dt.datetime | No
         watched = watched.filter((ts >= F.lit(lo)) & (ts <= F.lit(as_of)))
     obs = observations(coordinators, states)
     groups = per_group(obs, states.select("cluster", "observed_at").distinct())
-    return groups, per_partition(groups, states, load_stuck_seconds, health, watched), as_of
+    partitions = per_partition(groups, states, load_stuck_seconds, health, watched)
+    return (conform(groups, FINDINGS["ownership_groups"]), conform(partitions, FINDINGS["ownership_partitions"]),
+            as_of)
 
 
 def for_json(df: DataFrame) -> DataFrame:

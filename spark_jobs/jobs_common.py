@@ -411,6 +411,12 @@ def write_dataset(df: DataFrame, data_root: str, dataset: str, run_stamp: str) -
     return final.text
 
 
+def conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
+    """`df` with exactly the columns of a declared output (fleetkit.core.datasets), in its order and
+    types: what a job writes is what core/datasets.py says."""
+    return df.select(*[F.col(f"`{f.name}`").cast(spark_type(f.type)).alias(f.name) for f in schema])
+
+
 def arrow_task(fn):
     """A mapInArrow function running `fn` (an Arrow table -> an Arrow table or None) once on all of
     a task's rows: the library's stages run in Spark's tasks as they run in process."""

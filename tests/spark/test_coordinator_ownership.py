@@ -98,6 +98,13 @@ def test_leader_change_loading_recovery_stuck_mismatch(spark):
                                     spark.createDataFrame(states, STATE_SCHEMA), None, dt.timedelta(hours=1), 300,
                                     watched=watched)
     assert as_of == at(8)
+    # the job's outputs are what core/datasets.py declares (columns, order, types)
+    from jobs_common import spark_schema
+
+    from fleetkit.core.datasets import FINDINGS
+
+    assert groups.schema.simpleString() == spark_schema(FINDINGS["ownership_groups"]).simpleString()
+    assert parts.schema.simpleString() == spark_schema(FINDINGS["ownership_partitions"]).simpleString()
     g = {r["group"]: r for r in groups.collect()}
     assert {x: g[x]["verdict"] for x in steady} == {steady[0]: "OK", steady[1]: "MISMATCH"}
     assert g[steady[1]]["expected_coordinator"] == 0 and g[steady[1]]["coordinator_id"] == 2

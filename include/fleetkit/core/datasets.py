@@ -175,6 +175,27 @@ FINDINGS: dict[str, pa.Schema] = {
         ("base_offset", pa.int64()), ("next_base", pa.int64()), ("size_bytes", pa.int64()),
         ("is_active", pa.bool_()), ("messages", pa.int64()),
     ]),
+    # the coordinator-ownership job's: one row per group (its coordinator over the window) ...
+    "ownership_groups": pa.schema([
+        ("cluster", pa.string()), ("group", pa.string()), ("partition", pa.int32()), ("verdict", pa.string()),
+        ("observed_at", TS), ("expected_coordinator", pa.int32()), ("coordinator_id", pa.int32()),
+        ("error", pa.string()), ("state", pa.string()), ("members", pa.int32()), ("leader_epoch", pa.int32()),
+        ("not_ok_since", TS), ("not_ok_seconds", pa.int64()), ("last_ok_at", TS), ("last_bad_at", TS),
+        ("ok_again_at", TS), ("observations", pa.int64()), ("not_ok_observations", pa.int64()),
+    ]),
+    # ... and one per __consumer_offsets partition (its leader changes and its groups' states)
+    "ownership_partitions": pa.schema([
+        ("cluster", pa.string()), ("partition", pa.int32()), ("verdict", pa.string()), ("leader", pa.int32()),
+        ("isr", pa.list_(pa.int32())), ("leader_epoch", pa.int32()), ("observed_at", TS),
+        ("changes_in_window", pa.int32()),
+        ("changes", pa.list_(pa.struct([("at", TS), ("from_leader", pa.int32()), ("to_leader", pa.int32()),
+                                        ("from_epoch", pa.int32()), ("to_epoch", pa.int32()),
+                                        ("isr", pa.list_(pa.int32()))]))),
+        ("last_change_at", TS), ("groups", pa.int64()), ("ok", pa.int64()), ("mismatch", pa.int64()),
+        ("loading", pa.int64()), ("unavailable", pa.int64()), ("affected_groups", pa.list_(pa.string())),
+        ("not_ok_since", TS), ("not_ok_seconds", pa.int64()), ("recovered_at", TS), ("recovery_seconds", pa.int64()),
+        ("size_bytes", pa.int64()), ("records", pa.int64()), ("health", pa.string()),
+    ]),
     # lag over the window of the flagged partitions the report charts
     "stuck_series": pa.schema([
         ("cluster", pa.string()), ("source", pa.string()), ("group", pa.string()), ("topic", pa.string()),
