@@ -31,6 +31,18 @@ class ClusterContext:
     broker_hosts: Any = None
 
 
+def lazy(module: str, function: str) -> Callable:
+    """`module`.`function`, imported at its first call: a capability's stages (plan, execute,
+    verify) load only when the action runs, not when the DAGs that list it are parsed."""
+    def call(*args, **kwargs):
+        import importlib
+
+        return getattr(importlib.import_module(module), function)(*args, **kwargs)
+
+    call.__qualname__ = f"{module}.{function}"
+    return call
+
+
 def _no_table(plan: dict) -> dict | None:
     return None
 

@@ -4,31 +4,7 @@ wires them into the Action and renders the approval page's table."""
 
 from __future__ import annotations
 
-from fleetkit.core.action import Action, ClusterContext
-
-
-def _plan(ctx: ClusterContext, params: dict) -> dict:
-    from fleetkit.group_ids import plan
-
-    return plan.build(ctx, params)
-
-
-def _check(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit.group_ids import execute
-
-    return execute.preconditions(ctx, plan)
-
-
-def _execute(ctx: ClusterContext, plan: dict) -> dict:
-    from fleetkit.group_ids import execute
-
-    return execute.run(ctx, plan)
-
-
-def _verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
-    from fleetkit.group_ids import verify
-
-    return verify.verify_result(ctx, plan, result)
+from fleetkit.core.action import Action, lazy
 
 
 def details_table(plan: dict) -> dict:
@@ -41,9 +17,9 @@ def details_table(plan: dict) -> dict:
 GROUP_ID_RECONCILE = Action(
     name="reconcile_group_ids",
     capability="group_ids",
-    plan=_plan,
-    check=_check,
-    execute=_execute,
-    verify=_verify,
+    plan=lazy("fleetkit.group_ids.plan", "build"),
+    check=lazy("fleetkit.group_ids.execute", "preconditions"),
+    execute=lazy("fleetkit.group_ids.execute", "run"),
+    verify=lazy("fleetkit.group_ids.verify", "verify_result"),
     details_table=details_table,
 )

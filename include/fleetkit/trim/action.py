@@ -4,37 +4,7 @@ this module wires them into the Action and renders the approval page's table."""
 
 from __future__ import annotations
 
-from fleetkit.core.action import Action, ClusterContext
-
-
-def _plan(ctx: ClusterContext, params: dict) -> dict:
-    from fleetkit.trim import plan
-
-    return plan.build(ctx, params)
-
-
-def _check(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit.trim import execute
-
-    return execute.preconditions(ctx, plan)
-
-
-def _execute(ctx: ClusterContext, plan: dict) -> dict:
-    from fleetkit.trim import execute
-
-    return execute.run(ctx, plan)
-
-
-def _verify(ctx: ClusterContext, plan: dict, result: dict) -> list[str]:
-    from fleetkit.trim import verify
-
-    return verify.verify(ctx, plan, result)
-
-
-def _teardown(ctx: ClusterContext, plan: dict) -> list[str]:
-    from fleetkit.trim import execute
-
-    return execute.teardown(ctx, plan)
+from fleetkit.core.action import Action, lazy
 
 
 def details_table(plan: dict) -> dict:
@@ -50,10 +20,10 @@ def details_table(plan: dict) -> dict:
 TRIM_OFFSETS = Action(
     name="trim_offsets_segments",
     capability="trim",
-    plan=_plan,
-    check=_check,
-    execute=_execute,
-    verify=_verify,
+    plan=lazy("fleetkit.trim.plan", "build"),
+    check=lazy("fleetkit.trim.execute", "preconditions"),
+    execute=lazy("fleetkit.trim.execute", "run"),
+    verify=lazy("fleetkit.trim.verify", "verify"),
     details_table=details_table,
-    teardown=_teardown,
+    teardown=lazy("fleetkit.trim.execute", "teardown"),
 )
