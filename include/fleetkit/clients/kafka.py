@@ -606,6 +606,26 @@ class KafkaCluster:
         out: dict[tuple[str, int], tuple[int | None, int | None, str | None]] = {}
         if not parts:
             return out
+        results = self._list_offsets(parts)
+        # a topic the principal may not DESCRIBE: librdkafka says only that its partitions are unknown
+        unknown = ("_NOENT", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED")
+        refused_topics = self.refused_topics({t for (t, _), (_, err) in results["start"].items() if err in unknown})
+        # a topic created moments ago (__consumer_offsets at a cluster's first group) may be missing from
+        # librdkafka's metadata cache: those partitions are asked once more, a second later
+        again = [k for k in parts if k[0] not in refused_topics and any(
+            results[s].get(k, (None, None))[1] in unknown for s in ("start", "end"))]
+        if again:
+            time.sleep(1.0)
+            for spec_name, res in self._list_offsets(again).items():
+                results[spec_name].update(res)
+        for key in parts:
+            start, err1 = results["start"].get(key, (None, "NO_ANSWER"))
+            end, err2 = results["end"].get(key, (None, "NO_ANSWER"))
+            out[key] = (start, end, refused_topics.get(key[0]) or err1 or err2)
+        return out
+
+    def _list_offsets(self, parts: list[tuple[str, int]]) -> dict[str, dict[tuple[str, int], tuple]]:
+        """{"start"|"end": {partition: (offset, error name)}} of one ListOffsets of each kind."""
         results: dict[str, dict] = {}
         for spec_name, spec in (("start", OffsetSpec.earliest()), ("end", OffsetSpec.latest())):
             req = {TopicPartition(t, p): spec for t, p in parts}
@@ -621,14 +641,7 @@ class KafkaCluster:
                 except (KafkaException, TimeoutError) as e:
                     res[(tp.topic, tp.partition)] = (None, error_name(e))
             results[spec_name] = res
-        # a topic the principal may not DESCRIBE: librdkafka says only that its partitions are unknown
-        unknown = ("_NOENT", "UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "TOPIC_AUTHORIZATION_FAILED")
-        refused_topics = self.refused_topics({t for (t, _), (_, err) in results["start"].items() if err in unknown})
-        for key in parts:
-            start, err1 = results["start"].get(key, (None, "NO_ANSWER"))
-            end, err2 = results["end"].get(key, (None, "NO_ANSWER"))
-            out[key] = (start, end, refused_topics.get(key[0]) or err1 or err2)
-        return out
+        return results
 
     def refused_topics(self, topics: set[str]) -> dict[str, str]:
         """{topic: TOPIC_AUTHORIZATION_FAILED} of the topics metadata refuses to describe (librdkafka's
