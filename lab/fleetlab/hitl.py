@@ -35,7 +35,27 @@ def task_states(dr) -> dict:
     return {ti.task_id: ti.state for ti in dr.get_task_instances()}
 
 
-class Answerer(threading.Thread):
+class _Watcher(threading.Thread):
+    """A thread that watches `dag_id`'s approvals for `timeout` seconds (from its creation on);
+    what it raises is kept in `error` for the test to report."""
+
+    def __init__(self, kind: str, dag_id: str, timeout: float):
+        super().__init__(daemon=True, name=f"{kind}-{dag_id}")
+        self.dag_id, self.timeout = dag_id, timeout
+        self.error: BaseException | None = None
+        self.created = time.time()
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - reported by the test
+            self.error = e
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Answerer(_Watcher):
     """Waits for the first unanswered approval of `dag_id` and answers it.
 
     `before_commit(body)` runs after the response is written and before it is committed: the
@@ -44,24 +64,15 @@ class Answerer(threading.Thread):
 
     def __init__(self, dag_id: str, answer: str = "Approve", user: str = "approver", before_commit=None,
                  timeout: float = 180):
-        super().__init__(daemon=True, name=f"answer-{dag_id}")
-        self.dag_id, self.answer, self.user = dag_id, answer, user
+        super().__init__("answer", dag_id, timeout)
+        self.answer, self.user = answer, user
         self.before_commit = before_commit
-        self.timeout = timeout
         self.body: str | None = None
         self.subject: str | None = None
         self.assignees = None
-        self.error: BaseException | None = None
         self.answered = threading.Event()
-        self.created = time.time()
         self.settle = 1.5  # seconds a parked approval is seen waiting before it is answered
         self._seen: dict = {}
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.error = e
 
     def _run(self) -> None:
         from sqlalchemy import select
@@ -111,23 +122,15 @@ class Answerer(threading.Thread):
         raise TimeoutError(f"no approval of {self.dag_id} to answer within {self.timeout}s")
 
 
-class MarkSuccess(threading.Thread):
+class MarkSuccess(_Watcher):
     """Waits for the first unanswered approval of `dag_id` and, without answering it, does what a
     user can do through the public REST API: mark the approval task success (PATCH .../taskInstances/
     approve) and write its return XCom (POST .../xcomEntries) claiming an approval."""
 
     def __init__(self, dag_id: str, claimed: dict, timeout: float = 180):
-        super().__init__(daemon=True, name=f"mark-{dag_id}")
-        self.dag_id, self.claimed, self.timeout = dag_id, claimed, timeout
-        self.error: BaseException | None = None
-        self.created = time.time()
+        super().__init__("mark", dag_id, timeout)
+        self.claimed = claimed
         self.done = threading.Event()
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # noqa: BLE001 - reported by the test
-            self.error = e
 
     def _run(self) -> None:
         from sqlalchemy import select
