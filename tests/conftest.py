@@ -55,7 +55,7 @@ class LabHandle:
         Where the lab's ZooKeeper requires SASL (3.9) it logs in as `user` (default: the brokers' own
         ZK_USER, as the runbooks' connection does: it may write /admin)."""
         from fleetkit.clients.zookeeper import ZooKeeperAuth, ZooKeeperCluster
-        from fleetlab.lab import ZK_USER
+        from fleetlab.lab_security import ZK_USER
 
         auth = None
         if self.spec.zk_sasl:

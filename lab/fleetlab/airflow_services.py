@@ -39,7 +39,7 @@ from pathlib import Path
 
 from fleetlab import procs
 from fleetkit.core.errors import FleetError
-from fleetlab.lab import LabSpec, fleet_specs
+from fleetlab.lab_spec import LabSpec, fleet_specs
 from fleetlab import hosts_profile, ports, postgres, redis_server, spark_cluster
 
 from fleetlab.paths import AIRFLOW_CFG, CHECKOUT as REPO_ROOT, DEMO_DATA_ROOT, DEMO_FLEET_FILE, VENV_BIN

@@ -81,7 +81,7 @@ def setup(repo: Path, worker: str = "") -> Harness:
     # the URL is known (its password generated) before the server starts, so Airflow's settings,
     # read when something first imports airflow, already point at it
     os.environ["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = pg.url()
-    from fleetlab.lab import fleet_specs
+    from fleetlab.lab_spec import fleet_specs
 
     fleet = fleet_specs(state_dir(repo, worker, shard, ".lab-test"), plan, suffix="test")
     for spec in fleet.values():

@@ -257,7 +257,7 @@ def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored
     from fleetkit.core import audit
     from fleetkit.core.datasets import DataRoot
     from fleetkit.core.partitioning import partition_for
-    from fleetlab.lab import OFFSETS_PARTITIONS
+    from fleetkit.core.kafka_names import DEFAULT_OFFSETS_PARTITIONS as OFFSETS_PARTITIONS
     from fleetlab.traffic import bulk_commits
     from tests.helpers import committed, committed_offsets, groups_on_partition, wait_until
     from tests.ui.approvals import approve_in_browser, finished, pending_approval, settle, task_states, trigger, unpause, wait_for

@@ -34,7 +34,8 @@ from fleetkit.core.fleet import load_fleet
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.partitioning import partition_for
 from fleetlab import tls
-from fleetlab.lab import SSL_ACLS, SSL_ORG, LabSpec, ssl_principal
+from fleetlab.lab_security import SSL_ACLS, SSL_ORG, ssl_principal
+from fleetlab.lab_spec import LabSpec
 from fleetlab.traffic import produce
 
 from tests.conftest import TEST_PORTS, state_dir, write_fleet_file

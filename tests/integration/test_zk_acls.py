@@ -31,7 +31,7 @@ from fleetkit.group_ids import execute as gi_execute
 from fleetkit.group_ids import rules as gi
 from fleetkit.stuck import zk_reset
 
-from fleetlab.lab import ZK_READ_USER, ZK_USER
+from fleetlab.lab_security import ZK_READ_USER, ZK_USER
 
 from tests.conftest import GENERATIONS
 

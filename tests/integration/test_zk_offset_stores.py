@@ -42,7 +42,7 @@ def storm_json(topology_id: str, name: str, offset: int, partition: int, topic: 
 
 def old_console_consumer(handle, group: str, topic: str, messages: int, tmp_path) -> None:
     """0.9's old high-level consumer: reads `messages` records and commits them to ZooKeeper on exit."""
-    from fleetlab.lab import ensure_kafka_dist
+    from fleetlab.lab_spec import ensure_kafka_dist
 
     home = ensure_kafka_dist("0.9.0.1")
     props = tmp_path / "consumer.properties"

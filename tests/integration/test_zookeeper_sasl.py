@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetlab.lab import ZK_READ_USER, ZK_USER, ZK_USERS
+from fleetlab.lab_security import ZK_READ_USER, ZK_USER, ZK_USERS
 
 from tests.conftest import write_fleet_file
 

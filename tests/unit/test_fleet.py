@@ -140,7 +140,7 @@ def test_unknown_cluster_lists_known_ones():
 @pytest.mark.parametrize("name", ["lab", "lab39", "lab43"])
 def test_shipped_lab_fleet_matches_the_lab_it_describes(name):
     """lab/fleets/lab.yaml must describe what `fleetlab up` starts, cluster by cluster."""
-    from fleetlab.lab import fleet_specs
+    from fleetlab.lab_spec import fleet_specs
 
     fleet = load_fleet(REPO / "lab" / "fleets" / "lab.yaml")
     assert [c.name for c in fleet.clusters] == ["lab", "lab39", "lab43"]

@@ -10,7 +10,7 @@ import pytest
 
 from fleetkit.core.errors import LabError
 from fleetlab import dists, ports
-from fleetlab.lab import LabSpec, fleet_specs
+from fleetlab.lab_spec import LabSpec, fleet_specs
 
 
 def _all_ports(plan: ports.PortPlan) -> list[int]:
@@ -274,7 +274,7 @@ def test_a_kraft_cluster_id_never_starts_with_a_dash(monkeypatch):
     started (its id is kept in lab.json, so every retry failed the same way)."""
     import uuid
 
-    from fleetlab import lab
+    from fleetlab import lab_spec as lab
 
     dashed = uuid.UUID(bytes=bytes([0xF8]) + bytes(15))  # URL-safe base64 of 0xF8... starts with '-'
     plain = uuid.UUID(bytes=bytes(16))

@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from fleetlab.lab import SECURED_ACLS, SSL_ACLS
+from fleetlab.lab_security import SECURED_ACLS, SSL_ACLS
 
 SECURITY = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
