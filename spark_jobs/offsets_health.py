@@ -69,9 +69,7 @@ def current_records(spark, root: str, clusters: list[str] | None = None) -> Data
     since = log_marks.superseded_since(DataRoot(root), names)
     if not since:
         return records
-    marks = spark.createDataFrame(since, "cluster string, partition int, _since timestamp")
-    return (records.join(F.broadcast(marks), ["cluster", "partition"], "left")
-            .filter(F.col("_since").isNull() | (F.col("observed_at") >= F.col("_since"))).drop("_since"))
+    return records.mapInArrow(arrow_task(lambda t: stages.after_marks(t, since)), records.schema)
 
 
 def with_has_members(records: DataFrame) -> DataFrame:
@@ -109,14 +107,10 @@ def latest_inventory(segments: DataFrame) -> pa.Table:
             .mapInArrow(arrow_task(stages.latest_inventory), segments.schema).toArrow())
 
 
-def checkpoint_facts(segments: DataFrame, checkpoints: DataFrame) -> dict[tuple, dict]:
+def checkpoint_facts(segments: DataFrame, checkpoints: DataFrame) -> pa.Table:
     """stages.checkpoint_facts per replica (its observations in one task), collected."""
-    def run(segs, cps):
-        return stages.checkpoint_table(stages.checkpoint_facts(segs, cps))
-
-    out = (segments.groupBy(*stages.REPLICA).cogroup(checkpoints.groupBy(*stages.REPLICA))
-           .applyInArrow(run, spark_schema(stages.CHECKPOINTS)))
-    return stages.checkpoint_dict(out.toArrow())
+    return (segments.groupBy(*stages.REPLICA).cogroup(checkpoints.groupBy(*stages.REPLICA))
+            .applyInArrow(stages.checkpoint_facts, spark_schema(stages.CHECKPOINTS)).toArrow())
 
 
 def health(records: DataFrame, segments: DataFrame, checkpoints: DataFrame, clusters: dict, brokers: dict,

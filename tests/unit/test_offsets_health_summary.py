@@ -62,3 +62,21 @@ def test_no_rows_yields_nothing():
 def test_offsets_below_every_base_have_a_null_bucket():
     assert run([(0, 5, False, 10), (0, 5, False, 10), (0, 100, True, 30)], {0: [50]}) == {
         (0, None): (1, 0, 10, 5), (0, 50): (1, 1, 30, 100)}
+
+
+def test_the_rows_of_a_log_replaced_under_the_collection_are_left_out():
+    """stages.after_marks (both engines): of a partition whose log was replaced, only the rows
+    collected since the mark stay (a row with no collection time goes too); other partitions and
+    clusters keep every row."""
+    import datetime as dt
+
+    from fleetkit.core.datasets import TS
+    from fleetkit.trim.stages import after_marks
+
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    rows = pa.table({"cluster": ["a", "a", "a", "a", "b", None],
+                     "partition": pa.array([1, 1, 1, 2, 1, 1], pa.int32()),
+                     "observed_at": pa.array([t0, t0 + dt.timedelta(days=1), None, t0, t0, t0], TS),
+                     "n": [1, 2, 3, 4, 5, 6]})
+    assert after_marks(rows, [("a", 1, t0 + dt.timedelta(hours=1))])["n"].to_pylist() == [2, 4, 5, 6]
+    assert after_marks(rows, []) is rows

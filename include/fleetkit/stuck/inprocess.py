@@ -56,7 +56,7 @@ def evaluate(snapshots, window: dt.timedelta, as_of: dt.datetime | None = None,
                              pc.fill_null(snapshots["source"], "kafka"))
     if as_of is None:
         newest = pc.max(t["observed_at"]).as_py() if t.num_rows else None
-        as_of = stages._utc(newest) or dt.datetime.now(dt.timezone.utc)
+        as_of = stages.utc(newest) or dt.datetime.now(dt.timezone.utc)
     words = sorted({w for c in ("rejoin_cause", "assignor") for w in t[c].to_pylist() if w is not None})
     code = {w: i + 1 for i, w in enumerate(words)}
     task = t.select([*KEYS, "observed_at", "committed_offset", "log_start_offset", "log_end_offset", "assigned",

@@ -66,7 +66,7 @@ def _seconds_ts(seconds: float | None) -> dt.datetime | None:
     return EPOCH + dt.timedelta(microseconds=int(seconds * 1_000_000))
 
 
-def _utc(t: dt.datetime | None) -> dt.datetime | None:
+def utc(t: dt.datetime | None) -> dt.datetime | None:
     if t is None:
         return None
     return t.replace(tzinfo=dt.timezone.utc) if t.tzinfo is None else t.astimezone(dt.timezone.utc)
@@ -101,7 +101,7 @@ def finding(r: dict, j: Judgement) -> dict:
                  streak=(None if r["streak"] is None else int(r["streak"])) if windowed else 0)
     v = rules.judge(rules.Features(**{f: facts[f] for f in _FEATURES}), j.window.total_seconds(), j.ratio)
     c, e = r["latest_committed"], r["latest_log_end"]
-    unchanged = _utc(r["unchanged_since"])
+    unchanged = utc(r["unchanged_since"])
     stopped = v.status == "STOPPED"
     expires = (unchanged + dt.timedelta(seconds=int(j.retention.total_seconds()))
                if stopped and unchanged else None)
@@ -224,7 +224,7 @@ def chart(chosen: list[dict], rows, as_of: dt.datetime, window: dt.timedelta):
     lo = as_of - window
     for r in rows.select([*KEYS, "observed_at", "committed_offset", "log_end_offset"]).to_pylist():
         key = (r["cluster"], r["source"] or "kafka", r["group"], r["topic"], r["partition"])
-        t = _utc(r["observed_at"])
+        t = utc(r["observed_at"])
         if key not in wanted or t is None or not lo <= t <= as_of:
             continue
         c, e = r["committed_offset"], r["log_end_offset"]

@@ -50,23 +50,12 @@ def read_dataset(root: str, name: str, clusters: list[str] | None = None, column
 
 def current_records(root: str, clusters: list[str] | None = None):
     """offsets_topic_records without the rows of a log the collection found replaced under it
-    (fleetkit.collection.log_marks), as the Spark job's current_records."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+    (stages.after_marks), as the Spark job's current_records."""
     from fleetkit.collection import log_marks
 
     records = read_dataset(root, "offsets_topic_records", clusters)
     names = clusters if clusters is not None else sorted(set(records["cluster"].drop_null().to_pylist()))
-    since = log_marks.superseded_since(core.location(root).root, names)
-    if not since:
-        return records
-    marks = pa.table({"cluster": pa.array([c for c, _, _ in since], pa.string()),
-                      "partition": pa.array([p for _, p, _ in since], pa.int32()),
-                      "_since": pa.array([t for _, _, t in since], records["observed_at"].type)})
-    out = records.join(marks, ["cluster", "partition"], join_type="left outer")
-    keep = pc.or_(pc.is_null(out["_since"]), pc.fill_null(pc.greater_equal(out["observed_at"], out["_since"]), False))
-    return out.filter(keep).drop_columns(["_since"]).select(records.column_names)
+    return stages.after_marks(records, log_marks.superseded_since(core.location(root).root, names))
 
 
 def cleaner_settings(fleet_file: str, root):

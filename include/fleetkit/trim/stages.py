@@ -10,6 +10,7 @@ and then, on what is left (a few rows per segment, per key or per replica):
 
     live_keys(newest)              live keys and bytes per partition (partial sums: sum_by)
     checkpoint_facts(segs, cps)    cleaner checkpoint progress per replica
+    after_marks(records, since)    the records of a log replaced under the collection left out
     health(...)                    segment messages, the facts per replica and trim.rules' verdict
     plan_rows(newest, cutoffs)     the removed commits, group-metadata liveness and live groups
     plans(...)                     the trim plan (trim.planning.assemble)
@@ -54,6 +55,22 @@ PLAN_ROWS = pa.schema([("_row", pa.int32()), ("cluster", pa.string()), ("partiti
                        ("offset", pa.int64()), ("key_version", pa.int16()), ("committed_offset", pa.int64()),
                        ("generation", pa.int32()), ("metadata", pa.string()), ("metadata_live", pa.bool_())])
 PLAN_COLS = ["tombstone", "committed_offset", "generation", "has_members", "metadata"]
+
+
+def after_marks(records: pa.Table, since: list[tuple]) -> pa.Table:
+    """offsets_topic_records without the rows of a log the collection found replaced under it:
+    `since` (fleetkit.collection.log_marks.superseded_since) is (cluster, partition, time) of each
+    such partition, whose rows collected before that time are dropped."""
+    if not since or not records.num_rows:
+        return records
+    # a mask per replaced partition (few), not a join: the records carry columns Acero cannot join over
+    drop = pa.array([False] * records.num_rows)
+    for cluster, partition, t in since:
+        # a row of the partition not known to be collected since (no time) goes too
+        older = pc.and_(pc.and_(pc.equal(records["cluster"], cluster), pc.equal(records["partition"], partition)),
+                        pc.fill_null(pc.less(records["observed_at"], pa.scalar(t, records["observed_at"].type)), True))
+        drop = pc.or_(drop, pc.fill_null(older, False))
+    return records.filter(pc.invert(drop))
 
 
 def latest_inventory(segments: pa.Table) -> pa.Table:
@@ -160,9 +177,16 @@ def live_keys(newest: pa.Table) -> pa.Table:
                      "live_bytes": pc.fill_null(out["size_bytes_sum"], 0).cast(pa.int64())}, schema=LIVE)
 
 
-def checkpoint_facts(segments: pa.Table, checkpoints: pa.Table) -> dict[tuple, dict]:
-    """{(cluster, broker, partition): observations, checkpoint and dirty bytes (segments at or above
-    the checkpoint) at its first and last observation} (run on every observation of a replica)."""
+#: checkpoint_facts' rows
+CHECKPOINTS = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("partition", pa.int32()),
+                         ("observations", pa.int64()), ("checkpoint_first", pa.int64()), ("checkpoint_last", pa.int64()),
+                         ("dirty_bytes_first", pa.int64()), ("dirty_bytes_last", pa.int64())])
+
+
+def checkpoint_facts(segments: pa.Table, checkpoints: pa.Table) -> pa.Table:
+    """Per (cluster, broker, partition) (CHECKPOINTS): its observations, and the checkpoint and dirty
+    bytes (segments at or above the checkpoint) at its first and last observation (run on every
+    observation of a replica)."""
     per: dict[tuple, dict] = {}
     cps = {}
     for r in checkpoints.select([*REPLICA, "observed_at", "checkpoint_offset"]).to_pylist():
@@ -180,25 +204,11 @@ def checkpoint_facts(segments: pa.Table, checkpoints: pa.Table) -> dict[tuple, d
         replica, obs = key[:3], per[key]
         f = out.get(replica)
         if f is None:
-            f = out[replica] = {"observations": 0, "checkpoint_first": obs["checkpoint"],
-                                "dirty_bytes_first": obs["dirty_bytes"]}
+            f = out[replica] = {**dict(zip(REPLICA, replica)), "observations": 0,
+                                "checkpoint_first": obs["checkpoint"], "dirty_bytes_first": obs["dirty_bytes"]}
         f["observations"] += 1
         f["checkpoint_last"], f["dirty_bytes_last"] = obs["checkpoint"], obs["dirty_bytes"]
-    return out
-
-
-#: checkpoint_facts as a table (the Spark job's tasks yield it)
-CHECKPOINTS = pa.schema([("cluster", pa.string()), ("broker", pa.int32()), ("partition", pa.int32()),
-                         ("observations", pa.int64()), ("checkpoint_first", pa.int64()), ("checkpoint_last", pa.int64()),
-                         ("dirty_bytes_first", pa.int64()), ("dirty_bytes_last", pa.int64())])
-
-
-def checkpoint_table(facts: dict[tuple, dict]) -> pa.Table:
-    return pa.Table.from_pylist([{**dict(zip(REPLICA, k)), **v} for k, v in facts.items()], schema=CHECKPOINTS)
-
-
-def checkpoint_dict(table: pa.Table) -> dict[tuple, dict]:
-    return {tuple(r.pop(k) for k in REPLICA): r for r in table.to_pylist()}
+    return pa.Table.from_pylist(list(out.values()), schema=CHECKPOINTS)
 
 
 def segment_messages(summary: list[dict], latest: pa.Table) -> list[dict]:
@@ -220,7 +230,7 @@ def segment_messages(summary: list[dict], latest: pa.Table) -> list[dict]:
     return [{c: s[c] for c in SEGMENTS.names} for s in out]
 
 
-def health(latest: pa.Table, summary: pa.Table, live: pa.Table, checkpoints: dict[tuple, dict],
+def health(latest: pa.Table, summary: pa.Table, live: pa.Table, checkpoints: pa.Table,
            clusters: dict, brokers: dict, bloat_ratio: float, min_bloat_bytes: int) -> tuple[pa.Table, pa.Table]:
     """(health per replica of the newest inventory (HEALTH, sorted), messages per segment
     (SEGMENTS)). `summary`: summarize's rows with cluster and partition; `live`: live_keys merged;
@@ -229,6 +239,7 @@ def health(latest: pa.Table, summary: pa.Table, live: pa.Table, checkpoints: dic
     per (cluster, broker), with the topic's min_cleanable_ratio and segment_bytes."""
     sums = summary.to_pylist()
     per_segment = segment_messages(sums, latest)
+    cps = {tuple(r.pop(k) for k in REPLICA): r for r in checkpoints.to_pylist()}
     totals: dict[tuple, dict] = {}
     for s in sums:
         t = totals.setdefault((s["cluster"], s["partition"]), {"records": 0, "tombstones": 0, "record_bytes": 0})
@@ -254,7 +265,7 @@ def health(latest: pa.Table, summary: pa.Table, live: pa.Table, checkpoints: dic
         # no record read of the partition: no ratio
         row["duplicate_ratio"] = None if t is None else 1 - row["live_keys"] / row["records"] if row["records"] else 0.0
         row.update({"checkpoint_first": None, "checkpoint_last": None, "dirty_bytes_first": None,
-                    "dirty_bytes_last": None, "observations": 0}, **checkpoints.get(key, {}))
+                    "dirty_bytes_last": None, "observations": 0}, **cps.get(key, {}))
         settings = dict(clusters.get(c) or {})
         reported = brokers.get((c, b), {})
         for name in ("dedupe_buffer_size", "threads", "load_factor"):
