@@ -127,7 +127,9 @@ def commit_groups(spec: LabSpec, groups: list[tuple[str, str, int]], in_flight: 
     import socket
     import struct
 
-    from fleetkit.clients.wire_codec import string as _string
+    def _string(s: str) -> bytes:
+        b = s.encode()
+        return struct.pack(">h", len(b)) + b
 
     def request(cid: int, group: str, topic: str, offset: int) -> bytes:
         parts = b"".join(struct.pack(">iq", p, offset) + _string("") for p in range(3))

@@ -233,7 +233,7 @@ class LabSecurity:
         metadata log). The passwords travel only in that request on loopback."""
         from confluent_kafka.admin import ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-        from fleetkit.clients import wire
+        from fleetkit.clients.protocol import transport
         from fleetkit.clients.wire_security import Security
 
         passwords = self.spec.passwords()
@@ -250,7 +250,7 @@ class LabSecurity:
         def admin_logs_in() -> bool:
             try:
                 for i in range(self.spec.brokers):
-                    wire.broker_versions(f"{self.spec.host(i)}:{self.spec.broker_port(i)}", 5, security=security)
+                    transport.broker_versions(f"{self.spec.host(i)}:{self.spec.broker_port(i)}", 5, security=security)
                 return True
             except Exception:  # noqa: BLE001 - "authentication failed" until the credential arrives
                 return False

@@ -44,9 +44,9 @@ def test_each_generation_runs_what_it_claims(generation_lab):
         md = admin.describe_cluster().result(timeout=30)
         assert sorted(n.id for n in md.nodes) == [0, 1, 2]
         # secured: nothing answers a client without a login on the broker ports
-        from fleetkit.clients import wire
+        from fleetkit.clients.protocol import transport
 
-        assert spec.secured and wire.broker_versions(f"127.0.0.1:{spec.broker_port(0)}", timeout=3) is None
+        assert spec.secured and transport.broker_versions(f"127.0.0.1:{spec.broker_port(0)}", timeout=3) is None
         sasl = admin.describe_user_scram_credentials().result(timeout=30)
         assert set(sasl) >= {"admin", "fleet", "fleet-runbook"}
         # the passwords are on no command line and in no log of the lab

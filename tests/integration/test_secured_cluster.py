@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fleetkit.clients import wire, wire_logs
+from fleetkit.clients.protocol import transport
 from fleetkit.clients.kafka import KafkaCluster, client_config
 from fleetkit.clients.wire_security import Security
 from fleetkit.collection.offsets_topic import read_records
@@ -117,7 +118,7 @@ def test_wrong_password_fails_fast_naming_the_user(secure_lab):
 def test_unauthenticated_clients_are_refused(secure_lab):
     bootstrap = SPEC.bootstrap
     # plaintext to the SASL_SSL port: no Kafka answer at all
-    assert wire.broker_versions(bootstrap, timeout=3) is None
+    assert transport.broker_versions(bootstrap, timeout=3) is None
     # TLS without a login: the broker answers nothing but ApiVersions and the SASL handshake
     tls_only = Security.from_config({"security.protocol": "SSL", "ssl.ca.location": str(SPEC.tls_dir / "ca.pem")})
     with pytest.raises(ConnectionError):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 
 from fleetkit.clients import wire
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol import transport
 from fleetkit.clients.offsets_leaders import offsets_topic_state
 from fleetkit.core.partitioning import partition_for
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
@@ -17,7 +19,7 @@ def test_09_cannot_answer_api_versions_and_is_spoken_to_in_version_0(lab, unique
     first = lab.bootstrap.split(",")[0]
     security = fleet_wire_security(lab.spec)  # the toolkit's login (0.9: mutual TLS)
     with not_waited_out():  # 0.9 stays silent: the wait is bounded (API_VERSIONS_TIMEOUT), not the call's timeout
-        assert wire.broker_versions(first, timeout=GIVE_UP, security=security) is None
+        assert transport.broker_versions(first, timeout=GIVE_UP, security=security) is None
 
     topic, live, stopped = unique("wire"), unique("wire live ĝ {{x}}"), unique("wire stopped; rm -rf /")
     wait_topic(lab.bootstrap, topic)
@@ -52,13 +54,19 @@ def test_each_generation_is_spoken_to_in_the_versions_it_accepts(generation_lab,
     cluster = generation_lab.cluster
     security = fleet_wire_security(spec)  # the toolkit's login where the cluster is secured
     for i in range(spec.brokers):
-        versions = wire.broker_versions(f"127.0.0.1:{spec.broker_port(i)}", timeout=10, security=security)
+        versions = transport.broker_versions(f"127.0.0.1:{spec.broker_port(i)}", timeout=10, security=security)
         if cluster.version_tuple < (0, 10):
             assert versions is None
         else:
-            assert wire.pick_version(wire.FIND_COORDINATOR, versions) == 4
-            assert wire.pick_version(wire.DESCRIBE_GROUPS, versions) == 5
-            assert wire.pick_version(wire.METADATA, versions) == 8
+            assert m.FIND_COORDINATOR.pick_version(versions) == 4
+            assert m.DESCRIBE_GROUPS.pick_version(versions) == 5
+            assert m.METADATA.pick_version(versions, wire.LEADER_EPOCHS_FROM) == 8
+            # the log reader's and the secured login's requests: the newest spoken here on both
+            assert (m.FETCH.pick_version(versions), m.DESCRIBE_LOG_DIRS.pick_version(versions)) == (11, 4)
+            assert (m.SASL_HANDSHAKE.pick_version(versions), m.SASL_AUTHENTICATE.pick_version(versions)) == (1, 1)
+            assert m.ALTER_PARTITION_REASSIGNMENTS.pick_version(versions) == 0
+            # a ZooKeeper-mode broker offers no DescribeQuorum
+            assert m.DESCRIBE_QUORUM.pick_version(versions) == (1 if cluster.version_tuple >= (4,) else None)
 
     from fleet_airflow import clusters
 

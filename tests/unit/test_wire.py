@@ -14,8 +14,51 @@ import threading
 import pytest
 
 from fleetkit.clients import wire
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol import transport
 
 H = bytes.fromhex
+
+
+def body(api: m.Api, version: int, values: dict) -> bytes:
+    """A request's body: the request without its size, header v1 and, when flexible, header tags."""
+    return api.encode_request(version, 0, values)[4 + 8 + len(CLIENT) + api.flexible(version):]
+
+
+def find_coordinator_body(version, keys):
+    return body(m.FIND_COORDINATOR, version, wire.find_request(version, keys))
+
+
+def decode_find_coordinator(version, payload, keys):
+    cid, answer = m.FIND_COORDINATOR.decode_response(version, payload)
+    return cid, wire.coordinators(version, answer, keys)
+
+
+def describe_groups_body(version, groups):
+    return body(m.DESCRIBE_GROUPS, version, {"Groups": groups})
+
+
+def decode_describe_groups(version, payload):
+    cid, answer = m.DESCRIBE_GROUPS.decode_response(version, payload)
+    return cid, wire.described_groups(answer)
+
+
+def consumer_group_describe_body(version, groups):
+    return body(m.CONSUMER_GROUP_DESCRIBE, version, {"GroupIds": groups})
+
+
+def decode_consumer_group_describe(version, payload):
+    cid, answer = m.CONSUMER_GROUP_DESCRIBE.decode_response(version, payload)
+    return cid, wire.consumer_groups(answer)
+
+
+def metadata_body(version, topics):
+    return body(m.METADATA, version, wire.metadata_request(topics))
+
+
+def decode_metadata(version, payload):
+    cid, answer = m.METADATA.decode_response(version, payload)
+    return (cid, *wire.metadata(answer))
 
 
 def _frame(payload: bytes) -> bytes:
@@ -36,14 +79,14 @@ CLIENT = H("0008") + b"fleetkit"
     ({18: (0, 3)}, None, None),                 # the broker does not offer the API at all
 ])
 def test_version_is_the_highest_both_sides_speak(broker, find, describe):
-    assert wire.pick_version(wire.FIND_COORDINATOR, broker) == find
-    assert wire.pick_version(wire.DESCRIBE_GROUPS, broker) == describe
+    assert m.FIND_COORDINATOR.pick_version(broker) == find
+    assert m.DESCRIBE_GROUPS.pick_version(broker) == describe
 
 
 # -- ApiVersions ------------------------------------------------------------------------------
 def test_api_versions_v0_request():
     # header v1: api key 18, version 0, correlation id -1, client id; no body
-    assert wire.api_versions_request(-1) == _frame(H("0012" "0000" "ffffffff") + CLIENT)
+    assert m.API_VERSIONS.encode_request(0, -1) == _frame(H("0012" "0000" "ffffffff") + CLIENT)
 
 
 def test_api_versions_v0_response():
@@ -53,66 +96,66 @@ def test_api_versions_v0_response():
                 "000a" "0000" "0004"
                 "000f" "0001" "0005"
                 "0012" "0000" "0004")
-    assert wire.decode_api_versions(payload) == (0, {10: (0, 4), 15: (1, 5), 18: (0, 4)})
+    assert transport.decode_api_versions(payload) == (0, {10: (0, 4), 15: (1, 5), 18: (0, 4)})
 
 
 def test_api_versions_error_answer_with_its_own_versions():
     # KIP-511: UNSUPPORTED_VERSION (35) still lists ApiVersions' own range
-    assert wire.decode_api_versions(H("00000001" "0023" "00000001" "0012" "0000" "0003")) == (35, {18: (0, 3)})
+    assert transport.decode_api_versions(H("00000001" "0023" "00000001" "0012" "0000" "0003")) == (35, {18: (0, 3)})
 
 
 # -- FindCoordinator --------------------------------------------------------------------------
 def test_find_coordinator_v0():
-    req = wire.encode_request(10, 0, 7, wire.find_coordinator_body(0, ["my-group"]))
+    req = m.FIND_COORDINATOR.encode_request(0, 7, wire.find_request(0, ["my-group"]))
     assert req == _frame(H("000a" "0000" "00000007") + CLIENT + H("0008") + b"my-group")
     resp = H("00000007" "0000" "00000002" "0009") + b"127.0.0.1" + H("00009a44")
-    assert wire.decode_find_coordinator(0, resp, ["my-group"]) == \
+    assert decode_find_coordinator(0, resp, ["my-group"]) == \
         (7, [wire.Coordinator("my-group", 0, 2, "127.0.0.1", 39492)])
 
 
 def test_find_coordinator_v1_adds_key_type_throttle_and_message():
-    body = wire.find_coordinator_body(1, ["g"])
+    body = find_coordinator_body(1, ["g"])
     assert body == H("0001") + b"g" + H("00")              # key, key type 0 (group)
     resp = (H("00000003" "00000000" "000f" "0005") + b"no ld"  # throttle, error 15, message "no ld"
             + H("ffffffff" "0000" "ffffffff"))                # node -1, host "", port -1
-    assert wire.decode_find_coordinator(1, resp, ["g"]) == (3, [wire.Coordinator("g", 15, -1, "", -1)])
+    assert decode_find_coordinator(1, resp, ["g"]) == (3, [wire.Coordinator("g", 15, -1, "", -1)])
 
 
 def test_find_coordinator_v3_is_flexible():
-    req = wire.encode_request(10, 3, 1, wire.find_coordinator_body(3, ["gé"]))
+    req = m.FIND_COORDINATOR.encode_request(3, 1, wire.find_request(3, ["gé"]))
     # header v2 (client id keeps its int16 length, then empty tags); compact key: varint 3+1, key type, tags
     assert req == _frame(H("000a" "0003" "00000001") + CLIENT + H("00") + H("04") + "gé".encode() + H("00" "00"))
     resp = (H("00000001" "00"           # correlation id, header tags
               "00000000" "0000" "00"    # throttle, error 0, null compact message
               "00000001" "0a") + b"127.0.0.1" + H("00009a44" "00"))
-    assert wire.decode_find_coordinator(3, resp, ["gé"]) == (1, [wire.Coordinator("gé", 0, 1, "127.0.0.1", 39492)])
+    assert decode_find_coordinator(3, resp, ["gé"]) == (1, [wire.Coordinator("gé", 0, 1, "127.0.0.1", 39492)])
 
 
 def test_find_coordinator_v4_batches_keys():
-    body = wire.find_coordinator_body(4, ["a", "bc"])
+    body = find_coordinator_body(4, ["a", "bc"])
     assert body == H("00" "03" "02") + b"a" + H("03") + b"bc" + H("00")  # key type, 2 keys, tags
     resp = (H("00000009" "00" "00000000"
               "03"                                                     # 2 coordinators
               "02") + b"a" + H("00000001" "0a") + b"127.0.0.1" + H("00009a44" "0000" "00" "00")
             + H("03") + b"bc" + H("ffffffff" "01" "ffffffff" "000f" "03") + b"no" + H("00")
             + H("00"))
-    assert wire.decode_find_coordinator(4, resp, ["a", "bc"]) == (9, [
+    assert decode_find_coordinator(4, resp, ["a", "bc"]) == (9, [
         wire.Coordinator("a", 0, 1, "127.0.0.1", 39492), wire.Coordinator("bc", 15, -1, "", -1)])
 
 
 def test_find_coordinator_before_v4_takes_one_key():
     with pytest.raises(ValueError, match="exactly one key"):
-        wire.find_coordinator_body(3, ["a", "b"])
+        find_coordinator_body(3, ["a", "b"])
 
 
 def test_long_group_names_get_multi_byte_varints():
     name = "x" * 200  # 201 = 0xc9 0x01 as an unsigned varint
-    assert wire.find_coordinator_body(4, [name]) == H("00" "02" "c901") + name.encode() + H("00")
+    assert find_coordinator_body(4, [name]) == H("00" "02" "c901") + name.encode() + H("00")
 
 
 def test_group_id_longer_than_kafka_allows_is_refused():
     with pytest.raises(ValueError, match="longer than Kafka's 32767"):
-        wire.find_coordinator_body(0, ["é" * 20000])
+        find_coordinator_body(0, ["é" * 20000])
 
 
 # -- DescribeGroups ---------------------------------------------------------------------------
@@ -122,22 +165,22 @@ V0_GROUP = (H("0000" "0001") + b"g" + H("0006") + b"Stable" + H("0008") + b"cons
 
 
 def test_describe_groups_v0():
-    assert wire.describe_groups_body(0, ["g", "h"]) == H("00000002" "0001") + b"g" + H("0001") + b"h"
-    cid, groups = wire.decode_describe_groups(0, H("00000005" "00000001") + V0_GROUP)
+    assert describe_groups_body(0, ["g", "h"]) == H("00000002" "0001") + b"g" + H("0001") + b"h"
+    cid, groups = decode_describe_groups(0, H("00000005" "00000001") + V0_GROUP)
     assert cid == 5 and groups == [wire.DescribedGroup(0, "g", "Stable", "consumer", "range", (
         wire.GroupMember("m1", None, "c1", "/127.0.0.1"),))]
 
 
 def test_describe_groups_v1_adds_throttle_time():
-    cid, groups = wire.decode_describe_groups(1, H("00000005" "00000064" "00000001") + V0_GROUP)
+    cid, groups = decode_describe_groups(1, H("00000005" "00000064" "00000001") + V0_GROUP)
     assert [g.state for g in groups] == ["Stable"]
 
 
 def test_describe_groups_v3_asks_no_authorized_operations():
-    assert wire.describe_groups_body(3, ["g"]) == H("00000001" "0001") + b"g" + H("00")
+    assert describe_groups_body(3, ["g"]) == H("00000001" "0001") + b"g" + H("00")
     resp = (H("00000000" "00000000" "00000001" "0010" "0001") + b"g" + H("0004") + b"Dead" + H("0000" "0000")
             + H("00000000" "80000000"))                    # no members, authorized operations unset
-    assert wire.decode_describe_groups(3, resp)[1] == [wire.DescribedGroup(16, "g", "Dead", "", "", ())]
+    assert decode_describe_groups(3, resp)[1] == [wire.DescribedGroup(16, "g", "Dead", "", "", ())]
 
 
 def test_describe_groups_v4_has_group_instance_ids():
@@ -147,12 +190,12 @@ def test_describe_groups_v4_has_group_instance_ids():
             + H("00000002") + member
             + H("0002") + b"m2" + H("ffff" "0002") + b"c2" + H("0001") + b"h" + H("00000000" "00000000")
             + H("80000000"))
-    (g,) = wire.decode_describe_groups(4, resp)[1]
+    (g,) = decode_describe_groups(4, resp)[1]
     assert g.members == (wire.GroupMember("m1", "gi1", "c1", "h"), wire.GroupMember("m2", None, "c2", "h"))
 
 
 def test_describe_groups_v5_is_flexible():
-    assert wire.describe_groups_body(5, ["g"]) == H("02" "02") + b"g" + H("00" "00")
+    assert describe_groups_body(5, ["g"]) == H("02" "02") + b"g" + H("00" "00")
     resp = (H("00000002" "00" "00000000"
               "02"                                                  # 1 group
               "0000" "02") + b"g" + H("07") + b"Stable" + H("09") + b"consumer" + H("06") + b"range"
@@ -162,14 +205,14 @@ def test_describe_groups_v5_is_flexible():
             + H("01" "00" "02" "aaaa")                              # member tags: one unknown tag skipped
             + H("80000000" "00")                                    # authorized operations, group tags
             + H("00"))
-    cid, groups = wire.decode_describe_groups(5, resp)
+    cid, groups = decode_describe_groups(5, resp)
     assert cid == 2 and groups == [wire.DescribedGroup(0, "g", "Stable", "consumer", "range", (
         wire.GroupMember("m1", None, "c1", "127.0.0.1"),))]
 
 
 def test_truncated_response_is_an_error_not_garbage():
     with pytest.raises(Exception) as e:
-        wire.decode_describe_groups(5, H("00000002" "00" "00000000" "02" "0000" "7f") + b"short")
+        decode_describe_groups(5, H("00000002" "00" "00000000" "02" "0000" "7f") + b"short")
     assert isinstance(e.value, wire.struct.error)
 
 
@@ -235,7 +278,7 @@ def test_broker_answering_api_versions_with_a_bare_error_is_spoken_to_in_version
 
 @pytest.mark.parametrize("stand_in", ["silent"], indirect=True)
 def test_broker_leaving_api_versions_unanswered_is_spoken_to_in_version_0(stand_in, monkeypatch):
-    monkeypatch.setattr(wire, "API_VERSIONS_TIMEOUT", 0.5)
+    monkeypatch.setattr(transport, "API_VERSIONS_TIMEOUT", 0.5)
     answers = wire.probe(f"127.0.0.1:{stand_in.port}", ["g"], timeout=5)
     assert stand_in.seen == [(18, 0), (10, 0)] and stand_in.connections == 2  # a fresh connection for v0
     assert answers["g"].lookup_error == "COORDINATOR_NOT_AVAILABLE"
@@ -260,10 +303,10 @@ def test_member_assignments_are_decoded_for_consumer_groups():
     group = (H("0000" "0001") + b"g" + H("0006") + b"Stable" + H("0008") + b"consumer" + H("0005") + b"range"
              + H("00000001" "0002") + b"m1" + H("0002") + b"c1" + H("0001") + b"h"
              + H("00000000") + len(ASSIGNMENT).to_bytes(4, "big") + ASSIGNMENT)
-    (g,) = wire.decode_describe_groups(0, H("00000000" "00000001") + group)[1]
+    (g,) = decode_describe_groups(0, H("00000000" "00000001") + group)[1]
     assert g.members[0].assignment == (("a/", 7), ("t", 0), ("t", 2))
     connect = group.replace(H("0008") + b"consumer", H("0007") + b"connect")
-    (g,) = wire.decode_describe_groups(0, H("00000000" "00000001") + connect)[1]
+    (g,) = decode_describe_groups(0, H("00000000" "00000001") + connect)[1]
     assert g.members[0].assignment is None  # another protocol's bytes are not read as partitions
 
 
@@ -285,11 +328,12 @@ def test_descriptions_from_the_wire_use_kafkas_state_names(broker_state, name):
 
 # -- Metadata v7-v8: leaders with their epochs (KRaft clusters have no ZooKeeper to read) ------
 def test_metadata_v8_request_never_creates_topics():
-    assert wire.metadata_body(8, ["t"]) == H("00000001" "0001") + b"t" + H("00" "00" "00")
-    assert wire.metadata_body(7, ["t"]) == H("00000001" "0001") + b"t" + H("00")
-    assert wire.pick_version(wire.METADATA, None) is None          # 0.9: no epochs in metadata
-    assert wire.pick_version(wire.METADATA, {3: (0, 13)}) == 8
-    assert wire.pick_version(wire.METADATA, {3: (0, 5)}) is None   # before 1.0
+    assert metadata_body(8, ["t"]) == H("00000001" "0001") + b"t" + H("00" "00" "00")
+    assert metadata_body(7, ["t"]) == H("00000001" "0001") + b"t" + H("00")
+    assert m.METADATA.pick_version(None, wire.LEADER_EPOCHS_FROM) is None          # 0.9: no epochs in metadata
+    assert m.METADATA.pick_version({3: (0, 13)}, wire.LEADER_EPOCHS_FROM) == 8
+    assert m.METADATA.pick_version({3: (0, 5)}, wire.LEADER_EPOCHS_FROM) is None   # before 1.0
+    assert m.METADATA.pick_version(None) == 0                # the log reader's leaders on 0.9
 
 
 def test_metadata_v8_response():
@@ -303,7 +347,7 @@ def test_metadata_v8_response():
                 "80000000")
             + H("0003" "0004") + b"nope" + H("00" "00000000" "80000000")             # UNKNOWN_TOPIC_OR_PARTITION
             + H("80000000"))
-    cid, brokers, errors, parts = wire.decode_metadata(8, resp)
+    cid, brokers, errors, parts = decode_metadata(8, resp)
     assert brokers == {1: "127.0.0.1:39492"} and errors == {"nope": 3}
     assert parts == [wire.PartitionLeader("t", 2, 0, 1, 7, (1, 2), (1,))]
 
@@ -345,13 +389,13 @@ def _cgd_response(version: int) -> bytes:
 
 
 def test_consumer_group_describe_request_v0():
-    body = wire.consumer_group_describe_body(0, ["g ĝ", "b"])
+    body = consumer_group_describe_body(0, ["g ĝ", "b"])
     assert body == H("03") + _cs("g ĝ") + _cs("b") + H("00") + H("00")
 
 
 @pytest.mark.parametrize("version", [0, 1])
 def test_consumer_group_describe_response(version):
-    cid, groups = wire.decode_consumer_group_describe(version, _cgd_response(version))
+    cid, groups = decode_consumer_group_describe(version, _cgd_response(version))
     assert cid == 5
     g, classic = groups
     assert (g.error, g.group, g.state, g.group_epoch, g.assignment_epoch) == (0, "g ĝ", "Reconciling", 7, 7)
@@ -363,20 +407,20 @@ def test_consumer_group_describe_response(version):
 
 def test_consumer_group_describe_is_never_sent_to_a_broker_without_api_versions():
     # 0.9 answers no ApiVersions: version 0 of what it knows, never an API it predates
-    assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {wire.DESCRIBE_GROUPS: (0, 5)}) is None
-    assert wire.pick_version(wire.CONSUMER_GROUP_DESCRIBE, {69: (0, 1)}) == 1
+    assert m.CONSUMER_GROUP_DESCRIBE.pick_version({m.DESCRIBE_GROUPS.key: (0, 5)}) is None
+    assert m.CONSUMER_GROUP_DESCRIBE.pick_version({69: (0, 1)}) == 1
 
 
 # -- Kafka 0.9 (no ApiVersions): Metadata v0 and Fetch v0 ----------------------------------------
 def test_metadata_v0_request_and_response():
-    assert wire.metadata_body(0, ["t"]) == H("00000001" "0001") + b"t"  # no auto-creation flag before v4
+    assert metadata_body(0, ["t"]) == H("00000001" "0001") + b"t"  # no auto-creation flag before v4
     resp = (H("00000005"
               "00000001" "00000000" "0009") + b"127.0.0.1" + H("00004a44")           # broker 0, no rack
             + H("00000001")
             + H("0000" "0001") + b"t" + H("00000001"                                  # topic t (no internal flag)
                 "0000" "00000003" "00000000"                                         # p3 leader 0 (no epoch)
                 "00000001" "00000000" "00000001" "00000000"))                        # replicas [0], isr [0]
-    cid, brokers, errors, parts = wire.decode_metadata(0, resp)
+    cid, brokers, errors, parts = decode_metadata(0, resp)
     assert cid == 5 and brokers == {0: "127.0.0.1:19012"} and errors == {}
     assert parts == [wire.PartitionLeader("t", 3, 0, 0, -1, (0,), (0,))]
 
@@ -384,11 +428,10 @@ def test_metadata_v0_request_and_response():
 def test_fetch_v0_request_and_response():
     from fleetkit.clients import wire_logs
 
-    body = wire_logs.fetch_body(0, "t", {2: 40}, 32 << 20, 8 << 20, max_wait_ms=100)
-    assert body == (H("ffffffff" "00000064" "00000001")                     # replica, max wait, min bytes
+    assert body(m.FETCH, 0, wire_logs.fetch_request("t", {2: 40}, 32 << 20, 8 << 20, max_wait_ms=100)) == (H("ffffffff" "00000064" "00000001")                     # replica, max wait, min bytes
                     + H("00000001" "0001") + b"t" + H("00000001" "00000002" "0000000000000028" "00800000"))
     records = b"\x00" * 30
     resp = (H("00000007" "00000001" "0001") + b"t"
             + H("00000001" "00000002" "0000" "0000000000000064" "0000001e") + records)   # no throttle, no LSO
-    (fp,) = wire_logs.decode_fetch(0, resp)
+    (fp,) = wire_logs.fetched(m.FETCH.decode_response(0, resp)[1])
     assert (fp.partition, fp.error, fp.high_watermark, fp.last_stable_offset, fp.records) == (2, None, 100, -1, records)

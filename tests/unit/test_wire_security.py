@@ -12,6 +12,8 @@ import threading
 import pytest
 
 from fleetkit.clients import wire, wire_security
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol import transport
 from fleetkit.clients.wire_security import Security
 from fleetkit.core.errors import AuthenticationFailed, FleetConfigError, NotAuthorized
 from tests.helpers import GIVE_UP, not_waited_out
@@ -154,8 +156,8 @@ def test_refused_login_names_user_and_cluster_without_the_password():
 def test_a_response_size_beyond_the_bound_is_refused():
     srv = SaslStandIn(huge=True)
     try:
-        conn = wire._Connection("127.0.0.1", srv.port, 5)
-        conn.send(wire.api_versions_request(0))
+        conn = transport.Connection("127.0.0.1", srv.port, 5)
+        conn.send(m.API_VERSIONS.encode_request(0, 0))
         with pytest.raises(ConnectionError, match="announced a response of 2147483647 bytes"):
             conn.payload()
         conn.close()
@@ -175,10 +177,11 @@ def test_login_needs_sasl_authenticate():
 def test_a_cluster_authorization_refusal_keeps_its_error_name():
     from fleetkit.clients import wire_logs
 
-    # DescribeLogDirs v3 (flexible): correlation id, no tagged fields, throttle, error code 31
-    payload = struct.pack(">ibih", 0, 0, 0, 31)
+    # DescribeLogDirs v3 (flexible): correlation id, no tagged fields, throttle, error code 31, no
+    # results, no tagged fields
+    payload = struct.pack(">ibih", 0, 0, 0, 31) + b"\x01\x00"
     with pytest.raises(wire_logs.Refused) as e:
-        wire_logs.decode_describe_log_dirs(3, payload, 1)
+        wire_logs.log_dirs(m.DESCRIBE_LOG_DIRS.decode_response(3, payload)[1], 1)
     assert e.value.error == "CLUSTER_AUTHORIZATION_FAILED"
     err = wire_logs.not_authorized(e.value.error, None, None, "DescribeLogDirs")
     assert str(err) == ("not authorized: ANONYMOUS may not DESCRIBE cluster 'kafka-cluster' "

@@ -381,6 +381,7 @@ class KafkaCluster:
         until the request times out, without saying why). Brokers that do not answer are left to
         the request itself. Plaintext connections: nothing to do."""
         from fleetkit.clients import wire
+        from fleetkit.clients.protocol import transport
 
         if not wire.supported(self.config):
             return
@@ -390,8 +391,8 @@ class KafkaCluster:
         try:
             # a cluster before 0.10 is not asked ApiVersions: it leaves the question unanswered
             # until the client gives up (3 s for every login otherwise)
-            wire.ask_first(self.bootstrap, "a login", lambda broker: None, timeout=min(self.timeout, 10.0),
-                           api_versions=self.asks_api_versions, security=security)
+            transport.ask_first(self.bootstrap, "a login", lambda broker: None, timeout=min(self.timeout, 10.0),
+                                api_versions=self.asks_api_versions, security=security)
         except ConnectionError:
             pass
 

@@ -1,30 +1,24 @@
 """Partition reassignments on the wire, for clusters without ZooKeeper (KRaft).
 
 confluent-kafka 2.x has no AlterPartitionReassignments / ListPartitionReassignments admin call,
-so this module speaks them over plain TCP with fleetkit.clients.wire_codec's primitives:
+so this module asks them on the toolkit's protocol layer (fleetkit.clients.protocol):
 
-* AlterPartitionReassignments (API key 45) v0: set a partition's replica list (the order is
-  the preference order; a reordering of the same set moves no data). Answered per partition.
-* ListPartitionReassignments (API key 46) v0: the reassignments in progress.
+* AlterPartitionReassignments v0: set a partition's replica list (the order is the preference
+  order; a reordering of the same set moves no data). Answered per partition.
+* ListPartitionReassignments v0: the reassignments in progress.
 
-Both are flexible in every version (request header v2, response header v1, compact strings and
-arrays, tagged fields). Version 0 is spoken when the broker's ApiVersions answer offers it (Kafka
-2.4 and later; 4.3.1 still does). A KRaft broker forwards both to the active controller, so any
-broker will do; a ZooKeeper-mode broker answers NOT_CONTROLLER unless it is the controller, which
-is why ZooKeeper-mode clusters keep using the /admin znodes (fleetkit.clients.leadership).
-Schemas: Kafka's clients/src/main/resources/common/message/{Alter,List}PartitionReassignments*.json.
+Version 0 is spoken when the broker's ApiVersions answer offers it (Kafka 2.4 and later; 4.3.1
+still does). A KRaft broker forwards both to the active controller, so any broker will do; a
+ZooKeeper-mode broker answers NOT_CONTROLLER unless it is the controller, which is why
+ZooKeeper-mode clusters keep using the /admin znodes (fleetkit.clients.leadership).
 """
 
 from __future__ import annotations
 
-import struct
-
-from fleetkit.clients import wire
-from fleetkit.clients import wire_codec as codec
-
-ALTER_REASSIGNMENTS, LIST_REASSIGNMENTS = 45, 46
-NAMES = {ALTER_REASSIGNMENTS: "AlterPartitionReassignments", LIST_REASSIGNMENTS: "ListPartitionReassignments"}
-VERSION = 0
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol.messages import Api
+from fleetkit.clients.protocol.schema import error_name, utf8
+from fleetkit.clients.protocol.transport import Broker, ask_first
 
 
 class ReassignmentError(ConnectionError):
@@ -35,77 +29,41 @@ class ReassignmentError(ConnectionError):
         self.error = error
 
 
-def _request(api_key: int, correlation_id: int, body: bytes) -> bytes:
-    """Request header v2 (flexible: client id as int16 string, then empty tags) and `body`."""
-    return codec.encode_request(api_key, VERSION, correlation_id, body, flexible=True)
+def _problem(code: int, message: str | None) -> str | None:
+    return f"{error_name(code)}: {message}" if code else None
 
 
-def alter_body(timeout_ms: int, topic: str, moves: dict[int, list[int] | None]) -> bytes:
+def alter_request(timeout_ms: int, topic: str, moves: dict[int, list[int] | None]) -> dict:
     """One topic, {partition: replicas} (None cancels a reassignment in progress)."""
-    parts = b""
-    for p, replicas in sorted(moves.items()):
-        parts += struct.pack(">i", p)
-        if replicas is None:
-            parts += codec.uvarint(0)
-        else:
-            parts += codec.array_len(len(replicas), True) + b"".join(struct.pack(">i", b) for b in replicas)
-        parts += codec.NO_TAGS
-    topics = (codec.array_len(1, True) + codec.string(topic, True) + codec.array_len(len(moves), True) + parts
-              + codec.NO_TAGS)
-    return struct.pack(">i", timeout_ms) + topics + codec.NO_TAGS
+    return {"TimeoutMs": timeout_ms, "Topics": [{"Name": topic, "Partitions": [
+        {"PartitionIndex": p, "Replicas": None if r is None else list(r)} for p, r in sorted(moves.items())]}]}
 
 
-def list_body(timeout_ms: int) -> bytes:
-    """Every reassignment in progress (topics null)."""
-    return struct.pack(">i", timeout_ms) + codec.uvarint(0) + codec.NO_TAGS
-
-
-def decode_alter(payload: bytes) -> tuple[str | None, dict[tuple[str, int], str | None]]:
+def alter_problems(answer: dict) -> tuple[str | None, dict[tuple[str, int], str | None]]:
     """(the request's error with its message, {(topic, partition): error with message or None})."""
-    _, r = codec.response_reader(payload, True)
-    r.int32()  # throttle time
-    err, msg = r.int16(), r.string(True)
-    out = {}
-    for _ in range(r.array_len(True)):
-        topic = r.string(True) or ""
-        for _ in range(r.array_len(True)):
-            p, perr, pmsg = r.int32(), r.int16(), r.string(True)
-            r.skip_tags()
-            out[(topic, p)] = f"{codec.error_name(perr)}: {pmsg}" if perr else None
-        r.skip_tags()
-    r.skip_tags()
-    return (f"{codec.error_name(err)}: {msg}" if err else None), out
+    return _problem(answer["ErrorCode"], answer["ErrorMessage"]), {
+        (t["Name"], p["PartitionIndex"]): _problem(p["ErrorCode"], p["ErrorMessage"])
+        for t in answer["Responses"] for p in t["Partitions"]}
 
 
-def decode_list(payload: bytes) -> tuple[str | None, dict[tuple[str, int], dict]]:
+def in_progress(answer: dict) -> tuple[str | None, dict[tuple[str, int], dict]]:
     """(error with message, {(topic, partition): {"replicas", "adding", "removing"}})."""
-    _, r = codec.response_reader(payload, True)
-    r.int32()  # throttle time
-    err, msg = r.int16(), r.string(True)
-    out = {}
-    for _ in range(r.array_len(True)):
-        topic = r.string(True) or ""
-        for _ in range(r.array_len(True)):
-            p = r.int32()
-            lists = [[r.int32() for _ in range(r.array_len(True))] for _ in range(3)]
-            r.skip_tags()
-            out[(topic, p)] = {"replicas": lists[0], "adding": lists[1], "removing": lists[2]}
-        r.skip_tags()
-    r.skip_tags()
-    return (f"{codec.error_name(err)}: {msg}" if err else None), out
+    return _problem(answer["ErrorCode"], answer["ErrorMessage"]), {
+        (t["Name"], p["PartitionIndex"]): {"replicas": p["Replicas"], "adding": p["AddingReplicas"],
+                                           "removing": p["RemovingReplicas"]}
+        for t in answer["Topics"] for p in t["Partitions"]}
 
 
-def _ask(bootstrap: str, api_key: int, body: bytes, timeout: float, security=None) -> bytes:
-    """Send one request to the first bootstrap server that offers version 0 of it."""
-    def ask(broker: wire._Broker) -> bytes:
-        offered = (broker.versions or {}).get(api_key)
-        if offered is None or not offered[0] <= VERSION <= offered[1]:
-            raise ReassignmentError(f"broker {broker.host}:{broker.port} does not offer {NAMES[api_key]} v{VERSION} "
+def _ask(bootstrap: str, api: Api, values: dict, timeout: float, security=None) -> dict:
+    """One request to the first bootstrap server that offers version 0 of it."""
+    def ask(broker: Broker) -> dict:
+        if broker.versions is None or api.pick_version(broker.versions) is None:
+            offered = (broker.versions or {}).get(api.key)
+            raise ReassignmentError(f"broker {broker.host}:{broker.port} does not offer {api.name} v0 "
                                     f"(offers {offered or 'none'}): Kafka 2.4 or later is needed")
-        broker.conn.send(_request(api_key, 1, body))
-        return broker.conn.payload()
+        return broker.call(api, 0, values)
 
-    return wire.ask_first(bootstrap, NAMES[api_key], ask, timeout, error=ReassignmentError, security=security)
+    return ask_first(bootstrap, api.name, ask, timeout, error=ReassignmentError, security=security)
 
 
 def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[int], timeout: float = 30.0,
@@ -113,10 +71,10 @@ def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[in
     """Ask the controller to set `replicas` (in this order) for topic-partition; raises
     ReassignmentError with the broker's error when refused. Returns once accepted: the caller
     waits for the metadata to show the new order."""
-    codec.utf8(topic, "topic name")
-    err, parts = decode_alter(_ask(bootstrap, ALTER_REASSIGNMENTS,
-                                   alter_body(int(timeout * 1000), topic, {partition: list(replicas)}), timeout,
-                                   security))
+    utf8(topic, "topic name")
+    err, parts = alter_problems(_ask(bootstrap, m.ALTER_PARTITION_REASSIGNMENTS,
+                                     alter_request(int(timeout * 1000), topic, {partition: list(replicas)}), timeout,
+                                     security))
     problem = err or parts.get((topic, partition), "NO_ANSWER for the partition")
     if problem:
         raise ReassignmentError(f"reassigning {topic}-{partition} to replicas {list(replicas)} was refused: {problem}",
@@ -125,7 +83,8 @@ def alter_replicas(bootstrap: str, topic: str, partition: int, replicas: list[in
 
 def reassignments(bootstrap: str, timeout: float = 30.0, security=None) -> dict[tuple[str, int], dict]:
     """The partition reassignments in progress: {(topic, partition): {"replicas", "adding", "removing"}}."""
-    err, out = decode_list(_ask(bootstrap, LIST_REASSIGNMENTS, list_body(int(timeout * 1000)), timeout, security))
+    err, out = in_progress(_ask(bootstrap, m.LIST_PARTITION_REASSIGNMENTS, {"TimeoutMs": int(timeout * 1000),
+                                                                            "Topics": None}, timeout, security))
     if err:
         raise ReassignmentError(f"listing partition reassignments failed: {err}", error=err.split(":", 1)[0])
     return out

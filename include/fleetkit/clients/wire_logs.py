@@ -3,11 +3,11 @@
 
 confluent-kafka hides what a reader of __consumer_offsets must see: it drops control batches
 (transaction markers) without a trace, and it has no DescribeLogDirs or DescribeQuorum. This
-module speaks them (over the listener's security protocol: fleetkit.clients.wire_security) with the primitives of `fleetkit.clients.wire` (connection,
-ApiVersions negotiation, readers):
+module asks them on the toolkit's protocol layer (fleetkit.clients.protocol: the messages as
+declared there, over the listener's security protocol):
 
-* Fetch v4-v11 (API key 1; Kafka 4.x accepts v4 and later, KIP-896), read_uncommitted, topics
-  by name. The answer's record batches are parsed here (record batch format v2, magic 2):
+* Fetch v0-v11 (0.9: v0; Kafka 4.x accepts v4 and later, KIP-896), read_uncommitted,
+  topics by name. The answer's record batches are parsed here (record batch format v2, magic 2):
   base offset, length, leader epoch, magic, CRC, attributes (bits 0-2 compression, bit 4
   transactional, bit 5 control), last offset delta, timestamps, producer id / epoch, base
   sequence, record count, then records of varint fields (length, attributes, timestamp delta,
@@ -15,14 +15,12 @@ ApiVersions negotiation, readers):
   0 ABORT, 1 COMMIT). Every codec and the message sets of magic 0/1 are read (fleetkit.clients.log_format),
   each entry only after its CRC (CRC32C; CRC32 for magic 0/1) and bounds are checked: a corrupt
   entry is counted in BatchStats.corrupt_batches and nothing of it or after it is taken.
-* DescribeLogDirs v1-v4 (API key 35; 4.x dropped v0): per log dir and partition, the size in
-  bytes and the offset lag of a future replica.
-* DescribeQuorum v0-v1 (API key 55; flexible): the KRaft metadata quorum's leader, voters and
-  observers.
+* DescribeLogDirs v1-v4 (4.x dropped v0): per log dir and partition, the size in bytes and the
+  offset lag of a future replica.
+* DescribeQuorum v0-v1: the KRaft metadata quorum's leader, voters and observers.
 
-Schemas: Kafka's clients/src/main/resources/common/message/{Fetch,DescribeLogDirs,
-DescribeQuorum}{Request,Response}.json; the record batch layout of DefaultRecordBatch and
-DefaultRecord; control records of ControlRecordType / EndTransactionMarker.
+The record batch layout is Kafka's DefaultRecordBatch and DefaultRecord; control records those of
+ControlRecordType / EndTransactionMarker.
 """
 
 from __future__ import annotations
@@ -32,24 +30,14 @@ import struct
 from dataclasses import dataclass, field
 
 from fleetkit.clients import log_format, wire
-from fleetkit.clients.log_format import COMPRESSION, CONTROL_TYPES, parse_records  # noqa: F401
+from fleetkit.clients.log_format import CONTROL_TYPES, parse_records
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol.messages import Api
+from fleetkit.clients.protocol.schema import error_name
+from fleetkit.clients.protocol.transport import Broker, ask_first
 from fleetkit.core.errors import NotAuthorized, refused
-from fleetkit.clients.wire import _Broker
-from fleetkit.clients.wire_codec import NO_TAGS, encode_request, error_name, response_reader
-from fleetkit.clients.wire_codec import array_len as _array_len, string as _string
 
 log = logging.getLogger(__name__)
-
-FETCH, DESCRIBE_LOG_DIRS, DESCRIBE_QUORUM = 1, 35, 55
-#: versions implemented here (inclusive), and the first flexible version, per API key
-IMPLEMENTED = {FETCH: (4, 11), DESCRIBE_LOG_DIRS: (1, 4), DESCRIBE_QUORUM: (0, 1), wire.METADATA: (7, 8)}
-#: what is asked of a broker that answers no ApiVersions (Kafka 0.9: Fetch v0, message sets of
-#: magic 0; Metadata v0)
-WITHOUT_API_VERSIONS = {FETCH: 0, wire.METADATA: 0}
-FLEXIBLE_FROM = {FETCH: 12, DESCRIBE_LOG_DIRS: 2, DESCRIBE_QUORUM: 0, wire.METADATA: 9}
-NAMES = {FETCH: "Fetch", DESCRIBE_LOG_DIRS: "DescribeLogDirs", DESCRIBE_QUORUM: "DescribeQuorum",
-         wire.METADATA: "Metadata"}
-
 
 
 class WireError(ConnectionError):
@@ -71,33 +59,26 @@ def not_authorized(error: str, resource_name: str | None, security, request: str
     return refused(error, resource_name, principal, getattr(security, "cluster", None), request)
 
 
-def request(api_key: int, version: int, correlation_id: int, body: bytes) -> bytes:
-    """A size-prefixed request (header v1, or v2 with empty tagged fields when flexible)."""
-    return encode_request(api_key, version, correlation_id, body, version >= FLEXIBLE_FROM[api_key])
-
-
-def version_for(broker: _Broker, api_key: int) -> int:
-    lo, hi = IMPLEMENTED[api_key]
-    if broker.versions is None and api_key in WITHOUT_API_VERSIONS:
-        return WITHOUT_API_VERSIONS[api_key]
-    if broker.versions is None or api_key not in broker.versions:
-        raise WireError(f"broker {broker.host}:{broker.port} does not offer {NAMES[api_key]} "
+def version_for(broker: Broker, api: Api) -> int:
+    """The version to ask `api` in; WireError naming both sides' versions when there is none."""
+    v = api.pick_version(broker.versions)
+    if v is not None:
+        return v
+    if broker.versions is None or api.key not in broker.versions:
+        raise WireError(f"broker {broker.host}:{broker.port} does not offer {api.name} "
                         "(a broker before 0.10 answers no ApiVersions)")
-    b_lo, b_hi = broker.versions[api_key]
-    lo, hi = max(lo, b_lo), min(hi, b_hi)
-    if lo > hi:
-        raise WireError(f"broker {broker.host}:{broker.port} accepts {NAMES[api_key]} v{b_lo}-v{b_hi}, this client "
-                        f"speaks v{IMPLEMENTED[api_key][0]}-v{IMPLEMENTED[api_key][1]}")
-    return hi
+    b_lo, b_hi = broker.versions[api.key]
+    raise WireError(f"broker {broker.host}:{broker.port} accepts {api.name} v{b_lo}-v{b_hi}, this client "
+                    f"speaks v{api.versions[0]}-v{api.versions[1]}")
 
 
-def _ask(broker: _Broker, api_key: int, body_for, decode) -> object:
-    v = version_for(broker, api_key)
-    broker.conn.send(request(api_key, v, 0, body_for(v)))
+def _ask(broker: Broker, api: Api, values: dict) -> tuple[int, dict]:
+    """(version, answer) of one request in the highest version both sides speak."""
+    v = version_for(broker, api)
     try:
-        return decode(v, broker.conn.payload())
+        return v, broker.call(api, v, values)
     except struct.error as e:
-        raise WireError(f"broker {broker.host}:{broker.port} answered {NAMES[api_key]} v{v} unreadably: {e}") from None
+        raise WireError(f"broker {broker.host}:{broker.port} answered {api.name} v{v} unreadably: {e}") from None
 
 
 # -- record batches ---------------------------------------------------------------------------
@@ -189,29 +170,12 @@ def parse_batches(data: bytes, stats: BatchStats, data_out: list, control_out: l
 
 
 # -- Fetch ------------------------------------------------------------------------------------
-def fetch_body(version: int, topic: str, positions: dict[int, int], max_bytes: int, partition_max_bytes: int,
-               max_wait_ms: int = 100) -> bytes:
-    body = struct.pack(">iii", -1, max_wait_ms, 1)  # replica -1, min bytes 1
-    if version >= 3:
-        body += struct.pack(">i", max_bytes)
-    if version >= 4:
-        body += b"\x00"  # read_uncommitted
-    if version >= 7:
-        body += struct.pack(">ii", 0, -1)  # no fetch session
-    body += _array_len(1, False) + _string(topic) + _array_len(len(positions), False)
-    for p, off in sorted(positions.items()):
-        body += struct.pack(">i", p)
-        if version >= 9:
-            body += struct.pack(">i", -1)
-        body += struct.pack(">q", off)
-        if version >= 5:
-            body += struct.pack(">q", -1)
-        body += struct.pack(">i", partition_max_bytes)
-    if version >= 7:
-        body += _array_len(0, False)
-    if version >= 11:
-        body += _string("")
-    return body
+def fetch_request(topic: str, positions: dict[int, int], max_bytes: int, partition_max_bytes: int,
+                  max_wait_ms: int = 100) -> dict:
+    """read_uncommitted, no fetch session, from replica -1 (a consumer)."""
+    return {"MaxWaitMs": max_wait_ms, "MinBytes": 1, "MaxBytes": max_bytes, "Topics": [{"Topic": topic, "Partitions": [
+        {"Partition": p, "FetchOffset": off, "PartitionMaxBytes": partition_max_bytes}
+        for p, off in sorted(positions.items())]}]}
 
 
 @dataclass
@@ -224,48 +188,26 @@ class FetchedPartition:
     records: bytes
 
 
-def decode_fetch(version: int, payload: bytes) -> list[FetchedPartition]:
-    _, r = response_reader(payload, False)
-    if version >= 1:
-        r.int32()  # throttle
-    if version >= 7:
-        err = r.int16()
-        r.int32()  # session id
-        if err:
-            raise WireError(f"Fetch answered {error_name(err)}")
-    out = []
-    for _ in range(r.array_len()):
-        r.string()  # topic
-        for _ in range(r.array_len()):
-            p, err, hw = r.int32(), r.int16(), r._unpack(">q", 8)
-            lso = r._unpack(">q", 8) if version >= 4 else -1
-            lstart = r._unpack(">q", 8) if version >= 5 else -1
-            for _ in range(r.array_len() if version >= 4 else 0):  # aborted transactions (read_committed only)
-                r._unpack(">q", 8)
-                r._unpack(">q", 8)
-            if version >= 11:
-                r.int32()  # preferred read replica
-            n = r.int32()
-            recs = r._take(n) if n > 0 else b""
-            out.append(FetchedPartition(p, error_name(err), hw, lso, lstart, recs))
-    return out
+def fetched(answer: dict) -> list[FetchedPartition]:
+    """The partitions of a Fetch answer (WireError when the whole answer is an error)."""
+    if answer["ErrorCode"]:
+        raise WireError(f"Fetch answered {error_name(answer['ErrorCode'])}")
+    return [FetchedPartition(p["PartitionIndex"], error_name(p["ErrorCode"]), p["HighWatermark"], p["LastStableOffset"],
+                             p["LogStartOffset"], p["Records"] or b"")
+            for t in answer["Responses"] for p in t["Partitions"]]
 
 
 def leaders(bootstrap: str, topic: str, timeout: float = 10.0,
             api_versions: bool = True, security=None) -> tuple[dict[int, int], dict[int, str]]:
     """({partition: leader id}, {broker id: host:port}) of `topic` from the first bootstrap server
     that answers a Metadata request (v7-v8; v0 without ApiVersions)."""
-    def body(v):
-        return wire.metadata_body(v, [topic])
-
-    def decode(v, payload):
-        _, brokers, errors, parts = wire.decode_metadata(v, payload)
+    def ask(broker: Broker):
+        brokers, errors, parts = wire.metadata(_ask(broker, m.METADATA, wire.metadata_request([topic]))[1])
         if error_name(errors.get(topic, 0)) == "TOPIC_AUTHORIZATION_FAILED":
             raise not_authorized("TOPIC_AUTHORIZATION_FAILED", topic, security, "Metadata")
         return {pl.partition: pl.leader for pl in parts if pl.topic == topic}, brokers
 
-    return wire.ask_first(bootstrap, "a metadata request", lambda broker: _ask(broker, wire.METADATA, body, decode),
-                          timeout, api_versions, error=WireError, security=security)
+    return ask_first(bootstrap, "a metadata request", ask, timeout, api_versions, error=WireError, security=security)
 
 
 def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on_batch, timeout: float = 10.0,
@@ -289,7 +231,7 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
         by_broker.setdefault(b, {})[p] = rng
     for b, parts in by_broker.items():
         host, _, port = addrs[b].rpartition(":")
-        broker = _Broker(host, int(port), timeout, api_versions, security)
+        broker = Broker(host, int(port), timeout, api_versions, security)
         try:
             _fetch_from(broker, topic, parts, on_batch, problems, max_bytes, partition_max_bytes, security)
         finally:
@@ -297,7 +239,7 @@ def fetch_log(bootstrap: str, topic: str, ranges: dict[int, tuple[int, int]], on
     return problems
 
 
-def _fetch_from(broker: _Broker, topic: str, parts: dict[int, tuple[int, int]], on_batch, problems: dict[int, str],
+def _fetch_from(broker: Broker, topic: str, parts: dict[int, tuple[int, int]], on_batch, problems: dict[int, str],
                 max_bytes: int, partition_max_bytes: int, security) -> None:
     """fetch_log's reading from one leader, pipelined: while on_batch decodes one answer, the next
     Fetch is already asked, at the positions the answer's entry headers give (next_offset), and
@@ -307,7 +249,7 @@ def _fetch_from(broker: _Broker, topic: str, parts: dict[int, tuple[int, int]], 
     right request sent: the positions are always those on_batch returned."""
     from concurrent.futures import ThreadPoolExecutor
 
-    v = version_for(broker, FETCH)
+    v = version_for(broker, m.FETCH)
     pos = {p: a for p, (a, z) in parts.items() if a < z}
     end = {p: z for p, (_, z) in parts.items()}
     if not pos:
@@ -316,7 +258,7 @@ def _fetch_from(broker: _Broker, topic: str, parts: dict[int, tuple[int, int]], 
     receiver = ThreadPoolExecutor(1, thread_name_prefix=f"fetch-{broker.host}:{broker.port}")
 
     def ask(positions: dict[int, int]):
-        broker.conn.send(request(FETCH, v, 0, fetch_body(v, topic, positions, max_bytes, partition_max_bytes)))
+        broker.conn.send(m.FETCH.encode_request(v, 0, fetch_request(topic, positions, max_bytes, partition_max_bytes)))
         return positions, receiver.submit(broker.conn.payload)
 
     try:
@@ -324,7 +266,10 @@ def _fetch_from(broker: _Broker, topic: str, parts: dict[int, tuple[int, int]], 
         pending = ask(asked)
         stale = 0
         while pos:
-            answer = decode_fetch(v, pending[1].result())
+            try:
+                answer = fetched(m.FETCH.decode_response(v, pending[1].result())[1])
+            except struct.error as e:
+                raise WireError(f"broker {broker.host}:{broker.port} answered Fetch v{v} unreadably: {e}") from None
             pending = None
             for fp in answer:
                 if fp.partition in pos and fp.error == "TOPIC_AUTHORIZATION_FAILED":
@@ -428,45 +373,19 @@ class LogDirPartition:
     dir_error: str | None = None
 
 
-def describe_log_dirs_body(version: int, topics: dict[str, list[int]] | None) -> bytes:
-    flexible = version >= FLEXIBLE_FROM[DESCRIBE_LOG_DIRS]
-    if topics is None:
-        return (b"\x00" if flexible else struct.pack(">i", -1)) + (NO_TAGS if flexible else b"")
-    body = _array_len(len(topics), flexible)
-    for t, parts in sorted(topics.items()):
-        body += _string(t, flexible) + _array_len(len(parts), flexible) + b"".join(struct.pack(">i", p) for p in parts)
-        if flexible:
-            body += NO_TAGS
-    return body + (NO_TAGS if flexible else b"")
-
-
-def decode_describe_log_dirs(version: int, payload: bytes, broker: int) -> list[LogDirPartition]:
-    flexible = version >= FLEXIBLE_FROM[DESCRIBE_LOG_DIRS]
-    _, r = response_reader(payload, flexible)
-    r.int32()  # throttle
-    if version >= 3:
-        err = r.int16()
-        if err:
-            raise Refused(f"broker {broker}: DescribeLogDirs answered {error_name(err)}", error_name(err))
+def log_dirs(answer: dict, broker: int) -> list[LogDirPartition]:
+    """The replicas of a DescribeLogDirs answer (a log dir answering an error and no partition: one
+    row naming the error); Refused when the whole answer is an error."""
+    if answer["ErrorCode"]:
+        name = error_name(answer["ErrorCode"])
+        raise Refused(f"broker {broker}: DescribeLogDirs answered {name}", name)
     out = []
-    for _ in range(r.array_len(flexible)):
-        derr, path = r.int16(), r.string(flexible) or ""
-        for _ in range(r.array_len(flexible)):
-            topic = r.string(flexible) or ""
-            for _ in range(r.array_len(flexible)):
-                p, size, lag, fut = r.int32(), r._unpack(">q", 8), r._unpack(">q", 8), r.int8()
-                if flexible:
-                    r.skip_tags()
-                out.append(LogDirPartition(broker, path, topic, p, size, lag, bool(fut), error_name(derr)))
-            if flexible:
-                r.skip_tags()
-        if version >= 4:
-            r._unpack(">q", 8)  # total bytes
-            r._unpack(">q", 8)  # usable bytes
-        if flexible:
-            r.skip_tags()
+    for d in answer["Results"]:
+        derr = error_name(d["ErrorCode"])
+        out += [LogDirPartition(broker, d["LogDir"], t["Name"], p["PartitionIndex"], p["PartitionSize"], p["OffsetLag"],
+                                p["IsFutureKey"], derr) for t in d["Topics"] for p in t["Partitions"]]
         if derr and not out:
-            out.append(LogDirPartition(broker, path, "", -1, 0, 0, False, error_name(derr)))
+            out.append(LogDirPartition(broker, d["LogDir"], "", -1, 0, 0, False, derr))
     return out
 
 
@@ -482,13 +401,14 @@ def log_dir_sizes(bootstrap: str, topics: dict[str, list[int]] | None, timeout: 
     for b, addr in sorted(brokers.items()):
         host, _, port = addr.rpartition(":")
         try:
-            broker = _Broker(host, int(port), timeout, security=security)
+            broker = Broker(host, int(port), timeout, security=security)
         except OSError as e:
             problems[b] = f"broker {b} ({addr}) unreachable: {e}"
             continue
         try:
-            out += _ask(broker, DESCRIBE_LOG_DIRS, lambda v: describe_log_dirs_body(v, topics),
-                        lambda v, payload: decode_describe_log_dirs(v, payload, b))
+            request = {"Topics": None if topics is None else [{"Topic": t, "Partitions": ps}
+                                                              for t, ps in sorted(topics.items())]}
+            out += log_dirs(_ask(broker, m.DESCRIBE_LOG_DIRS, request)[1], b)
         except Refused as e:
             if e.error == "CLUSTER_AUTHORIZATION_FAILED":
                 raise not_authorized(e.error, None, security, "DescribeLogDirs") from None
@@ -513,63 +433,32 @@ class Quorum:
     voter_last_fetch: tuple[tuple[int, int], ...] = ()
 
 
-def describe_quorum_body(version: int) -> bytes:
-    # topics [ __cluster_metadata [ partition 0 ] ], all flexible
-    return (_array_len(1, True) + _string("__cluster_metadata", True) + _array_len(1, True)
-            + struct.pack(">i", 0) + NO_TAGS + NO_TAGS + NO_TAGS)
-
-
-def decode_describe_quorum(version: int, payload: bytes) -> Quorum:
-    _, r = response_reader(payload, True)
-    err = r.int16()
-    if version >= 2:
-        r.string(True)
-    if err:
-        raise Refused(f"DescribeQuorum answered {error_name(err)}", error_name(err))
-    quorum = None
-    for _ in range(r.array_len(True)):
-        r.string(True)
-        for _ in range(r.array_len(True)):
-            p, perr = r.int32(), r.int16()
-            if version >= 2:
-                r.string(True)
-            leader, epoch, hw = r.int32(), r.int32(), r._unpack(">q", 8)
-
-            def replicas():
-                out = []
-                for _ in range(r.array_len(True)):
-                    rid = r.int32()
-                    if version >= 2:
-                        r._take(16)  # directory id
-                    leo, fetched = r._unpack(">q", 8), -1
-                    if version >= 1:
-                        fetched = r._unpack(">q", 8)  # last fetch timestamp
-                        r._unpack(">q", 8)  # last caught-up timestamp
-                    r.skip_tags()
-                    out.append((rid, leo, fetched))
-                return tuple(out)
-
-            voters, observers = replicas(), replicas()
-            r.skip_tags()
-            if p == 0 and not perr:
-                quorum = Quorum(leader, epoch, hw, tuple((v, leo) for v, leo, _ in voters),
-                                tuple((o, leo) for o, leo, _ in observers),
-                                tuple((v, fetched) for v, _, fetched in voters))
-        r.skip_tags()
-    if quorum is None:
-        raise WireError("DescribeQuorum named no __cluster_metadata partition")
-    return quorum
+def quorum(answer: dict) -> Quorum:
+    """The __cluster_metadata partition of a DescribeQuorum answer."""
+    if answer["ErrorCode"]:
+        name = error_name(answer["ErrorCode"])
+        raise Refused(f"DescribeQuorum answered {name}", name)
+    for t in answer["Topics"]:
+        for p in t["Partitions"]:
+            if p["PartitionIndex"] == 0 and not p["ErrorCode"]:
+                voters, observers = p["CurrentVoters"], p["Observers"]
+                return Quorum(p["LeaderId"], p["LeaderEpoch"], p["HighWatermark"],
+                              tuple((v["ReplicaId"], v["LogEndOffset"]) for v in voters),
+                              tuple((o["ReplicaId"], o["LogEndOffset"]) for o in observers),
+                              tuple((v["ReplicaId"], v["LastFetchTimestamp"]) for v in voters))
+    raise WireError("DescribeQuorum named no __cluster_metadata partition")
 
 
 def describe_quorum(bootstrap: str, timeout: float = 10.0, security=None) -> Quorum:
     """The KRaft metadata quorum as a broker reports it (brokers forward the request to the
     active controller)."""
-    def ask(broker: _Broker) -> Quorum:
+    def ask(broker: Broker) -> Quorum:
         try:
-            return _ask(broker, DESCRIBE_QUORUM, describe_quorum_body, decode_describe_quorum)
+            return quorum(_ask(broker, m.DESCRIBE_QUORUM, {"Topics": [
+                {"TopicName": "__cluster_metadata", "Partitions": [{"PartitionIndex": 0}]}]})[1])
         except Refused as e:  # (not retried on the next bootstrap server)
             if e.error == "CLUSTER_AUTHORIZATION_FAILED":
                 raise not_authorized(e.error, None, security, "DescribeQuorum") from None
             raise
 
-    return wire.ask_first(bootstrap, "DescribeQuorum", ask, timeout, error=WireError, security=security)
+    return ask_first(bootstrap, "DescribeQuorum", ask, timeout, error=WireError, security=security)

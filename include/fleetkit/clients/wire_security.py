@@ -29,18 +29,14 @@ connection error do not retry them. The password is never part of a message, a l
 from __future__ import annotations
 
 import ssl
-import struct
 from dataclasses import dataclass, field
 
+from fleetkit.clients.protocol import messages as m
+from fleetkit.clients.protocol.schema import error_name
 from fleetkit.core.errors import AuthenticationFailed, FleetConfigError, TlsHandshakeFailed
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-#: SaslAuthenticate versions spoken here (v2, its flexible form, is not: requests are classic)
-SASL_AUTHENTICATE_VERSIONS = (0, 1)
-#: SaslAuthenticate / SaslHandshake error codes that mean "the login failed"
-LOGIN_ERRORS = {33: "UNSUPPORTED_SASL_MECHANISM", 34: "ILLEGAL_SASL_STATE", 58: "SASL_AUTHENTICATION_FAILED"}
 
 
 def _flag(value, default: bool) -> bool:
@@ -184,33 +180,10 @@ def _on(security: Security) -> str:
 
 
 # -- SASL -------------------------------------------------------------------------------------
-def handshake_body(mechanism: str) -> bytes:
-    b = mechanism.encode()
-    return struct.pack(">h", len(b)) + b
-
-
-def decode_handshake(reader) -> tuple[int, list[str]]:
-    err = reader.int16()
-    return err, [reader.string() or "" for _ in range(reader.array_len())]
-
-
-def authenticate_body(token: bytes) -> bytes:
-    return struct.pack(">i", len(token)) + token
-
-
-def decode_authenticate(reader, version: int) -> tuple[int, str | None, bytes]:
-    err, message = reader.int16(), reader.string()
-    data = reader.bytes_() or b""
-    if version >= 1:
-        reader._unpack(">q", 8)  # session lifetime ms
-    return err, message, data
-
-
 def login(broker, security: Security) -> None:
-    """Log the broker connection in (after ApiVersions): SaslHandshake v1 then the mechanism's
-    SaslAuthenticate round trips. AuthenticationFailed on any refusal."""
-    from fleetkit.clients import wire_codec as codec
-
+    """Log the broker connection (fleetkit.clients.protocol.transport.Broker, after ApiVersions) in:
+    SaslHandshake v1 then the mechanism's SaslAuthenticate round trips. AuthenticationFailed on any
+    refusal."""
     addr = f"{broker.host}:{broker.port}"
     on = security.cluster or addr
 
@@ -218,32 +191,25 @@ def login(broker, security: Security) -> None:
         return AuthenticationFailed(f"authentication failed for {security.username} on {on}: {reason}")
 
     versions = broker.versions
-    if not versions or SASL_AUTHENTICATE not in versions or SASL_HANDSHAKE not in versions:
+    if not versions or m.SASL_AUTHENTICATE.key not in versions or m.SASL_HANDSHAKE.key not in versions:
         raise failed(f"broker {addr} does not speak SaslAuthenticate (Kafka 1.0 and later do)")
-    lo, hi = versions[SASL_HANDSHAKE]
-    if hi < 1:
+    if m.SASL_HANDSHAKE.pick_version(versions) is None:
         raise failed(f"broker {addr} does not speak SaslHandshake v1")
-    auth_lo, auth_hi = versions[SASL_AUTHENTICATE]
-    version = min(auth_hi, SASL_AUTHENTICATE_VERSIONS[1])
-    if version < max(auth_lo, SASL_AUTHENTICATE_VERSIONS[0]):
+    version = m.SASL_AUTHENTICATE.pick_version(versions)
+    if version is None:
+        auth_lo, auth_hi = versions[m.SASL_AUTHENTICATE.key]
         raise failed(f"broker {addr} accepts SaslAuthenticate v{auth_lo}-v{auth_hi} only")
-    conn = broker.conn
-    conn.send(codec.encode_request(SASL_HANDSHAKE, 1, 1, handshake_body(security.mechanism), flexible=False))
-    _, r = codec.response_reader(conn.payload(), False)
-    err, enabled = decode_handshake(r)
-    if err:
-        raise failed(f"{codec.error_name(err)} (the broker enables {', '.join(enabled) or 'no mechanism'} on this "
-                     f"listener, the connection asks for {security.mechanism})")
-    cid = [1]
+    answer = broker.call(m.SASL_HANDSHAKE, 1, {"Mechanism": security.mechanism})
+    if answer["ErrorCode"]:
+        raise failed(f"{error_name(answer['ErrorCode'])} (the broker enables "
+                     f"{', '.join(answer['Mechanisms']) or 'no mechanism'} on this listener, the connection asks "
+                     f"for {security.mechanism})")
 
     def exchange(token: bytes) -> bytes:
-        cid[0] += 1
-        conn.send(codec.encode_request(SASL_AUTHENTICATE, version, cid[0], authenticate_body(token), flexible=False))
-        _, rr = codec.response_reader(conn.payload(), False)
-        code, message, data = decode_authenticate(rr, version)
-        if code:
-            raise failed(message or codec.error_name(code))
-        return data
+        reply = broker.call(m.SASL_AUTHENTICATE, version, {"AuthBytes": token})
+        if reply["ErrorCode"]:
+            raise failed(reply["ErrorMessage"] or error_name(reply["ErrorCode"]))
+        return reply["AuthBytes"] or b""
 
     if security.mechanism == "PLAIN":
         exchange(b"\x00" + security.username.encode() + b"\x00" + (security.password or "").encode())
