@@ -229,33 +229,55 @@ class Reader:
             self.take(self.uvarint())
 
 
-def _read(r: Reader, f: Field, t: str, v: int, flexible: bool) -> Any:
+def _reader(f: Field, t: str, v: int, flexible: bool):
+    """The function reading one value of type `t` (field `f`, version `v`) from a Reader."""
     if t in _FIXED:
-        return r.fixed(_FIXED[t])
+        unpack, size = _FIXED[t].unpack_from, _FIXED[t].size
+
+        def fixed(r: Reader):
+            value = unpack(r.data, r.pos)[0]
+            r.pos += size
+            return value
+        return fixed
     if t == "bool":
-        return r.take(1) != b"\x00"
+        return lambda r: r.take(1) != b"\x00"
     if t == "uuid":
-        return r.take(16)
+        return lambda r: r.take(16)
+    null = f.null_in(v)
     if t == "string":
-        n = r.length(flexible, _FIXED["int16"])
-        if n < 0:
-            return None if f.null_in(v) else ""
-        return r.take(n).decode("utf-8", "replace")
+        def string(r: Reader):
+            n = r.uvarint() - 1 if flexible else r.int16()
+            return (None if null else "") if n < 0 else r.take(n).decode("utf-8", "replace")
+        return string
     if t in ("bytes", "records"):
-        n = r.length(flexible, _FIXED["int32"])
-        return (None if f.null_in(v) or t == "records" else b"") if n < 0 else r.take(n)
+        absent = None if null or t == "records" else b""
+        return lambda r: absent if (n := r.length(flexible, _FIXED["int32"])) < 0 else r.take(n)
     if t.startswith("[]"):
-        n = r.count(flexible)
-        if n < 0:
-            return None if f.null_in(v) else []
-        return [_read(r, f, t[2:], v, flexible) for _ in range(n)]
-    return decode_from(r, f.fields, v, flexible)
+        element = _reader(f, t[2:], v, flexible)
+
+        def array(r: Reader):
+            n = r.count(flexible)
+            return (None if null else []) if n < 0 else [element(r) for _ in range(n)]
+        return array
+    return lambda r: decode_from(r, f.fields, v, flexible)
+
+
+_PLANS: dict[tuple[int, int, bool], tuple] = {}
+
+
+def _plan(fields: tuple[Field, ...], v: int, flexible: bool) -> tuple:
+    """Per field: (name, reader, None) when version `v` carries it, else (name, None, its value);
+    made once per declaration and version (keyed by the declaration's identity, which it keeps)."""
+    key = (id(fields), v, flexible)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = (fields, tuple((f.name, _reader(f, f.type, v, flexible), None) if f.present(v)
+                                            else (f.name, None, f.zero()) for f in fields))
+    return plan[1]
 
 
 def decode_from(r: Reader, fields: tuple[Field, ...], v: int, flexible: bool) -> dict:
-    out = {}
-    for f in fields:
-        out[f.name] = _read(r, f, f.type, v, flexible) if f.present(v) else f.zero()
+    out = {name: read(r) if read is not None else zero for name, read, zero in _plan(fields, v, flexible)}
     if flexible:
         r.skip_tags()
     return out
