@@ -9,7 +9,7 @@ from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
 from fleet_airflow.operators.collect import CollectClusterOperator, CollectOffsetsTopicOperator
-from fleet_airflow.operators.trim_report import OffsetsHealthReportOperator
+from fleet_airflow.operators.trim_report import TrimHealthReportOperator
 from fleet_airflow.operators.report import StuckReportOperator
 from fleet_airflow.operators.spark import spark_job_operator
 
@@ -158,7 +158,7 @@ with DAG(
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OFFSETS_OUT, "--trim-plan"],
         execution_timeout=dt.timedelta(minutes=30), in_process_input="--data-root")
-    report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
+    report_offsets = TrimHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ fleet_settings.fleet_file }}")
     [collect_offsets, analyse] >> health_due() >> health >> report_offsets
 
