@@ -340,8 +340,8 @@ def test_every_dataset_a_job_writes_has_its_schema_declared_once():
 def test_the_engines_of_a_capability_share_its_stages():
     """A capability with an in-process engine runs the same stages module as its Spark job: the
     facts, rules, roll-ups and output schemas are written once, in the library."""
-    for capability, job in (("stuck", "stuck_partitions"), ("trim", "offsets_health"),
-                            ("group_ids", "group_id_reconciliation")):
+    for capability, job in (("stuck", "stuck"), ("trim", "trim_health"),
+                            ("group_ids", "group_ids")):
         inprocess = GRAPH[f"fleetkit.{capability}.inprocess"]
         spark = GRAPH[f"fleet_spark_jobs.{job}"]
         shared = {m for m in inprocess & spark if m.startswith(f"fleetkit.{capability}.")}
