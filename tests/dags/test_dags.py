@@ -40,6 +40,22 @@ def test_the_fleet_pages_runbook_forms_come_from_the_dags_params(dagbag):
     assert (reset["partitions"].kind, reset["source"].kind, reset["cluster"].help) == (
         "string", "string", "cluster name from the fleet file")
 
+def test_each_renamed_dag_is_kept_under_its_old_id_as_a_deprecated_alias(dagbag):
+    """The old id of a renamed DAG is bagged from its own loader with the new one's tasks and
+    params, tagged deprecated, never scheduled, saying what it was renamed to."""
+    from fleet_airflow.dag_files import RENAMED
+
+    for old, new in RENAMED.items():
+        alias, current = dagbag.get_dag(old), dagbag.get_dag(new)
+        assert alias is not None and current is not None, old
+        assert sorted(alias.task_ids) == sorted(current.task_ids) and set(alias.params) == set(current.params), old
+        assert "deprecated" in alias.tags and "deprecated" not in current.tags, old
+        assert type(alias.timetable).__name__ == "NullTimetable", old  # never scheduled
+        note = f"renamed to {new}; this id is kept for one release and will be removed"
+        assert note in alias.description and note in alias.doc_md, old
+        assert alias.fileloc.endswith(f"/{old}.py") and current.fileloc.endswith(f"/{new}.py"), old
+
+
 
 def test_fleet_maintenance_schedule(dagbag):
     """The deployment's collection interval is the schedule (the tests' deployment collects hourly;
