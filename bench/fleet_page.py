@@ -69,9 +69,9 @@ def generate(root: Path, groups: int, per_group: int) -> None:
         (state / "collection_status.json").write_text(json.dumps({"ok": {"observed_at": "2026-11-25T10:15:00Z",
                                                                          "problems": []}}))
     for i in range(20):
-        d = root / "plans" / "runbook_stuck_partition" / f"manual__{i}"
+        d = root / "plans" / "runbook_stuck_skip" / f"manual__{i}"
         d.mkdir(parents=True)
-        (d / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_partition", "run_id": f"manual__{i}",
+        (d / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_skip", "run_id": f"manual__{i}",
                                                      "requested_at": "2026-11-25T10:00:00Z", "answer": None,
                                                      "assigned": ["approver"]}))
 

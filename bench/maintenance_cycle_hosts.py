@@ -73,7 +73,7 @@ def phase(layout: str, runs: int, spark: bool, out: Path) -> int:
         Lab(spec).start_traffic()
         wait_traffic(clock, [spec])
         airflow = Airflow()
-        airflow.set_paused("coordinator_ownership", True)
+        airflow.set_paused("ownership", True)
         airflow.set_paused("fleet_maintenance", False)
         results = []
         for i in range(runs):
@@ -136,7 +136,7 @@ def main() -> int:
                     "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_COLLECTION_INTERVAL": "1h",
                     "FLEET_LAB_SPARK_S3A": "1" if args.spark else "0"})
         if args.spark:
-            env.update({"FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0"})
+            env.update({"FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_TRIM_INPROCESS_MAX_ROWS": "0"})
         out = work / "result.json"
         t = time.monotonic()
         proc = subprocess.run([sys.executable, __file__, "--phase", layout, "--runs", str(args.runs),

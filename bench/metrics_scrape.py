@@ -86,8 +86,8 @@ def generate(root: Path, groups: int, per_group: int, flagged: float) -> int:
     (root / "reports" / "coordinator" / "run1").mkdir(parents=True)
     publish_rows(coord, root / "reports" / "coordinator" / "run1" / "partitions.jsonl")
     for i in range(20):
-        write_approval(str(root / "plans"), "runbook_stuck_partition", f"manual__{i}",
-                       {"dag_id": "runbook_stuck_partition", "run_id": f"manual__{i}", "answer": None,
+        write_approval(str(root / "plans"), "runbook_stuck_skip", f"manual__{i}",
+                       {"dag_id": "runbook_stuck_skip", "run_id": f"manual__{i}", "answer": None,
                         "requested_at": iso(now - dt.timedelta(minutes=i))})
     return len(findings)
 

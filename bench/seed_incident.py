@@ -1,6 +1,6 @@
 """Benchmark: the seed incident at its scale, per generation: a bloated __consumer_offsets partition,
 the coordinator's load after a leader change (LOADING on the real broker, LOAD_STUCK past the
-threshold), then runbook_offsets_trim: the load after the trim, the trim's wall time, the bytes moved,
+threshold), then runbook_trim: the load after the trim, the trim's wall time, the bytes moved,
 and every committed offset checked.
 
     FLEET_TEST_PORT_OFFSET=3000 env -u PYTHONDONTWRITEBYTECODE .venv/bin/python bench/seed_incident.py \
@@ -30,7 +30,7 @@ Then, with the lab's `fleet` principal as an operator's tools have it:
    --load-stuck) is polled on the real broker until the groups answer: the LOADING observations, the
    first LOAD_STUCK with its evidence (partition, leader epoch, size, seconds), the time until the
    groups answered, and the broker's own "Finished loading" figure;
-3. runbook_offsets_trim (dag.test on the tests' PostgreSQL metadata database, approved by a second
+3. runbook_trim (dag.test on the tests' PostgreSQL metadata database, approved by a second
    listed approver through fleetlab.hitl, the plan from the offsets health Spark job), timed;
 4. the leader change again: the load after the trim; then every group's offsets compared with (1).
 With --cold the page cache is dropped (root only) before each judged load, so the partition is read
@@ -66,7 +66,7 @@ from fleetlab.lab import Lab, LabSpec, log_grown_since  # noqa: E402
 from fleetlab.traffic import bulk_commits  # noqa: E402
 from fleetlab.arrange import commit_when_led, committed_offsets, groups_on_partition  # noqa: E402
 
-DAG = "runbook_offsets_trim"
+DAG = "runbook_trim"
 LOAD_LINE = re.compile(r"Finished loading[^\n]*?__consumer_offsets[-,](\d+)\]?[^\n]*? in (\d+) ?(?:ms|milliseconds)")
 
 

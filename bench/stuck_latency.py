@@ -18,7 +18,7 @@ with a producer writing 20 records/s to every topic but `rare` (one record every
   slow-committer   commits every 30 s under steady traffic
 
 A collection (the real one: `fleet_airflow.clusters.collect`, __consumer_offsets commit times
-included) runs every `--interval` seconds. Afterwards the stuck_partitions job's transform
+included) runs every `--interval` seconds. Afterwards the stuck job's transform
 (`evaluate`, local Spark) is replayed with `as_of` at every snapshot time over the `--window`
 (15 minutes by default: early detection must not wait for it), and the pure rules are run on the
 same rows as a cross-check. Prints, per scenario, the first time each verdict appears relative to
@@ -190,7 +190,7 @@ def replay(data: str, snapshots: list[dt.datetime], window: dt.timedelta) -> dic
     from pyspark.sql import functions as F
 
     from jobs_common import SNAPSHOT_SCHEMA, read_rows, session
-    from stuck_partitions import evaluate
+    from stuck import evaluate
 
     spark = session("bench-stuck-latency", "local[2]")
     df = read_rows(spark, str(Path(data) / "offsets_snapshots"), SNAPSHOT_SCHEMA, ("observed_at", "committed_at"))

@@ -1,14 +1,14 @@
-"""Benchmark: the stuck_partitions job on Spark standalone (a master and two workers, 1 core each)
+"""Benchmark: the stuck job on Spark standalone (a master and two workers, 1 core each)
 against local[2], same data, same machine.
 
     .venv/bin/python bench/stuck_spark_cluster.py [--partitions 100000] [--snapshots 100]
                                                   [--worker-memory 2g] [--skip-small] [--hosts]
 
 Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows, and a
-tenth of it: 1M) the way bench/stuck_partitions.py does, starts a standalone cluster of its own
+tenth of it: 1M) the way bench/stuck.py does, starts a standalone cluster of its own
 (fleetlab.spark_cluster on the tests' port plan, FLEET_TEST_PORT_OFFSET applies, or --plan demo; executors on the
 second virtualenv, so the job's code comes only from --py-files), and times
-`spark-submit stuck_partitions.py` end to end (Spark start included) on local[2] and on the
+`spark-submit stuck.py` end to end (Spark start included) on local[2] and on the
 cluster, with the same --py-files and driver memory. Two cores in both: local[2] runs two task
 threads in the driver JVM; the cluster runs two executors (one per worker, 1 core each, the
 worker's memory each) beside a driver, all on this machine, so the figure measures the cost of the
@@ -41,8 +41,8 @@ sys.path[:0] = [str(REPO / "spark_jobs"), str(REPO / "include"), str(REPO / "ben
 
 from measure import run_measured, spark_env  # noqa: E402
 
-# bench/stuck_partitions.py's data generator (spark_jobs/ has a module of the same name)
-_spec = importlib.util.spec_from_file_location("bench_stuck_partitions", REPO / "bench" / "stuck_partitions.py")
+# bench/stuck.py's data generator (spark_jobs/ has a module of the same name)
+_spec = importlib.util.spec_from_file_location("bench_stuck", REPO / "bench" / "stuck.py")
 _bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_bench)
 generate = _bench.generate
@@ -53,7 +53,7 @@ from fleetlab import ports, spark_cluster  # noqa: E402
 def timed(master: str, snapshots: Path, out: Path, py_files: Path, env: dict) -> dict:
     wall, peak_gb, stdout = run_measured(
         ["spark-submit", "--master", master, "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
-         "--py-files", str(py_files), str(REPO / "spark_jobs" / "stuck_partitions.py"),
+         "--py-files", str(py_files), str(REPO / "spark_jobs" / "stuck.py"),
          "--snapshots", str(snapshots), "--out", str(out), "--window", "15m", "--engine", "spark"], env=env)
     return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
 
@@ -65,7 +65,7 @@ def timed_in(hosts, host: str, master: str, snapshots: str, out: str, py_files: 
     wall, peak_gb, stdout = run_measured(
         ["ip", "netns", "exec", hosts.netns(host), "spark-submit", "--master", master, "--driver-memory", "4g",
          "--conf", "spark.ui.enabled=false", *extra, "--py-files", str(py_files),
-         str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", snapshots, "--out", out,
+         str(REPO / "spark_jobs" / "stuck.py"), "--snapshots", snapshots, "--out", out,
          "--window", "15m", "--engine", "spark"], env=env)
     return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
 
@@ -200,11 +200,11 @@ def main() -> int:
                   f"(driver tree; executors not counted), statuses {cluster['summary']['statuses']}", flush=True)
             if cluster["summary"]["statuses"] != local["summary"]["statuses"]:
                 raise SystemExit(f"{label}: the cluster's verdicts differ from local[2]'s")
-            apps = [a for a in spark_cluster.applications(spec) if a["name"] == "stuck_partitions"]
+            apps = [a for a in spark_cluster.applications(spec) if a["name"] == "stuck"]
             ratio = cluster["wall_s"] / local["wall_s"]
             lines.append(f"{label} ({rows:,} rows): local[2] {local['wall_s']:.1f}s, standalone "
                          f"{cluster['wall_s']:.1f}s, standalone/local = {ratio:.2f}x")
-            print(f"{label}: standalone/local[2] wall ratio {ratio:.2f}x (master saw {len(apps)} stuck_partitions "
+            print(f"{label}: standalone/local[2] wall ratio {ratio:.2f}x (master saw {len(apps)} stuck "
                   f"application(s) so far)", flush=True)
         print("RESULT " + "; ".join(lines))
     finally:

@@ -1,17 +1,17 @@
-"""Benchmark: offsets_health + trim_plan for one 10M-record __consumer_offsets partition on local[2].
+"""Benchmark: trim_health + trim_plan for one 10M-record __consumer_offsets partition on local[2].
 
     .venv/bin/python bench/trim_plan.py [--records 10000000] [--keys 100000] [--baseline CHECKOUT]
         [--in-process]
 
 Generates the datasets a bloated partition yields (10M offset-commit records over 100,000 keys,
 ~80 segments on one broker, cleaner checkpoint 0), then times `spark-submit --master local[2]`
-of spark_jobs/offsets_health.py and spark_jobs/trim_plan.py end to end (Spark start included),
+of spark_jobs/trim_health.py and spark_jobs/trim_plan.py end to end (Spark start included),
 sampling the peak RSS of the process tree, and prints where each job's time went (from its event
-log: Spark start, read, shuffle, Python UDF, aggregation, sort). Targets: offsets_health <= 60 s,
+log: Spark start, read, shuffle, Python UDF, aggregation, sort). Targets: trim_health <= 60 s,
 trim_plan <= 30 s, peak RSS <= 3 GB each. With --baseline OTHER_CHECKOUT the same jobs of an older
 commit run on the same data, and health.jsonl / trim_plan.json are compared byte for byte.
 With --in-process the same data root is also judged by the in-process engine the DAGs use for a
-small data root (`python spark_jobs/offsets_health.py --engine in-process --trim-plan`, no JVM),
+small data root (`python spark_jobs/trim_health.py --engine in-process --trim-plan`, no JVM),
 timed beside the Spark jobs, and its health.jsonl, segments.jsonl and trim_plan.json are compared
 with Spark's row for row.
 """
@@ -86,7 +86,7 @@ def timed_in_process(data: Path, fleet: Path, out: Path) -> tuple[float, float, 
 
     env = dict(spark_env(), PYTHONPATH=os.pathsep.join([str(REPO / "include"), str(REPO / "spark_jobs")]))
     wall, peak_gb, stdout = run_measured(
-        [sys.executable, str(REPO / "spark_jobs" / "offsets_health.py"), "--data-root", str(data), "--fleet",
+        [sys.executable, str(REPO / "spark_jobs" / "trim_health.py"), "--data-root", str(data), "--fleet",
          str(fleet), "--out", str(out), "--trim-plan", "--engine", "in-process"], env)
     return wall, peak_gb, stdout.strip().splitlines()[-1]
 
@@ -110,9 +110,9 @@ def main() -> int:
         fleet.write_text(yaml.safe_dump({"version": 1, "clusters": [{
             "name": "bench", "kafka_version": "0.9.0.1", "kafka_conn_id": "bench",
             "cleaner": {"dedupe_buffer_size": 2 * 1024 * 1024, "threads": 1}}]}))
-        h_s, h_gb, h_out = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
+        h_s, h_gb, h_out = timed(["trim_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
                                   "--out", str(work / "out"), "--engine", "spark"], args.driver_memory)
-        print(f"offsets_health: {h_s:.1f}s, peak {h_gb:.2f} GB, {h_out}", flush=True)
+        print(f"trim_health: {h_s:.1f}s, peak {h_gb:.2f} GB, {h_out}", flush=True)
         p_s, p_gb, p_out = timed(["trim_plan.py", "--data-root", str(work / "data"), "--health", str(work / "out"),
                                   "--out", str(work / "out")], args.driver_memory)
         print(f"trim_plan: {p_s:.1f}s, peak {p_gb:.2f} GB, {p_out}", flush=True)
@@ -126,11 +126,11 @@ def main() -> int:
                   f"{h_s:.1f}s + plan {p_s:.1f}s = {h_s + p_s:.1f}s, peak {max(h_gb, p_gb):.2f} GB; the same files: "
                   + ", ".join(f"{n} {'yes' if v else 'NO'}" for n, v in same.items()), flush=True)
         if args.baseline:
-            b_h, b_hgb, _ = timed(["offsets_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
+            b_h, b_hgb, _ = timed(["trim_health.py", "--data-root", str(work / "data"), "--fleet", str(fleet),
                                    "--out", str(work / "base")], args.driver_memory, args.baseline)
             b_p, b_pgb, _ = timed(["trim_plan.py", "--data-root", str(work / "data"), "--health", str(work / "base"),
                                    "--out", str(work / "base")], args.driver_memory, args.baseline)
-            print(f"baseline {args.baseline}: offsets_health {b_h:.1f}s peak {b_hgb:.2f} GB, trim_plan {b_p:.1f}s "
+            print(f"baseline {args.baseline}: trim_health {b_h:.1f}s peak {b_hgb:.2f} GB, trim_plan {b_p:.1f}s "
                   f"peak {b_pgb:.2f} GB", flush=True)
             for name in ("trim_plan.json", "health.jsonl"):
                 mine, theirs = (work / "out" / name).read_bytes(), (work / "base" / name).read_bytes()

@@ -9,7 +9,7 @@ from airflow.sdk import DAG, Param, task
 
 from fleet_airflow import settings
 from fleet_airflow.operators.collect import CollectClusterOperator, CollectOffsetsTopicOperator
-from fleet_airflow.operators.offsets_report import OffsetsHealthReportOperator
+from fleet_airflow.operators.trim_report import TrimHealthReportOperator
 from fleet_airflow.operators.report import StuckReportOperator
 from fleet_airflow.operators.spark import spark_job_operator
 
@@ -33,7 +33,7 @@ DAG's schedule, and the age past which the fleet page calls a cluster STALE is t
    A **blind** collection (a refused ACL, groups whose offsets were not readable, no rows from a
    cluster with groups) is written, then fails its `collect` task with one line naming what was not
    seen; the fleet page and the report show the cluster BLIND in red, its unseen groups never OK.
-2. **analyse_stuck** (Spark, `spark_jobs/stuck_partitions.py`, master from the `spark_default`
+2. **analyse_stuck** (Spark, `spark_jobs/stuck.py`, master from the `spark_default`
    connection; an input of up to 200,000 rows on a local data root is judged in the task's own
    process with the same rules and files, without Spark's start-up: `FLEET_STUCK_INPROCESS_MAX_ROWS`,
    0 for always Spark): each partition's snapshots over the `window` are judged NO_COMMIT, OUT_OF_RANGE,
@@ -55,9 +55,9 @@ DAG's schedule, and the age past which the fleet page calls a cluster STALE is t
 
 4. **collect_offsets** (mapped per cluster): new `__consumer_offsets` records (incremental) and the
    segment inventory / cleaner checkpoints of the brokers' log dirs; then, hourly (param
-   `offsets_health`: hourly, i.e. the first run of each hour | always | never), **offsets_health** (one Spark application: the health, then the trim plans) and
+   `offsets_health`: hourly, i.e. the first run of each hour | always | never), **trim_health** (one Spark application: the health, then the trim plans) and
    **report_offsets**: verdicts HEALTHY / BLOATED / CLEANER_STALLED / OVER_CAPACITY with the cleaner
-   fix, and lossless trim plans (executed only by `runbook_offsets_trim`, behind an approval).
+   fix, and lossless trim plans (executed only by `runbook_trim`, behind an approval).
    These Spark jobs start once **analyse_stuck** is over (whatever its outcome): the stuck verdicts,
    the incident path, never share the Spark cores with the hourly health.
 
@@ -111,7 +111,7 @@ with DAG(
     ).expand(cluster=clusters)
 
     analyse = spark_job_operator(
-        "analyse_stuck", "stuck_partitions",
+        "analyse_stuck", "stuck",
         [
             "--snapshots", "{{ fleet_settings.data_root }}/offsets_snapshots",
             "--out", RUN_OUT,
@@ -154,11 +154,11 @@ with DAG(
 
     OFFSETS_OUT = "{{ fleet_settings.data_root }}/reports/offsets/{{ run_id | run_folder_name }}"
     health = spark_job_operator(
-        "offsets_health", "offsets_health",
+        "trim_health", "trim_health",
         ["--data-root", "{{ fleet_settings.data_root }}", "--fleet", "{{ fleet_settings.fleet_file }}",
          "--out", OFFSETS_OUT, "--trim-plan"],
         execution_timeout=dt.timedelta(minutes=30), in_process_input="--data-root")
-    report_offsets = OffsetsHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
+    report_offsets = TrimHealthReportOperator(task_id="report_offsets", out_dir=OFFSETS_OUT,
                                                  fleet_file="{{ fleet_settings.fleet_file }}")
     [collect_offsets, analyse] >> health_due() >> health >> report_offsets
 

@@ -1,45 +1,8 @@
-"""runbook_group_id_reconciliation: overwrite MISMATCHED and delete STALE KoP mappings, behind an approval."""
+"""runbook_group_id_reconciliation: renamed to runbook_group_ids; this id is kept for one release and will be removed.
 
-from __future__ import annotations
-
-from airflow.sdk import DAG, Param
-
-from fleet_airflow.actions import GROUP_ID_RECONCILE
-from fleet_airflow.gate import approval_gate, runbook_dag_args
-
-DOC = """
-### Reconcile KoP group-id mappings (runbook, destructive)
-
-Reads the cluster's mapping znodes (`<root>/<ip>-<clientId>` = group id, root from the fleet
-file's `group_id_mappings`) and the live members now, classifies every path (UNREPRESENTABLE,
-CONFLICT, MISMATCHED, MISSING, STALE, OK; see `group_id_reconciliation`) and plans the writes of
-the chosen `classes` (default `MISMATCHED,STALE`; add `MISSING` to create those too).
-
-**Params**: `cluster`, `classes`, `rollback_run`, `dry_run` (default **true**: plan and render only).
-
-**Flow**: `plan` (every path with before -> after and the znode version read) -> `dry_run_stop` ->
-`approve` (Browse > Required Actions; no answer in 4 h = Reject) -> `lock` -> `execute` -> `verify`
--> `unlock`. Execute re-reads the members (a STALE path whose client came back is skipped), then
-writes conditionally: set and delete pass the version read (a znode changed or re-created since is
-skipped and reported, never forced), create fails if the node appeared. Each write is journaled
-(`journals/group_ids/<dag>/<run>/<cluster>.jsonl`: intent before, outcome after), so a ZooKeeper
-session lost mid-way leaves an exact record (also in the audit). CONFLICT and UNREPRESENTABLE
-findings are listed and never written.
-
-**Roll back**: the `executed` audit record holds before/after and versions of every changed path:
-`fleetctl audit rollback RECORD_ID` (dry run) / `--execute` triggers this runbook with
-`rollback_run` = that run: deleted znodes are re-created with their previous data, overwritten
-ones set back, each conditional on the version the run left, behind an approval again.
+The same runbook as runbook_group_ids (built by its code), tagged deprecated: start runbook_group_ids instead.
 """
 
-with DAG(**runbook_dag_args(
-    "runbook_group_id_reconciliation",
-    "Overwrite MISMATCHED / delete STALE KoP group-id mappings (approval required)",
-    DOC,
-    {"classes": Param("MISMATCHED,STALE", type="string", pattern=r"^\s*[A-Za-z]+(\s*,\s*[A-Za-z]+)*\s*$",
-                      description="classes to write: MISMATCHED, STALE, MISSING (comma separated)"),
-     "rollback_run": Param("", type="string",
-                           description="roll back the writes of this earlier run of this runbook instead "
-                                       "(set by fleetctl audit rollback)")},
-)) as dag:
-    approval_gate(GROUP_ID_RECONCILE)
+from fleet_dags.runbook_group_ids import build
+
+dag = build("runbook_group_id_reconciliation")

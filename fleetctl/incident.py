@@ -398,7 +398,7 @@ def _size(n) -> str:
 
 def cmd_offsets_health(args) -> int:
     """Read the new __consumer_offsets records and the segment inventory into the data root (the
-    scheduled collect_offsets step), run the offsets_health job on them (in process for a small data
+    scheduled collect_offsets step), run the trim_health job on them (in process for a small data
     root, else Spark, local), print the
     cluster's verdicts and fixes."""
     import os
@@ -425,20 +425,20 @@ def cmd_offsets_health(args) -> int:
     import importlib.util
 
     # the installed job, run as a script (as spark-submit would): found, not imported
-    job = Path(importlib.util.find_spec("fleet_spark_jobs").origin).parent / "offsets_health.py"
+    job = Path(importlib.util.find_spec("fleet_spark_jobs").origin).parent / "trim_health.py"
     with tempfile.TemporaryDirectory(prefix="fleetctl-health-") as out:
         t1 = time.monotonic()
         from fleetkit.trim import inprocess
 
         small = inprocess.small_input(root_path)  # decided once: the job is told which engine
         engine = "in process: a small data root" if small else f"Spark {args.master}"
-        print(f"judging with the offsets_health job ({engine}) ...", file=sys.stderr, flush=True)
+        print(f"judging with the trim_health job ({engine}) ...", file=sys.stderr, flush=True)
         env = spark_env()  # the job's own minimal environment, none of this shell's secrets
         run = subprocess.run([sys.executable, str(job), "--data-root", root_path, "--fleet", args.fleet or fleet_file(),
                               "--out", out, "--master", args.master,
                               "--engine", "in-process" if small else "spark"], capture_output=True, text=True, env=env)
         if run.returncode != 0:
-            raise FleetError(f"the offsets_health job failed ({run.returncode}): {run.stderr.strip()[-1500:]}")
+            raise FleetError(f"the trim_health job failed ({run.returncode}): {run.stderr.strip()[-1500:]}")
         rows = [r for r in read_jsonl(Path(out) / "health.jsonl") if r["cluster"] == cluster.name]
     print(f"  judged in {time.monotonic() - t1:.1f}s", file=sys.stderr, flush=True)
     rows.sort(key=lambda r: (r["verdict"] == "HEALTHY", r["partition"], r["broker"]))
@@ -459,7 +459,7 @@ def cmd_offsets_health(args) -> int:
             if r.get("fix"):
                 fix = json.loads(r["fix"])
                 settings = ", ".join(f"{k}={v}" for k, v in fix.items() if k.startswith("log."))
-                print(f"  fix: {settings} (apply: {fix.get('apply')}); then the runbook_offsets_trim DAG "
+                print(f"  fix: {settings} (apply: {fix.get('apply')}); then the runbook_trim DAG "
                       "(dry run first) if the partition must shrink now")
     return FLAGGED if bad else 0
 
@@ -471,8 +471,8 @@ def add_health_parser(o_sub) -> None:
         "health", help="__consumer_offsets verdicts (bloated, cleaner stalled, over capacity) and the fix, now",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=_wrap("Reads the new records of __consumer_offsets and the segment inventory into the data "
-                          "root (what the scheduled collect_offsets step does), runs the offsets_health job on "
-                          "them (in process for up to FLEET_OFFSETS_INPROCESS_MAX_ROWS records, 1,000,000 by default: "
+                          "root (what the scheduled collect_offsets step does), runs the trim_health job on "
+                          "them (in process for up to FLEET_TRIM_INPROCESS_MAX_ROWS records, 1,000,000 by default: "
                           "seconds; above that Spark, local) and prints the replicas that "
                           "are not healthy, with the reason and the cleaner setting that fixes it."),
         epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "

@@ -204,12 +204,12 @@ def cmd_runbook_status(args) -> int:
 
 EPILOG_LIST = "example:\n  fleetctl runbook list"
 EPILOG_START = ("examples:\n"
-                "  fleetctl runbook start runbook_stuck_partition --cluster prod-eu --param group=billing "
+                "  fleetctl runbook start runbook_stuck_skip --cluster prod-eu --param group=billing "
                 "--param topic=orders --param partition=3 --wait\n"
-                "  fleetctl runbook start runbook_reset_offsets --conf '{\"cluster\": \"prod-eu\", \"group\": "
+                "  fleetctl runbook start runbook_stuck_reset --conf '{\"cluster\": \"prod-eu\", \"group\": "
                 "\"billing\", \"topic\": \"orders\", \"target\": \"latest\"}' --execute")
-EPILOG_STATUS = ("examples:\n  fleetctl runbook status runbook_offsets_trim\n"
-                 "  fleetctl runbook status runbook_offsets_trim 'manual__2026-11-28T10:00:00+00:00' --json")
+EPILOG_STATUS = ("examples:\n  fleetctl runbook status runbook_trim\n"
+                 "  fleetctl runbook status runbook_trim 'manual__2026-11-28T10:00:00+00:00' --json")
 
 
 def add_parser(sub) -> None:

@@ -10,7 +10,7 @@ from fleetctl.output import with_examples
 
 
 def _trim_command(args, what: str) -> int:
-    """resume / restore of one run of runbook_offsets_trim: dry run unless --execute. The runbook
+    """resume / restore of one run of runbook_trim: dry run unless --execute. The runbook
     engine checks the approval, the audit and the journal; Airflow is asked (as the caller) whether
     the run still runs; the cluster's lock is held while acting."""
     airflow_context()
@@ -132,7 +132,7 @@ def add_parser(sub) -> None:
                                           "broker by broker")):
         sp = tr_sub.add_parser(name, help=hlp + "; dry run unless --execute")
         sp.add_argument("run", metavar="RUN", help="the DAG run id of the trim")
-        sp.add_argument("--dag", default="runbook_offsets_trim", help="the trim DAG (default runbook_offsets_trim)")
+        sp.add_argument("--dag", default="runbook_trim", help="the trim DAG (default runbook_trim)")
         sp.add_argument("--execute", action="store_true", help="act (default: show what would be done)")
         sp.add_argument("--force", action="store_true", help="act although Airflow cannot be asked whether the run "
                                                              "still runs (you checked it yourself); never while it runs")

@@ -3,14 +3,14 @@
     PATH=.venv/bin:$PATH spark-submit spark_jobs/trim_plan.py --data-root ROOT --fleet FILE --health DIR
         --out DIR [--partitions 3,7 | all-unhealthy]
 
-For each unhealthy partition replica (from offsets_health's health.jsonl): the segments to
+For each unhealthy partition replica (from trim_health's health.jsonl): the segments to
 quarantine (fleetkit.trim.rules: every rolled segment but the newest one; never the active one), the bytes freed, and
 the live keys whose newest record sits only in those segments -- the offsets that would vanish.
 Those are re-committed after the trim (for groups that are Empty); active groups are listed for
 the operator; group-metadata keys in removed segments are listed (those groups will rebalance).
 Writes DIR/trim_plan.json (one plan per cluster, the data the runbook executes).
-The DAGs run it inside the offsets_health application (`offsets_health.py --trim-plan`: one Spark
-start for both); on its own it reads the health.jsonl an earlier offsets_health wrote.
+The DAGs run it inside the trim_health application (`trim_health.py --trim-plan`: one Spark
+start for both); on its own it reads the health.jsonl an earlier trim_health wrote.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jobs_common import arrow_task, mark_done, path_exists, path_join, session, spark_schema, write_text  # noqa: E402
-from offsets_health import (  # noqa: E402
+from trim_health import (  # noqa: E402
     current_records, latest_inventory, newest_per_key, read_dataset, with_has_members,
 )
 
@@ -70,7 +70,7 @@ def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | Non
     """DIR/trim_plan.json from health_dir's health.jsonl; returns the summary per cluster."""
     health_file = path_join(health_dir, "health.jsonl")
     if not path_exists(health_file):
-        raise SystemExit(f"{health_file} does not exist (run offsets_health first)")
+        raise SystemExit(f"{health_file} does not exist (run trim_health first)")
     health = [r.asDict() for r in spark.read.json(health_file).collect()]
     plans = build(current_records(spark, data_root),
                   read_dataset(spark, data_root, "segment_inventory"), health,
@@ -82,7 +82,7 @@ def run(spark, data_root: str, health_dir: str, out: str, parts: list[int] | Non
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-root", required=True)
-    ap.add_argument("--health", required=True, help="the folder holding offsets_health's health.jsonl")
+    ap.add_argument("--health", required=True, help="the folder holding trim_health's health.jsonl")
     ap.add_argument("--out", required=True)
     ap.add_argument("--partitions", default="all-unhealthy", help="'all-unhealthy' or partition numbers like 3,7")
     ap.add_argument("--master")

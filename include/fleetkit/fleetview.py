@@ -39,18 +39,18 @@ GROUP_RANK = {s: i for i, s in enumerate(rules.SHOWN_ORDER)}
 #: the runbook that acts on a partition verdict (dag id, what it does); the form is prefilled from
 #: the finding (`runbook_conf`), dry run on
 RUNBOOKS = {
-    "STALLED": ("runbook_stuck_partition", "diagnose; skip the poison record (approval required)"),
-    "STOPPED": ("runbook_stuck_partition", "diagnose the stopped group (start its consumers; a skip if "
+    "STALLED": ("runbook_stuck_skip", "diagnose; skip the poison record (approval required)"),
+    "STOPPED": ("runbook_stuck_skip", "diagnose the stopped group (start its consumers; a skip if "
                                            "they fail on a record)"),
-    "FROZEN": ("runbook_stuck_partition", "diagnose (a Storm spout: deactivate the topology first)"),
-    "OUT_OF_RANGE": ("runbook_reset_offsets", "reset the group's offset into the log (approval required)"),
-    "REWOUND": ("runbook_reset_offsets", "restore the offsets from before the rewind (approval required)"),
+    "FROZEN": ("runbook_stuck_skip", "diagnose (a Storm spout: deactivate the topology first)"),
+    "OUT_OF_RANGE": ("runbook_stuck_reset", "reset the group's offset into the log (approval required)"),
+    "REWOUND": ("runbook_stuck_reset", "restore the offsets from before the rewind (approval required)"),
 }
 #: which of each runbook DAG's params the fleet page's form shows, in order; their types,
 #: descriptions and minimums are the DAG's own Params (`form_fields`)
 RUNBOOK_FORMS = {
-    "runbook_stuck_partition": ("cluster", "group", "topic", "partition", "skip", "dry_run"),
-    "runbook_reset_offsets": ("cluster", "group", "topic", "partitions", "target", "source", "dry_run"),
+    "runbook_stuck_skip": ("cluster", "group", "topic", "partition", "skip", "dry_run"),
+    "runbook_stuck_reset": ("cluster", "group", "topic", "partitions", "target", "source", "dry_run"),
 }
 
 
@@ -88,7 +88,7 @@ def runbook_conf(finding: dict) -> tuple[str, dict] | None:
         return None
     dag = rb[0]
     base = {"cluster": finding["cluster"], "group": finding["group"], "topic": finding["topic"], "dry_run": True}
-    if dag == "runbook_stuck_partition":
+    if dag == "runbook_stuck_skip":
         return dag, {**base, "partition": int(finding["partition"]), "skip": 1}
     target = "latest" if finding.get("status") == "OUT_OF_RANGE" else "restore"
     return dag, {**base, "partitions": str(finding["partition"]), "target": target,
@@ -402,13 +402,13 @@ class FleetView:
         return rows, path.parent.name
 
     def offsets_replicas(self) -> tuple[list[dict], str | None]:
-        """Every `__consumer_offsets` replica of the newest offsets-health run (verdict, disk_bytes...)."""
+        """Every `__consumer_offsets` replica of the newest trim_health run (verdict, disk_bytes...)."""
         path = self.report_file("offsets")
         if path is None:
             return [], None
         return cached(path, _jsonl) or [], path.parent.name
 
-    def offsets_health(self) -> tuple[list[dict], Counter, str | None]:
+    def trim_health(self) -> tuple[list[dict], Counter, str | None]:
         rows, run = self.offsets_replicas()
         if run is None:
             return [], Counter(), None

@@ -14,7 +14,7 @@ still finds its window covered. The first run's only Spark job is the stuck anal
 (no offsets health), so it is over by the time the final run is due. The final run analyses the
 offsets health too, after its stuck analysis (the DAG starts the health's Spark jobs once the stuck
 analysis is over): the verdicts are printed as soon as its stuck report is written, before the
-health and coordinator_ownership (started once the health is done) finish.
+health and ownership (started once the health is done) finish.
 """
 
 from __future__ import annotations
@@ -475,10 +475,10 @@ def collections_until(clock: Clock, done: Callable[[], bool], every: float = COL
 def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900, coordinator_cluster: str = "lab") -> dict:
     """The demo's DAG runs; returns the run ids the summary shows. The coordinator check runs on
     `coordinator_cluster` (the 0.9 cluster of the lab fleet; the hosts profile's one cluster)."""
-    # coordinator_ownership is unpaused when the demo starts its run: its leader-change watch would
+    # ownership is unpaused when the demo starts its run: its leader-change watch would
     # otherwise start a run (a Spark job) on the lab's start-up leader elections, beside the runs
     # the verdicts wait for
-    airflow.set_paused("coordinator_ownership", True)  # unpaused by an earlier demo
+    airflow.set_paused("ownership", True)  # unpaused by an earlier demo
     airflow.set_paused("fleet_maintenance", False)
     first = first_collection(clock, airflow)
 
@@ -505,7 +505,7 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900, coordinator_c
     final = RunWatch(clock, airflow, "fleet_maintenance", final_run["dag_run_id"], "fleet_maintenance run 2 (final)")
     final.on_start = final_started.set
 
-    # the verdicts as soon as the final run's stuck report is written; coordinator_ownership reads
+    # the verdicts as soon as the final run's stuck report is written; ownership reads
     # the newest offsets health, so it starts when the final run's health is done
     def stuck_reported() -> bool:
         return (final.task("report_stuck") or {}).get("state") in TERMINAL or final.recorded
@@ -514,14 +514,14 @@ def run_dags(clock: Clock, airflow: Airflow, timeout: float = 900, coordinator_c
     first_verdicts(clock, final)
 
     def health_done() -> bool:
-        return (final.task("offsets_health") or {}).get("state") in TERMINAL or final.recorded
+        return (final.task("trim_health") or {}).get("state") in TERMINAL or final.recorded
 
     watch([first, final], timeout, until=health_done)
-    airflow.set_paused("coordinator_ownership", False)
+    airflow.set_paused("ownership", False)
     coord_conf = dict(COORDINATOR_CONF, cluster=coordinator_cluster)
-    coord_run = airflow.trigger("coordinator_ownership", coord_conf)
-    clock.say(f"triggered coordinator_ownership run {coord_run['dag_run_id']} (conf {json.dumps(coord_conf)})")
-    coord = RunWatch(clock, airflow, "coordinator_ownership", coord_run["dag_run_id"], "coordinator_ownership run")
+    coord_run = airflow.trigger("ownership", coord_conf)
+    clock.say(f"triggered ownership run {coord_run['dag_run_id']} (conf {json.dumps(coord_conf)})")
+    coord = RunWatch(clock, airflow, "ownership", coord_run["dag_run_id"], "ownership run")
     watch([first, final, coord], timeout)
     final_started.set()
     between.join(timeout=60)

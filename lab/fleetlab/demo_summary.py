@@ -48,7 +48,7 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
         print(f"DAG            fleet_maintenance (every 5 minutes): run 1 {runs['first']} made the first collection, "
               f"run 2 {runs['final']} (window {runs.get('window', '2m')}) the verdicts below; offsets health "
               f"in run 2 after its verdicts")
-        print(f"               coordinator_ownership run {runs['coordinator']}")
+        print(f"               ownership run {runs['coordinator']}")
     else:
         print("DAG            fleet_maintenance (every 5 minutes; window 2m in the demo's runs)")
     print(f"datasets       {root.uri}")
@@ -92,13 +92,13 @@ def main(stuck_run: str | None = None, runs: dict | None = None) -> None:
     print("incident CLI   eval \"$(.venv/bin/fleetlab env)\" (the lab's deployment settings), then "
           f".venv/bin/fleetctl stuck --cluster {first}; .venv/bin/fleetctl lag --all --cluster {modern} "
           "(README: During an incident)")
-    print("runbooks       runbook_stuck_partition, runbook_reset_offsets, runbook_offsets_trim, "
-          "runbook_coordinator_recovery, runbook_group_id_reconciliation (dry run by default; approval required); "
+    print("runbooks       runbook_stuck_skip, runbook_stuck_reset, runbook_trim, "
+          "runbook_ownership, runbook_group_ids (dry run by default; approval required); "
           "FLEET_AIRFLOW_USER=admin .venv/bin/fleetctl runbook list")
     print("approving      the user who triggers a runbook cannot approve it: trigger as admin, then log in as "
           "approver (a private window, or log out first) and answer under Browse > Required Actions; "
           f"approvers are the fleet file's `approvers` ({settings.fleet_file()}); passwords: {pw_file}")
-    print("coordinators   coordinator_ownership starts by itself when a __consumer_offsets leader changes "
+    print("coordinators   ownership starts by itself when a __consumer_offsets leader changes "
           f"(stop the leader that `.venv/bin/fleetctl coordinator who GROUP --cluster {first}` names: "
           "`.venv/bin/fleetlab stop-broker N`); report: "
           f"{root.uri}/reports/coordinator/latest/report.md")

@@ -24,6 +24,42 @@ PACKAGE = "fleet_dags"
 MARKER = "Kafka fleet toolkit: the Airflow DAG"
 
 
+#: DAG ids renamed in 0.3 (old -> new: a capability's DAGs carry its package's name). Each old id
+#: stays registered for one release: built by the same code as the new one (its module in
+#: fleet_dags calls the new module's `build` with the old id), tagged `deprecated`, never scheduled
+#: (started by hand or by an old script only), and it will be removed (docs/airflow.md, "Renamed in 0.3").
+RENAMED = {
+    "runbook_stuck_partition": "runbook_stuck_skip",
+    "runbook_reset_offsets": "runbook_stuck_reset",
+    "runbook_offsets_trim": "runbook_trim",
+    "coordinator_ownership": "ownership",
+    "runbook_coordinator_recovery": "runbook_ownership",
+    "group_id_reconciliation": "group_ids",
+    "runbook_group_id_reconciliation": "runbook_group_ids",
+}
+
+
+def renamed_note(old: str) -> str:
+    return f"renamed to {RENAMED[old]}; this id is kept for one release and will be removed"
+
+
+def dag_kwargs(args: dict) -> dict:
+    """The keyword arguments of a DAG of fleet_dags (`DAG(**dag_kwargs({...}))`): as given for a
+    current id; for an old id of RENAMED those of its deprecated alias (the same tasks: a note
+    leading the description and the doc, the tag `deprecated`, no schedule). Never auto-registered:
+    a DAG is bagged through the `dag` its loader imports, so the alias module importing the new
+    one's `build` does not register the new DAG a second time under the alias's file."""
+    args = {**args, "auto_register": False}
+    old = args["dag_id"]
+    if old in RENAMED:
+        note = renamed_note(old)
+        args["description"] = f"{note}. {args.get('description') or ''}".strip()
+        args["doc_md"] = f"**Deprecated: {note}.**\n\n" + (args.get("doc_md") or "")
+        args["tags"] = [*(args.get("tags") or []), "deprecated"]
+        args["schedule"] = None
+    return args
+
+
 def dag_modules() -> list[str]:
     """The DAG modules of the installed package, sorted (fleet_maintenance, runbook_..., ...)."""
     names = []

@@ -143,7 +143,7 @@ def overview_context(view, fleet, cluster: str = "", status_: str = "", q: str =
 
     idx = view.groups()
     rows, total = idx.page(page, cluster or None, status_ or None, q or None)
-    health, _, health_run = view.offsets_health()
+    health, _, health_run = view.trim_health()
     coordinators, coord_run = view.coordinators()
     clusters = view.clusters(fleet)
     return dict(clusters=clusters, groups=view.shown_groups(rows, clusters), total=total, page=page,

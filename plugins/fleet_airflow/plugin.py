@@ -34,9 +34,9 @@ from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read
 REPORT_DAGS = {
     "stuck": "fleet_maintenance",
     "offsets": "fleet_maintenance",
-    "trim": "runbook_offsets_trim",
-    "coordinator": "coordinator_ownership",
-    "group_ids": "group_id_reconciliation",
+    "trim": "runbook_trim",
+    "coordinator": "ownership",
+    "group_ids": "group_ids",
 }
 
 

@@ -38,7 +38,7 @@ def get_provider_info() -> dict:
         "operators": [
             {"integration-name": "Kafka fleet toolkit",
              "python-modules": ["fleet_airflow.operators.collect", "fleet_airflow.operators.group_ids",
-                                "fleet_airflow.operators.offsets_report", "fleet_airflow.operators.report",
+                                "fleet_airflow.operators.trim_report", "fleet_airflow.operators.report",
                                 "fleet_airflow.operators.spark", "fleet_airflow.gate"]},
         ],
         "triggers": [

@@ -1,7 +1,7 @@
 """The cluster profile end to end, under the real scheduler: Airflow on CeleryExecutor (Redis
 broker, PostgreSQL result backend, two Celery workers) and Spark standalone (a master and two
 workers, executors on a Python without the project). fleet_maintenance and an approved
-runbook_reset_offsets (approval answered through the REST API) run unchanged; every task that ran
+runbook_stuck_reset (approval answered through the REST API) run unchanged; every task that ran
 shows a Celery worker's node name as its hostname, and every Spark job is an application of the
 standalone master.
 
@@ -43,7 +43,7 @@ def cluster_airflow(airflow_db, lab, tmp_path_factory):
     # every stuck analysis and offsets health goes to the standalone master, small input or not: this
     # module proves the Spark path on a cluster (the in-process ones: tests/spark/test_*_inprocess.py)
     env = {"AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False", "FLEET_STUCK_INPROCESS_MAX_ROWS": "0",
-           "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0"}
+           "FLEET_TRIM_INPROCESS_MAX_ROWS": "0"}
     if before is None:  # what airflow_server (tests/conftest.py) sets for the Airflow it starts
         env.update({"FLEET_LOCK_DIR": str(tmp_path_factory.mktemp("locks")),
                     "AIRFLOW__SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "3"})
@@ -160,7 +160,7 @@ def test_fleet_maintenance_on_celery_and_spark_standalone(cluster_airflow, lab, 
 
     apps = spark_apps_since(services, since_ms)
     finished_apps = {a["name"] for a in apps if a["state"] == "FINISHED"}
-    assert {"offsets_health", "stuck_partitions"} <= finished_apps, apps  # offsets_health writes the trim plan too
+    assert {"trim_health", "stuck"} <= finished_apps, apps  # trim_health writes the trim plan too
 
     # the jobs computed on the executors what they compute locally (tests/dags/test_dags.py)
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
@@ -181,7 +181,7 @@ def test_an_approved_reset_runs_on_the_celery_workers(cluster_airflow, lab, uniq
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
     commit(lab.bootstrap, group, {(topic, 0): 2, (topic, 1): 2, (topic, 2): 2})
     api = services.api
-    dag_id = "runbook_reset_offsets"
+    dag_id = "runbook_stuck_reset"
     wait_for(lambda: api("GET", f"/api/v2/dags/{dag_id}"), 180, "the DAG parsed by the dag-processor")
     api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
     fail_leftover_runs(api, dag_id)
@@ -202,6 +202,6 @@ def test_an_approved_reset_runs_on_the_celery_workers(cluster_airflow, lab, uniq
     hosts = assert_ran_on_celery_workers(services, tis)
     by_task = {t["task_id"]: t for t in tis}
     assert by_task["execute"]["state"] == "success" and by_task["execute"]["hostname"] in hosts
-    print(f"runbook_reset_offsets tasks ran on {sorted(hosts)}")
+    print(f"runbook_stuck_reset tasks ran on {sorted(hosts)}")
     events = [(r["event"], r["actor"]) for r in audit.records(DataRoot(os.environ["FLEET_DATA_ROOT"]), "labtest", run_id)]
     assert events == [("planned", "admin"), ("approved", "approver"), ("executed", "approver"), ("verified", None)]

@@ -86,7 +86,7 @@ def hosts_lab(tmp_path_factory):
     })
     if os.environ.get("FLEET_TEST_HOSTS_SPARK"):  # `make test-hosts`: every analysis on the standalone master,
         # however small its input, reading and writing the object store through s3a (its jars fetched once)
-        env.update({"FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_OFFSETS_INPROCESS_MAX_ROWS": "0",
+        env.update({"FLEET_STUCK_INPROCESS_MAX_ROWS": "0", "FLEET_TRIM_INPROCESS_MAX_ROWS": "0",
                     "FLEET_LAB_SPARK_S3A": "1"})
     try:
         out = subprocess.run([FLEETLAB, "airflow", "up", "--profile", "hosts"], env=env, capture_output=True,
@@ -171,7 +171,7 @@ def test_fleet_maintenance_runs_across_the_hosts(hosts_lab):
         ("master", addr["sparkm"], net.netns("sparkm")), ("worker-0", addr["sparkw0"], net.netns("sparkw0")),
         ("worker-1", addr["sparkw1"], net.netns("sparkw1"))))
     apps = [a for a in spark_cluster.applications(sspec) if a["starttime"] >= since_ms]
-    assert {"stuck_partitions", "offsets_health"} <= {a["name"] for a in apps if a["state"] == "FINISHED"}, apps
+    assert {"stuck", "trim_health"} <= {a["name"] for a in apps if a["state"] == "FINISHED"}, apps
     executor_hosts, driver_hosts = set(), set()
     for i, host in enumerate(spark_cluster.SparkClusterSpec.names(sspec)[1:]):
         with urllib.request.urlopen(f"http://{sspec.address(host)}:{sspec.worker_ui_ports[i]}/json/", timeout=10) as r:
@@ -204,7 +204,7 @@ def spec_ports(spec) -> list[int]:
 
 
 # -- the trim whose worker host dies ----------------------------------------------------------------
-TRIM_DAG = "runbook_offsets_trim"
+TRIM_DAG = "runbook_trim"
 BULK_PARTITIONS, BULK_COMMITS = 100, 600  # twice: 120,000 records on one partition, about 9 MB
 EARLY_METADATA = '{"app": "early é", "ts": 1}'
 
@@ -247,7 +247,7 @@ def fleetctl_on(net, host: str, env: dict, *args: str) -> subprocess.CompletedPr
 
 @pytest.mark.timeout(2400)
 def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored(hosts_lab):
-    """runbook_offsets_trim on the broker hosts' cluster, its data root on the object store host: approved in the browser by the second user,
+    """runbook_trim on the broker hosts' cluster, its data root on the object store host: approved in the browser by the second user,
     executed over SSH on the broker hosts; its worker host dies (every process of it SIGKILLed)
     between two file moves. The scheduler fails the task, the cleanup teardown runs on the other
     worker, and `fleetctl trim resume` on the other worker's host finishes the trim under the shared
@@ -368,7 +368,7 @@ def test_a_trim_whose_worker_host_dies_is_resumed_from_another_host_and_restored
 @pytest.mark.hosts  # `make test-hosts`
 @pytest.mark.timeout(1800)
 def test_two_runbooks_on_one_cluster_never_change_it_at_once(hosts_lab):
-    """Two approved runbook_reset_offsets runs for two groups of the same cluster, triggered and
+    """Two approved runbook_stuck_reset runs for two groups of the same cluster, triggered and
     approved at the same moment, their tasks on the Celery worker hosts: the shared lock (a row in
     the deployment's PostgreSQL) lets one execute at a time. The other is refused at its lock task
     (nothing of its group changed) or executes after the first released the lock; never both at once."""
@@ -384,7 +384,7 @@ def test_two_runbooks_on_one_cluster_never_change_it_at_once(hosts_lab):
     for group, topic in groups.items():
         commit_when_led(lab, topic, 1, {group: {0: 2}})
         produce(spec.bootstrap, topic, {0: 10}, kafka_version=spec.kafka_version, security=security)
-    dag_id = "runbook_reset_offsets"
+    dag_id = "runbook_stuck_reset"
     cases = {g: {"api": api, "airflow": Home(home), "dag_id": dag_id,
                  "conf": {"cluster": spec.name, "group": g, "topic": t, "partitions": "0", "target": "offset 7",
                           "dry_run": False}} for g, t in groups.items()}

@@ -67,7 +67,7 @@ def test_a_job_submitted_from_a_worker_host_runs_its_executors_on_the_spark_host
                **spark_cluster.submit_env(spec), "SPARK_LOCAL_IP": addr["airw0"]}
         argv = ["spark-submit", "--master", spec.master_url, "--conf", "spark.ui.enabled=false",
                 "--conf", "spark.cores.max=2", "--executor-memory", "512m", "--py-files", str(py_files),
-                str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots),
+                str(REPO / "spark_jobs" / "stuck.py"), "--snapshots", str(snapshots),
                 "--out", str(tmp_path / "out"), "--window", "10m", "--as-of", "2026-02-01T00:00:00Z",
                 "--engine", "spark"]
         for k, v in driver_conf(spec.master_url, {}).items():  # nothing pinned on a cluster
@@ -79,7 +79,7 @@ def test_a_job_submitted_from_a_worker_host_runs_its_executors_on_the_spark_host
         assert summary["partitions"] == len(CASES)
         assert summary["statuses"]["STALLED"] == sum(1 for c in CASES if c[3] == "STALLED")
 
-        apps = [a for a in spark_cluster.applications(spec) if a["name"] == "stuck_partitions"]
+        apps = [a for a in spark_cluster.applications(spec) if a["name"] == "stuck"]
         assert [a["state"] for a in apps] == ["FINISHED"], apps
         app_id = apps[0]["id"]
         for i, host in enumerate(("sparkw0", "sparkw1")):

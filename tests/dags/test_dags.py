@@ -16,7 +16,7 @@ pytestmark = pytest.mark.airflow
 def test_dagbag_has_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert "fleet_maintenance" in dagbag.dag_ids
-    assert {"group_id_reconciliation", "runbook_group_id_reconciliation"} <= set(dagbag.dag_ids)
+    assert {"group_ids", "runbook_group_ids"} <= set(dagbag.dag_ids)
     for dag_id in dagbag.dag_ids:
         dag = dagbag.get_dag(dag_id)
         assert dag.doc_md and len(dag.doc_md) > 200, f"{dag_id} needs doc_md"
@@ -34,11 +34,27 @@ def test_the_fleet_pages_runbook_forms_come_from_the_dags_params(dagbag):
             n: {**params.get_param(n).schema, "description": params.get_param(n).description} for n in params})}
         undescribed = [n for n in RUNBOOK_FORMS[dag_id] if not params.get_param(n).description]
         assert undescribed == [], f"{dag_id}: params the form shows without a description: {undescribed}"
-    stuck, reset = forms["runbook_stuck_partition"], forms["runbook_reset_offsets"]
+    stuck, reset = forms["runbook_stuck_skip"], forms["runbook_stuck_reset"]
     assert [(f.kind, f.minimum) for f in (stuck["partition"], stuck["skip"], stuck["dry_run"])] == [
         ("integer", 0), ("integer", 1), ("boolean", None)]
     assert (reset["partitions"].kind, reset["source"].kind, reset["cluster"].help) == (
         "string", "string", "cluster name from the fleet file")
+
+def test_each_renamed_dag_is_kept_under_its_old_id_as_a_deprecated_alias(dagbag):
+    """The old id of a renamed DAG is bagged from its own loader with the new one's tasks and
+    params, tagged deprecated, never scheduled, saying what it was renamed to."""
+    from fleet_airflow.dag_files import RENAMED
+
+    for old, new in RENAMED.items():
+        alias, current = dagbag.get_dag(old), dagbag.get_dag(new)
+        assert alias is not None and current is not None, old
+        assert sorted(alias.task_ids) == sorted(current.task_ids) and set(alias.params) == set(current.params), old
+        assert "deprecated" in alias.tags and "deprecated" not in current.tags, old
+        assert type(alias.timetable).__name__ == "NullTimetable", old  # never scheduled
+        note = f"renamed to {new}; this id is kept for one release and will be removed"
+        assert note in alias.description and note in alias.doc_md, old
+        assert alias.fileloc.endswith(f"/{old}.py") and current.fileloc.endswith(f"/{new}.py"), old
+
 
 
 def test_fleet_maintenance_schedule(dagbag):
@@ -52,15 +68,15 @@ def test_fleet_maintenance_schedule(dagbag):
     assert dag.catchup is False
 
 
-def test_group_id_reconciliation_schedule(dagbag):
-    dag = dagbag.get_dag("group_id_reconciliation")
+def test_group_ids_schedule(dagbag):
+    dag = dagbag.get_dag("group_ids")
     assert dag.schedule == "@hourly" and dag.catchup is False
-    runbook = dagbag.get_dag("runbook_group_id_reconciliation")
+    runbook = dagbag.get_dag("runbook_group_ids")
     assert runbook.schedule is None and runbook.params["dry_run"] is True
 
 
 
-SCHEDULED = ["fleet_maintenance", "coordinator_ownership", "group_id_reconciliation"]
+SCHEDULED = ["fleet_maintenance", "ownership", "group_ids"]
 
 
 @pytest.mark.parametrize("dag_id", SCHEDULED)
@@ -91,7 +107,7 @@ def test_a_run_whose_conf_names_a_deployment_setting_is_refused(dagbag, dag_id, 
     dr = dagbag.get_dag(dag_id).test(run_conf={key: value})
     states = mapped_task_states(dr)
     assert dr.state == "failed" and "success" not in states.values(), states
-    first = "which_clusters" if dag_id == "coordinator_ownership" else "list_clusters"
+    first = "which_clusters" if dag_id == "ownership" else "list_clusters"
     assert states[(first, -1)] == "failed", states
     out, err = capfd.readouterr()
     assert f"REFUSED, nothing read or written: the run conf names '{key}'" in out + err
@@ -106,7 +122,7 @@ def test_the_trim_runbook_refuses_such_a_conf_before_it_collects(dagbag, tmp_pat
     a run): those tasks refuse too, before reading or writing anything."""
     data, elsewhere = tmp_path / "data", tmp_path / "elsewhere"
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
-    dr = dagbag.get_dag("runbook_offsets_trim").test(run_conf={"cluster": "labtest", "data_root": str(elsewhere)})
+    dr = dagbag.get_dag("runbook_trim").test(run_conf={"cluster": "labtest", "data_root": str(elsewhere)})
     states = mapped_task_states(dr)
     assert dr.state == "failed" and "success" not in states.values(), states
     assert states[("collect_offsets", -1)] == "failed", states
@@ -129,7 +145,7 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch
     assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success",
                            ("analyse_stuck", -1): "success", ("report_stuck", -1): "success",
                            ("collect_offsets", 0): "success", ("health_due", -1): "success",
-                           ("offsets_health", -1): "success",
+                           ("trim_health", -1): "success",
                            ("report_offsets", -1): "success", ("all_clusters_collected", -1): "success"}
     # the offsets pipeline saw this group's commits in __consumer_offsets and judged every replica
     recs = [r for r in read_dataset(DataRoot(data), "offsets_topic_records").to_pylist() if r["group"] == group]
@@ -138,7 +154,7 @@ def test_fleet_maintenance_end_to_end(dagbag, lab, tmp_path, unique, monkeypatch
     health = [json.loads(x) for x in (out / "health.jsonl").read_text().splitlines()]
     assert len(health) == 150 and {h["verdict"] for h in health} == {"HEALTHY"}  # 50 partitions x 3 replicas
     assert "No plan: every partition is healthy." in (out / "offsets_health.md").read_text()
-    assert json.loads((out / "trim_plan.json").read_text()) is not None  # written by offsets_health --trim-plan
+    assert json.loads((out / "trim_plan.json").read_text()) is not None  # written by trim_health --trim-plan
     rows = [r for r in read_dataset(DataRoot(data), "offsets_snapshots").to_pylist() if r["group"] == group]
     assert sorted((r["partition"], r["committed_offset"], r["log_end_offset"]) for r in rows) == [(0, 6, 6), (2, 0, 1)]
 

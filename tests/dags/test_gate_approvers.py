@@ -1,4 +1,4 @@
-"""Who may approve a destructive runbook, with dag.test() of runbook_reset_offsets against the real
+"""Who may approve a destructive runbook, with dag.test() of runbook_stuck_reset against the real
 lab: the approvers are the fleet file's (none: no plan), the requester never approves their own run,
 the decision is the one Airflow's HITL record gave the approval task (never XCom alone), and the
 fleet file and data root come from the deployment, never from the trigger conf.
@@ -24,7 +24,7 @@ from fleetlab.hitl import Answerer, MarkSuccess
 from fleetlab.hitl import run_dag as run
 from fleetlab.hitl import task_states as states
 
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab]
 BEFORE = {0: 3, 1: 5, 2: 10}
 

@@ -1,4 +1,4 @@
-"""group_id_reconciliation (scheduled) and runbook_group_id_reconciliation (approval gate) with
+"""group_ids (scheduled) and runbook_group_ids (approval gate) with
 dag.test() against the real lab: real consumers, real ZooKeeper. The mappings are seeded by
 tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here)."""
 
@@ -72,7 +72,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, zookeeper_
         time.sleep(2.5)  # gone-1 is now older than the 2 s grace
 
         # 1. the scheduled run: report everything, create only the MISSING mapping
-        dr = dagbag.get_dag("group_id_reconciliation").test()
+        dr = dagbag.get_dag("group_ids").test()
         assert dr.state == "success", mapped_task_states(dr)
         assert mapped_task_states(dr) == {("list_clusters", -1): "success", ("collect", 0): "success", ("diff", -1): "success",
                                ("report", -1): "success", ("create_missing", -1): "success",
@@ -93,7 +93,7 @@ def test_scheduled_creates_missing_and_runbook_fixes_the_rest(dagbag, zookeeper_
         assert changed[p[miss]] == (None, group)
 
         # 2. the runbook's dry run (the default) changes nothing
-        rb = dagbag.get_dag("runbook_group_id_reconciliation")
+        rb = dagbag.get_dag("runbook_group_ids")
         rconf = {"cluster": name, "requested_by": "admin"}
         dr = rb.test(run_conf=rconf)
         st = mapped_task_states(dr)
@@ -176,7 +176,7 @@ def test_the_conf_cannot_send_the_unattended_writes_elsewhere(dagbag, lab, tmp_p
             assert time.monotonic() < deadline, "consumer never joined"
             time.sleep(0.5)
         capfd.readouterr()
-        dr = dagbag.get_dag("group_id_reconciliation").test(run_conf={key: value})
+        dr = dagbag.get_dag("group_ids").test(run_conf={key: value})
         states = mapped_task_states(dr)
         assert dr.state == "failed" and "success" not in states.values(), states
         assert states[("list_clusters", -1)] == "failed" and states[("create_missing", -1)] != "success", states
@@ -231,7 +231,7 @@ def test_the_unattended_creator_takes_the_clusters_lock(airflow_db, lab, tmp_pat
     cluster = load_fleet(fleet_file).cluster("labtest")
     with clusters.connected(cluster) as (kafka, zk):
         held = ClusterLock.for_cluster(locks, cluster, kafka, zk)
-    held.acquire("runbook_group_id_reconciliation/manual__gone", "runbook_group_id_reconciliation", "manual__gone")
+    held.acquire("runbook_group_ids/manual__gone", "runbook_group_ids", "manual__gone")
 
     with DAG(f"test_create_missing_lock_{uuid.uuid4().hex[:6]}", schedule=None, catchup=False,
              start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
@@ -270,7 +270,7 @@ def test_the_scheduled_run_reports_a_kraft_cluster_without_mappings(dagbag, tmp_
     fleet_file = write_fleet_file(TEST_FLEET["lab43test"], tmp_path / "fleet.yaml")
     monkeypatch.setenv("FLEET_FILE", str(fleet_file))
     monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
-    dr = dagbag.get_dag("group_id_reconciliation").test(run_conf={"create_missing": False})
+    dr = dagbag.get_dag("group_ids").test(run_conf={"create_missing": False})
     assert dr.state == "success", mapped_task_states(dr)
     reports = list((tmp_path / "data" / "reports" / "group_ids").glob("*/report.md"))
     assert len(reports) == 1, reports

@@ -23,7 +23,7 @@ from fleetlab.hitl import Answerer
 from fleetlab.hitl import run_dag as run
 from fleetlab.hitl import task_states as states
 
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 pytestmark = pytest.mark.airflow
 SECRET = "runbook-zk-S3cret"
 RUNBOOK_ZK = f"{TEST_LAB.zk_conn_id}_runbook_t"

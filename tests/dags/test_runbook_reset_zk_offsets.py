@@ -1,4 +1,4 @@
-"""runbook_reset_offsets for offsets kept in ZooKeeper (source zookeeper / storm), through the
+"""runbook_stuck_reset for offsets kept in ZooKeeper (source zookeeper / storm), through the
 approval gate with dag.test() against the real 0.9 lab ZooKeeper.
 
 The old-consumer layout and the storm-kafka JSON are written here with kazoo (the collection test
@@ -21,7 +21,7 @@ from fleetlab.hitl import run_dag as run
 from fleetlab.hitl import task_states as states
 from tests.integration.test_zk_offset_stores import storm_json
 
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 pytestmark = pytest.mark.airflow
 GROUP = "old 'grp' ü {{ x }}"
 

@@ -3,7 +3,7 @@
 Every password of the cluster's logins (the read-only `fleet`, the runbooks' `fleet-runbook`, the
 lab's `admin`) is a canary: random, generated at the lab's first start, used in every connection.
 After a run like `make demo`'s (fleet_maintenance with the Spark stuck job, one approved
-runbook_reset_offsets, the fleet page, the incident CLI, and a CLI run with a wrong canary
+runbook_stuck_reset, the fleet page, the incident CLI, and a CLI run with a wrong canary
 password), none of them appears in a log, a report or dataset, the audit, XCom, a rendered
 template, the metadata database, the CLI's output, an error message, or any process's command
 line (sampled every 100 ms while the run goes on: spark-submit's arguments included).
@@ -119,10 +119,10 @@ def test_no_password_anywhere_after_a_demo_like_run(secured, dagbag, tmp_path, u
             dr = maintenance.test(run_conf={"window": "2m", "offsets_health": "always"})
             assert dr.state == "success", task_states(dr)
 
-        reset = dagbag.get_dag("runbook_reset_offsets")
+        reset = dagbag.get_dag("runbook_stuck_reset")
         conf = {"cluster": CLUSTER, "group": group, "topic": topic, "partitions": "0,1", "target": "skip 1",
                 "dry_run": False}
-        dr = run_dag(reset, conf, Answerer("runbook_reset_offsets", "Approve", user="approver"))
+        dr = run_dag(reset, conf, Answerer("runbook_stuck_reset", "Approve", user="approver"))
         assert dr.state == "success", task_states(dr)
 
         from fleet_airflow import fleet_page

@@ -14,8 +14,8 @@ from fleetlab.traffic import commit, produce, wait_topic
 from tests.install import installed
 from tests.helpers import committed_offsets
 
-DAGS = ["coordinator_ownership", "fleet_maintenance", "group_id_reconciliation", "runbook_coordinator_recovery",
-        "runbook_group_id_reconciliation", "runbook_offsets_trim", "runbook_reset_offsets", "runbook_stuck_partition"]
+DAGS = ["ownership", "fleet_maintenance", "group_ids", "runbook_ownership",
+        "runbook_group_ids", "runbook_trim", "runbook_stuck_reset", "runbook_stuck_skip"]
 RUNBOOKS = [d for d in DAGS if d.startswith("runbook_")]
 
 DAGBAG = """
@@ -125,7 +125,7 @@ def test_fleet_maintenance_runs_once_against_the_lab(deployment, lab, unique):
 
 
 def test_the_approval_gate_works_on_this_airflow(deployment, lab, unique):
-    """A real reset through runbook_reset_offsets under this Airflow's own scheduler and triggerer:
+    """A real reset through runbook_stuck_reset under this Airflow's own scheduler and triggerer:
     started with `fleetctl runbook start --execute` as admin (the requester), it waits for an
     approval; approver (not the requester) approves it through the REST API; the offsets move as
     planned. (Airflow 3.1's `dags test` cannot run an approval task: its in-process trigger finds no
@@ -138,13 +138,13 @@ def test_the_approval_gate_works_on_this_airflow(deployment, lab, unique):
                FLEET_AIRFLOW_PASSWORD=deployment.passwords["admin"])
     deployment.start_scheduler()
     try:
-        out = deployment.run("fleetctl", "runbook", "start", "runbook_reset_offsets", "--cluster", "labtest",
+        out = deployment.run("fleetctl", "runbook", "start", "runbook_stuck_reset", "--cluster", "labtest",
                              "--param", f"group={group}", "--param", f"topic={topic}", "--param", "partitions=0,1",
                              "--param", "target=skip 1", "--execute", "--unpause", env=env)
         print(out.stdout)
         run_id = out.stdout.split("as admin: ", 1)[1].split()[0]
         token = deployment.token("approver")
-        base = f"/api/v2/dags/runbook_reset_offsets/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+        base = f"/api/v2/dags/runbook_stuck_reset/dagRuns/{urllib.parse.quote(run_id, safe='')}"
         pending = _wait(lambda: json.loads(deployment.get(f"{base}/hitlDetails?response_received=false",
                                                           token)[1]).get("hitl_details"), 600, "an approval")
         assert [u["id"] for u in pending[0]["assigned_users"]] == ["approver"]  # never the requester
@@ -154,7 +154,7 @@ def test_the_approval_gate_works_on_this_airflow(deployment, lab, unique):
         assert status == 200, body
         state = _wait(lambda: (lambda st: st if st in ("success", "failed") else None)(
             json.loads(deployment.get(base, token)[1])["state"]), 600, "the run to end")
-        status_out = deployment.run("fleetctl", "runbook", "status", "runbook_reset_offsets", run_id, env=env,
+        status_out = deployment.run("fleetctl", "runbook", "status", "runbook_stuck_reset", run_id, env=env,
                                     check=False)
         print(status_out.stdout)
         assert state == "success", status_out.stdout

@@ -90,10 +90,10 @@ def test_collection_stuck_job_report_page_metrics_and_reports_route_on_s3(lab, s
     # the stuck job, run in process by its operator: the keys reach it in its environment, not its argv
     run_id = "manual__2026-01-01T00:00:00+00:00"
     out = str(run_folder(f"{s3_root}/reports", "stuck", run_id))
-    op = spark_job_operator("analyse_stuck", "stuck_partitions",
+    op = spark_job_operator("analyse_stuck", "stuck",
                             ["--snapshots", f"{s3_root}/offsets_snapshots", "--out", out, "--window", "15m",
                              "--data-root", s3_root], in_process_input="--snapshots")
-    op.application = str(jobs_dir() / "stuck_partitions.py")
+    op.application = str(jobs_dir() / "stuck.py")
     assert op._small_input()
     started = []
     real_popen = subprocess.Popen
@@ -113,14 +113,14 @@ def test_collection_stuck_job_report_page_metrics_and_reports_route_on_s3(lab, s
     assert (out_dir / "_SUCCESS").exists() and (out_dir / "groups.jsonl").is_file()
     assert DataRoot(s3_root).files("stuck_groups")  # the job's datasets, appended on the store
 
-    # the offsets-health job (in process, with its trim plan) on the records collected into the store:
+    # the trim_health job (in process, with its trim plan) on the records collected into the store:
     # the fleet page takes its run once marked done
     clusters.collect_offsets_topic(cluster, s3_root)
     health_out = str(run_folder(f"{s3_root}/reports", "offsets", run_id))
-    health = spark_job_operator("offsets_health", "offsets_health",
+    health = spark_job_operator("trim_health", "trim_health",
                                 ["--data-root", s3_root, "--fleet", str(lab.fleet_file), "--out", health_out,
                                  "--trim-plan"], in_process_input="--data-root")
-    health.application = str(jobs_dir() / "offsets_health.py")
+    health.application = str(jobs_dir() / "trim_health.py")
     assert health._small_input()
     health._run_in_process()
     assert (data_path(health_out) / "_SUCCESS").exists()
@@ -169,17 +169,17 @@ def test_a_plan_is_stored_and_read_back(s3_root, object_store):
 
     plan = {"action": "reset_offsets", "cluster": "lab", "title": "reset g", "preconditions": [],
             "changes": [{"target": "orders-0", "before": 17, "after": 42}], "rollback": {"how": "restore"},
-            "dag_id": "runbook_reset_offsets", "run_id": "manual__a:b"}
-    path, digest = plans.store(settings.plans_root(), "runbook_reset_offsets", "manual__a:b", plan)
-    assert str(path) == f"{s3_root}/plans/runbook_reset_offsets/manual__a~3Ab/plan.json"
-    assert plans.load(settings.plans_root(), "runbook_reset_offsets", "manual__a:b") == (plan, digest)
-    stored = object_store.blobs.joinpath("fleet", *s3_root.split("/")[3:], "plans", "runbook_reset_offsets",
+            "dag_id": "runbook_stuck_reset", "run_id": "manual__a:b"}
+    path, digest = plans.store(settings.plans_root(), "runbook_stuck_reset", "manual__a:b", plan)
+    assert str(path) == f"{s3_root}/plans/runbook_stuck_reset/manual__a~3Ab/plan.json"
+    assert plans.load(settings.plans_root(), "runbook_stuck_reset", "manual__a:b") == (plan, digest)
+    stored = object_store.blobs.joinpath("fleet", *s3_root.split("/")[3:], "plans", "runbook_stuck_reset",
                                          "manual__a~3Ab", "plan.json")
     assert plans.digest(json.loads(stored.read_bytes())) == digest
-    plans.store_result(settings.plans_root(), "runbook_reset_offsets", "manual__a:b", {"done": [1, 2]})
-    assert plans.load_result(settings.plans_root(), "runbook_reset_offsets", "manual__a:b") == {"done": [1, 2]}
+    plans.store_result(settings.plans_root(), "runbook_stuck_reset", "manual__a:b", {"done": [1, 2]})
+    assert plans.load_result(settings.plans_root(), "runbook_stuck_reset", "manual__a:b") == {"done": [1, 2]}
     with pytest.raises(plans.PlanError, match="no stored plan"):
-        plans.load(settings.plans_root(), "runbook_reset_offsets", "another")
+        plans.load(settings.plans_root(), "runbook_stuck_reset", "another")
 
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_partial_rows(s3_root):

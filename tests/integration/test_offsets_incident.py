@@ -1,4 +1,4 @@
-"""The seed incident, reproduced on a real Kafka 0.9.0.1 broker and fixed with runbook_offsets_trim.
+"""The seed incident, reproduced on a real Kafka 0.9.0.1 broker and fixed with runbook_trim.
 
 A one-broker cluster made for this test: log.cleaner.dedupe.buffer.size 2 MiB (one pass maps
 78,642 keys) and __consumer_offsets segments of 8 MiB (a topic config, as
@@ -163,8 +163,8 @@ def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_
     monkeypatch.setenv("FLEET_DATA_ROOT", str(data))
     from airflow.dag_processing.dagbag import DagBag
 
-    dag = DagBag(dag_folder=str(DAGS_FOLDER)).get_dag("runbook_offsets_trim")
-    answer = Answerer("runbook_offsets_trim", "Approve", timeout=600)
+    dag = DagBag(dag_folder=str(DAGS_FOLDER)).get_dag("runbook_trim")
+    answer = Answerer("runbook_trim", "Approve", timeout=600)
     answer.start()
     dr = dag.test(run_conf={"cluster": "incident", "partitions": str(P), "dry_run": False, "min_bloat_bytes": 0})
     answer.join(5)

@@ -45,7 +45,7 @@ from tests.helpers import committed_offsets, fresh_lab, groups_on_partition, wai
 REPO = Path(__file__).resolve().parents[2]
 SPEC = LabSpec(lab_dir=str(state_dir(".lab-trim")), name="trimlab", **TEST_PORTS.cluster("trimlab"), brokers=1,
                broker_overrides={"log.cleaner.enable": "false"}, offsets_segment_bytes=16 * 1024)
-DAG = "runbook_offsets_trim"
+DAG = "runbook_trim"
 RUN = "manual__2026-11-23T10:00:00+00:00"
 BULK_PARTITIONS = 40
 

@@ -1,4 +1,4 @@
-"""The group_id_reconciliation job: the case table through Spark and in process
+"""The group_ids job: the case table through Spark and in process
 (fleetkit.group_ids.inprocess), and the job's files from spark-submit and from the in-process engine."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _all_rows():
 
 
 def test_case_table_through_spark(spark):
-    import group_id_reconciliation as job
+    import group_ids as job
     zn, mem = _all_rows()
     mdf = spark.createDataFrame([tuple(r[f] for f in job.MAPPINGS_SCHEMA.names) for r in zn], job.MAPPINGS_SCHEMA)
     udf = spark.createDataFrame([tuple(r[f] for f in job.MEMBERS_SCHEMA.names) for r in mem], job.MEMBERS_SCHEMA)
@@ -77,7 +77,7 @@ def test_the_job_reads_the_datasets_newest_collection(tmp_path, engine):
     old_rows = [dict(r, cluster="down", observed_at=old) for r in mem]
     write_collection(root, "down", old, {"group_id_mappings": [], "group_members": old_rows})
     out = tmp_path / "out"
-    job = [str(REPO / "spark_jobs" / "group_id_reconciliation.py"), "--data-root", str(tmp_path / "data"),
+    job = [str(REPO / "spark_jobs" / "group_ids.py"), "--data-root", str(tmp_path / "data"),
            "--fleet", str(fleet), "--out", str(out), "--max-age", "30m", "--engine", engine]
     if engine == "spark":
         proc = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false", *job],

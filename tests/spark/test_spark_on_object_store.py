@@ -41,7 +41,7 @@ def test_the_stuck_job_on_spark_reads_and_writes_an_s3_root(object_store):
                  "committed_offset": 5, "log_start_offset": 0, "log_end_offset": 10 + i, "group_state": "Stable",
                  "assigned": True} for p in range(2)]})
         out = f"{root}/reports/stuck/run-1"
-        argv = [sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots",
+        argv = [sys.executable, str(REPO / "spark_jobs" / "stuck.py"), "--snapshots",
                 f"{root}/offsets_snapshots", "--out", out, "--window", "15m", "--engine", "spark"]
         env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "SPARK_LOCAL_IP": "127.0.0.1",
                "FLEET_SPARK_JARS": ",".join(dists.hadoop_aws_jars()), **options.child_env()}

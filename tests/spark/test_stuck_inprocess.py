@@ -46,7 +46,7 @@ def mixed_rows() -> list[dict]:
 
 def test_the_same_rows_give_the_same_outputs_in_process_and_in_spark(live):
     spark = live
-    import stuck_partitions as job
+    import stuck as job
     from jobs_common import SNAPSHOT_SCHEMA
     from pyspark.sql import functions as F
 
@@ -93,7 +93,7 @@ def test_auto_judges_a_small_input_without_spark_and_writes_the_job_files(tmp_pa
     """Run as a plain script (no spark-submit, no JVM): the job's files and datasets, and its summary
     says which engine judged."""
     rows = mixed_rows()
-    out = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"),
+    out = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck.py"),
                           "--snapshots", str(to_jsonl(rows, tmp_path / "s.jsonl")), "--out", str(tmp_path / "o"),
                           "--window", "10m", "--data-root", str(tmp_path / "data")],
                          capture_output=True, text=True, timeout=120,

@@ -1,4 +1,4 @@
-"""The stuck_partitions Spark job: the rule table through Spark, the file contract, spark-submit."""
+"""The stuck Spark job: the rule table through Spark, the file contract, spark-submit."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def to_jsonl(rows, path: Path) -> Path:
 
 
 def test_rule_table_through_spark(spark):
-    from stuck_partitions import evaluate
+    from stuck import evaluate
 
     from jobs_common import SNAPSHOT_SCHEMA
 
@@ -128,7 +128,7 @@ def storm_rows() -> list[dict]:
 
 def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
     # (before the tests that run main(): it stops the session)
-    from stuck_partitions import evaluate
+    from stuck import evaluate
 
     from jobs_common import SNAPSHOT_SCHEMA
 
@@ -152,7 +152,7 @@ ENGINES = pytest.mark.parametrize("engine", ["spark", "in-process"])
 
 @ENGINES
 def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path, engine):
-    from stuck_partitions import main
+    from stuck import main
 
     # a folder: JSON Lines + Parquet (the dataset layout), plus files every reader must skip
     base = tmp_path / "in" / "offsets_snapshots" / "cluster=c1" / "date=2026-02-01"
@@ -198,7 +198,7 @@ def test_job_contract_on_jsonl_and_folder_input(spark, tmp_path, engine):
 
 @ENGINES
 def test_group_rollup_ranks_worst_first(spark, tmp_path, engine):
-    from stuck_partitions import main
+    from stuck import main
 
     t = AS_OF
     rows = []
@@ -217,7 +217,7 @@ def test_group_rollup_ranks_worst_first(spark, tmp_path, engine):
 
 
 def test_bad_input_is_named(spark, tmp_path):
-    from stuck_partitions import main
+    from stuck import main
 
     with pytest.raises(SystemExit, match="does not exist"):
         main(["--snapshots", str(tmp_path / "missing"), "--out", str(tmp_path / "o")])
@@ -231,7 +231,7 @@ def test_spark_submit_entry_point(tmp_path):
     rows = case_rows()
     env = dict(os.environ, PATH=f"{REPO / '.venv' / 'bin'}:{os.environ['PATH']}", SPARK_LOCAL_IP="127.0.0.1")
     out = subprocess.run(["spark-submit", "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                          str(REPO / "spark_jobs" / "stuck_partitions.py"),
+                          str(REPO / "spark_jobs" / "stuck.py"),
                           "--snapshots", str(to_jsonl(rows, tmp_path / "s.jsonl")), "--out", str(tmp_path / "o"),
                           "--window", "10m", "--as-of", "2026-02-01T00:00:00Z", "--engine", "spark"],
                          capture_output=True, text=True, env=env, timeout=300)
@@ -244,7 +244,7 @@ def test_spark_submit_entry_point(tmp_path):
 @ENGINES
 def test_no_rows_gives_empty_results_not_an_error(spark, tmp_path, engine):
     """A cluster with no groups yet: the collection writes a file with no rows; the job must not fail."""
-    from stuck_partitions import main
+    from stuck import main
 
     folder = tmp_path / "in" / "cluster=c1" / "date=2026-02-01"
     folder.mkdir(parents=True)
@@ -259,7 +259,7 @@ def test_what_a_task_is_handed_reads_back_as_the_rows(live):
     """The job hands its tasks a row's cluster, source and group as one string and its small values
     packed into two longs; the task's unpacking gives back exactly the values, for hostile names
     (colons, dashes, digits, quotes, emoji, empty strings, nulls) and any generation or rejoins."""
-    import stuck_partitions as job
+    import stuck as job
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 

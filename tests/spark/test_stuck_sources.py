@@ -30,7 +30,7 @@ def _rows(source, group, committed, assigned, state):
 
 def test_sources_stay_apart_and_a_frozen_spout_is_frozen(live):
     from jobs_common import SNAPSHOT_SCHEMA
-    from stuck_partitions import evaluate
+    from stuck import evaluate
 
     rows = (_rows(None, "billing", [90, 100, 110, 120], True, "Stable")          # Kafka, files before `source`
             + _rows("zookeeper", "billing", [50, 50, 50, 50], False, "Empty")    # same name, old consumer, stopped

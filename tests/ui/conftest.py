@@ -72,7 +72,7 @@ def stalled(lab, airflow_server, unique):
         # when a collection is slow)
         as_of = snaps[-1].observed_at.isoformat().replace("+00:00", "Z")
         window = int((snaps[-1].observed_at - snaps[0].observed_at).total_seconds()) + 2
-        job = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots",
+        job = subprocess.run([sys.executable, str(REPO / "spark_jobs" / "stuck.py"), "--snapshots",
                               f"{root}/offsets_snapshots", "--out", str(out), "--window", f"{window}s", "--as-of", as_of,
                               "--master", "local[2]"],
                              capture_output=True, text=True, timeout=600, env={**os.environ, **settings.spark_env()})

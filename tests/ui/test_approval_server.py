@@ -17,7 +17,7 @@ from tests.helpers import committed_offsets
 from tests.ui.approvals import (answer, approve_in_browser, cli_rollback, finished, pending_approval, q, settle, task_states,
                                 trigger, unpause, wait_for)
 
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 pytestmark = pytest.mark.airflow
 
 

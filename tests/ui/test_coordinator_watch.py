@@ -1,6 +1,6 @@
 """The leader-change watch under a real Airflow (api-server, scheduler, dag-processor, triggerer):
 stopping the broker that leads a __consumer_offsets partition makes the trigger in the triggerer
-emit an asset event, the scheduler starts coordinator_ownership (nothing here creates the run),
+emit an asset event, the scheduler starts ownership (nothing here creates the run),
 and its report shows the epoch change, the groups on that partition and their recovery."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.ui.approvals import wait_for
 from tests.helpers import admin_kafka, groups_on_partition
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "coordinator_ownership"
+DAG_ID = "ownership"
 OFFSETS = "__consumer_offsets"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab, pytest.mark.spark]
 
@@ -37,7 +37,7 @@ def _ts(text: str) -> float:
 
 @pytest.fixture
 def watching(airflow_server):
-    """coordinator_ownership unpaused for this test only: left on, every leader change the later
+    """ownership unpaused for this test only: left on, every leader change the later
     tests make (trims, broker restarts, reassignments) would start a Spark run in the background of
     theirs."""
     api = airflow_server.api
@@ -101,7 +101,7 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
             fresh = [r for r in runs if r["dag_run_id"] not in before and _ts(r["queued_at"]) >= t0 - 0.5]
             return min(fresh, key=lambda r: r["queued_at"]) if fresh else None
 
-        run = wait_for(new_run, 60, "a coordinator_ownership run started by the watch")
+        run = wait_for(new_run, 60, "a ownership run started by the watch")
         started = _ts(run["queued_at"] or run["start_date"])
         print(f"the check was queued {started - t0:.1f}s after broker {victim} (leader of partition {p}) stopped")
         assert run["run_type"] == "asset_triggered", run

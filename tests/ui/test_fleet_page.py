@@ -101,11 +101,11 @@ def test_a_person_finds_the_stalled_group_and_starts_its_runbook(stalled, airflo
     finally:
         driver.quit()
 
-    run = services.api("GET", f"/api/v2/dags/runbook_stuck_partition/dagRuns/{urllib.parse.quote(run_id, safe='')}")
+    run = services.api("GET", f"/api/v2/dags/runbook_stuck_skip/dagRuns/{urllib.parse.quote(run_id, safe='')}")
     assert run["conf"]["group"] == group and run["conf"]["dry_run"] is True and run["conf"]["topic"] == topic
     assert run.get("triggering_user_name") == "admin"
     try:  # a dry run plans and stops; this test does not need to wait for it
-        services.api("PATCH", f"/api/v2/dags/runbook_stuck_partition/dagRuns/{urllib.parse.quote(run_id, safe='')}",
+        services.api("PATCH", f"/api/v2/dags/runbook_stuck_skip/dagRuns/{urllib.parse.quote(run_id, safe='')}",
                      {"state": "failed"})
     except Exception:  # noqa: BLE001 - it may already have finished
         pass

@@ -24,7 +24,7 @@ from tests.ui.test_reports_auth import signed_token
 
 pytestmark = pytest.mark.airflow
 
-DAG = "runbook_stuck_partition"
+DAG = "runbook_stuck_skip"
 
 
 def request(method: str, path: str, token: str | None, body: dict | str | None = None, host: str | None = None):

@@ -70,11 +70,11 @@ def waiting_approval():
     plans = plans_root(data_root())
     run_id = f"manual__metrics-test-{os.getpid()}"
     requested = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=2)).isoformat().replace("+00:00", "Z")
-    path = write_approval(plans, "runbook_stuck_partition", run_id,
-                          {"dag_id": "runbook_stuck_partition", "run_id": run_id, "answer": None,
+    path = write_approval(plans, "runbook_stuck_skip", run_id,
+                          {"dag_id": "runbook_stuck_skip", "run_id": run_id, "answer": None,
                            "requested_at": requested})
     yield path
-    shutil.rmtree(approval_path(plans, "runbook_stuck_partition", run_id).parent, ignore_errors=True)
+    shutil.rmtree(approval_path(plans, "runbook_stuck_skip", run_id).parent, ignore_errors=True)
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def reset_case(request, lab_fleet, airflow_server, unique):
     produce(handle.bootstrap, topic, {0: 10, 1: 10, 2: 10}, kafka_version=spec.kafka_version)
     conf = {"cluster": spec.name, "group": group, "topic": topic, "partitions": "0,1", "target": "offset 7",
             "dry_run": False}
-    case = {"api": airflow_server.api, "dag_id": "runbook_reset_offsets", "conf": conf, "airflow": airflow_server,
+    case = {"api": airflow_server.api, "dag_id": "runbook_stuck_reset", "conf": conf, "airflow": airflow_server,
             "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "handle": handle, "topic": topic, "group": group}
     unpause(case)
     return case
@@ -120,7 +120,7 @@ def zk_case(request, lab_fleet, airflow_server, unique):
             "target": "offset 7", "dry_run": False}
     if store == "storm":
         conf["topology_deactivated"] = True
-    case = {"api": airflow_server.api, "dag_id": "runbook_reset_offsets", "conf": conf, "airflow": airflow_server,
+    case = {"api": airflow_server.api, "dag_id": "runbook_stuck_reset", "conf": conf, "airflow": airflow_server,
             "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "zk": zk, "paths": paths, "store": store,
             "topic": topic}
     try:
@@ -237,7 +237,7 @@ def test_fleet_maintenance_judges_every_generation_and_the_fleet_page_shows_it(l
         assert html.escape(group, quote=False) not in page(name, "OK", group)
 
 
-# -- runbook_coordinator_recovery (move_leader) on 3.9 (ZooKeeper's /admin znodes) and 4.3 (Admin API)
+# -- runbook_ownership (move_leader) on 3.9 (ZooKeeper's /admin znodes) and 4.3 (Admin API)
 OFFSETS = "__consumer_offsets"
 
 
@@ -273,7 +273,7 @@ def recovery_setup(generation, lab_fleet, airflow_server, unique):
     original = leadership.assignment(movers.admin, OFFSETS)[p]
     conf = {"cluster": spec.name, "group": group, "partition": -1, "action": "move_leader",
             "target_broker": original[-1], "dry_run": False, "evidence_run": "", "replica_order": ""}
-    case = {"api": airflow_server.api, "dag_id": "runbook_coordinator_recovery", "conf": conf,
+    case = {"api": airflow_server.api, "dag_id": "runbook_ownership", "conf": conf,
             "airflow": airflow_server, "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "handle": handle,
             "movers": movers, "partition": p, "original": original, "group": group}
     unpause(case)
@@ -337,11 +337,11 @@ def test_trim_handover_starts_the_trim_runbook_as_the_requester(recovery_case):
     assert states["start_trim_runbook"] == "success" and states["dry_run_stop"] == "skipped", states
     plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], run_id)
     assert plan["changes"] == [] and plan["details"]["partition"] == case["partition"]
-    runs = case["api"]("GET", "/api/v2/dags/runbook_offsets_trim/dagRuns?order_by=-id&limit=50")["dag_runs"]
+    runs = case["api"]("GET", "/api/v2/dags/runbook_trim/dagRuns?order_by=-id&limit=50")["dag_runs"]
     child = next(r for r in runs if r["run_type"] == "operator_triggered"
                  and r["conf"].get("cluster") == case["conf"]["cluster"])
     # ended here (a dry run of the trim is tested on its own): no later test's trim queues behind it
-    case["api"]("PATCH", f"/api/v2/dags/runbook_offsets_trim/dagRuns/{q(child['dag_run_id'])}", {"state": "failed"})
+    case["api"]("PATCH", f"/api/v2/dags/runbook_trim/dagRuns/{q(child['dag_run_id'])}", {"state": "failed"})
     assert child["conf"] == {"cluster": case["conf"]["cluster"], "partitions": str(case["partition"]),
                              "dry_run": True, "requested_by": "admin"}, child
     assert child["triggering_user_name"] == "admin", child
@@ -396,7 +396,7 @@ def test_restart_broker_on_kraft_refused_without_quorum_then_approved_in_the_bro
     assert leader in admin.broker_ids() and leader in leadership.state(admin, OFFSETS, p).isr
 
 
-def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, airflow_server, unique,
+def test_group_ids_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, airflow_server, unique,
                                                                                 monkeypatch, capsys):
     """KoP's client-to-group mappings in the 3.9 cluster's ZooKeeper (SASL login), seeded by
     tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here): the runbook under the scheduler,
@@ -431,7 +431,7 @@ def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back
     member = ConsumerThread(handle.bootstrap, group, [topic], client_id=mism, kafka_version=spec.kafka_version)
     member.start()
     kafka = admin_kafka(spec)
-    case = {"api": airflow_server.api, "dag_id": "runbook_group_id_reconciliation", "airflow": airflow_server,
+    case = {"api": airflow_server.api, "dag_id": "runbook_group_ids", "airflow": airflow_server,
             "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "conf": {"cluster": spec.name, "dry_run": False}}
     try:
         wait_until(lambda: {m.client_id for m in kafka.describe_groups([group])[group].members} == {mism} or None,
@@ -466,7 +466,7 @@ def test_group_id_reconciliation_on_3_9_approved_in_the_browser_then_rolled_back
 @pytest.mark.parametrize("generation", list(GENERATIONS), ids=[f"kafka-{g}" for g in GENERATIONS])
 def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, airflow_server, unique):
     """A consumer stuck on a poison record: four collections into the deployment's data root show it
-    STALLED; runbook_stuck_partition under the scheduler diagnoses it (the record's offset and key,
+    STALLED; runbook_stuck_skip under the scheduler diagnoses it (the record's offset and key,
     never its value) and, approved in the browser, skips the record (an offset commit on 0.9, the
     Admin API on 3.9 and 4.3, the group Empty as Kafka requires)."""
     from fleetlab.traffic import POISON, producer
@@ -486,7 +486,7 @@ def test_stuck_partition_skip_approved_in_the_browser(generation, lab_fleet, air
     frozen = committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version)
     assert frozen == {0: 3, 1: 2, 2: 2}, frozen
 
-    case = {"api": airflow_server.api, "dag_id": "runbook_stuck_partition", "airflow": airflow_server,
+    case = {"api": airflow_server.api, "dag_id": "runbook_stuck_skip", "airflow": airflow_server,
             "root": DataRoot(data), "conf": {"cluster": spec.name, "group": group, "topic": topic, "partition": 0,
                                              "skip": 1, "window": "1m", "dry_run": False}}
     unpause(case)

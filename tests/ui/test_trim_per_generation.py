@@ -1,4 +1,4 @@
-"""runbook_offsets_trim under the real scheduler on Kafka 0.9 (one broker, mutual TLS and ACLs), 3.9
+"""runbook_trim under the real scheduler on Kafka 0.9 (one broker, mutual TLS and ACLs), 3.9
 (ZooKeeper mode, one broker) and 4.3 (KRaft, three combined broker+controller nodes, the partition
 replicated on all three), the last two SASL_SSL with ACLs (the plan reads as `fleet`, the runbook
 acts as `fleet-runbook`): triggered through the REST API by one user, approved in the browser by
@@ -49,7 +49,7 @@ from tests.ui.approvals import approve_in_browser, finished, pending_approval, s
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.lab, pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1500)]
-DAG = "runbook_offsets_trim"
+DAG = "runbook_trim"
 BULK_PARTITIONS, BULK_COMMITS = 100, 600  # twice: 120,000 records on one partition, about 9 MB
 
 

@@ -32,11 +32,11 @@ def rb(tmp_path, monkeypatch):
     for k, v in (("FLEET_FILE", fleet_file), ("FLEET_DATA_ROOT", tmp_path / "data"),
                  ("FLEET_LOCK_DIR", tmp_path / "locks")):
         monkeypatch.setenv(k, str(v))
-    rb = Runbook(capability="stuck", action="reset_offsets", dag_id="runbook_reset_offsets", run_id="r1",
+    rb = Runbook(capability="stuck", action="reset_offsets", dag_id="runbook_stuck_reset", run_id="r1",
                  cluster="c1")
     _, digest = plans.store(rb.plans_root, rb.dag_id, rb.run_id, {"cluster": "c1", "title": "t", "changes": [],
                                                                    "action": "reset_offsets", "preconditions": [],
-                                                                   "rollback": {"how": "reset back", "conf": {}, "dag_id": "runbook_reset_offsets"}, "details": {"partitions": []},
+                                                                   "rollback": {"how": "reset back", "conf": {}, "dag_id": "runbook_stuck_reset"}, "details": {"partitions": []},
                                                                    "created_at": "2026-11-29T00:59:00Z", "risks": [],
                                                                    "evidence": []})
     rb.digest = digest
@@ -193,7 +193,7 @@ def _context(ti, op_):
 
     from airflow.providers.standard.operators.empty import EmptyOperator
 
-    with DAG("runbook_reset_offsets", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
+    with DAG("runbook_stuck_reset", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
         dag.add_task(op_)
         op_ >> EmptyOperator(task_id="execute")
     return {"dag": dag, "params": {"cluster": "c1"}, "run_id": "r1", "ti": ti, "task_instance": ti, "task": op_,

@@ -340,8 +340,8 @@ def test_every_dataset_a_job_writes_has_its_schema_declared_once():
 def test_the_engines_of_a_capability_share_its_stages():
     """A capability with an in-process engine runs the same stages module as its Spark job: the
     facts, rules, roll-ups and output schemas are written once, in the library."""
-    for capability, job in (("stuck", "stuck_partitions"), ("trim", "offsets_health"),
-                            ("group_ids", "group_id_reconciliation")):
+    for capability, job in (("stuck", "stuck"), ("trim", "trim_health"),
+                            ("group_ids", "group_ids")):
         inprocess = GRAPH[f"fleetkit.{capability}.inprocess"]
         spark = GRAPH[f"fleet_spark_jobs.{job}"]
         shared = {m for m in inprocess & spark if m.startswith(f"fleetkit.{capability}.")}
@@ -353,3 +353,86 @@ def test_bench_imports_no_test_module():
     bench = {name: imports_of(p, name, set(GRAPH)) for p in (REPO / "bench").glob("*.py") for name in [p.stem]}
     assert sorted(f"bench/{n}.py -> {i}" for n, imps in bench.items() for i in imps
                   if i == "tests" or i.startswith("tests.")) == []
+
+
+# -- one name per capability: package, Spark job, DAG id, docs page ----------------------------------
+#: the DAG that is no capability's (the fleet-wide scheduled one)
+FLEET_WIDE_DAGS = {"fleet_maintenance"}
+
+
+def dag_ids_in(dags: Path) -> dict[str, str]:
+    """{DAG id: module} of the DAG modules in `dags`: the literal `dag_id` each one's `build` (or
+    DAG(...)) defaults to or passes, and the literal an alias module passes to `build`."""
+    out = {}
+    for path in sorted(dags.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        ids = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "build":
+                ids += [d.value for d in node.args.defaults if isinstance(d, ast.Constant) and isinstance(d.value, str)]
+            elif isinstance(node, ast.Call):
+                name = getattr(node.func, "id", getattr(node.func, "attr", None))
+                ids += [k.value.value for k in node.keywords if k.arg == "dag_id" and isinstance(k.value, ast.Constant)]
+                if name in ("build", "runbook_dag_args") and node.args and isinstance(node.args[0], ast.Constant):
+                    ids.append(node.args[0].value)
+        for i in ids:
+            out[i] = path.stem
+    return out
+
+
+def capability_name_problems(root: Path, renamed: dict[str, str]) -> list[str]:
+    """Whatever goes by another name than its capability's (a package of include/fleetkit in
+    CAPABILITIES): a Spark job whose file name starts with none, a DAG id (other than the fleet-wide
+    one and the deprecated aliases of `renamed`) that is neither `<cap>` nor `runbook_<cap>[_...]`,
+    a capability without `docs/<cap with - for _>.md`."""
+    caps = [c for c in CAPABILITIES if (root / "include" / "fleetkit" / c / "__init__.py").exists()]
+    problems = [f"include/fleetkit/{c}/ is missing" for c in CAPABILITIES if c not in caps]
+
+    def of_a_capability(name: str) -> bool:
+        return any(name == c or name.startswith(c + "_") for c in caps)
+
+    for job in sorted((root / "spark_jobs").glob("*.py")):
+        if job.name not in ("__init__.py", "jobs_common.py") and not of_a_capability(job.stem):
+            problems.append(f"spark_jobs/{job.name} is named after no capability")
+    for dag_id, module in sorted(dag_ids_in(root / "dags").items()):
+        if dag_id in FLEET_WIDE_DAGS or dag_id in renamed:
+            continue
+        if not (dag_id in caps or any(dag_id == f"runbook_{c}" or dag_id.startswith(f"runbook_{c}_") for c in caps)):
+            problems.append(f"DAG {dag_id} (dags/{module}.py) is named after no capability")
+        if module != dag_id:
+            problems.append(f"DAG {dag_id} is defined in dags/{module}.py")
+    problems += [f"docs/{c.replace('_', '-')}.md is missing" for c in caps
+                 if not (root / "docs" / f"{c.replace('_', '-')}.md").exists()]
+    return problems
+
+
+def test_each_capability_goes_by_one_name():
+    from fleet_airflow.dag_files import RENAMED
+
+    ids = dag_ids_in(REPO / "dags")
+    assert {"fleet_maintenance", "runbook_trim", "ownership", *RENAMED} <= set(ids)  # the parse sees them
+    # a deprecated alias is an old id whose module builds the new one's DAG
+    assert all(ids[old] == old and (REPO / "dags" / f"{new}.py").exists() for old, new in RENAMED.items())
+    assert capability_name_problems(REPO, RENAMED) == []
+
+
+def test_a_name_of_no_capability_is_caught(tmp_path):
+    for cap in CAPABILITIES:
+        (tmp_path / "include/fleetkit" / cap).mkdir(parents=True)
+        (tmp_path / "include/fleetkit" / cap / "__init__.py").write_text("")
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / f"{cap.replace('_', '-')}.md").write_text("")
+    (tmp_path / "spark_jobs").mkdir()
+    (tmp_path / "dags").mkdir()
+    for name in ("jobs_common.py", "stuck.py", "trim_plan.py", "offsets_health.py"):
+        (tmp_path / "spark_jobs" / name).write_text("")
+    (tmp_path / "dags" / "runbook_trim.py").write_text('def build(dag_id="runbook_trim"):\n    pass\n\ndag = build()\n')
+    (tmp_path / "dags" / "runbook_offsets_trim.py").write_text('dag = build("runbook_offsets_trim")\n')
+    (tmp_path / "dags" / "coordinator_check.py").write_text('with DAG(dag_id="coordinator_check") as dag:\n    pass\n')
+    (tmp_path / "docs" / "group-ids.md").unlink()
+    assert capability_name_problems(tmp_path, {"runbook_offsets_trim": "runbook_trim"}) == [
+        "spark_jobs/offsets_health.py is named after no capability",
+        "DAG coordinator_check (dags/coordinator_check.py) is named after no capability",
+        "docs/group-ids.md is missing"]

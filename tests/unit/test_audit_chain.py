@@ -36,7 +36,7 @@ def root(tmp_path, heads):
 
 def _append(root, cluster="lab", n=5, start=None):
     start = start or dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
-    return [audit.record(root, cluster=cluster, dag_id="runbook_reset_offsets", run_id=f"r{i}",
+    return [audit.record(root, cluster=cluster, dag_id="runbook_stuck_reset", run_id=f"r{i}",
                          action="reset_offsets", event="planned", actor="alice", digest=f"sha256:{i}",
                          message=f"step {i}", details={"i": i}, now=start + dt.timedelta(seconds=i))
             for i in range(n)]

@@ -109,7 +109,7 @@ def test_the_loaders_name_only_the_installed_package(tmp_path):
     from fleet_airflow import dag_files
 
     modules = dag_files.dag_modules()
-    assert "fleet_maintenance" in modules and "runbook_offsets_trim" in modules and "__init__" not in modules
+    assert "fleet_maintenance" in modules and "runbook_trim" in modules and "__init__" not in modules
     assert modules == sorted(p.stem for p in (REPO / "dags").glob("*.py") if p.stem != "__init__")
     out = dag_files.install(tmp_path / "dags")
     assert {o.action for o in out} == {"written"} and len(out) == len(modules)

@@ -104,7 +104,7 @@ def test_plan_template_renders_hostile_names_inert():
             "created_at": "2026-01-01T00:00:00Z",
             "changes": [{"target": f"{name}-0", "before": 1, "after": 2}],
             "preconditions": [{"what": f"group {name} is empty"}], "risks": [name],
-            "rollback": {"how": name, "dag_id": "runbook_reset_offsets", "conf": {"group": name}}}
+            "rollback": {"how": name, "dag_id": "runbook_stuck_reset", "conf": {"group": name}}}
     body = environment().get_template("plan.md.j2").render(plan=plan, digest="sha256:abc", details_table=None,
                                                            timeout="4 h")
     out = MD.render(body)

@@ -46,14 +46,14 @@ def root(tmp_path) -> Path:
     (state / "collection_status.json").write_text(json.dumps({
         "ok": {"observed_at": "2026-11-25T10:05:00Z", "groups": 121, "problems": []},
         "failed": {"at": "2026-11-25T10:10:00Z", "error": "cluster 'lab' did not answer <x>"}}))
-    plans = tmp_path / "plans" / "runbook_stuck_partition" / "manual__1"
+    plans = tmp_path / "plans" / "runbook_stuck_skip" / "manual__1"
     plans.mkdir(parents=True)
-    (plans / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_partition", "run_id": "manual__1",
+    (plans / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_skip", "run_id": "manual__1",
                                                      "requested_at": "2026-11-25T10:11:00Z", "assigned": ["approver"],
                                                      "answer": None}))
-    done = tmp_path / "plans" / "runbook_reset_offsets" / "manual__2"
+    done = tmp_path / "plans" / "runbook_stuck_reset" / "manual__2"
     done.mkdir(parents=True)
-    (done / "approval.json").write_text(json.dumps({"dag_id": "runbook_reset_offsets", "run_id": "manual__2",
+    (done / "approval.json").write_text(json.dumps({"dag_id": "runbook_stuck_reset", "run_id": "manual__2",
                                                     "answer": {"chosen_options": ["Approve"]}}))
     write_jsonl(tmp_path / "reports" / "offsets" / "run1" / "health.jsonl", [
         {"cluster": "lab", "broker": 0, "partition": 17, "verdict": "BLOATED", "disk_bytes": 10**9, "live_keys": 5,
@@ -93,7 +93,7 @@ def test_a_groups_partitions_with_series_and_the_runbook(root):
     assert [p["partition"] for p in parts] == [1, 0, 2] and len(parts[0]["points"]) == 2
     assert view.partitions("lab43", EVIL) == [] and len(view.partitions("lab", "g001")) == 1
     dag, conf = runbook_conf(parts[0])
-    assert dag == "runbook_stuck_partition" and conf == {"cluster": "lab", "group": EVIL, "topic": "orders",
+    assert dag == "runbook_stuck_skip" and conf == {"cluster": "lab", "group": EVIL, "topic": "orders",
                                                           "partition": 1, "skip": 1, "dry_run": True}
     assert runbook_conf(parts[1]) is None
     assert runbook_conf({"status": "OUT_OF_RANGE", "cluster": "c", "group": "g", "topic": "t", "partition": 2})[1][
@@ -103,7 +103,7 @@ def test_a_groups_partitions_with_series_and_the_runbook(root):
 def test_pending_approvals_and_health(root):
     view = FleetView(root)
     assert [a["run_id"] for a in view.pending_approvals()] == ["manual__1"]
-    bad, counts, run = view.offsets_health()
+    bad, counts, run = view.trim_health()
     assert [r["verdict"] for r in bad] == ["BLOATED"] and counts[("lab", "HEALTHY")] == 1 and run == "run1"
 
 
@@ -117,7 +117,7 @@ STUCK_PARAMS = {"cluster": {"type": "string", "description": "cluster name from 
 
 
 def test_form_fields_come_from_the_dags_params():
-    fields = form_fields("runbook_stuck_partition", STUCK_PARAMS)
+    fields = form_fields("runbook_stuck_skip", STUCK_PARAMS)
     assert [(f.name, f.kind, f.help, f.minimum) for f in fields] == [
         ("cluster", "string", "cluster name from the fleet file", None), ("group", "string", "consumer group id", None),
         ("topic", "string", "topic", None), ("partition", "integer", "partition", 0),
@@ -125,11 +125,11 @@ def test_form_fields_come_from_the_dags_params():
     with pytest.raises(ValueError, match="not a runbook"):
         form_fields("fleet_maintenance", STUCK_PARAMS)
     with pytest.raises(ValueError, match="has no param 'skip'"):
-        form_fields("runbook_stuck_partition", {k: v for k, v in STUCK_PARAMS.items() if k != "skip"})
+        form_fields("runbook_stuck_skip", {k: v for k, v in STUCK_PARAMS.items() if k != "skip"})
 
 
 def test_form_values_are_typed_and_checked():
-    fields = form_fields("runbook_stuck_partition", STUCK_PARAMS)
+    fields = form_fields("runbook_stuck_skip", STUCK_PARAMS)
     form = {"cluster": "lab", "group": EVIL, "topic": "t", "partition": "2", "skip": "1", "dry_run": "true"}
     assert coerce_conf(fields, form) == {**form, "partition": 2, "skip": 1, "dry_run": True}
     assert coerce_conf(fields, {**form, "dry_run": None})["dry_run"] is False
@@ -146,12 +146,12 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
     rows, total = view.groups().page(1)
     html = render("fleet_page.html.j2", clusters=view.clusters(FLEET), groups=rows, total=total, page=1, pages=3,
                   filters={"cluster": "", "status": "", "q": ""}, statuses=["STALLED"], as_of=None,
-                  approvals=view.pending_approvals(), timeline=[], health=view.offsets_health()[0], health_more=0,
+                  approvals=view.pending_approvals(), timeline=[], health=view.trim_health()[0], health_more=0,
                   health_run="run1", coordinators=[], coord_run=None, user="admin", words=rules.STATUS_WORDS)
     assert "<b>ments" not in html and "pay&lt;b&gt;ments&lt;/b&gt;" in html and "\\u202e" in html
     assert "did not answer &lt;x&gt;" in html and "tasks/approve/required_actions" in html
     assert "group?cluster=lab&amp;group=pay%3Cb%3Ements" in html  # the link carries the exact name
-    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
+    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_skip",
                   fields=[("group", "string", "consumer group id", None), ("dry_run", "boolean", "plan only", None)],
                   values={"group": EVIL, "dry_run": "true"}, csrf="c", result=None, error=None)
     assert 'value="pay&lt;b&gt;ments&lt;/b&gt; &#34;q&#34; &#39;s&#39; $(id) ü\u202e"' in form  # exact, escaped
@@ -160,7 +160,7 @@ def test_pages_escape_names_and_keep_form_values_exact(root):
 
 def test_a_name_with_a_line_break_goes_in_a_hidden_field_exactly():
     name = "two\nlines"
-    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_partition",
+    form = render("fleet_runbook.html.j2", dag_id="runbook_stuck_skip",
                   fields=[("group", "string", "consumer group id", None)], values={"group": name}, csrf="c", result=None,
                   error=None)
     assert '<input type="hidden" id="f-group" name="group" value="two\nlines">' in form

@@ -85,11 +85,11 @@ def test_audit_records_and_cli_rollback(tmp_path, capsys):
 
     root = DataRoot(tmp_path)
     conf = {"cluster": "lab", "group": "g; x", "topic": "t", "target": "restore", "offsets": {"0": 3}, "dry_run": True}
-    audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+    audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="r1", action="reset_offsets",
                  event="planned", digest="sha256:1", message="plan")
-    rec = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+    rec = audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="r1", action="reset_offsets",
                        event="executed", actor="alice", digest="sha256:1", message="done",
-                       details={"rollback": {"dag_id": "runbook_reset_offsets", "conf": conf}})
+                       details={"rollback": {"dag_id": "runbook_stuck_reset", "conf": conf}})
     with pytest.raises(ValueError, match="unknown audit event"):
         audit.record(root, cluster="lab", dag_id="d", run_id="r", action="a", event="exploded")
     assert [r["event"] for r in audit.records(root, "lab", "r1")] == ["planned", "executed"]
@@ -120,15 +120,15 @@ def test_a_record_the_toolkit_did_not_sign_plans_no_rollback(tmp_path, capsys):
     from fleetctl.cli import main
 
     root = DataRoot(tmp_path)
-    audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r0", action="reset_offsets",
+    audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="r0", action="reset_offsets",
                  event="planned", digest="sha256:1", message="a real chain")
     conf = {"cluster": "lab", "group": "victim", "topic": "t", "target": "earliest", "dry_run": False}
     now = dt.datetime.now(dt.timezone.utc)
     for i, (key_id, hashed) in enumerate(((None, False), (None, True))):
-        forged = {"cluster": "lab", "observed_at": now, "record_id": f"{i}" * 32, "dag_id": "runbook_reset_offsets",
+        forged = {"cluster": "lab", "observed_at": now, "record_id": f"{i}" * 32, "dag_id": "runbook_stuck_reset",
                   "run_id": "r9", "action": "reset_offsets", "event": "executed", "actor": "alice",
                   "digest": "sha256:1", "message": "forged",
-                  "details": json.dumps({"rollback": {"dag_id": "runbook_reset_offsets", "conf": conf}}),
+                  "details": json.dumps({"rollback": {"dag_id": "runbook_stuck_reset", "conf": conf}}),
                   "key_id": key_id, "prev_hash": audit.GENESIS if hashed else None}
         forged["hash"] = audit.record_hash(forged) if hashed else None
         write_collection(root, "lab", now, {"audit": [forged]})
@@ -161,17 +161,17 @@ def test_a_storm_rollback_needs_the_topology_deactivated_again(tmp_path, capsys)
     root = DataRoot(tmp_path)
     storm = {"cluster": "lab", "source": "storm", "group": "spout", "topic": "t", "target": "restore",
              "offsets": {"0": 3}, "topology_deactivated": False, "dry_run": True}
-    rec = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r1", action="reset_offsets",
+    rec = audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="r1", action="reset_offsets",
                        event="executed", actor="alice", digest="sha256:1", message="done",
-                       details={"rollback": {"dag_id": "runbook_reset_offsets", "conf": storm}})
+                       details={"rollback": {"dag_id": "runbook_stuck_reset", "conf": storm}})
     capsys.readouterr()
     assert main(["audit", "rollback", rec["record_id"], "--execute", "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: a Storm spout's offsets are rolled back only with the topology deactivated")
     assert "--topology-deactivated" in err and "triggered" not in err
-    kafka = audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="r2", action="reset_offsets",
+    kafka = audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="r2", action="reset_offsets",
                          event="executed", actor="alice", digest="sha256:2", message="done",
-                         details={"rollback": {"dag_id": "runbook_reset_offsets",
+                         details={"rollback": {"dag_id": "runbook_stuck_reset",
                                                "conf": dict(storm, source="kafka")}})
     assert main(["audit", "rollback", kafka["record_id"], "--topology-deactivated", "--data-root", str(tmp_path)]) == 2
     assert "is a reset_offsets of source kafka" in capsys.readouterr().err

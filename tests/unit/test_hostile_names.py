@@ -272,7 +272,7 @@ def _plan(name: str) -> dict:
             "preconditions": [{"check": "group_empty", "what": f"group {name} has no live members"}],
             "changes": [{"target": f"{name}-0", "before": 2, "after": 5}],
             "risks": [name],
-            "rollback": {"how": name, "dag_id": "runbook_reset_offsets", "conf": {"group": name}},
+            "rollback": {"how": name, "dag_id": "runbook_stuck_reset", "conf": {"group": name}},
             "details": {"partitions": [{"partition": 0, "committed": 2, "log_start": 0, "log_end": 5, "new": 5,
                                         "lag_before": 3, "lag_after": 0}]}}
 
@@ -304,12 +304,12 @@ def _approval(tmp: Path, name: str):
     from fleetkit.core import plans
     from fleetkit.stuck.action import RESET_OFFSETS
 
-    with DAG("runbook_reset_offsets", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
+    with DAG("runbook_stuck_reset", schedule=None, start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)) as dag:
         op = PlanApprovalOperator(task_id="approve", action=RESET_OFFSETS)
     params = {"cluster": "lab", "approval_timeout": 60}
     # the fleet file and data root are deployment settings (environment), never params
     env = {"FLEET_FILE": str(REPO / "lab/fleets/lab.yaml"), "FLEET_DATA_ROOT": str(tmp)}
-    plans.store(fleet_settings.plans_root(str(tmp)), "runbook_reset_offsets", "manual__x", _plan(name))
+    plans.store(fleet_settings.plans_root(str(tmp)), "runbook_stuck_reset", "manual__x", _plan(name))
     ctx = {**_airflow_context(), "dag": dag, "params": params, "run_id": "manual__x", "ti": _TI(),
            "dag_run": mock.Mock(conf={}, triggering_user_name="admin"),
            "task_instance": mock.Mock(id="00000000-0000-0000-0000-000000000000")}
@@ -394,7 +394,7 @@ def test_audit_line_is_one_line_and_the_record_keeps_the_name(name, actor):
     try:
         with tempfile.TemporaryDirectory() as tmp:
             root = DataRoot(tmp)
-            audit.record(root, cluster="lab", dag_id="runbook_reset_offsets", run_id="manual__x",
+            audit.record(root, cluster="lab", dag_id="runbook_stuck_reset", run_id="manual__x",
                          action="reset_offsets", event="refused", actor=actor, message=f"group {name} is not empty")
             [row] = audit.records(root, "lab")
             described = audit.describe(row)

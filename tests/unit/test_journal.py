@@ -68,7 +68,7 @@ def test_a_journal_under_an_object_store_data_root_needs_the_shared_state(state_
 
 
 def test_paths_of_hostile_runs_stay_below_the_root(tmp_path):
-    p = journal_path(tmp_path, "trim", "runbook_offsets_trim", "manual__../../etc:x", "lab/../../x")
+    p = journal_path(tmp_path, "trim", "runbook_trim", "manual__../../etc:x", "lab/../../x")
     assert p.resolve().is_relative_to((tmp_path / "journals").resolve())
 
 

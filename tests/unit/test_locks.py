@@ -205,7 +205,7 @@ def test_a_lock_a_running_fleetctl_holds_is_never_cleared_even_with_force(tmp_pa
     monkeypatch.setenv("FLEET_AIRFLOW_PASSWORD", "pw")
     monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
     lock = ClusterLock(tmp_path, "zookeeper:zk1:2181/kafka", "prod")
-    lock.acquire("fleetctl trim resume/runbook_offsets_trim/r1", "runbook_offsets_trim", "r1", kind="cli")
+    lock.acquire("fleetctl trim resume/runbook_trim/r1", "runbook_trim", "r1", kind="cli")
     assert cli.main(["lock", "clear", "prod", "--force"]) == 2  # this very process holds it
     assert "held by a running fleetctl" in capsys.readouterr().err and len(held_locks(tmp_path)) == 1
     # a holder on another host cannot be checked from here: --force (after checking that host) clears it

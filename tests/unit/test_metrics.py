@@ -86,14 +86,14 @@ def root(tmp_path, monkeypatch):
                   {"cluster": "lab", "partition": 13, "verdict": "OK", "mismatch": 0, "loading": 0, "unavailable": 0}],
                  tmp_path / "reports" / "coordinator" / "run1" / "partitions.jsonl")
     plans = str(tmp_path / "plans")
-    write_approval(plans, "runbook_stuck_partition", "manual__1",
-                   {"dag_id": "runbook_stuck_partition", "run_id": "manual__1", "answer": None,
+    write_approval(plans, "runbook_stuck_skip", "manual__1",
+                   {"dag_id": "runbook_stuck_skip", "run_id": "manual__1", "answer": None,
                     "requested_at": iso(NOW - dt.timedelta(hours=2))})
-    write_approval(plans, "runbook_reset_offsets", "manual__2",
-                   {"dag_id": "runbook_reset_offsets", "run_id": "manual__2", "answer": None,
+    write_approval(plans, "runbook_stuck_reset", "manual__2",
+                   {"dag_id": "runbook_stuck_reset", "run_id": "manual__2", "answer": None,
                     "requested_at": iso(NOW - dt.timedelta(minutes=5))})
-    write_approval(plans, "runbook_reset_offsets", "manual__3",
-                   {"dag_id": "runbook_reset_offsets", "run_id": "manual__3", "requested_at": iso(NOW),
+    write_approval(plans, "runbook_stuck_reset", "manual__3",
+                   {"dag_id": "runbook_stuck_reset", "run_id": "manual__3", "requested_at": iso(NOW),
                     "answer": {"chosen_options": ["Approve"]}})
     return tmp_path
 

@@ -51,7 +51,7 @@ def test_plan_skip_one_record():
     assert p["changes"] == [{"target": "t-0", "before": 41, "after": 42}]
     assert p["details"]["partitions"] == [{"partition": 0, "committed": 41, "log_start": 5, "log_end": 100,
                                            "new": 42, "lag_before": 59, "lag_after": 58}]
-    assert p["rollback"]["conf"]["offsets"] == {"0": 41} and p["rollback"]["dag_id"] == "runbook_reset_offsets"
+    assert p["rollback"]["conf"]["offsets"] == {"0": 41} and p["rollback"]["dag_id"] == "runbook_stuck_reset"
     assert action._reset_table(p)["rows"] == [[0, 41, 5, 100, 42, 59, 58]]
 
 

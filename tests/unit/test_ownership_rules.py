@@ -1,6 +1,6 @@
 """The coordinator-ownership rule table (fleetkit.ownership.rules) without Spark: every verdict with
 the case that gives it and why that is the right answer. The Spark job calls these same functions
-(tests/spark/test_coordinator_ownership.py checks it gives the same answers)."""
+(tests/spark/test_ownership.py checks it gives the same answers)."""
 
 import pytest
 
@@ -94,7 +94,7 @@ def test_worst_follows_severity():
 
 
 def test_the_recovery_plan_cites_a_run_never_a_path(tmp_path):
-    """evidence_run is a coordinator_ownership run id: whatever it holds, the folder stays under
+    """evidence_run is a ownership run id: whatever it holds, the folder stays under
     <data root>/reports/coordinator; the old free path param is refused."""
     from fleetkit.ownership.plan import RecoveryError, build_plan, evidence_folder
 

@@ -69,7 +69,7 @@ def test_an_airflow_that_does_not_answer_is_exit_4_in_one_line(tmp_path):
 
 def test_who_acts_must_be_given_not_guessed(tmp_path):
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "FLEET_AIRFLOW_URL": "http://127.0.0.1:9"}
-    out = subprocess.run([str(FLEETCTL), "runbook", "start", "runbook_reset_offsets", "--cluster", "x"],
+    out = subprocess.run([str(FLEETCTL), "runbook", "start", "runbook_stuck_reset", "--cluster", "x"],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL)
     assert out.returncode == 2 and "acts in Airflow as you" in out.stderr and "Traceback" not in out.stderr
 

@@ -66,7 +66,7 @@ def deployment(tmp_path, monkeypatch):
                  ("FLEET_LOCK_DIR", tmp_path / "locks")):
         monkeypatch.setenv(k, str(v))
     monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
-    rb = Runbook(capability="stuck", action="reset_offsets", dag_id="runbook_reset_offsets", run_id="r1",
+    rb = Runbook(capability="stuck", action="reset_offsets", dag_id="runbook_stuck_reset", run_id="r1",
                  cluster="c1")
     _, digest = plans.store(rb.plans_root, rb.dag_id, rb.run_id, {"cluster": "c1", "title": "t", "changes": [],
                                                                    "action": "reset_offsets", "preconditions": [], "rollback": {}})
@@ -195,12 +195,12 @@ def test_a_stored_plan_whose_rollback_has_a_conf_names_the_dag_that_runs_it(tmp_
     plan = {"action": "coordinator_recovery", "cluster": "c", "title": "t", "preconditions": [], "changes": [],
             "rollback": {"how": "again", "conf": {"cluster": "c", "action": "move_leader"}}}
     with pytest.raises(plans.PlanError, match="names no dag_id"):
-        plans.store(tmp_path, "runbook_coordinator_recovery", "run-1", plan)
+        plans.store(tmp_path, "runbook_ownership", "run-1", plan)
     plan["rollback"]["dag_id"] = DAG_ID
-    path, _ = plans.store(tmp_path, "runbook_coordinator_recovery", "run-1", plan)
+    path, _ = plans.store(tmp_path, "runbook_ownership", "run-1", plan)
     assert path.exists()
     plan["rollback"] = {"how": "nothing to roll back", "conf": None}  # no conf: nothing to name
-    plans.store(tmp_path, "runbook_coordinator_recovery", "run-2", plan)
+    plans.store(tmp_path, "runbook_ownership", "run-2", plan)
 
 
 def test_the_execute_result_goes_to_a_file_beside_the_plan_whatever_the_cluster_said(tmp_path):
@@ -208,11 +208,11 @@ def test_the_execute_result_goes_to_a_file_beside_the_plan_whatever_the_cluster_
     a commit's metadata or a group name with a NUL (which PostgreSQL's JSONB refuses: a trim whose
     execute had finished failed on its XCom) and a result of every offset of a partition's groups."""
     result = {"before": {"g\x00roup": {"t|0": 5}}, "recommitted": [{"group": "g", "metadata": "m" * 255 + "\x00"}] * 30000}
-    path = plans.store_result(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00", result)
-    assert path.parent == plans.plan_path(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00").parent
-    assert plans.load_result(tmp_path, "runbook_offsets_trim", "manual__2026-11-27T15:44:34+00:00") == result
-    with pytest.raises(plans.PlanError, match="no stored execute result for DAG 'runbook_offsets_trim' run 'other'"):
-        plans.load_result(tmp_path, "runbook_offsets_trim", "other")
+    path = plans.store_result(tmp_path, "runbook_trim", "manual__2026-11-27T15:44:34+00:00", result)
+    assert path.parent == plans.plan_path(tmp_path, "runbook_trim", "manual__2026-11-27T15:44:34+00:00").parent
+    assert plans.load_result(tmp_path, "runbook_trim", "manual__2026-11-27T15:44:34+00:00") == result
+    with pytest.raises(plans.PlanError, match="no stored execute result for DAG 'runbook_trim' run 'other'"):
+        plans.load_result(tmp_path, "runbook_trim", "other")
 
 
 def test_the_gate_hands_verify_the_stored_result_not_an_xcom():
@@ -231,7 +231,7 @@ def test_restoring_a_finished_trim_needs_another_persons_recent_approval(deploym
     from fleetkit.trim import resume as trim_resume
     from fleetkit.trim.plan import ACTION
 
-    rb = Runbook(capability="trim", action=ACTION, dag_id="runbook_offsets_trim", run_id="t1", cluster="c1")
+    rb = Runbook(capability="trim", action=ACTION, dag_id="runbook_trim", run_id="t1", cluster="c1")
     _, digest = plans.store(rb.plans_root, rb.dag_id, rb.run_id, {"cluster": "c1", "title": "t", "changes": [],
                                                                    "action": ACTION, "preconditions": [], "rollback": {}})
     run = trim_resume.ApprovedRun(rb.dag_id, rb.run_id, plans.load(rb.plans_root, rb.dag_id, rb.run_id)[0], digest,

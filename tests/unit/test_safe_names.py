@@ -61,7 +61,7 @@ def test_former_collisions_are_apart(a, b):
 
 
 @pytest.mark.parametrize("value", [
-    "lab", "prod-eu", "fleet_maintenance", "runbook_offsets_trim", "latest", "stuck", "run..1", "x.y", "a_b",
+    "lab", "prod-eu", "fleet_maintenance", "runbook_trim", "latest", "stuck", "run..1", "x.y", "a_b",
     "scheduled__2024-01-01T00_00_00_00_00",
 ])
 def test_plain_names_keep_their_name(value):

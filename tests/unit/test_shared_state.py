@@ -106,7 +106,7 @@ HOLDER = """
 import sys, time
 from fleetkit.core.locks import ClusterLock
 ClusterLock(sys.argv[1], "kafka-cluster-id:held", "prod").acquire(
-    "fleetctl trim resume/runbook_offsets_trim/r1", "runbook_offsets_trim", "r1", kind="cli")
+    "fleetctl trim resume/runbook_trim/r1", "runbook_trim", "r1", kind="cli")
 print("held", flush=True)
 time.sleep(600)
 """
@@ -130,20 +130,20 @@ def test_a_holder_killed_keeps_the_lock_and_fleetctl_elsewhere_sees_and_clears_i
         holder.wait(timeout=30)
     lock = ClusterLock(tmp_path / "locks", "kafka-cluster-id:held", "prod")
     h = lock.holder()
-    assert (h["owner"], h["pid"], h["kind"]) == ("fleetctl trim resume/runbook_offsets_trim/r1", holder.pid, "cli")
+    assert (h["owner"], h["pid"], h["kind"]) == ("fleetctl trim resume/runbook_trim/r1", holder.pid, "cli")
     assert cli_holder_alive(h) is False  # its process is gone: the row stays all the same
     with pytest.raises(ClusterLocked) as e:
-        lock.acquire("runbook_offsets_trim/r2", "runbook_offsets_trim", "r2",
+        lock.acquire("runbook_trim/r2", "runbook_trim", "r2",
                      holder_running=lambda d, r: (False, "failed"))
     assert "is no longer running (state failed)" in str(e.value) and e.value.holder_running is False
     assert "fleetctl lock clear prod --force" in str(e.value)
-    assert not lock.release("runbook_offsets_trim/r2")  # only its holder releases it
+    assert not lock.release("runbook_trim/r2")  # only its holder releases it
 
     fleetctl = [sys.executable, "-m", "fleetctl.cli"]
     out = subprocess.run([*fleetctl, "lock", "status"], env=env, capture_output=True, text=True, cwd=str(REPO))
     assert out.returncode == 3, out.stderr
     (line,) = out.stdout.splitlines()
-    assert line.split("\t")[:3] == ["prod", "dag=runbook_offsets_trim", "run=r1"]
+    assert line.split("\t")[:3] == ["prod", "dag=runbook_trim", "run=r1"]
     assert f"pid={holder.pid}" in line and f"{pg_state.db.schema}.locks" in line and "pw" not in line.split("\t")[-1]
     out = subprocess.run([*fleetctl, "lock", "clear", "prod", "--force"], env=env, capture_output=True, text=True,
                          cwd=str(REPO))
@@ -345,18 +345,18 @@ def test_the_adapter_installs_the_store_of_an_airflow_connection_for_the_gate(pg
     monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
     rb = gate.runbook({"cluster": "c1"}, NS(capability="trim", name="trim_offsets"),
-                      {"dag": NS(dag_id="runbook_offsets_trim"), "run_id": "r1"})
+                      {"dag": NS(dag_id="runbook_trim"), "run_id": "r1"})
     store = state.installed()
     assert isinstance(store, PostgresState) and store.db.conn_id == "state_uri"
     assert clusters.install_state() is store  # one store per process
     from fleetkit.core.locks import ClusterLock
 
-    ClusterLock(rb.lock_dir, "kafka-cluster-id:c1", "c1").acquire("runbook_offsets_trim/r1", "runbook_offsets_trim", "r1")
+    ClusterLock(rb.lock_dir, "kafka-cluster-id:c1", "c1").acquire("runbook_trim/r1", "runbook_trim", "r1")
     with rb.open_journal() as j:
         j.intent(0, step="x")
     assert rb.execute_state() is None and not (tmp_path / "locks").exists() and not (tmp_path / "data").exists()
     state.install(pg_state)  # the test's own connection reads what the gate's wrote
-    assert ClusterLock(tmp_path, "kafka-cluster-id:c1").holder()["owner"] == "runbook_offsets_trim/r1"
+    assert ClusterLock(tmp_path, "kafka-cluster-id:c1").holder()["owner"] == "runbook_trim/r1"
     from fleetkit.core.journal import read_journal
 
     assert read_journal(rb.journal)[0]["status"] == "intent"

@@ -45,7 +45,7 @@ def test_zip_of_the_checkout_holds_the_whole_library_and_the_jobs_modules(tmp_pa
     for package in ("core", "clients", "collection", "stuck", "trim", "ownership", "group_ids"):
         assert f"fleetkit/{package}/__init__.py" in got
     assert {"fleetkit/__init__.py", "fleetkit/core/datasets.py", "jobs_common.py",
-            "offsets_health.py"} <= got  # trim_plan imports offsets_health
+            "trim_health.py"} <= got  # trim_plan imports trim_health
     assert all(n.endswith(".py") for n in got), sorted(n for n in got if not n.endswith(".py"))
     assert not any("__pycache__" in n or n.startswith(("templates/", "include/")) for n in got)
     assert "__init__.py" not in got  # spark_jobs' package marker would make the zip a package
@@ -97,13 +97,13 @@ def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path,
 
     lib, jobs = fake_tree(tmp_path / "src")
     monkeypatch.setattr(spark_ops, "library_dir", lambda: lib)
-    op = spark_ops.spark_job_operator("analyse", "stuck_partitions", ["--out", "x"], py_files="/extra/deps.zip",
+    op = spark_ops.spark_job_operator("analyse", "stuck", ["--out", "x"], py_files="/extra/deps.zip",
                                       trigger_rule="all_done")
     assert (op.task_id, op.name, op._conn_id, op.application_args, op.trigger_rule) == \
-        ("analyse", "stuck_partitions", "spark_default", ["--out", "x"], "all_done")
+        ("analyse", "stuck", "spark_default", ["--out", "x"], "all_done")
     # nothing of the parsing host is kept: the job's path and the environment are the worker's, made
     # when the task runs
-    assert op.application == "stuck_partitions.py" and op.env_vars is None
+    assert op.application == "stuck.py" and op.env_vars is None
     assert op.conf == {"spark.ui.enabled": "false", "spark.sql.session.timeZone": "UTC"}
     assert op.py_files == "/extra/deps.zip"  # nothing built when the DAG is parsed
 
@@ -115,7 +115,7 @@ def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path,
         # the installed package's job file, and the worker's environment
         import fleet_spark_jobs
 
-        assert self.application == str(Path(fleet_spark_jobs.__file__).resolve().parent / "stuck_partitions.py")
+        assert self.application == str(Path(fleet_spark_jobs.__file__).resolve().parent / "stuck.py")
         assert Path(self.application).is_file()
         with zipfile.ZipFile(built) as z:
             seen.append((built, z.read("fleetkit/core/thing.py")))
@@ -129,7 +129,7 @@ def test_the_operator_builds_the_zip_when_it_runs_and_removes_it_after(tmp_path,
     assert not any(Path(built).parent.exists() for built, _ in seen)
 
 
-@pytest.mark.parametrize("job", ["stuck_partitions.py", "../x", "a/b", ""])
+@pytest.mark.parametrize("job", ["stuck.py", "../x", "a/b", ""])
 def test_job_is_a_module_name_of_spark_jobs(job):
     from fleet_airflow.operators.spark import spark_job_operator
 
@@ -159,7 +159,7 @@ def test_a_small_stuck_input_runs_in_process_and_a_large_one_through_spark_submi
                                 "group_state": "Stable", "assigned": True}) + "\n")
     out = tmp_path / "out"
     op = spark_ops.spark_job_operator(
-        "analyse_stuck", "stuck_partitions",
+        "analyse_stuck", "stuck",
         ["--snapshots", str(tmp_path / "offsets_snapshots"), "--out", str(out), "--window", "4m",
          "--recent-days", "2"], in_process_input="--snapshots")
     submitted = []
@@ -188,7 +188,7 @@ def test_killing_the_task_stops_the_job_it_runs_in_process(tmp_path):
     job = tmp_path / "slow_job.py"
     job.write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('started', flush=True)\n"
                    "time.sleep(120)\n")
-    op = spark_ops.spark_job_operator("analyse_stuck", "stuck_partitions", [], in_process_input="--snapshots")
+    op = spark_ops.spark_job_operator("analyse_stuck", "stuck", [], in_process_input="--snapshots")
     op.application = str(job)
     op.KILL_GRACE_SECONDS = 1.0
     errors = []
@@ -212,29 +212,29 @@ def test_killing_the_task_stops_the_job_it_runs_in_process(tmp_path):
 
 
 def test_a_small_offsets_data_root_is_judged_in_process_and_a_large_one_through_spark_submit(tmp_path, monkeypatch):
-    """offsets_health's operator (fleet_maintenance, runbook_offsets_trim): a data root of few
+    """trim_health's operator (fleet_maintenance, runbook_trim): a data root of few
     __consumer_offsets records runs the job under the worker's Python (JAVA_HOME points nowhere)
-    and writes health.jsonl and trim_plan.json; above FLEET_OFFSETS_INPROCESS_MAX_ROWS it goes
+    and writes health.jsonl and trim_plan.json; above FLEET_TRIM_INPROCESS_MAX_ROWS it goes
     to spark-submit."""
     import json
 
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from fleet_airflow.operators import spark as spark_ops
-    from tests.spark.test_offsets_inprocess import write_root
+    from tests.spark.test_trim_inprocess import write_root
 
     root = tmp_path / "data"
     fleet = write_root(root)
     out = tmp_path / "out"
     op = spark_ops.spark_job_operator(
-        "offsets_health", "offsets_health",
+        "trim_health", "trim_health",
         ["--data-root", str(root), "--fleet", str(fleet), "--out", str(out), "--bloat-ratio", "3",
          "--min-bloat-bytes", "0", "--trim-plan"], in_process_input="--data-root")
     submitted = []
     monkeypatch.setattr(SparkSubmitOperator, "execute",
                         lambda self, context: submitted.append((self.task_id, self.application_args[-2:])))
     monkeypatch.setenv("JAVA_HOME", "/nonexistent")
-    monkeypatch.delenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", raising=False)
+    monkeypatch.delenv("FLEET_TRIM_INPROCESS_MAX_ROWS", raising=False)
     op.execute({})
     assert submitted == []
     health = {(r["cluster"], r["broker"], r["partition"]): r
@@ -243,9 +243,9 @@ def test_a_small_offsets_data_root_is_judged_in_process_and_a_large_one_through_
     plans = json.loads((out / "trim_plan.json").read_text())
     c1 = next(c for c in plans if c["cluster"] == "c1")
     assert [b["quarantine"] != [] for b in c1["partitions"][0]["replicas"]] == [True, True]
-    monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "10")
+    monkeypatch.setenv("FLEET_TRIM_INPROCESS_MAX_ROWS", "10")
     op.execute({})
-    assert submitted == [("offsets_health", ["--engine", "spark"])]
+    assert submitted == [("trim_health", ["--engine", "spark"])]
 
 
 SECRETS = {"AIRFLOW_VAR_FLEET_AUDIT_KEY": "k:audit-secret-0123456789abcdef0123456789",
@@ -293,9 +293,9 @@ def test_spark_submit_is_started_with_the_jobs_environment_only(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(hook_module.subprocess, "Popen", popen)
-    op = spark_ops.spark_job_operator("analyse", "stuck_partitions", ["--out", "x"])
+    op = spark_ops.spark_job_operator("analyse", "stuck", ["--out", "x"])
     hook = op._get_hook()
     with pytest.raises(Stop):
-        hook.submit(str(spark_ops.jobs_dir() / "stuck_partitions.py"))
+        hook.submit(str(spark_ops.jobs_dir() / "stuck.py"))
     assert "env" in seen and not set(SECRETS) & set(seen["env"])
     assert not [v for v in seen["env"].values() if "secret" in v]

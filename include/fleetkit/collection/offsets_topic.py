@@ -554,7 +554,7 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
     brokers from 1.0 whose files cannot (files_for returns None) the partition sizes come from
     DescribeLogDirs. On brokers from 0.11 the cleaner settings each broker runs with and the
     topic's segment.bytes / min.cleanable.dirty.ratio come from DescribeConfigs (kept in
-    settings_path, read by the offsets-health job)."""
+    settings_path, read by the trim_health job)."""
     parts = partitions if partitions is not None else list(range(cluster.offsets_topic_partitions))
     saved = {int(k): v for k, v in (root.read_json(positions_path(root, cluster.name), default={}) or {}).items()}
     now = utcnow()

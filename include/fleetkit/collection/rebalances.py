@@ -23,7 +23,7 @@ tell what snapshots sampled every few seconds cannot:
 
 Times are the record's current_state_timestamp (value version 2+, Kafka 2.1 and later); older
 brokers (0.9, 0.10) write none, so there a record's time is the collection that read it and the
-cause is coarse (docs/stuck-offsets.md).
+cause is coarse (docs/stuck.md).
 """
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ FINDINGS: dict[str, pa.Schema] = {
         ("rebalance_storm", pa.bool_()), ("storm_kind", pa.string()), ("rebalances", pa.int32()),
         ("rejoins", pa.int32()), ("group_wide_stop", pa.bool_()), ("storm_fix", pa.string()),
     ]),
-    # the offsets_health job's (fleetkit.trim.stages): one row per __consumer_offsets replica
+    # the trim_health job's (fleetkit.trim.stages): one row per __consumer_offsets replica
     "offsets_health": pa.schema([
         ("cluster", pa.string()), ("broker", pa.int32()), ("log_dir", pa.string()), ("partition", pa.int32()),
         ("records", pa.int64()), ("live_keys", pa.int64()), ("tombstones", pa.int64()),

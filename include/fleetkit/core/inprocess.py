@@ -21,18 +21,25 @@ from fleetkit.core.datasets import SCHEMAS, data_path, date_folder_before, read_
 #: per job (spark_jobs/<job>.py): (the environment variable of its row limit, the default limit,
 #: the datasets under the job's input whose rows are counted, none: the input itself)
 LIMITS: dict[str, tuple[str, int, tuple[str, ...]]] = {
-    "stuck_partitions": ("FLEET_STUCK_INPROCESS_MAX_ROWS", 200_000, ()),
-    "offsets_health": ("FLEET_OFFSETS_INPROCESS_MAX_ROWS", 1_000_000, ("offsets_topic_records",)),
-    "group_id_reconciliation": ("FLEET_GROUP_IDS_INPROCESS_MAX_ROWS", 1_000_000,
-                                ("group_id_mappings", "group_members")),
+    "stuck": ("FLEET_STUCK_INPROCESS_MAX_ROWS", 200_000, ()),
+    "trim_health": ("FLEET_TRIM_INPROCESS_MAX_ROWS", 1_000_000, ("offsets_topic_records",)),
+    "group_ids": ("FLEET_GROUP_IDS_INPROCESS_MAX_ROWS", 1_000_000,
+                  ("group_id_mappings", "group_members")),
 }
+
+
+#: a limit's earlier name, still read when the new one is not set (a deployment's settings keep working)
+OLD_NAMES = {"FLEET_TRIM_INPROCESS_MAX_ROWS": "FLEET_OFFSETS_INPROCESS_MAX_ROWS"}
 
 
 def max_rows(job: str) -> int:
     """The job's row limit for the in-process engine (0: always Spark)."""
     env, default, _ = LIMITS[job]
+    value = os.environ.get(env)
+    if value is None and env in OLD_NAMES:
+        value = os.environ.get(OLD_NAMES[env])
     try:
-        return max(0, int(os.environ.get(env, default)))
+        return max(0, int(value if value is not None else default))
     except ValueError:
         return default
 
@@ -112,7 +119,7 @@ def count_rows(parquet: list[str], jsonl: list[str], limit: int) -> int | None:
 
 
 def small_input(job: str, path: str, since: dt.date | None = None) -> bool:
-    """Whether `job`'s input at `path` (for offsets_health and group_id_reconciliation: the data
+    """Whether `job`'s input at `path` (for trim_health and group_ids: the data
     root) is small enough to run in process, and on a local path or the data root's object store."""
     limit = max_rows(job)
     if limit <= 0 or not readable_here(path):

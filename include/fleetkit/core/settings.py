@@ -324,8 +324,8 @@ def newest_in_runs(base, name: str):
     return best
 
 
-def newest_offsets_health(data_root):
-    """The newest offsets-health result (the trim's analysis, read by the coordinator check):
+def newest_trim_health(data_root):
+    """The newest trim_health result (the trim's analysis, read by the coordinator check):
     <data root>/reports/offsets/<run>/health.jsonl, or None."""
     import os
 

@@ -1,5 +1,5 @@
-"""The group_id_reconciliation job in this process, for small inputs: the same files as
-spark_jobs/group_id_reconciliation.py without Spark's start-up.
+"""The group_ids job in this process, for small inputs: the same files as
+spark_jobs/group_ids.py without Spark's start-up.
 
 The job's judgement is already the library's: `rules.diff`, the runbook's own aggregation, which
 the Spark job runs on slices of each cluster's rows. Up to the row limit of fleetkit.core.inprocess
@@ -20,7 +20,7 @@ from fleetkit.core import inprocess as core
 from fleetkit.core.datasets import iter_rows, publish_rows, publish_text
 from fleetkit.group_ids import rules
 
-JOB = "group_id_reconciliation"
+JOB = "group_ids"
 #: findings.jsonl's columns, in the Spark job's order
 FINDING_COLUMNS = ("cluster", "path", "class", "reason", "group", "groups", "client_host", "client_id", "member_ids",
                    "znode_group", "znode_version", "ctime_ms", "mtime", "age_seconds")

@@ -61,7 +61,7 @@ def build(ctx: ClusterContext, params: dict) -> dict:
                      "fleetctl audit rollback RECORD_ID triggers this runbook with rollback_run = this run: it "
                      "re-creates deleted znodes with their previous data and sets overwritten ones back, each "
                      "conditional on the version this run left (behind an approval again)",
-                     "dag_id": params.get("_dag_id") or "runbook_group_id_reconciliation",
+                     "dag_id": params.get("_dag_id") or "runbook_group_ids",
                      "conf": {"cluster": ctx.cluster.name, "rollback_run": params.get("_run_id") or ""}},
         "details": {"root": cfg.root, "grace_seconds": cfg.grace_seconds, "classes": classes, "ops": ops,
                     "counts": counts, "report_only": report_only, "data_root": data_root,
@@ -100,7 +100,7 @@ def rollback_plan(ctx: ClusterContext, params: dict, data_root: str) -> dict:
         "created_at": iso_z(utcnow()), "preconditions": PRECONDITIONS, "changes": changes(ops),
         "risks": ["a path written since the run (by KoP or anyone) is skipped, never forced"],
         "rollback": {"how": "roll back this run the same way (its executed audit record)",
-                     "dag_id": params.get("_dag_id") or "runbook_group_id_reconciliation",
+                     "dag_id": params.get("_dag_id") or "runbook_group_ids",
                      "conf": {"cluster": ctx.cluster.name, "rollback_run": params.get("_run_id") or ""}},
         "details": {"root": cfg.root, "grace_seconds": cfg.grace_seconds, "classes": ["ROLLBACK"], "ops": ops,
                     "counts": {}, "report_only": [], "data_root": data_root, "observed_at": None, "problems": [],

@@ -16,7 +16,7 @@ This module is the one definition of:
   STALE, OK;
 * the aggregation of the collected rows into each path's facts (``PathFacts``) and findings
   (``diff``): the runbook calls it on one cluster's rows, the Spark job
-  (spark_jobs/group_id_reconciliation.py) on slices of the paths; tests run one case table
+  (spark_jobs/group_ids.py) on slices of the paths; tests run one case table
   through both;
 * the conditional writes that repair the findings (``ops_for``).
 

@@ -108,4 +108,4 @@ def execute(zk, plan: dict, lab_control=None, journal_path: str | os.PathLike | 
             for seq, step, fn in ((0, "stop_broker", lab_control.stop), (1, "start_broker", lab_control.start)):
                 journal.step(seq, lambda fn=fn: fn(d["target"]) and None, step=step, broker=d["target"])
         return {"restarted": d["target"], "seconds": round(time.monotonic() - t0, 1)}
-    return {"handover": "runbook_offsets_trim", "partition": d["partition"]}
+    return {"handover": "runbook_trim", "partition": d["partition"]}

@@ -1,11 +1,11 @@
 """Planning the recovery of a group coordinator that does not serve its groups
-(runbook_coordinator_recovery).
+(runbook_ownership).
 
 The evidence (the facts): the group's __consumer_offsets partition (``resolve_partition``), the
 coordinator the cluster names and what it answers vs the partition's leader (live), the
 leader/ISR/epoch history (``leader_history``, partition_state dataset), how long the partition's
 groups have not been served (``ownership_facts``, the newest ownership report), and the
-partition's size and health (``health_facts``, the newest offsets-health run).
+partition's size and health (``health_facts``, the newest trim_health run).
 
 The actions ``build_plan`` plans (each re-checked right before it runs, fleetkit.ownership.execute,
 and verified, fleetkit.ownership.verify):
@@ -16,7 +16,7 @@ and verified, fleetkit.ownership.verify):
   fleetkit.clients.leadership);
 * restart_broker: restart the broker that leads the partition (clusters with a broker_control in the
   fleet file only);
-* trim_handover: no change here; the runbook starts runbook_offsets_trim for the cluster.
+* trim_handover: no change here; the runbook starts runbook_trim for the cluster.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from fleetkit.core.datasets import DataRoot, iso_z, read_jsonl, utcnow
 from fleetkit.core.errors import FleetError
 from fleetkit.collection.offsets_topic import OFFSETS_TOPIC
 from fleetkit.ownership.collect import who
-from fleetkit.core.settings import newest_offsets_health
+from fleetkit.core.settings import newest_trim_health
 
 #: the runbook whose plans these are; a rollback names it (fleetctl audit rollback triggers it)
-DAG_ID = "runbook_coordinator_recovery"
+DAG_ID = "runbook_ownership"
 
 ACTION = "coordinator_recovery"
 ACTIONS = ("move_leader", "restart_broker", "trim_handover")
@@ -122,7 +122,7 @@ def ownership_facts(report_dir: Path, cluster: str, partition: int) -> tuple[dic
 
 
 def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
-    newest = newest_offsets_health(data_root)
+    newest = newest_trim_health(data_root)
     return [{"broker": h["broker"], "disk_bytes": h.get("disk_bytes"), "verdict": h.get("verdict"),
              "records": h.get("records")}
             for h in (read_jsonl(newest) if newest else [])
@@ -130,7 +130,7 @@ def health_facts(data_root: Path, cluster: str, partition: int) -> list[dict]:
 
 
 def evidence_folder(data_root: str, run_id: str | None) -> Path:
-    """The ownership report a recovery plan cites: the coordinator_ownership run `run_id`'s folder
+    """The ownership report a recovery plan cites: the ownership run `run_id`'s folder
     under <data root>/reports/coordinator (its id made one path component, so no value leaves that
     folder), or the newest (`latest`) when none is given. A run id, never a path: a trigger param
     must not point the plan at files of its choosing."""
@@ -143,7 +143,7 @@ def evidence_folder(data_root: str, run_id: str | None) -> Path:
 
 def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=None) -> dict:
     if params.get("evidence_report"):
-        raise RecoveryError("param evidence_report (a folder) is gone: give evidence_run, the coordinator_ownership "
+        raise RecoveryError("param evidence_report (a folder) is gone: give evidence_run, the ownership "
                             "run whose report the plan cites (empty: the newest)")
     action = params.get("action") or "move_leader"
     if action not in ACTIONS:
@@ -255,7 +255,7 @@ def build_plan(cluster, kafka, zk, data_root: str, params: dict, lab_control=Non
         plan["details"].update(target=target)
     else:
         plan.update(
-            title=f"Hand {OFFSETS_TOPIC}-{partition} over to runbook_offsets_trim",
+            title=f"Hand {OFFSETS_TOPIC}-{partition} over to runbook_trim",
             changes=[], preconditions=[], risks=["the trim runbook plans and asks for its own approval"],
             rollback={"how": "nothing changes here", "conf": None})
     return plan

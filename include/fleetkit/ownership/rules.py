@@ -16,7 +16,7 @@ load-stuck threshold (default 5 minutes) after its last leader change (or, witho
 the window, since they stopped being OK) is LOAD_STUCK. A partition without a leader stays
 UNAVAILABLE: no broker is loading it.
 
-This module is the one definition: the Spark job (spark_jobs/coordinator_ownership.py) calls
+This module is the one definition: the Spark job (spark_jobs/ownership.py) calls
 `verdict` for every group observation and `partition_verdict` for every partition (Arrow UDFs); the
 rule table is tests/unit/test_ownership_rules.py, and tests/spark checks the job gives the same answers.
 """

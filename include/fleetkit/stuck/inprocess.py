@@ -1,5 +1,5 @@
 """The stuck job in this process, for small inputs: the same outputs as
-spark_jobs/stuck_partitions.py without Spark's start-up.
+spark_jobs/stuck.py without Spark's start-up.
 
 A scheduled run over a few hundred or thousand snapshot rows spends 20-60 s starting a JVM and
 Python workers for well under a second of work. Below `SMALL_ROWS` input rows (on a local path) the
@@ -24,7 +24,7 @@ from fleetkit.core.inprocess import (  # noqa: F401 - is_local, readable_here: t
 from fleetkit.stuck import rules, stages
 from fleetkit.stuck.columnar import KEYS, TP_KEYS
 
-JOB = "stuck_partitions"
+JOB = "stuck"
 #: inputs up to this many rows are judged in process (a deployment may change it with the
 #: FLEET_STUCK_INPROCESS_MAX_ROWS environment variable; 0 always uses Spark): fleetkit.core.inprocess
 SMALL_ROWS = core_inprocess.LIMITS[JOB][1]

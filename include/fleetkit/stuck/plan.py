@@ -26,7 +26,7 @@ from fleetkit.core.kafka_names import EMPTY_STATES
 from fleetkit.stuck import rules as stuck
 
 ACTION = "reset_offsets"
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 
 
 class ResetError(FleetError):
@@ -169,7 +169,7 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
             "(the execution re-checks that the group is empty right before committing).",
         ],
         "rollback": {
-            "how": ("Trigger runbook_reset_offsets with target 'restore' and the previous offsets "
+            "how": ("Trigger runbook_stuck_reset with target 'restore' and the previous offsets "
                     "(or fleetctl audit rollback RECORD_ID)." if previous else
                     "The group had no committed offsets before: there is nothing to restore."),
             "dag_id": DAG_ID, "conf": rollback_conf if previous else None,

@@ -264,7 +264,7 @@ def _frozen(f: Features, whole_window: bool, window_seconds: float) -> Verdict:
         return Verdict("STALLED", (
             f"A live member is assigned but the committed offset stayed at {f.latest_committed} {how_long} with lag "
             f"{lag}: likely stuck on the record at offset {f.latest_committed} (poison record) or hung; run "
-            "runbook_stuck_partition."), since, conf)
+            "runbook_stuck_skip."), since, conf)
     return Verdict("STOPPED", (
         f"No live member is assigned and the committed offset stayed at {f.latest_committed} {how_long} with lag "
         f"{lag}: the group's consumers are stopped; start them, or its offsets expire after "

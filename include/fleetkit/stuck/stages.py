@@ -6,7 +6,7 @@
                                -> the findings with lag_seconds (timelag.History)
     chart(flagged, rows)       the `SERIES_LIMIT` worst flagged partitions' lag over the window
 
-The Spark job (spark_jobs/stuck_partitions.py) only moves data between them: it partitions the rows
+The Spark job (spark_jobs/stuck.py) only moves data between them: it partitions the rows
 by group and runs `task` in each task (mapInArrow), meets findings and points per bucket of topic
 partitions (cogroup + applyInArrow) to run `with_time_lag`, and hands `chart` the flagged rows it
 collects. fleetkit.stuck.inprocess runs each stage once on the whole input. The outputs' columns are

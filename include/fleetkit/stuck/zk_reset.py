@@ -208,7 +208,7 @@ def build_plan(ctx, params: dict) -> dict:
         "preconditions": preconditions,
         "changes": changes,
         "risks": risks,
-        "rollback": {"how": "Trigger runbook_reset_offsets with target 'restore', the same source and the previous "
+        "rollback": {"how": "Trigger runbook_stuck_reset with target 'restore', the same source and the previous "
                             "offsets (for storm, confirm topology_deactivated again); or fleetctl audit rollback "
                             "RECORD_ID.",
                      "dag_id": DAG_ID, "conf": rollback_conf},

@@ -1,9 +1,9 @@
-"""The offsets_health job (and its trim plan) in this process, for small inputs: the same outputs
-as spark_jobs/offsets_health.py (and spark_jobs/trim_plan.py) without Spark's start-up.
+"""The trim_health job (and its trim plan) in this process, for small inputs: the same outputs
+as spark_jobs/trim_health.py (and spark_jobs/trim_plan.py) without Spark's start-up.
 
 A lab or a small fleet has a few thousand __consumer_offsets records: the Spark job spends 20-40 s
 starting for well under a second of work. Up to the row limit of fleetkit.core.inprocess
-(FLEET_OFFSETS_INPROCESS_MAX_ROWS, 1,000,000 records by default; local paths only) the job runs
+(FLEET_TRIM_INPROCESS_MAX_ROWS, 1,000,000 records by default; local paths only) the job runs
 here instead: the stages of fleetkit.trim.stages, each once on the whole data root, where the Spark
 job runs the heavy ones per task; the same files: health.jsonl, segments.jsonl and trim_plan.json.
 
@@ -20,7 +20,7 @@ from fleetkit.core.datasets import SCHEMAS, files_of_clusters, publish_rows, pub
 from fleetkit.core.fleet import load_fleet
 from fleetkit.trim import planning, rules, stages
 
-JOB = "offsets_health"
+JOB = "trim_health"
 #: the records' columns the stages read
 RECORD_COLUMNS = ("cluster", "partition", "offset", "observed_at", "key_version", "group", "topic", "topic_partition",
                   "committed_offset", "metadata", "tombstone", "size_bytes", "generation")

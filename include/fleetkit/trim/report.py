@@ -1,4 +1,4 @@
-"""The `__consumer_offsets` health report: the offsets_health job's verdicts (health.jsonl) and
+"""The `__consumer_offsets` health report: the trim_health job's verdicts (health.jsonl) and
 the trim plans (trim_plan.json) of one run folder, rendered as offsets_health.md, and the lines
 the alert notifier sends for the unhealthy replicas."""
 

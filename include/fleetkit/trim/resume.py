@@ -22,7 +22,7 @@ from fleetkit.core.runbook import Runbook
 from fleetkit.trim import execute, verify
 from fleetkit.trim.plan import ACTION
 
-DAG_ID = "runbook_offsets_trim"
+DAG_ID = "runbook_trim"
 CAPABILITY = "trim"
 
 #: what the gate's journal entry must say of execute for each command

@@ -129,7 +129,7 @@ SETTING_FIELDS = ("kafka_version", "dedupe_buffer_size", "threads", "load_factor
 
 def judge_replica(row: dict, bloat_ratio: float = DEFAULT_BLOAT_RATIO,
                   min_bloat_bytes: int = DEFAULT_MIN_BLOAT_BYTES) -> tuple[str, str, str | None]:
-    """(verdict, reason, fix as JSON text or None) of one replica's row of the offsets_health job:
+    """(verdict, reason, fix as JSON text or None) of one replica's row of the trim_health job:
     the HealthFacts fields (the counts null where nothing was read: 0) and SETTING_FIELDS (the
     broker's reported cleaner settings over the fleet file's; a version not known: 0.9.0.1)."""
     import json

@@ -1,4 +1,4 @@
-"""The offsets_health job's and the trim plan's stages over Arrow tables: one definition, run by
+"""The trim_health job's and the trim plan's stages over Arrow tables: one definition, run by
 both engines.
 
 Two stages read every __consumer_offsets record and give partial results that merge:
@@ -15,7 +15,7 @@ and then, on what is left (a few rows per segment, per key or per replica):
     plan_rows(newest, cutoffs)     the removed commits, group-metadata liveness and live groups
     plans(...)                     the trim plan (trim.planning.assemble)
 
-The Spark job (spark_jobs/offsets_health.py) runs the first two in its tasks (mapInArrow: per task,
+The Spark job (spark_jobs/trim_health.py) runs the first two in its tasks (mapInArrow: per task,
 then once more per key after a shuffle) and collects the small results for the rest;
 fleetkit.trim.inprocess runs each once on the whole data root. The outputs' columns are declared in
 fleetkit.core.datasets.FINDINGS (offsets_health, offsets_segments).

@@ -1,6 +1,6 @@
 """Spark jobs from Airflow: one factory for every spark-submit task of the DAGs.
 
-    spark_job_operator("analyse_stuck", "stuck_partitions", [...args...], trigger_rule="all_done")
+    spark_job_operator("analyse_stuck", "stuck", [...args...], trigger_rule="all_done")
 
 submits the installed package's job <job>.py (fleet_spark_jobs, the repository's spark_jobs/)
 through the deployment's Spark connection (FLEET_SPARK_CONN_ID, default `spark_default`: its
@@ -8,7 +8,7 @@ master is local[*] in the lab, a cluster elsewhere) with the environment of
 fleet_airflow.settings.spark_env(), computed on the worker when the task runs. The job gets the
 toolkit's code the way a cluster needs it: `--py-files` is a zip of the installed domain library
 (the fleetkit package tree) and of the jobs' modules (jobs_common, and the job modules other jobs
-import, e.g. trim_plan imports offsets_health), built when the task runs in a temporary folder
+import, e.g. trim_plan imports trim_health), built when the task runs in a temporary folder
 removed when the job is over.
 
 The zip holds .py files only. The library's templates (fleetkit/templates, used by
@@ -90,8 +90,8 @@ class FleetSparkSubmitOperator(SparkSubmitOperator):
     """SparkSubmitOperator whose job gets the project's code as --py-files (a zip built when the task
     runs, added to any py_files given).
 
-    `in_process_input`: the argument naming the job's input (stuck_partitions: `--snapshots`,
-    offsets_health and group_id_reconciliation: `--data-root`). When that input is small
+    `in_process_input`: the argument naming the job's input (stuck: `--snapshots`,
+    trim_health and group_ids: `--data-root`). When that input is small
     (fleetkit.core.inprocess.small_input: up to the job's row limit in core.inprocess.LIMITS, on a
     local path), the job runs with `--engine in-process` under the worker's Python instead of
     spark-submit: no JVM, the same files."""
@@ -217,7 +217,7 @@ def spark_job_operator(task_id: str, job: str, application_args: Sequence[str], 
     SPARK_CONF (plus `conf`). Other keyword arguments (trigger_rule, execution_timeout,
     in_process_input, ...) go to the operator."""
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", job):
-        raise ValueError(f"job {job!r} must be a module name of spark_jobs/ (like 'stuck_partitions')")
+        raise ValueError(f"job {job!r} must be a module name of spark_jobs/ (like 'stuck')")
     return FleetSparkSubmitOperator(
         task_id=task_id,
         conn_id=settings.spark_conn_id(),

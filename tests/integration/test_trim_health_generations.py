@@ -32,7 +32,7 @@ def group_on(prefix: str, partition: int) -> str:
 
 def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, unique):
     sys.path.insert(0, str(REPO / "spark_jobs"))
-    import offsets_health
+    import trim_health
 
     h = generation_lab
     cluster = h.cluster
@@ -64,13 +64,13 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
         assert reported["topic"]["cleanup_policy"] == "compact"
     else:
         assert not Path(settings_path(root, cluster.name)).exists()  # 0.9 has no DescribeConfigs
-    out, _ = offsets_health.health(
-        offsets_health.read_dataset(spark, root.uri, "offsets_topic_records"),
-        offsets_health.read_dataset(spark, root.uri, "segment_inventory"),
-        offsets_health.read_dataset(spark, root.uri, "cleaner_checkpoints") if not modern else
+    out, _ = trim_health.health(
+        trim_health.read_dataset(spark, root.uri, "offsets_topic_records"),
+        trim_health.read_dataset(spark, root.uri, "segment_inventory"),
+        trim_health.read_dataset(spark, root.uri, "cleaner_checkpoints") if not modern else
         spark.createDataFrame([], "cluster string, broker int, log_dir string, topic string, partition int, "
                                   "observed_at timestamp, checkpoint_offset long"),
-        *offsets_health.inprocess.cleaner_settings(str(h.fleet_file), root), 3.0, 0)
+        *trim_health.inprocess.cleaner_settings(str(h.fleet_file), root), 3.0, 0)
     rows = out.to_pylist()
     verdicts = sorted((r["partition"], r["broker"], r["verdict"]) for r in rows)
     brokers = sorted(b.id for b in cluster.brokers)
@@ -95,9 +95,9 @@ def test_health_verdicts_and_live_cleaner_fix(generation_lab, spark, tmp_path, u
                                   files_for=(lambda b: None) if modern else None)
     assert third.restarted == [hammered_p] and "is not the one read before" in third.problems[0], third.problems
     assert set(log_marks.superseded_before(root, cluster.name)) == {hammered_p}
-    per_partition = {r["partition"]: r["n"] for r in offsets_health.current_records(spark, root.uri)
+    per_partition = {r["partition"]: r["n"] for r in trim_health.current_records(spark, root.uri)
                      .groupBy("partition").count().withColumnRenamed("count", "n").collect()}
-    everything = {r["partition"]: r["n"] for r in offsets_health.read_dataset(spark, root.uri, "offsets_topic_records")
+    everything = {r["partition"]: r["n"] for r in trim_health.read_dataset(spark, root.uri, "offsets_topic_records")
                   .groupBy("partition").count().withColumnRenamed("count", "n").collect()}
     # of the hammered partition only the re-read rows (the earlier ones stay in the dataset, superseded);
     # the quiet partition's untouched

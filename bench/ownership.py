@@ -1,6 +1,6 @@
-"""Benchmark: partition_for throughput and the coordinator_ownership job over 100k groups x 288.
+"""Benchmark: partition_for throughput and the ownership job over 100k groups x 288.
 
-    .venv/bin/python bench/coordinator_ownership.py [--groups 100000] [--snapshots 288] [--skip-job]
+    .venv/bin/python bench/ownership.py [--groups 100000] [--snapshots 288] [--skip-job]
 
 1. fleetkit.core.partitioning.partitions_for (numpy) over 1M group ids of three shapes: service-style
    ASCII ids (~30 characters), long ids (~60), and ids with non-ASCII and 4-byte characters;
@@ -8,7 +8,7 @@
 2. Generates group_coordinators for 100,000 groups x 288 snapshots (a day at 5-minute intervals,
    28.8M rows, with a leader change, a loading window and a stuck partition) plus the matching
    __consumer_offsets partition_state, then times `spark-submit --master local[2]
-   spark_jobs/coordinator_ownership.py --window 24h` end to end (Spark start included) and samples
+   spark_jobs/ownership.py --window 24h` end to end (Spark start included) and samples
    the peak RSS of the process tree. Target: <= 2 minutes.
 """
 
@@ -85,7 +85,7 @@ def generate(root: Path, groups: int, snapshots: int) -> None:
     states.write.mode("overwrite").parquet(str(root / "partition_state" / "cluster=bench" / "date=2026-02-01"))
     # groups: the partition is computed in Spark by the job; here the coordinator follows the same
     # hash (the pandas UDF) so most rows are OK, with loading rows after each change
-    from coordinator_ownership import group_partition
+    from ownership import group_partition
 
     coords = (spark.range(n)
               .withColumn("g", (F.col("id") % groups))
@@ -107,7 +107,7 @@ def generate(root: Path, groups: int, snapshots: int) -> None:
 def timed_job(root: Path, out: Path, as_of: str) -> dict:
     wall, peak_gb, stdout = run_measured(
         ["spark-submit", "--master", "local[2]", "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
-         str(REPO / "spark_jobs" / "coordinator_ownership.py"), "--data-root", str(root), "--out", str(out),
+         str(REPO / "spark_jobs" / "ownership.py"), "--data-root", str(root), "--out", str(out),
          "--window", "24h", "--as-of", as_of])
     return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
 

@@ -1,4 +1,4 @@
-"""runbook_stuck_partition on the real lab: a consumer stuck on a poison record is diagnosed (the
+"""runbook_stuck_skip on the real lab: a consumer stuck on a poison record is diagnosed (the
 record at its committed offset shown, never its value), and skipping the record through the
 approval gate moves the group past it."""
 
@@ -13,12 +13,12 @@ from fleetkit.core import plans
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import POISON, produce, producer, wait_topic
 
-from tests.dags.test_runbook_reset_offsets import offsets, states
+from tests.dags.test_runbook_stuck_reset import offsets, states
 from tests.helpers import poisoned_consumer_collected
 from fleetlab.hitl import Answerer
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "runbook_stuck_partition"
+DAG_ID = "runbook_stuck_skip"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab]
 
 

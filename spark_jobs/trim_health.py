@@ -1,6 +1,6 @@
 """__consumer_offsets health per (cluster, broker, partition).
 
-    PATH=.venv/bin:$PATH spark-submit spark_jobs/offsets_health.py --data-root ROOT --fleet FILE --out DIR
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/trim_health.py --data-root ROOT --fleet FILE --out DIR
         [--bloat-ratio 10] [--min-bloat-bytes 67108864] [--trim-plan [--partitions 3,7 | all-unhealthy]]
 
 Reads the datasets offsets_topic_records, segment_inventory and cleaner_checkpoints under ROOT
@@ -13,7 +13,7 @@ The work is the library's (fleetkit.trim.stages: the records per segment, each k
 the facts per replica and fleetkit.trim.rules' verdict): this job runs the two stages that read
 every record in its tasks and the rest on the small results. With --trim-plan the same Spark application then
 writes DIR/trim_plan.json (spark_jobs/trim_plan.py's plans from that health), saving a second Spark
-start. A data root of up to FLEET_OFFSETS_INPROCESS_MAX_ROWS records (1,000,000 by default) on a
+start. A data root of up to FLEET_TRIM_INPROCESS_MAX_ROWS records (1,000,000 by default) on a
 local path is judged without starting Spark, by fleetkit.trim.inprocess: the same stages, once
 each (`--engine`).
 """
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
                     help="with --trim-plan: 'all-unhealthy' or partition numbers like 3,7")
     ap.add_argument("--master")
     ap.add_argument("--engine", choices=("auto", "spark", "in-process"), default="auto",
-                    help="auto (default): a data root of up to FLEET_OFFSETS_INPROCESS_MAX_ROWS __consumer_offsets "
+                    help="auto (default): a data root of up to FLEET_TRIM_INPROCESS_MAX_ROWS __consumer_offsets "
                          "records (1,000,000) on a local path is judged in this process (fleetkit.trim.inprocess: "
                          "the same rules and files, no Spark start-up), a larger one by Spark")
     args = ap.parse_args(argv)
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
                       parts)
         return 0
     t0 = time.monotonic()
-    spark = session("offsets_health", args.master)
+    spark = session("trim_health", args.master)
     fleet = [c.name for c in load_fleet(args.fleet).clusters]  # only the clusters the fleet file lists
     clusters, brokers = inprocess.cleaner_settings(args.fleet, DataRoot(args.data_root))
     out, per_segment = health(current_records(spark, args.data_root, fleet),

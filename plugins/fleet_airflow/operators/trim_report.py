@@ -1,4 +1,4 @@
-"""OffsetsHealthReportOperator: the __consumer_offsets health report of a run
+"""TrimHealthReportOperator: the __consumer_offsets health report of a run
 (fleetkit.trim.report), logged, and the alert notifier for unhealthy replicas."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fleetkit.trim.report import write_report
 from fleet_airflow.notifiers import FleetAlertNotifier
 
 
-class OffsetsHealthReportOperator(BaseOperator):
+class TrimHealthReportOperator(BaseOperator):
     template_fields: Sequence[str] = ("out_dir", "fleet_file")
 
     def __init__(self, *, out_dir: str, fleet_file: str, **kwargs):

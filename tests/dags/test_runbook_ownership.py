@@ -1,7 +1,7 @@
-"""runbook_coordinator_recovery through the approval gate, with dag.test() against the real lab:
+"""runbook_ownership through the approval gate, with dag.test() against the real lab:
 a live group's coordinator moves to another in-sync replica and the group is served again; dry run
 changes nothing; a leader that moved between plan and approval makes the executor refuse; the
-trim hand-over starts runbook_offsets_trim without touching the cluster."""
+trim hand-over starts runbook_trim without touching the cluster."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from fleetlab.hitl import run_dag as run
 from fleetlab.hitl import task_states as states
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "runbook_coordinator_recovery"
+DAG_ID = "runbook_ownership"
 OFFSETS = "__consumer_offsets"
 pytestmark = [pytest.mark.airflow, pytest.mark.lab]
 
@@ -165,7 +165,7 @@ def test_trim_handover_starts_the_trim_runbook_and_changes_nothing(dag, lab, liv
     from fleetkit.core.runbook import requesters
 
     with create_session() as session:
-        trim = session.scalars(select(DagRun).where(DagRun.dag_id == "runbook_offsets_trim",
+        trim = session.scalars(select(DagRun).where(DagRun.dag_id == "runbook_trim",
                                                     DagRun.run_type == "operator_triggered")
                                .order_by(DagRun.id.desc())).first()
         trim_conf, trim_user = dict(trim.conf), trim.triggering_user_name
@@ -230,7 +230,7 @@ def test_the_lock_is_the_clusters_and_a_gone_holder_is_reported_not_stolen(dag, 
         assert leadership.assignment(zk, OFFSETS)[live_group["partition"]] == order_before
     assert (now.leader, now.leader_epoch) == (live_group["state"].leader, live_group["state"].leader_epoch)
     refused = [r for r in audit.records(live_group["root"], "labtest", dr.run_id) if r["event"] == "refused"]
-    assert "holder run 'manual__gone' of DAG 'runbook_coordinator_recovery' is no longer running (state no such " \
+    assert "holder run 'manual__gone' of DAG 'runbook_ownership' is no longer running (state no such " \
            "run)" in refused[0]["message"]
     assert "clear it with fleetctl lock clear labtest-alias" in refused[0]["message"]
     assert held.holder()["run_id"] == "manual__gone"  # never stolen, not released by the refused run

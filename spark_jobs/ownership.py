@@ -1,6 +1,6 @@
 """Group-coordinator ownership: per group and per __consumer_offsets partition, over a window.
 
-    PATH=.venv/bin:$PATH spark-submit spark_jobs/coordinator_ownership.py --data-root ROOT --out DIR
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/ownership.py --data-root ROOT --out DIR
         [--window 1h] [--as-of 2026-01-01T00:00:00Z] [--load-stuck 5m] [--health HEALTH.jsonl]
         [--cluster NAME]
 
@@ -15,7 +15,7 @@ partition computed as Kafka does: fleetkit.core.partitioning, vectorised) and wr
 * DIR/partitions.jsonl, one object per partition: leader, ISR and epoch now, the leader-epoch
   changes in the window, the groups hashed onto it by verdict and the affected ones, how long they
   have been LOADING / UNAVAILABLE since the last change, when they recovered, the partition's size
-  and health (with --health, the offsets-health job's health.jsonl) and its verdict, LOAD_STUCK
+  and health (with --health, the trim_health job's health.jsonl) and its verdict, LOAD_STUCK
   past the threshold (fleetkit.ownership.rules.partition_verdict).
 
 The rules are only in fleetkit.ownership.rules: this job computes the facts they need and calls them
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--as-of")
     ap.add_argument("--load-stuck", default=f"{ownership.DEFAULT_LOAD_STUCK_SECONDS}s",
                     help="a partition whose groups are LOADING/UNAVAILABLE this long after a leader change is LOAD_STUCK")
-    ap.add_argument("--health", help="health.jsonl of the offsets-health job (size and health per partition)")
+    ap.add_argument("--health", help="health.jsonl of the trim_health job (size and health per partition)")
     ap.add_argument("--cluster", help="only this cluster")
     ap.add_argument("--master", help="Spark master when not run by spark-submit (default local[*])")
     args = ap.parse_args(argv)
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(str(e)) from None
     as_of = parse_ts(args.as_of) if args.as_of else None
     t0 = time.monotonic()
-    spark = session("coordinator_ownership", args.master)
+    spark = session("ownership", args.master)
     since = ((as_of or dt.datetime.now(dt.timezone.utc)) - window).date()
     from jobs_common import data_files, is_file, path_exists, path_join
 

@@ -1,6 +1,6 @@
 """Find partitions whose consumer offsets are stuck, and groups caught in rebalance storms.
 
-    PATH=.venv/bin:$PATH spark-submit spark_jobs/stuck_partitions.py --snapshots SNAPSHOTS --out DIR
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/stuck.py --snapshots SNAPSHOTS --out DIR
         [--window 15m] [--as-of 2026-01-01T00:00:00Z] [--lag-growth-ratio 0.05]
         [--offsets-retention 1440m] [--data-root ROOT]
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                                 args.data_root, since)
         print(json.dumps(summary), flush=True)
         return 0
-    spark = session("stuck_partitions", args.master)
+    spark = session("stuck", args.master)
     snapshots = read_rows(spark, args.snapshots, SNAPSHOT_SCHEMA, ("observed_at", "committed_at"), since)
     findings, groups, as_of = evaluate(snapshots, window, as_of, args.lag_growth_ratio, retention)
     out = args.out

@@ -1,4 +1,4 @@
-"""The offsets_health job's per-task summary (fleetkit.trim.stages.summarize, which its Spark tasks
+"""The trim_health job's per-task summary (fleetkit.trim.stages.summarize, which its Spark tasks
 run through jobs_common.arrow_task): distinct records per segment bucket, in numpy.
 
 A pure function over Arrow tables (no Spark session); checked against a plain-Python reference

@@ -361,7 +361,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     """Kafka 4.3 in KRaft mode (no ZooKeeper): the same gate moves leadership through the Admin API
     (AlterPartitionReassignments + preferred election), verify sees the group served by the new
     leader, and the rollback conf restores leader and order. (0.9: tests/dags/
-    test_runbook_coordinator_recovery.py; 3.9 in ZooKeeper mode moves through the same /admin znodes
+    test_runbook_ownership.py; 3.9 in ZooKeeper mode moves through the same /admin znodes
     as 0.9: test_a_move_is_journaled_verified_and_rolled_back.) Here, not in tests/dags: starting
     the KRaft cluster adds it to the shared fleet file, which the DAG tests expect to hold 0.9 only.
     The cluster is secured: until the fleet file names a runbook connection of its own, the runbook
@@ -374,7 +374,7 @@ def test_the_recovery_runbook_moves_leadership_and_rolls_back_on_kraft(dagbag, l
     from fleetlab.hitl import run_dag as run
     from fleetlab.hitl import task_states as states
 
-    dag_id = "runbook_coordinator_recovery"
+    dag_id = "runbook_ownership"
     dag = dagbag.get_dag(dag_id)
     h = lab_fleet("lab43test")
     monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))

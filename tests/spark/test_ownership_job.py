@@ -28,7 +28,7 @@ def naive(minutes: float) -> dt.datetime:
 def test_the_jobs_verdicts_equal_the_rules(spark):
     """The job applies fleetkit.ownership.rules.verdict through a lookup of every input combination
     (verdict_lookup + with_verdicts): every combination must come out as the rule says."""
-    from coordinator_ownership import verdict_lookup, with_verdicts
+    from ownership import verdict_lookup, with_verdicts
 
     errors = [None, "NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
               "COORDINATOR_UNREACHABLE", "NO_ANSWER", "INVALID_GROUP_ID"]
@@ -50,7 +50,7 @@ def test_the_jobs_verdicts_equal_the_rules(spark):
 
 
 def test_partition_verdict_column_equals_the_rules(spark):
-    from coordinator_ownership import partition_verdict_column
+    from ownership import partition_verdict_column
     from pyspark.sql import functions as F
 
     worsts = [None, *ownership.SEVERITY]
@@ -64,7 +64,7 @@ def test_partition_verdict_column_equals_the_rules(spark):
 
 
 def test_leader_change_loading_recovery_stuck_mismatch(spark):
-    from coordinator_ownership import CHANGE_SCHEMA, COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
+    from ownership import CHANGE_SCHEMA, COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
 
     n = 4  # __consumer_offsets partitions
     recovering = groups_on_partition(1, n, 3, "rec ü😀 '{i}'")
@@ -145,7 +145,7 @@ def test_a_load_stuck_after_a_leader_change_per_generation(spark, generation):
     until minute 8: LOAD_STUCK past 5 minutes; partition 1's group, whose lookup still names the old
     leader after its change (a stale lookup, NOT_COORDINATOR from a broker that is not the leader),
     is MISMATCH, never LOADING."""
-    from coordinator_ownership import COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
+    from ownership import COORDINATOR_SCHEMA, STATE_SCHEMA, evaluate
 
     load_error, controller_epoch, source = LOAD_ANSWERS[generation]
     stuck = groups_on_partition(0, 2, 2, "stk ü😀 '{i}'")

@@ -1,4 +1,4 @@
-"""runbook_reset_offsets through the approval gate, with dag.test() against the real lab.
+"""runbook_stuck_reset through the approval gate, with dag.test() against the real lab.
 
 Approvals are answered the way the REST PATCH route does (fleetlab/hitl.py): dag.test() never
 applies an approval's timeout, so something has to answer.
@@ -25,7 +25,7 @@ from fleetlab.hitl import task_states as states
 from tests.helpers import committed_offsets
 
 REPO = Path(__file__).resolve().parents[2]
-DAG_ID = "runbook_reset_offsets"
+DAG_ID = "runbook_stuck_reset"
 pytestmark = pytest.mark.airflow
 
 HOSTILE = "x; rm -rf / # `code` [link](http://evil.example) <b>bold</b> | ünï 🧨"

@@ -1,4 +1,4 @@
-"""coordinator_ownership's asset watchers: one per cluster of the fleet file, whatever its mode
+"""ownership's asset watchers: one per cluster of the fleet file, whatever its mode
 (ZooKeeper watches on 0.9 and 3.9, Metadata polls on the 4.3 KRaft cluster)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.airflow
 def test_every_cluster_of_the_fleet_gets_a_leader_change_watcher(tmp_path, monkeypatch):
     fleet = write_fleet_file([TEST_FLEET[n] for n in GENERATIONS.values()], tmp_path / "fleet.yaml")
     monkeypatch.setenv("FLEET_FILE", str(fleet))
-    module = runpy.run_path(str(REPO / "dags" / "coordinator_ownership.py"))
+    module = runpy.run_path(str(REPO / "dags" / "ownership.py"))
     watchers = {a.name: a.watchers for a in module["ASSETS"]}
     assert set(watchers) == {f"kafka_leader_change__{n}" for n in GENERATIONS.values()}
     by_cluster = {w[0].trigger.cluster: w[0] for w in watchers.values()}

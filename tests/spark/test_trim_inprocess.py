@@ -1,4 +1,4 @@
-"""The offsets_health job in process (fleetkit.trim.inprocess) against the Spark job: the same data
+"""The trim_health job in process (fleetkit.trim.inprocess) against the Spark job: the same data
 root through both gives the same health rows, the same messages per segment and the same trim
 plans, field for field."""
 
@@ -143,7 +143,7 @@ def test_the_same_data_root_gives_the_same_files_in_process_and_in_spark(tmp_pat
     outs = {}
     for engine in ("spark", "in-process"):
         out = tmp_path / engine
-        args = [sys.executable, str(REPO / "spark_jobs" / "offsets_health.py"), "--data-root", str(root),
+        args = [sys.executable, str(REPO / "spark_jobs" / "trim_health.py"), "--data-root", str(root),
                 "--fleet", str(fleet), "--out", str(out), "--bloat-ratio", "3", "--min-bloat-bytes", "0",
                 "--trim-plan", "--engine", engine, "--master", "local[1]"]
         if partitions:
@@ -179,13 +179,20 @@ def test_the_same_data_root_gives_the_same_files_in_process_and_in_spark(tmp_pat
 def test_the_row_limit_decides_the_engine(tmp_path, monkeypatch):
     root = tmp_path / "data"
     write_root(root)
+    monkeypatch.delenv("FLEET_TRIM_INPROCESS_MAX_ROWS", raising=False)
     monkeypatch.delenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", raising=False)
     assert inprocess.small_input(str(root))
+    # the variable's earlier name is still read, and the new one wins when both are set
     monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "100")
     assert not inprocess.small_input(str(root))
-    monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "0")
+    monkeypatch.setenv("FLEET_TRIM_INPROCESS_MAX_ROWS", "1000000")
+    assert inprocess.small_input(str(root))
+    monkeypatch.delenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS")
+    monkeypatch.setenv("FLEET_TRIM_INPROCESS_MAX_ROWS", "100")
     assert not inprocess.small_input(str(root))
-    monkeypatch.setenv("FLEET_OFFSETS_INPROCESS_MAX_ROWS", "1000000")
+    monkeypatch.setenv("FLEET_TRIM_INPROCESS_MAX_ROWS", "0")
+    assert not inprocess.small_input(str(root))
+    monkeypatch.setenv("FLEET_TRIM_INPROCESS_MAX_ROWS", "1000000")
     assert not inprocess.small_input("hdfs://nn/data")
     assert not inprocess.small_input(str(tmp_path / "nothing-here"))
     (tmp_path / "empty").mkdir()  # a data root with no records collected yet: nothing to count, no Spark

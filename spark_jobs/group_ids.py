@@ -1,6 +1,6 @@
 """Diff KoP-style client-to-group mapping znodes against the group coordinators' live members.
 
-    PATH=.venv/bin:$PATH spark-submit spark_jobs/group_id_reconciliation.py --data-root ROOT --out DIR
+    PATH=.venv/bin:$PATH spark-submit spark_jobs/group_ids.py --data-root ROOT --out DIR
         [--fleet FILE] [--root /client_group_id] [--grace 1h] [--cluster NAME]
     (or --mappings PATH --members PATH instead of --data-root)
 
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         print(json.dumps(summary, sort_keys=True), flush=True)
         return 0
     t0 = time.monotonic()
-    spark = session("group_id_reconciliation", args.master)
+    spark = session("group_ids", args.master)
     mappings = read_input(spark, mappings_path, MAPPINGS_SCHEMA) if path_exists(mappings_path, spark) \
         else spark.createDataFrame([], MAPPINGS_SCHEMA)
     members = read_input(spark, members_path, MEMBERS_SCHEMA) if path_exists(members_path, spark) \

@@ -1,11 +1,11 @@
 """Benchmark: group-id reconciliation.
 
-    .venv/bin/python bench/group_id_reconciliation.py [--rows 1000000] [--creates 10000] [--read 100000]
+    .venv/bin/python bench/group_ids.py [--rows 1000000] [--creates 10000] [--read 100000]
         [--skip-diff] [--skip-zk]
 
 (a) diff: generates 1M group_id_mappings rows and 1M group_members rows as Parquet (85% OK, 5%
     MISMATCHED, 9% MISSING, 9.5% STALE, 0.5% CONFLICT), then times
-    `spark-submit --master local[2] spark_jobs/group_id_reconciliation.py` end to end (Spark start
+    `spark-submit --master local[2] spark_jobs/group_ids.py` end to end (Spark start
     included) and samples the peak RSS of its process tree. Target: <= 60 s.
 (b) apply: 10,000 conditional creates (journaled, fleetkit.group_ids.execute.apply) to the lab ZooKeeper, under the
     /kafka chroot. Target: >= 1,000 operations/s.
@@ -90,7 +90,7 @@ def bench_diff(n: int) -> None:
               f"{time.monotonic() - t:.0f}s", flush=True)
         wall, peak, out = run_measured(
             ["spark-submit", "--master", "local[2]", "--driver-memory", "4g", "--conf", "spark.ui.enabled=false",
-             str(REPO / "spark_jobs" / "group_id_reconciliation.py"), "--mappings", str(work / "mappings"),
+             str(REPO / "spark_jobs" / "group_ids.py"), "--mappings", str(work / "mappings"),
              "--members", str(work / "members"), "--out", str(work / "out")])
         summary = json.loads(out.strip().splitlines()[-1])
         counts = summary["clusters"]["bench"]

@@ -1,16 +1,16 @@
-"""Benchmark: the stuck_partitions job over 1M, 10M and 30M snapshot rows on local[2].
+"""Benchmark: the stuck job over 1M, 10M and 30M snapshot rows on local[2].
 
-    .venv/bin/python bench/stuck_partitions.py [--partitions 100000] [--snapshots 100] [--sizes 1M,10M,30M]
+    .venv/bin/python bench/stuck.py [--partitions 100000] [--snapshots 100] [--sizes 1M,10M,30M]
         [--baseline OTHER_CHECKOUT] [--in-process]
 
 Generates offsets_snapshots as Parquet (100,000 partitions x 100 snapshots = 10M rows; a tenth
-and three times that), then times `spark-submit --master local[2] spark_jobs/stuck_partitions.py`
+and three times that), then times `spark-submit --master local[2] spark_jobs/stuck.py`
 end to end (Spark start included), samples the peak RSS of the whole process tree and prints where
 the time went (from the job's event log). Targets: 10M rows <= 60 s, and linear: the 10M/1M and
 30M/10M time ratios are printed beside the row ratios. With --baseline the same job of an older
 checkout runs on the same 10M rows and both findings are compared (statuses, reasons, lags), and
 the groups and chart series line for line. With --in-process each size also runs as analyse_stuck
-runs a small input (`python spark_jobs/stuck_partitions.py --engine in-process`, no JVM), timed the
+runs a small input (`python spark_jobs/stuck.py --engine in-process`, no JVM), timed the
 same way beside the Spark run, and the outputs of the two are compared.
 """
 
@@ -68,7 +68,7 @@ def timed_job(snapshots: Path, out: Path, driver_memory: str, repo: Path = REPO)
     # checkout's job has no --engine and always runs Spark)
     engine = ["--engine", "spark"] if Path(repo).resolve() == REPO.resolve() else []
     wall, peak_gb, stdout, b = spark_submit_profiled(
-        [str(repo / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots), "--out", str(out),
+        [str(repo / "spark_jobs" / "stuck.py"), "--snapshots", str(snapshots), "--out", str(out),
          "--window", "15m", *engine], driver_memory=driver_memory, repo=repo)
     print(f"  {format_breakdown(b)}", flush=True)
     return {"wall_s": wall, "peak_gb": peak_gb, "start_s": b.get("spark_start", 0.0), "summary": json.loads(stdout.strip().splitlines()[-1])}
@@ -81,7 +81,7 @@ def timed_in_process(snapshots: Path, out: Path) -> dict:
 
     env = dict(spark_env(), PYTHONPATH=os.pathsep.join([str(REPO / "include"), str(REPO / "spark_jobs")]))
     wall, peak_gb, stdout = run_measured(
-        [sys.executable, str(REPO / "spark_jobs" / "stuck_partitions.py"), "--snapshots", str(snapshots),
+        [sys.executable, str(REPO / "spark_jobs" / "stuck.py"), "--snapshots", str(snapshots),
          "--out", str(out), "--window", "15m", "--engine", "in-process"], env)
     return {"wall_s": wall, "peak_gb": peak_gb, "summary": json.loads(stdout.strip().splitlines()[-1])}
 
