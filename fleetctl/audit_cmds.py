@@ -7,7 +7,7 @@ import sys
 import time
 
 from fleetctl.connect import airflow_context, state_store
-from fleetctl.output import red, with_examples
+from fleetctl.output import FLAGGED, OK, red, with_examples
 
 
 def cmd_audit_list(args) -> int:
@@ -131,7 +131,7 @@ def cmd_audit_verify(args) -> int:
         if not rep.ok:
             print(f"FAILED\tcluster={rep.cluster}\t{len(rep.problems)} problem(s); {rep.chained} records on the "
                   f"chain that ends at the head{before}")
-    return 0 if all(rep.ok for rep in reports) else 1
+    return OK if all(rep.ok for rep in reports) else FLAGGED
 
 
 def cmd_audit_seal(args) -> int:
@@ -194,7 +194,7 @@ def add_parser(sub) -> None:
     with_examples(ar, "examples:\n  fleetctl audit rollback RECORD_ID --print-only   # the rollback run's conf\n  fleetctl audit rollback RECORD_ID --execute      # the rollback, after its approval")
     ar.set_defaults(func=cmd_audit_rollback)
     av = au_sub.add_parser("verify", help="check every cluster's audit hash chain: modified, removed, inserted or "
-                                          "re-ordered records and a truncated tail (exit 1 when one is found)")
+                                          "re-ordered records and a truncated tail (exit 3 when one is found)")
     av.add_argument("--cluster", help="only this cluster's chain")
     av.add_argument("--data-root")
     with_examples(av, "examples:\n  fleetctl audit verify\n  fleetctl audit verify --cluster lab")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 from fleetkit.core.errors import FleetError
@@ -19,7 +18,7 @@ from fleetkit.core.errors import FleetError
 from fleetctl import (audit_cmds, collect_cmds, coordinator_cmds, deploy_cmds, groupids_cmds, incident, lock_cmds,
                       offsets_cmds, runbook_cmds, trim_cmds)
 from fleetctl.connect import airflow_context
-from fleetctl.output import BLIND, red, say_blind
+from fleetctl.output import BAD_INPUT, BLIND, INTERRUPTED, OK, exit_codes_text, red, say_blind, stdout_closed
 
 log = logging.getLogger("fleetctl")
 
@@ -33,7 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
         verbs.add_parser(sub)
     incident.add_parsers(sub)
     collect_cmds.add_parser(sub)
+    for parser in [p, *_subparsers(p)]:  # one exit-code table, under every command's --help
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+        parser.epilog = "\n\n".join(x for x in (parser.epilog, exit_codes_text()) if x)
     return p
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                out += [child, *_subparsers(child)]
+    return out
 
 
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
@@ -70,32 +81,13 @@ def run(args: argparse.Namespace) -> int:
         return BLIND
     except FleetError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     except KeyboardInterrupt:
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
-        if not _stdout_closed():
+        if not stdout_closed():
             raise  # a socket's, not the reader's: not a quiet end
-        return 0  # `fleetctl offsets dump ... | head`: the reader has what it wanted
-
-
-def _stdout_closed() -> bool:
-    """Whether stdout's reader went away (then stdout points at /dev/null, so the interpreter's own
-    flush at exit does not fail again)."""
-    import select
-
-    try:
-        fd = sys.stdout.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLOUT)
-        closed = any(ev & select.POLLERR for _, ev in poller.poll(0))  # a pipe without a reader
-    except (OSError, ValueError):
-        return False
-    if closed:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, fd)
-        os.close(devnull)
-    return closed
+        return OK  # `fleetctl offsets dump ... | head`: the reader has what it wanted
 
 
 def console_main() -> int:
@@ -113,7 +105,7 @@ def console_main() -> int:
         airflow_context()
     except FleetError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
     import airflow  # noqa: F401 - configures Airflow's logging, to stdout ...
     logs_to_stderr(logging.DEBUG if verbose else logging.WARNING)  # ... moved to stderr
     return run(args)

@@ -8,7 +8,7 @@ import sys
 from fleetkit.core.errors import FleetError
 
 from fleetctl.connect import connected
-from fleetctl.output import BLIND, say_blind, with_examples
+from fleetctl.output import BAD_INPUT, BLIND, OK, say_blind, with_examples
 
 
 def cmd_collect(args) -> int:
@@ -21,7 +21,7 @@ def cmd_collect(args) -> int:
 
     from fleet_airflow import settings
 
-    from fleetkit.core.errors import AuthenticationFailed, NotAuthorized, TlsHandshakeFailed
+    from fleetkit.core.errors import AuthenticationFailed, ClusterUnreachable, NotAuthorized, TlsHandshakeFailed
 
     fleet = load_fleet(args.fleet or settings.fleet_file())
     names = fleet.names if args.cluster == "all" else [args.cluster]
@@ -31,7 +31,7 @@ def cmd_collect(args) -> int:
         cluster = fleet.cluster(name)
         try:
             res = collect_recorded(cluster, root, lambda: connected(cluster, args.timeout), retention_days())
-        except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed) as e:
+        except (AuthenticationFailed, NotAuthorized, TlsHandshakeFailed, ClusterUnreachable) as e:
             say_blind([str(e)])
             blind += 1
             continue
@@ -46,12 +46,12 @@ def cmd_collect(args) -> int:
             say_blind(["; ".join(res.blind_lines())])
             blind += 1
     print(f"datasets under {os.path.abspath(args.out or settings.data_root())}")
-    return 1 if failed else BLIND if blind else 0
+    return BAD_INPUT if failed else BLIND if blind else OK
 
 
 def add_parser(sub) -> None:
-    c = sub.add_parser("collect", help="collect a cluster's state into the datasets (exit 1 when a cluster failed, "
-                                       "4 when the login or an ACL kept groups or topics from being seen)")
+    c = sub.add_parser("collect", help="collect a cluster's state into the datasets (exit 4 when a cluster could not be "
+                                       "reached, or the login or an ACL kept groups or topics from being seen)")
     c.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     c.add_argument("--cluster", required=True, help="cluster name from the fleet file, or 'all'")
     c.add_argument("--out", help="data root (default: $FLEET_DATA_ROOT)")

@@ -135,8 +135,10 @@ def connected(cluster, timeout: float, zookeeper: bool = True, stores: bool = Tr
     except FleetError:
         raise
     except Exception as e:
-        if changes:
-            raise
+        from fleetctl.output import stdout_closed
+
+        if changes or (isinstance(e, BrokenPipeError) and stdout_closed()):
+            raise  # a change's own error; the reader of stdout gone (`| head`): not the cluster's fault
         # a broker dropping mid-request, a kazoo session lost: name the cluster, keep the cause
         raise ClusterUnreachable(f"cluster {cluster.name!r} ({kafka.bootstrap}): {type(e).__name__}: {e}") from e
     finally:

@@ -186,9 +186,6 @@ def add_parsers(sub) -> None:
         sp.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the cluster (default 10)")
         sp.add_argument("--json", action="store_true", help="one JSON document instead of the table")
 
-    exits = ("exit codes: 0 nothing flagged, 3 something flagged, 2 bad input, 4 the cluster could not be "
-             "reached or seen (a refused login, a missing ACL: named in one line), 5 nothing flagged but "
-             "partitions not judged yet (too little history: named in one line)")
     lg = sub.add_parser(
         "lag", help="kafka-consumer-groups --describe plus time lag and verdict, read now",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -196,8 +193,8 @@ def add_parsers(sub) -> None:
                     "now (as kafka-consumer-groups --describe prints them), LAG-TIME (~: interpolated from the log "
                     "end history, >=: a lower bound, -: unknown) and the VERDICT of the stuck rules over the "
                     "recent snapshots in the data root plus this read."),
-        epilog=f"example:\n  fleetctl lag orders-consumer billing --cluster lab\n  fleetctl lag --all --cluster "
-               f"lab43 --json\n\n{exits}")
+        epilog="example:\n  fleetctl lag orders-consumer billing --cluster lab\n  fleetctl lag --all --cluster "
+               "lab43 --json")
     lg.add_argument("groups", nargs="*", metavar="GROUP")
     lg.add_argument("--all", action="store_true", help="every group the cluster lists (and the fleet file names)")
     common(lg)
@@ -209,7 +206,7 @@ def add_parsers(sub) -> None:
         description=_wrap("Collects the cluster the way the scheduled run does (every group, commit times and rebalance "
                     "history from __consumer_offsets, the ZooKeeper offset stores), writes no dataset, and judges "
                     "with the stuck rules (no Spark) over the data root's recent snapshots plus this read."),
-        epilog=f"example:\n  fleetctl stuck --cluster lab\n\n{exits}")
+        epilog="example:\n  fleetctl stuck --cluster lab")
     common(st)
     st.set_defaults(func=cmd_stuck)
 
@@ -369,9 +366,7 @@ def add_offsets_parsers(o_sub) -> None:
                     "Progress and a summary go to stderr."),
         epilog="examples:\n  fleetctl offsets dump --segment /var/kafka/data/__consumer_offsets-17/00000000000000000000.log"
                "\n  fleetctl offsets dump --cluster lab --partition 17 --from 1200000 | jq 'select(.group == \"billing\")'"
-               "\n\nexit codes: 0 done, 3 corrupt entries found (CRC or lengths; named, not decoded, the rest "
-               "dumped), 2 bad input (a file that is not a segment), 4 the cluster could not be reached or read "
-               "(a refused login, a missing ACL)")
+               "\n\n3 (flagged): corrupt entries found (CRC or lengths; named, not decoded, the rest dumped)")
     od.add_argument("--segment", metavar="FILE", help="a segment file (.log) of __consumer_offsets")
     od.add_argument("--cluster", help="or: read from the cluster (fleet file name) ...")
     od.add_argument("--partition", type=int, help="... this partition of __consumer_offsets")
@@ -401,7 +396,6 @@ def cmd_offsets_health(args) -> int:
     scheduled collect_offsets step), run the trim_health job on them (in process for a small data
     root, else Spark, local), print the
     cluster's verdicts and fixes."""
-    import os
     import subprocess
     import tempfile
     import time
@@ -475,8 +469,7 @@ def add_health_parser(o_sub) -> None:
                           "them (in process for up to FLEET_TRIM_INPROCESS_MAX_ROWS records, 1,000,000 by default: "
                           "seconds; above that Spark, local) and prints the replicas that "
                           "are not healthy, with the reason and the cleaner setting that fixes it."),
-        epilog="example:\n  fleetctl offsets health --cluster lab\n\nexit codes: 0 all healthy, 3 something "
-               "flagged, 2 bad input, 4 the cluster could not be reached or read (a refused login, a missing ACL)")
+        epilog="example:\n  fleetctl offsets health --cluster lab")
     oh.add_argument("--cluster", required=True, help="cluster name from the fleet file")
     oh.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     oh.add_argument("--data-root", help="data root (default: $FLEET_DATA_ROOT)")

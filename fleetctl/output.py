@@ -5,11 +5,60 @@ from __future__ import annotations
 
 import sys
 
+#: the exit codes of every fleetctl command, one table (README.md and each command's --help)
+OK = 0
+#: the command could not do its work: a change refused or failed, a read-back that differs
+FAILED = 1
+#: bad input: usage, a file, a name, a setting (the line names it)
+BAD_INPUT = 2
+#: found what it looks for: stuck partitions, corrupt entries, a group not OK, a broken audit
+#: chain, a held lock, DAG files out of date
 FLAGGED = 3
-#: the cluster could not be reached, or not seen (a refused login, a missing ACL)
+#: could not see: the cluster unreachable, a refused login or TLS handshake, a missing ACL
 BLIND = 4
 #: nothing flagged, but partitions with lag could not be judged yet (too little history)
 NOT_JUDGED = 5
+#: interrupted (Ctrl-C)
+INTERRUPTED = 130
+EXIT_CODES = ((OK, "done; nothing flagged"), (FAILED, "the command could not do its work (a change refused or "
+              "failed, a read-back that differs)"), (BAD_INPUT, "bad input: usage, a file, a name, a setting"),
+              (FLAGGED, "found what it looks for (stuck partitions, corrupt entries, a group not OK, a broken "
+               "audit chain, a held lock, DAG files out of date)"),
+              (BLIND, "could not see: the cluster unreachable, a refused login or TLS handshake, a missing ACL"),
+              (NOT_JUDGED, "nothing flagged, but partitions with lag not judged yet (too little history)"),
+              (INTERRUPTED, "interrupted"))
+
+
+def exit_codes_text() -> str:
+    """The exit-code table as --help prints it."""
+    return "exit codes:\n" + "\n".join(f"  {code:<3} {what}" for code, what in EXIT_CODES)
+
+
+_stdout_gone = False
+
+
+def stdout_closed() -> bool:
+    """Whether stdout's reader went away (`fleetctl ... | head`); then stdout points at /dev/null, so
+    the interpreter's own flush at exit does not fail again (and the answer stays True)."""
+    import os
+    import select
+
+    global _stdout_gone
+    if _stdout_gone:
+        return True
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        closed = any(ev & select.POLLERR for _, ev in poller.poll(0))  # a pipe without a reader
+    except (OSError, ValueError):
+        return False
+    if closed:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        _stdout_gone = True
+    return closed
 
 
 def red(text: str, stream=None) -> str:

@@ -494,7 +494,7 @@ def test_cli_audit_verify(root, heads):
 
     os.remove(_file_of(root, rows[-1]["record_id"]))
     out = run()
-    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.returncode == 3, out.stdout + out.stderr
     assert "OK\tcluster=lab\t3 records chained" in out.stdout
     assert f"FAIL\tcluster=other\trecord={rows[-1]['record_id']}\ttruncated" in out.stdout
 
@@ -509,7 +509,7 @@ def test_cli_audit_verify_one_cluster(root, capsys):
     os.remove(_file_of(root, rows[0]["record_id"]))
     assert main(["audit", "verify", "--cluster", "lab", "--data-root", root.path]) == 0
     assert capsys.readouterr().out == "OK\tcluster=lab\t3 records chained\n"
-    assert main(["audit", "verify", "--cluster", "other", "--data-root", root.path]) == 1
+    assert main(["audit", "verify", "--cluster", "other", "--data-root", root.path]) == 3  # a broken chain: found
     out = capsys.readouterr().out
     assert f"FAIL\tcluster=other\trecord={rows[1]['record_id']}\tchain broken" in out
 
@@ -537,7 +537,7 @@ def test_cli_audit_seal_then_verify(root, heads, capsys):
 
     rows = _append(root, n=3)
     _rechain_unkeyed(root, rows, heads, lambda r: r, legacy=True)
-    assert main(["audit", "verify", "--data-root", root.path]) == 1
+    assert main(["audit", "verify", "--data-root", root.path]) == 3
     assert "unsigned head" in capsys.readouterr().out
     assert main(["audit", "seal", "--data-root", root.path]) == 0
     assert capsys.readouterr().out == "SEALED\tcluster=lab\tkey_id=tests\n"

@@ -77,12 +77,12 @@ def test_which_commands_set_up_airflow(argv, expected):
     assert needs_airflow(build_parser().parse_args(argv)) is expected
 
 
-@pytest.mark.parametrize("command,code", [(["lag", "g", "--data-root"], 4), (["collect", "--out"], 1)],
+@pytest.mark.parametrize("command,code", [(["lag", "g", "--data-root"], 4), (["collect", "--out"], 4)],
                          ids=["lag", "collect"])
 def test_the_incident_path_on_a_json_connection_imports_no_airflow(tmp_path, command, code):
     """The incident path: the fleet file, the connection from its AIRFLOW_CONN_ variable, the
-    Kafka client; a broker that does not answer ends it non-zero (lag: 4, collect: 1, a cluster
-    failed), naming the cluster."""
+    Kafka client; a broker that does not answer ends it with 4 (could not see), for lag and collect
+    alike, naming the cluster."""
     import json
     import os
 
@@ -136,17 +136,23 @@ def test_nothing_calls_the_lab_verbs_through_fleetctl():
     assert found == []
 
 
-def test_every_command_shows_an_example_in_its_help():
+def test_every_command_shows_an_example_and_the_exit_codes_in_its_help():
     """README promises an example under every command's --help: each leaf command's epilog has one,
-    and it names the command it is for."""
+    and it names the command it is for; then the one exit-code table (the same for every command)."""
     import argparse
 
     from fleetctl import cli
+    from fleetctl.output import EXIT_CODES, exit_codes_text
 
     missing = []
+    table = exit_codes_text()
+    assert [line.split()[0] for line in table.splitlines()[1:]] == [str(code) for code, _ in EXIT_CODES]
+    assert [code for code, _ in EXIT_CODES] == [0, 1, 2, 3, 4, 5, 130]
 
     def walk(parser, path):
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not (parser.epilog or "").endswith(table):
+            missing.append(" ".join(path) + ": no exit-code table")
         if not subs:
             epilog = parser.epilog or ""
             if "example" not in epilog or " ".join(path) not in epilog:

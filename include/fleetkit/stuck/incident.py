@@ -18,8 +18,10 @@ from fleetkit.core.durations import short_duration
 from fleetkit.stuck import rules, timelag
 
 #: columns of `fleetctl lag`: kafka-consumer-groups --describe's, then the toolkit's
-LAG_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "LAG-TIME", "VERDICT",
-               "CONSUMER-ID", "HOST", "CLIENT-ID")
+#: kafka-consumer-groups --describe's columns in its order (a script reading them by position keeps
+#: working), then the toolkit's
+LAG_COLUMNS = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID", "HOST",
+               "CLIENT-ID", "LAG-TIME", "VERDICT")
 CARRIED = ("committed_at", "commit_interval_seconds")
 
 
@@ -113,5 +115,5 @@ def lag_cells(j: dict) -> list[str]:
     def cell(v):
         return "-" if v is None else str(v)
     return [j["group"], j["topic"], str(j["partition"]), cell(j.get("committed_offset")),
-            cell(j.get("log_end_offset")), cell(j["lag"]), lag_time_text(j["time_lag"]), j["verdict"].status,
-            cell(j.get("member_id")), cell(j.get("member_host")), cell(j.get("member_client_id"))]
+            cell(j.get("log_end_offset")), cell(j["lag"]), cell(j.get("member_id")), cell(j.get("member_host")),
+            cell(j.get("member_client_id")), lag_time_text(j["time_lag"]), j["verdict"].status]
