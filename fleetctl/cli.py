@@ -15,8 +15,8 @@ import sys
 
 from fleetkit.core.errors import FleetError
 
-from fleetctl import (audit_cmds, collect_cmds, coordinator_cmds, deploy_cmds, groupids_cmds, incident, lock_cmds,
-                      offsets_cmds, runbook_cmds, trim_cmds)
+from fleetctl import (audit_cmds, collect_cmds, coordinator_cmds, deploy_cmds, groupids_cmds, groups_cmds, incident,
+                      lock_cmds, offsets_cmds, runbook_cmds, trim_cmds)
 from fleetctl.connect import airflow_context
 from fleetctl.output import BAD_INPUT, BLIND, INTERRUPTED, OK, exit_codes_text, red, say_blind, stdout_closed
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         verbs.add_parser(sub)
     incident.add_parsers(sub)
     collect_cmds.add_parser(sub)
+    groups_cmds.add_parser(sub)
     for parser in [p, *_subparsers(p)]:  # one exit-code table, under every command's --help
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.epilog = "\n\n".join(x for x in (parser.epilog, exit_codes_text()) if x)
@@ -50,7 +51,7 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser
 # Commands (or "command subcommand") that need no Airflow in the process: fleetctl imports no
 # Airflow for them (nor for --help), so they start in a fraction of a second.
 AIRFLOW_FREE_COMMANDS = ("offsets", "coordinator partition", "coordinator who", "lock", "lag", "stuck", "collect",
-                         "groupids diff", "runbook", "deploy")
+                         "groups", "groupids diff", "runbook", "deploy")
 
 
 def needs_airflow(args: argparse.Namespace) -> bool:

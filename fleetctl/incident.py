@@ -2,11 +2,8 @@
 
 They import no Airflow when the cluster's connections are AIRFLOW_CONN_<ID> variables in JSON form
 (fleetkit.core.connections), so they answer in about a second; other connections resolve through
-Airflow (fleet_airflow.clusters). Exit codes, for scripts: 0 nothing flagged, 3 something flagged,
-2 bad input (a one-line error naming it), 4 the cluster could not be reached or seen: unreachable, a
-refused login, or a missing ACL (one line naming the principal, the operation and the resource), 5
-nothing flagged but partitions with lag not judged yet (too little history): what the toolkit could
-not see or judge it does not call OK.
+Airflow (fleet_airflow.clusters). Exit codes: fleetctl.output's one table (what the toolkit could not
+see or judge it never calls OK).
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import sys
 from fleetkit.core.errors import FleetError
 
 from fleetctl.connect import connected, load_cluster
-from fleetctl.output import FLAGGED, print_table, say_blind, say_not_judged
+from fleetctl.output import FLAGGED, print_table, say_blind, say_not_judged, wrapped
 
 
 def _window(args) -> dt.timedelta:
@@ -168,12 +165,6 @@ def cmd_stuck(args) -> int:
     return FLAGGED if parts or storming else say_not_judged(judged)
 
 
-def _wrap(text: str) -> str:
-    import textwrap
-
-    return textwrap.fill(text, 100)
-
-
 def add_parsers(sub) -> None:
     import argparse
 
@@ -189,7 +180,7 @@ def add_parsers(sub) -> None:
     lg = sub.add_parser(
         "lag", help="kafka-consumer-groups --describe plus time lag and verdict, read now",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=_wrap("Each partition of the groups: CURRENT-OFFSET, LOG-END-OFFSET and LAG read from the cluster "
+        description=wrapped("Each partition of the groups: CURRENT-OFFSET, LOG-END-OFFSET and LAG read from the cluster "
                     "now (as kafka-consumer-groups --describe prints them), LAG-TIME (~: interpolated from the log "
                     "end history, >=: a lower bound, -: unknown) and the VERDICT of the stuck rules over the "
                     "recent snapshots in the data root plus this read."),
@@ -203,7 +194,7 @@ def add_parsers(sub) -> None:
     st = sub.add_parser(
         "stuck", help="the flagged partitions and rebalance storms now, as the scheduled run would report them",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=_wrap("Collects the cluster the way the scheduled run does (every group, commit times and rebalance "
+        description=wrapped("Collects the cluster the way the scheduled run does (every group, commit times and rebalance "
                     "history from __consumer_offsets, the ZooKeeper offset stores), writes no dataset, and judges "
                     "with the stuck rules (no Spark) over the data root's recent snapshots plus this read."),
         epilog="example:\n  fleetctl stuck --cluster lab")
@@ -354,7 +345,7 @@ def add_offsets_parsers(o_sub) -> None:
     od = o_sub.add_parser(
         "dump", help="every record of a __consumer_offsets segment file or partition, decoded, one JSON line each",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=_wrap("The content kafka-dump-log --offsets-decoder shows, as JSON lines, streaming, without a "
+        description=wrapped("The content kafka-dump-log --offsets-decoder shows, as JSON lines, streaming, without a "
                     "JVM: message formats v0-v2, batches compressed with gzip, snappy, lz4 or zstd; control "
                     "records (transaction markers) of a segment file as {\"control\": ...}. Each line: offset, "
                     "timestamp, magic, compression, key (key_version, kind, group, topic, partition ...), value "
@@ -464,7 +455,7 @@ def add_health_parser(o_sub) -> None:
     oh = o_sub.add_parser(
         "health", help="__consumer_offsets verdicts (bloated, cleaner stalled, over capacity) and the fix, now",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=_wrap("Reads the new records of __consumer_offsets and the segment inventory into the data "
+        description=wrapped("Reads the new records of __consumer_offsets and the segment inventory into the data "
                           "root (what the scheduled collect_offsets step does), runs the trim_health job on "
                           "them (in process for up to FLEET_TRIM_INPROCESS_MAX_ROWS records, 1,000,000 by default: "
                           "seconds; above that Spark, local) and prints the replicas that "

@@ -107,6 +107,13 @@ def print_table(headers, rows, out=None) -> None:
         print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
 
 
+def wrapped(text: str) -> str:
+    """A --help description, wrapped at 100 columns."""
+    import textwrap
+
+    return textwrap.fill(text, 100)
+
+
 def with_examples(parser, epilog: str) -> None:
     """Give a command's --help its examples (kept as written: one per line)."""
     import argparse

@@ -21,6 +21,7 @@ from fleetkit.core.partitioning import partition_for
 from fleetlab import traffic
 
 from tests.integration.fleet_clusters import GENERATIONS, Target, target_fixture
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.lab
 
@@ -204,3 +205,70 @@ def test_offsets_health_flags_a_partition_over_the_cleaners_capacity(lab, tmp_pa
     table = fleetctl("offsets", "health", "--cluster", lab.spec.name, "--fleet", str(fleet), "--data-root",
                      str(tmp_path / "data"), timeout=600)
     assert table.returncode == 3 and "OVER_CAPACITY" in table.stdout and "fix: log.cleaner.dedupe.buffer.size=" in table.stdout
+
+
+def kafka_consumer_groups(t: Target, *argv: str) -> list[list[str]]:
+    """Kafka's own kafka-consumer-groups (ConsumerGroupCommand from the generation's jars) on the lab
+    node's PLAINTEXT inter-broker listener (the same groups as the secured one): its table's rows,
+    split on blanks."""
+    import shutil
+
+    from fleetlab import dists
+
+    home = dists.dist_dir(t.version)
+    spec = t.handle.lab.spec
+    out = subprocess.run([shutil.which("java") or "java", "-Xmx256m", "-cp", f"{home / 'libs'}/*",
+                          "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                          "--bootstrap-server", f"127.0.0.1:{spec.internal_port(0)}", *argv],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [line.split() for line in out.stdout.splitlines() if line.strip()]
+
+
+def test_groups_list_state_and_members_as_kafka_consumer_groups_shows_them(target: Target, unique):
+    """fleetctl groups --list / --state / --members on each generation (0.9 has no --state or
+    --members in its own tool); on 3.9 and 4.3 the same header and the same values as Kafka's
+    kafka-consumer-groups (the coordinator's host aside: Kafka's tool asks another listener)."""
+    t = target
+    name = t.cluster.name
+    topic, live, idle = unique("groups"), unique("groups-live"), unique("groups-idle")
+    t.wait_topic(topic)
+    t.commit(idle, {(topic, 0): 1})
+    member = t.consumer_thread(live, [topic], client_id="groups-client")
+    member.start()
+    try:
+        def stable():
+            out = fleetctl("groups", live, "--state", "--cluster", name, "--json")
+            doc = json.loads(out.stdout) if out.returncode == 0 else {"groups": []}
+            return [g for g in doc["groups"] if g["state"] == "Stable" and g["members"] == 1]
+        (state,) = wait_until(stable, 60, f"{live} stable with its member")
+        listed = fleetctl("groups", "--list", "--cluster", name)
+        assert listed.returncode == 0 and live in listed.stdout.splitlines(), listed.stderr
+        table = fleetctl("groups", live, idle, "--state", "--cluster", name)
+        assert table.returncode == 0, table.stderr
+        rows = [line.split() for line in table.stdout.splitlines()]
+        assert rows[0] == ["GROUP", "COORDINATOR", "(ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]
+        by_group = {r[0]: r for r in rows[1:]}
+        coordinator = f"({state['coordinator_id']})"
+        assert by_group[live][2:] == [coordinator, "range", "Stable", "1"], rows
+        assert by_group[idle][3:] == ["-", t.memberless_state, "0"], rows
+        members = fleetctl("groups", live, "--members", "--verbose-assignment", "--cluster", name)
+        assert members.returncode == 0, members.stderr
+        head, *mrows = [line.split() for line in members.stdout.splitlines()]
+        assert head == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
+        ((group, consumer_id, host, client_id, partitions, assignment),) = mrows
+        # the host as the broker reports it and Kafka's tool prints it (0.9 on its TLS listener: "localhost/...")
+        assert host.endswith("/127.0.0.1"), host
+        assert (group, client_id, partitions, assignment) == (live, "groups-client", "3", f"{topic}(0,1,2)")
+        assert consumer_id.startswith("groups-client")
+        if t.cluster.version_tuple < (3,):
+            return
+        theirs = kafka_consumer_groups(t, "--describe", "--group", live, "--state")
+        assert theirs[0] == rows[0]
+        assert theirs[1][0] == live and theirs[1][2:] == by_group[live][2:], (theirs, rows)
+        # --members: the same five columns (--verbose's assignment columns differ between 3.9 and 4.x)
+        theirs = kafka_consumer_groups(t, "--describe", "--group", live, "--members")
+        assert theirs[0] == head[:5] and theirs[1] == [group, consumer_id, host, client_id, partitions], theirs
+        assert live in [r[0] for r in kafka_consumer_groups(t, "--list")]
+    finally:
+        member.stop()

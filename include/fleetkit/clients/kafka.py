@@ -192,6 +192,7 @@ class Member:
     host: str  # as reported, without 0.9's leading slash
     assignment: tuple[tuple[str, int], ...] | None  # None: the broker did not say
     member_epoch: int | None = None  # KIP-848 members only (ConsumerGroupDescribe)
+    reported_host: str = ""  # the host as the broker reports it ('/10.0.0.7', as kafka-consumer-groups prints it)
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,11 @@ class GroupDescription:
     error: str | None = None
     #: "classic" (JoinGroup/SyncGroup, every generation) or "consumer" (KIP-848, Kafka 4); None: not said
     group_type: str | None = None
+    #: the assignment strategy (a classic group's protocol, range / roundrobin / ...; a KIP-848
+    #: group's server assignor); None: none (no members) or not said
+    assignor: str | None = None
+    #: the coordinator's host:port, where known
+    coordinator: str | None = None
 
 
 def type_name(group_type) -> str | None:
@@ -250,15 +256,17 @@ def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
     that broker described (state by Kafka's name, members with their assignments)."""
     if answer.error:
         return GroupDescription(group=answer.group, state="Unknown", coordinator_id=answer.coordinator_id,
-                                error=answer.error)
+                                error=answer.error, coordinator=answer.coordinator)
     members = tuple(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.client_host),
-                           assignment=m.assignment, member_epoch=m.member_epoch) for m in answer.described)
+                           assignment=m.assignment, member_epoch=m.member_epoch, reported_host=m.client_host)
+                    for m in answer.described)
     state = state_name(answer.state or "Unknown")
     # DescribeGroups answers for classic groups only (a group it calls Dead may be a KIP-848 one);
     # ConsumerGroupDescribe's answers say "consumer"
     group_type = answer.group_type or ("classic" if state not in ("Dead", "Unknown") else None)
     return GroupDescription(group=answer.group, state=state, coordinator_id=answer.coordinator_id,
-                            members=members, group_type=group_type)
+                            members=members, group_type=group_type, assignor=answer.assignor,
+                            coordinator=answer.coordinator)
 
 
 def _remaining(deadline: float) -> float:
@@ -568,10 +576,12 @@ class KafkaCluster:
             if m.assignment is not None and m.assignment.topic_partitions is not None:
                 assignment = tuple(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
             members.append(Member(member_id=m.member_id, client_id=m.client_id, host=strip_host(m.host),
-                                  assignment=assignment))
-        coord = d.coordinator.id if d.coordinator is not None else None
-        return GroupDescription(group=group, state=state_name(d.state), coordinator_id=coord,
-                                members=tuple(members), group_type=type_name(getattr(d, "type", None)))
+                                  assignment=assignment, reported_host=m.host or ""))
+        node = d.coordinator
+        return GroupDescription(group=group, state=state_name(d.state), coordinator_id=node.id if node else None,
+                                members=tuple(members), group_type=type_name(getattr(d, "type", None)),
+                                assignor=d.partition_assignor or None,
+                                coordinator=f"{node.host}:{node.port}" if node else None)
 
     def committed_offsets(self, groups: Iterable[str]) -> dict[str, dict[tuple[str, int], int | None] | str]:
         """Per group: {(topic, partition): committed offset or None}, or the error name.

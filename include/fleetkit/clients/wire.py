@@ -62,6 +62,7 @@ class Answer:
     described: tuple[GroupMember, ...] = ()  # the members as described, with their assignments
     group_type: str | None = None       # "consumer" when ConsumerGroupDescribe described it (KIP-848)
     group_epoch: int | None = None      # KIP-848 groups: the group epoch
+    assignor: str | None = None         # the assignment strategy (classic: the protocol) the group uses
 
     @property
     def error(self) -> str | None:
@@ -114,6 +115,7 @@ class ConsumerGroup:
     group_epoch: int
     assignment_epoch: int
     members: tuple[GroupMember, ...]
+    assignor: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,8 @@ def consumer_groups(answer: dict) -> list[ConsumerGroup]:
     """The groups of a ConsumerGroupDescribe answer (KIP-848)."""
     return [ConsumerGroup(g["ErrorCode"], g["GroupId"], g["GroupState"], g["GroupEpoch"], g["AssignmentEpoch"], tuple(
         GroupMember(mb["MemberId"], mb["InstanceId"], mb["ClientId"], mb["ClientHost"], _assigned(mb["Assignment"]),
-                    member_epoch=mb["MemberEpoch"]) for mb in g["Members"])) for g in answer["Groups"]]
+                    member_epoch=mb["MemberEpoch"]) for mb in g["Members"]), g["AssignorName"])
+            for g in answer["Groups"]]
 
 
 def metadata(answer: dict) -> tuple[dict[int, str], dict[str, int], list[PartitionLeader]]:
@@ -261,6 +264,7 @@ def _describe(broker: Broker, groups: list[str], answers: dict[str, Answer], bat
                 a.state = d.state if not d.error else None
                 a.members = [(mb.member_id, mb.client_id, mb.client_host) for mb in d.members]
                 a.described = d.members
+                a.assignor = d.protocol or None
     # a KIP-848 group is unknown to DescribeGroups (GROUP_ID_NOT_FOUND, or Dead on some brokers)
     again = [g for g in groups if answers[g].describe_error == "GROUP_ID_NOT_FOUND" or answers[g].state == "Dead"]
     if again and broker.versions is not None and broker.version(m.CONSUMER_GROUP_DESCRIBE) is not None:
@@ -276,6 +280,7 @@ def _describe_consumer_groups(broker: Broker, groups: list[str], answers: dict[s
         if a is None or d.error or not d.state:
             continue  # a classic or unknown group: "not a consumer group" / GROUP_ID_NOT_FOUND
         a.describe_error, a.state, a.group_type, a.group_epoch = None, d.state, "consumer", d.group_epoch
+        a.assignor = d.assignor or None
         a.members = [(mb.member_id, mb.client_id, mb.client_host) for mb in d.members]
         a.described = d.members
 
