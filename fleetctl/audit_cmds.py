@@ -7,7 +7,7 @@ import sys
 import time
 
 from fleetctl.connect import airflow_context, state_store
-from fleetctl.output import FLAGGED, OK, red, with_examples
+from fleetctl.output import FLAGGED, OK, add_json, print_json, red, with_examples
 
 
 def cmd_audit_list(args) -> int:
@@ -17,6 +17,9 @@ def cmd_audit_list(args) -> int:
     from fleet_airflow import settings
 
     rows = audit.records(DataRoot(args.data_root or settings.data_root()), args.cluster, args.run)
+    if args.json:
+        print_json({"records": rows[-args.limit:]})
+        return 0
     for r in rows[-args.limit:]:
         print(audit.describe(r))
         if args.details:
@@ -116,6 +119,12 @@ def cmd_audit_verify(args) -> int:
     state_store()  # the chains' heads: FLEET_STATE_CONN_ID, else the heads folder
     root = DataRoot(args.data_root or settings.data_root())
     reports = audit.verify(root, args.cluster)
+    if args.json:
+        print_json({"data_root": root.uri, "chains": [
+            {"cluster": rep.cluster, "ok": rep.ok, "chained": rep.chained, "before_key": rep.before_key,
+             "before_chain": rep.before_chain, "warnings": list(rep.warnings),
+             "problems": [{"record_id": rid, "what": what} for rid, what in rep.problems]} for rep in reports]})
+        return OK if all(rep.ok for rep in reports) else FLAGGED
     if not reports:
         print(f"no audit records under {root.uri}")
         return 0
@@ -179,6 +188,7 @@ def add_parser(sub) -> None:
     al.add_argument("--limit", type=int, default=50)
     al.add_argument("--details", action="store_true", help="print each record's details (before/after)")
     al.add_argument("--data-root")
+    add_json(al)
     with_examples(al, "examples:\n  fleetctl audit list --cluster lab --limit 20\n  fleetctl audit list --run RUN --details")
     al.set_defaults(func=cmd_audit_list)
     ar = au_sub.add_parser("rollback", help="start the rollback of an executed runbook from its audit record, as "
@@ -197,6 +207,7 @@ def add_parser(sub) -> None:
                                           "re-ordered records and a truncated tail (exit 3 when one is found)")
     av.add_argument("--cluster", help="only this cluster's chain")
     av.add_argument("--data-root")
+    add_json(av)
     with_examples(av, "examples:\n  fleetctl audit verify\n  fleetctl audit verify --cluster lab")
     av.set_defaults(func=cmd_audit_verify)
     asl = au_sub.add_parser("seal", help="sign the head of chains written before the audit key was configured "

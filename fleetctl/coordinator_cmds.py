@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from fleetctl.connect import CONNECT_TIMEOUT, connected, load_cluster
-from fleetctl.output import say_blind, with_examples
+from fleetctl.output import add_json, print_json, say_blind, with_examples
 
 
 def cmd_coordinator_partition(args) -> int:
@@ -14,6 +14,10 @@ def cmd_coordinator_partition(args) -> int:
     if args.partitions <= 0:
         print(f"error: --partitions must be positive, got {args.partitions}", file=sys.stderr)
         return 2
+    if args.json:
+        print_json({"offsets_topic_partitions": args.partitions,
+                    "groups": [{"group": g, "partition": partition_for(g, args.partitions)} for g in args.groups]})
+        return 0
     for g in args.groups:
         print(f"{g}\t{partition_for(g, args.partitions)}")
     return 0
@@ -32,7 +36,9 @@ def cmd_coordinator_who(args) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         refusals = [x for x in (kafka.refused(r["error"], r["group"], "FindCoordinator") for r in rows) if x]
-    for r in rows:
+    if args.json:
+        print_json({"cluster": cluster.name, "groups": rows, "not_seen": [str(x) for x in refusals]})
+    for r in rows if not args.json else ():
         isr = ",".join(str(b) for b in r["isr"])
         answer = r["error"] or r["state"] or "?"
         print(f"{visible_controls(r['group'])}\t{r['partition']}\tleader={r['leader']}\tisr={isr}\t"
@@ -50,6 +56,7 @@ def add_parser(sub) -> None:
     cp = co_sub.add_parser("partition", help="group -> partition, as Kafka computes it (Java hashCode, Utils.abs)")
     cp.add_argument("groups", nargs="+", metavar="GROUP")
     cp.add_argument("--partitions", type=int, default=50, help="offsets.topic.num.partitions (default 50)")
+    add_json(cp)
     with_examples(cp, "example:\n  fleetctl coordinator partition orders-app billing --partitions 50")
     cp.set_defaults(func=cmd_coordinator_partition)
     cw = co_sub.add_parser("who", help="a group's partition, its leader/ISR/epoch, the coordinator the cluster names "
@@ -58,5 +65,6 @@ def add_parser(sub) -> None:
     cw.add_argument("groups", nargs="+", metavar="GROUP")
     cw.add_argument("--fleet", help="fleet file (default: $FLEET_FILE)")
     cw.add_argument("--cluster", required=True, help="cluster name from the fleet file")
+    add_json(cw)
     with_examples(cw, "example:\n  fleetctl coordinator who orders-app billing --cluster lab")
     cw.set_defaults(func=cmd_coordinator_who)

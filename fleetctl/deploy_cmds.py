@@ -9,7 +9,7 @@ import sys
 
 from fleetkit.core.render import visible_controls
 
-from fleetctl.output import FLAGGED, print_table, red
+from fleetctl.output import BAD_INPUT, FLAGGED, OK, add_json, print_json, print_table, red
 
 
 def cmd_deploy_dags(args) -> int:
@@ -18,7 +18,12 @@ def cmd_deploy_dags(args) -> int:
     from fleet_airflow.dag_files import install
 
     outcomes = install(args.folder, force=args.force, check=args.check, prefix=args.prefix)
-    changed = refused = 0
+    changed = sum(o.action in ("written", "updated", "stale") for o in outcomes)
+    refused = sum(o.action == "refused" for o in outcomes)
+    if args.json:
+        print_json({"folder": args.folder, "check": args.check,
+                    "files": [{"path": str(o.path), "action": o.action} for o in outcomes]})
+        outcomes = []
     for o in outcomes:
         what = {"written": "would write" if args.check else "wrote",
                 "updated": "would update" if args.check else "updated",
@@ -26,13 +31,11 @@ def cmd_deploy_dags(args) -> int:
                 "refused": "left alone: not a loader of the toolkit (--force replaces it)",
                 "unchanged": "up to date"}[o.action]
         print(f"{what}: {o.path}")
-        changed += o.action in ("written", "updated", "stale")
-        refused += o.action == "refused"
     if refused:
         print(red(f"error: {refused} file(s) in {args.folder} have a DAG's name but are not the toolkit's loaders"),
               file=sys.stderr)
-        return 2
-    return FLAGGED if args.check and changed else 0
+        return BAD_INPUT
+    return FLAGGED if args.check and changed else OK
 
 
 def cmd_deploy_check(args) -> int:
@@ -41,10 +44,30 @@ def cmd_deploy_check(args) -> int:
     database answers: FLEET_STATE_CONN_ID), the audit key is set. Exit 2
     naming the first problem; 0 when all hold."""
     from fleetkit.core import settings
-    from fleetkit.core.errors import FleetError
 
     rows = settings.describe()
-    print_table(["SETTING", "VALUE", "MEANS"], [[n, visible_controls(v), m] for n, v, m in rows])
+    if args.json:  # the same checks; their notes gathered into the document
+        import contextlib
+        import io
+
+        notes = io.StringIO()
+        with contextlib.redirect_stdout(notes):
+            problems = _deploy_problems()
+        print_json({"settings": [{"setting": n, "value": v, "means": m} for n, v, m in rows],
+                    "notes": notes.getvalue().splitlines(), "problems": problems})
+    else:
+        print_table(["SETTING", "VALUE", "MEANS"], [[n, visible_controls(v), m] for n, v, m in rows])
+        problems = _deploy_problems()
+    for p in problems:
+        print(red(f"error: {p}"), file=sys.stderr)
+    return BAD_INPUT if problems else OK
+
+
+def _deploy_problems() -> list[str]:
+    """deploy check's checks, each holding one printing a line; the problems found."""
+    from fleetkit.core import settings
+    from fleetkit.core.errors import FleetError
+
     problems: list[str] = []
     try:
         settings.require()
@@ -79,9 +102,7 @@ def cmd_deploy_check(args) -> int:
         print(f"audit key: set (id {visible_controls(key.key_id)})")
     except FleetError as e:
         problems.append(str(e))
-    for p in problems:
-        print(red(f"error: {p}"), file=sys.stderr)
-    return 2 if problems else 0
+    return problems
 
 
 def _object_store_root(root: str) -> list[str]:
@@ -134,7 +155,9 @@ def add_parser(sub) -> None:
     dd.add_argument("--check", action="store_true", help="change nothing; exit 3 when a file would change")
     dd.add_argument("--force", action="store_true", help="replace files of the same name that are not loaders")
     dd.add_argument("--prefix", default="", help="prefix of the files' names (e.g. kafka_fleet_)")
+    add_json(dd)
     dd.set_defaults(func=cmd_deploy_dags)
     dc = dsub.add_parser("check", help="the deployment's settings as this host sees them, and whether they hold",
                          epilog="example:\n  fleetctl deploy check", formatter_class=fmt)
+    add_json(dc)
     dc.set_defaults(func=cmd_deploy_check)

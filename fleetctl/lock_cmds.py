@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from fleetctl.connect import actor, state_store
-from fleetctl.output import with_examples
+from fleetctl.output import FLAGGED, OK, add_json, print_json, with_examples
 
 
 def _lock_dir(args) -> str:
@@ -24,15 +24,18 @@ def cmd_lock_status(args) -> int:
     store = state_store()  # the lock folder, or the shared run state's database (FLEET_STATE_CONN_ID)
     lock_dir = _lock_dir(args)
     held = held_locks(lock_dir)
+    if args.json:
+        print_json({"where": locks_where(lock_dir), "locks": [dict(h, where=store.lock_where(ref)) for ref, h in held]})
+        return FLAGGED if held else OK
     if not held:
         print(f"no cluster is locked ({locks_where(lock_dir)})")
-        return 0
+        return OK
     for ref, h in held:
         print("\t".join(visible_controls(str(x)) for x in (
             h.get("cluster", "?"), f"dag={h.get('dag_id', '?')}", f"run={h.get('run_id', '?')}",
             f"since={h.get('since', '?')}", f"host={h.get('host', '?')}", f"pid={h.get('pid', '?')}",
             f"identity={h.get('identity', '?')}", store.lock_where(ref))))
-    return 3
+    return FLAGGED
 
 
 def cmd_lock_clear(args) -> int:
@@ -108,6 +111,7 @@ def add_parser(sub) -> None:
     ls_ = lk_sub.add_parser("status", help="the held locks: cluster, holder run, since (exit 3 when one is held)")
     ls_.add_argument("--lock-dir", help="lock folder (default: $FLEET_LOCK_DIR, else $AIRFLOW_HOME/locks; unused "
                                         "when FLEET_STATE_CONN_ID keeps the locks in the database)")
+    add_json(ls_)
     with_examples(ls_, "example:\n  fleetctl lock status")
     ls_.set_defaults(func=cmd_lock_status)
     lc = lk_sub.add_parser("clear", help="clear a cluster's lock after checking the cluster: refused while its holder "

@@ -107,6 +107,17 @@ def print_table(headers, rows, out=None) -> None:
         print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
 
 
+def print_json(doc) -> None:
+    """A command's --json answer: one JSON document on stdout (names as they are, times as text)."""
+    import json
+
+    print(json.dumps(doc, indent=1, ensure_ascii=False, default=str))
+
+
+def add_json(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="one JSON document instead of the text")
+
+
 def wrapped(text: str) -> str:
     """A --help description, wrapped at 100 columns."""
     import textwrap

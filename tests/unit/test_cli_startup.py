@@ -164,3 +164,45 @@ def test_every_command_shows_an_example_and_the_exit_codes_in_its_help():
 
     walk(cli.build_parser(), ["fleetctl"])
     assert missing == []
+
+
+#: commands that change something and print what they did (their exit code is the answer)
+ACTIONS = {"audit rollback", "audit seal", "audit copy-heads", "trim resume", "trim restore", "lock clear",
+           "runbook start"}
+#: commands whose output is JSON already (one document, or JSON lines)
+JSON_ALWAYS = {"offsets decode", "offsets dump", "offsets cleaner-capacity"}
+
+
+def test_every_command_that_prints_data_has_json():
+    import argparse
+
+    from fleetctl import cli
+
+    leaves = {}
+
+    def walk(parser, path):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            leaves[" ".join(path)] = {o for a in parser._actions for o in a.option_strings}
+        for s in subs:
+            for name, sp in s.choices.items():
+                walk(sp, path + [name])
+
+    walk(cli.build_parser(), [])
+    assert ACTIONS | JSON_ALWAYS <= set(leaves)
+    assert [c for c, opts in leaves.items() if c not in ACTIONS | JSON_ALWAYS and "--json" not in opts] == []
+
+
+def test_json_answers_parse(tmp_path, capsys, monkeypatch):
+    import json
+
+    from fleetctl.cli import main
+    from fleetkit.core.partitioning import partition_for
+
+    assert main(["coordinator", "partition", "orders", "billing ĝ", "--partitions", "50", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["groups"] == [{"group": "orders", "partition": partition_for("orders", 50)},
+                             {"group": "billing ĝ", "partition": partition_for("billing ĝ", 50)}]
+    monkeypatch.delenv("FLEET_STATE_CONN_ID", raising=False)
+    assert main(["lock", "status", "--lock-dir", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["locks"] == []
