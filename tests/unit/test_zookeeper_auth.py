@@ -150,3 +150,41 @@ def test_identities_never_show_a_password():
         "digest:a, digest:b"
     assert zk_identity(_Client({})) == ANONYMOUS
     assert "anonymous" in str(not_authorized(_Client({}), "set", "/consumers/g/offsets/t/0"))
+
+
+def test_a_sasl_login_refused_inside_kazoos_connection_loop_is_the_login_line_not_a_timeout():
+    """kazoo's loop can end on a refused SASL login before its client says connected (it logs the
+    SessionClosedRequireSaslError instead of raising it): start() names the login, at once. A
+    stand-in for kazoo's client: the race cannot be forced against a real ZooKeeper."""
+    import threading
+
+    from kazoo.exceptions import SessionClosedRequireSaslError
+
+    from fleetkit.core.errors import AuthenticationFailed
+
+    class LoopThatFailsTheLogin:
+        connected = False
+
+        def start_async(self):
+            def loop():
+                try:
+                    raise SessionClosedRequireSaslError()
+                except SessionClosedRequireSaslError:
+                    kazoo_log.exception("Unhandled exception in connection loop")
+            threading.Timer(0.2, loop).start()
+            return threading.Event()  # never set: the loop died
+
+        def stop(self):
+            pass
+
+        def close(self):
+            pass
+
+    zk = ZooKeeperCluster("lab39", "127.0.0.1:2181", "/kafka", auth=ZooKeeperAuth("sasl", "fleet", "s3cret"),
+                          timeout=5, client=LoopThatFailsTheLogin())
+    with pytest.raises(AuthenticationFailed) as e:  # (not ClusterUnreachable's "did not answer" at the timeout)
+        zk.start()
+    assert str(e.value) == ("authentication failed for sasl:fleet on ZooKeeper of cluster 'lab39' "
+                            "(127.0.0.1:2181/kafka): the SASL (DIGEST-MD5) login was refused (wrong password or "
+                            "unknown user)")
+    assert "s3cret" not in str(e.value)

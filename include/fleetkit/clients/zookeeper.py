@@ -111,19 +111,23 @@ def parse_state(topic: str, partition: int, data: bytes, version: int) -> Partit
         raise ValueError(f"partition state of {topic}-{partition} is not valid JSON state: {e}") from None
 
 
-class _SslErrors(logging.Handler):
-    """Collects the TLS errors kazoo's connection loop logs (it retries and never raises them), one
-    line each, for start() to name."""
+class _LoopErrors(logging.Handler):
+    """Collects what kazoo's connection loop logs instead of raising: TLS errors (it retries them),
+    one line each, and a refused SASL login (its loop ends on it before the client says connected),
+    for start() to name."""
 
-    def __init__(self, out: list[str]):
+    def __init__(self, ssl_errors: list[str], sasl_refused: list[bool]):
         super().__init__(logging.WARNING)
-        self.out = out
+        self.ssl_errors, self.sasl_refused = ssl_errors, sasl_refused
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.exc_info and isinstance(record.exc_info[1], (SessionClosedRequireSaslError, AuthFailedError)):
+            self.sasl_refused.append(True)
+            return
         msg = record.getMessage()
         if "SSL" in msg or "certificate" in msg.lower():
             text = msg.split("socket connection error: ", 1)[-1]
-            self.out.append(" ".join(text.split()))
+            self.ssl_errors.append(" ".join(text.split()))
 
 
 class ZooKeeperCluster:
@@ -184,52 +188,64 @@ class ZooKeeperCluster:
         if self.client.connected:
             return
         ssl_errors: list[str] = []
-        watcher = _SslErrors(ssl_errors) if self.tls is not None else None
-        if watcher is not None:
-            kazoo_log.addHandler(watcher)
+        sasl_refused: list[bool] = []
+        watcher = _LoopErrors(ssl_errors, sasl_refused)
+        kazoo_log.addHandler(watcher)
         try:
             event = self.client.start_async()
             routine = getattr(getattr(self.client, "_connection", None), "_connection_routine", None)
             deadline = time.monotonic() + self.timeout
             while not event.wait(0.1):
+                if sasl_refused:
+                    break  # the loop ended on the login: said below, not "did not answer"
                 if time.monotonic() >= deadline:
                     raise KazooTimeoutError("Connection time-out")
                 if routine is not None and hasattr(routine, "is_alive") and not routine.is_alive():
                     raise KazooTimeoutError("no server answered within the connection retry policy "
                                             "(connection refused?)")
+            if sasl_refused:
+                self.stop()
+                raise self._login_refused()
             if not self.client.connected:
                 raise KazooTimeoutError("Connection time-out")
         except (KazooTimeoutError, KazooException) as e:
             self.stop()
+            if sasl_refused:
+                raise self._login_refused() from None
             if ssl_errors:  # the server answered, the TLS handshake failed: say so, not "did not answer"
                 raise TlsHandshakeFailed(f"TLS handshake with the ZooKeeper of cluster {self.name!r} ({self.hosts}) "
                                          f"failed: {ssl_errors[-1]}") from None
             raise ClusterUnreachable(
                 f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot}) did not answer: {e}") from None
         finally:
-            if watcher is not None:
-                kazoo_log.removeHandler(watcher)
+            kazoo_log.removeHandler(watcher)
         self._check_login()
+
+    def _login_refused(self) -> AuthenticationFailed:
+        where = f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot})"
+        if self.auth is not None and self.auth.scheme == "sasl":
+            return AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the SASL "
+                                        "(DIGEST-MD5) login was refused (wrong password or unknown user)")
+        return AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the server requires "
+                                    "a SASL login (set the connection's login, password and extra "
+                                    "{\"auth\": \"sasl\"})")
 
     def _check_login(self) -> None:
         """kazoo reports CONNECTED before its SASL exchange ends, and a refused SASL login (or a
         session without one on a server that requires it) only shows as the first request failing
         with a bare ConnectionLoss: one request here turns that into AuthenticationFailed, one line
         naming the identity and the cluster, never the password."""
-        where = f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot})"
         try:
             self.client.exists("/")
         except SessionClosedRequireSaslError:
             self.stop()
-            raise AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the server requires "
-                                       "a SASL login (set the connection's login, password and extra "
-                                       "{\"auth\": \"sasl\"})") from None
+            raise self._login_refused() from None
         except (AuthFailedError, ConnectionLoss) as e:
             self.stop()
             if self.auth is not None and self.auth.scheme == "sasl":
-                raise AuthenticationFailed(f"authentication failed for {self.identity} on {where}: the SASL "
-                                           "(DIGEST-MD5) login was refused (wrong password or unknown user)") from None
-            raise ClusterUnreachable(f"{where} closed the session: {type(e).__name__}") from None
+                raise self._login_refused() from None
+            raise ClusterUnreachable(f"ZooKeeper of cluster {self.name!r} ({self.hosts}{self.chroot}) closed the "
+                                     f"session: {type(e).__name__}") from None
 
     def stop(self) -> None:
         if self._own_client:
