@@ -1,3 +1,4 @@
+# PYTHON_ARGCOMPLETE_OK (shell completion: argcomplete; docs/operating.md)
 """fleetctl: the toolkit's operator CLI, for incident shells (outside Airflow). One module per verb
 group (fleetctl/*_cmds.py, fleetctl/incident.py); the lab has its own command, `fleetlab`.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from fleetkit.core.errors import FleetError
@@ -36,7 +38,25 @@ def build_parser() -> argparse.ArgumentParser:
     for parser in [p, *_subparsers(p)]:  # one exit-code table, under every command's --help
         parser.formatter_class = argparse.RawDescriptionHelpFormatter
         parser.epilog = "\n\n".join(x for x in (parser.epilog, exit_codes_text()) if x)
+        for action in parser._actions:  # --cluster completes from the fleet file's names
+            if action.dest == "cluster":
+                action.completer = cluster_names
     return p
+
+
+def cluster_names(prefix: str, parsed_args=None, **_) -> list[str]:
+    """Shell completion of --cluster: the names in the fleet file (--fleet, else $FLEET_FILE); none
+    when it cannot be read (completion never fails loudly)."""
+    import yaml
+
+    path = getattr(parsed_args, "fleet", None) or os.environ.get("FLEET_FILE")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f) or {}
+        names = [c.get("name") for c in doc.get("clusters") or [] if isinstance(c, dict)]
+    except (OSError, TypeError, AttributeError, yaml.YAMLError):
+        return []
+    return sorted(n for n in names if isinstance(n, str) and n.startswith(prefix))
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -99,7 +119,11 @@ def console_main() -> int:
     verbose = any(a in ("-v", "--verbose") for a in sys.argv[1:])
     if not verbose:
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-    args = build_parser().parse_args()  # --help and usage errors end here, before any Airflow import
+    parser = build_parser()
+    import argcomplete
+
+    argcomplete.autocomplete(parser)  # answers a shell's completion request and exits (else nothing)
+    args = parser.parse_args()  # --help and usage errors end here, before any Airflow import
     if not needs_airflow(args):
         return run(args)  # e.g. lag, stuck, collect: they start fast
     try:

@@ -206,3 +206,22 @@ def test_json_answers_parse(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FLEET_STATE_CONN_ID", raising=False)
     assert main(["lock", "status", "--lock-dir", str(tmp_path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["locks"] == []
+
+
+@pytest.mark.parametrize("line, expected", [("fleetctl gro", ["groupids", "groups"]),
+                                            ("fleetctl lag --cluster la", ["lab", "lab43"]),
+                                            ("fleetctl groups --st", ["--state"])])
+def test_shell_completion_of_commands_options_and_cluster_names(tmp_path, line, expected):
+    """What a shell gets from `eval "$(register-python-argcomplete fleetctl)"`: commands, options,
+    and --cluster's names from the fleet file."""
+    import os
+
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("version: 1\nclusters:\n  - {name: lab, kafka_version: '0.9.0.1'}\n"
+                     "  - {name: lab43, kafka_version: '4.3.1'}\n  - {name: other, kafka_version: '3.9.2'}\n")
+    out = tmp_path / "completions"
+    env = dict(os.environ, _ARGCOMPLETE="1", COMP_LINE=line, COMP_POINT=str(len(line)),
+               _ARGCOMPLETE_STDOUT_FILENAME=str(out), FLEET_FILE=str(fleet))
+    p = subprocess.run([sys.executable, "-c", CONSOLE], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.strip() for x in out.read_text().split("\v")) == expected
