@@ -15,7 +15,7 @@ import sys
 from fleetkit.core.errors import FleetError
 
 from fleetctl.connect import connected, load_cluster
-from fleetctl.output import FLAGGED, print_table, say_blind, say_not_judged, wrapped
+from fleetctl.output import FLAGGED, ProgressBar, print_table, say_blind, say_not_judged, wrapped
 
 
 def _window(args) -> dt.timedelta:
@@ -235,21 +235,32 @@ def dump_line(offset: int, key, value, where: str, extra: dict | None = None) ->
 
 
 class _Progress:
-    """Counts records per kind; a line on stderr every `every` records and at the end."""
+    """Counts records; on a terminal a progress bar on stderr (ProgressBar: how far into the file or
+    the partition), elsewhere a line on stderr every `every` records; a summary line at the end."""
 
     def __init__(self, every: int = 1_000_000):
         import time
 
         self.every, self.n, self.t0, self.clock = every, 0, time.monotonic(), time.monotonic
         self.errors = 0
+        self.bar: ProgressBar | None = None
+        self.position = None  # () -> how far, in the bar's unit
+
+    def show(self, what: str, total: int | None, unit: str, position) -> None:
+        self.bar, self.position = ProgressBar(what, total, unit), position
 
     def tick(self) -> None:
         self.n += 1
-        if self.n % self.every == 0:
+        if self.bar is not None and self.bar.shown:
+            if self.n % 1000 == 0:
+                self.bar.update(self.position())
+        elif self.n % self.every == 0:
             s = self.clock() - self.t0
             print(f"{self.n:,} records in {s:.1f}s ({self.n / s:,.0f}/s)", file=sys.stderr, flush=True)
 
     def done(self, what: str) -> None:
+        if self.bar is not None:
+            self.bar.close()
         s = max(self.clock() - self.t0, 1e-9)
         print(f"{what}: {self.n:,} records in {s:.1f}s ({self.n / s:,.0f}/s)"
               + (f", {self.errors} not decodable" if self.errors else ""), file=sys.stderr)
@@ -281,6 +292,7 @@ def cmd_offsets_dump(args) -> int:
             shown = len(report.corrupt)
 
         with open(args.segment, "rb", buffering=1 << 20) as f:
+            progress.show(os.path.basename(args.segment), os.path.getsize(args.segment), "bytes", f.tell)
             try:
                 for r in log_format.read_segment(f, args.segment, report):
                     if len(report.corrupt) > shown:
@@ -321,13 +333,23 @@ def cmd_offsets_dump(args) -> int:
         raise FleetError(f"--partition {args.partition}: {OFFSETS_TOPIC} of cluster {cluster.name!r} has partitions "
                          f"0..{cluster.offsets_topic_partitions - 1}")
 
+    at = [args.from_offset]
+
     def on_record(p, off, key, value):
+        at[0] = off
         line = dump_line(off, key, value, f"{OFFSETS_TOPIC}-{p} offset {off}")
         progress.errors += '"error": ' in line
         write(line + "\n")
         progress.tick()
 
     with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
+        start, end, _ = kafka.log_offsets([(OFFSETS_TOPIC, args.partition)])[(OFFSETS_TOPIC, args.partition)]
+        if start is not None and end is not None:
+            first = max(start, args.from_offset)
+            last = min(end, args.to_offset) if args.to_offset is not None else end
+            at[0] = first
+            progress.show(f"{OFFSETS_TOPIC}-{args.partition}", max(last - first, 0), "offsets",
+                          lambda: at[0] - first)
         res = read_records(cluster.name, kafka, [args.partition],
                            {args.partition: args.from_offset} if args.from_offset else {},
                            on_record=on_record,

@@ -107,6 +107,43 @@ def print_table(headers, rows, out=None) -> None:
         print(" ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=out)
 
 
+class ProgressBar:
+    """Progress of long work on stderr: on a terminal a bar (done / total, rate, time left), redrawn
+    at most ten times a second and gone when the work ends; elsewhere (a log, a pipe, NO_COLOR or
+    TERM=dumb) nothing, and the caller's summary line says it all."""
+
+    def __init__(self, what: str, total: int | None, unit: str = ""):
+        import os
+
+        self._bar = None
+        if not getattr(sys.stderr, "isatty", lambda: False)() or os.environ.get("NO_COLOR") \
+                or os.environ.get("TERM") == "dumb":
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, \
+            TimeRemainingColumn
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn(unit), TaskProgressColumn(), TimeRemainingColumn(),
+                             console=Console(stderr=True), transient=True, refresh_per_second=10,
+                             redirect_stdout=False)  # stdout is the command's answer: never touched
+        self._bar.start()
+        self._task = self._bar.add_task(what, total=total)
+
+    @property
+    def shown(self) -> bool:
+        return self._bar is not None
+
+    def update(self, completed: int) -> None:
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
 def print_json(doc) -> None:
     """A command's --json answer: one JSON document on stdout (names as they are, times as text)."""
     import json
