@@ -16,6 +16,8 @@ consumers, then move the group's committed offset past the record with target `s
 
 **Params**: `cluster`, `group`, `topic`, `partitions` (`all` or `0,2`), `target`:
 `earliest` | `latest` | `offset N` | `skip N` (records forward from the committed offset) |
+`shift N` (forward or back, kept within the log) | `datetime 2026-11-29T10:00:00Z` (the first
+record at or after it) | `duration 2h` (the same, 2 h ago) |
 `restore` (with `offsets` = `{"0": 17, "1": 20}`, what a rollback uses); `dry_run` (default
 **true**: plan and render only).
 
@@ -49,7 +51,8 @@ def build(dag_id: str = "runbook_stuck_reset"):
             "group": Param("", type="string", minLength=1, description="consumer group id (exactly as the cluster has it)"),
             "topic": Param("", type="string", minLength=1, description="topic"),
             "partitions": Param("all", type="string", description="'all' or partition numbers like 0,2"),
-            "target": Param("skip 1", type="string", description="earliest | latest | offset N | skip N | restore"),
+            "target": Param("skip 1", type="string", description="earliest | latest | offset N | skip N | shift N | datetime T | "
+                                                                  "duration D | restore"),
             "offsets": Param({}, type="object", description="for target restore: {partition: offset}"),
             "source": Param("kafka", type="string", enum=["kafka", "zookeeper", "storm"],
                             description="where the offsets live: kafka, zookeeper (old consumer) or storm (spout id "

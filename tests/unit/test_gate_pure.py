@@ -48,7 +48,14 @@ def test_lock_is_exclusive_reentrant_and_released_only_by_its_owner(tmp_path):
 
 @pytest.mark.parametrize("text, target", [
     ("earliest", Target("earliest")), ("LATEST", Target("latest")), ("offset 42", Target("offset", 42)),
-    (" skip 1 ", Target("skip", 1)), ("restore", None),
+    (" skip 1 ", Target("skip", 1)), ("restore", None), ("shift -5", Target("shift", -5)),
+    ("shift +3", Target("shift", 3)),
+    ("datetime 2026-11-29T10:00:00Z", Target("datetime", 1795946400000, text="2026-11-29T10:00:00Z")),
+    ("datetime 2026-11-29T10:00:00", Target("datetime", 1795946400000, text="2026-11-29T10:00:00")),  # UTC
+    ("datetime 2026-11-29T11:00:00+01:00", Target("datetime", 1795946400000, text="2026-11-29T11:00:00+01:00")),
+    ("duration 2h", Target("duration", 7_200_000, text="2h")),
+    ("duration PT1H30M", Target("duration", 5_400_000, text="PT1H30M")),
+    ("duration P1DT2H", Target("duration", 93_600_000, text="P1DT2H")),
 ])
 def test_parse_target(text, target):
     if target is None:
@@ -60,6 +67,8 @@ def test_parse_target(text, target):
 @pytest.mark.parametrize("text, message", [
     ("skip 0", "positive"), ("skip -1", "positive"), ("offset -3", "cannot be negative"), ("middle", "is not one of"),
     ("restore", "needs the offsets param"), ("", "is not one of"), ("offset 1; rm -rf /", "is not one of"),
+    ("shift 0", "other than 0"), ("datetime yesterday", "not an ISO 8601 time"),
+    ("duration soon", "not a duration"), ("duration P", "not a duration"), ("duration 0s", "longer than zero"),
 ])
 def test_parse_target_errors(text, message):
     with pytest.raises(ResetError, match=message):
@@ -78,6 +87,17 @@ def test_partitions_and_new_offsets():
         new_offset(Target("skip", 1), 0, None, 0, 100)
     with pytest.raises(ResetError, match=r"outside the log \[5, 100\]"):
         new_offset(Target("offset", 3), 0, 10, 5, 100)
+    # shift: kept within the log, as kafka-consumer-groups --shift-by does
+    assert new_offset(Target("shift", -5), 0, 41, 0, 100) == 36
+    assert new_offset(Target("shift", -50), 0, 41, 10, 100) == 10
+    assert new_offset(Target("shift", 80), 0, 41, 0, 100) == 100
+    with pytest.raises(ResetError, match="no committed offset to shift"):
+        new_offset(Target("shift", 1), 0, None, 0, 100)
+    # datetime / duration: the first record at or after the time; none that new: the log end
+    at = Target("datetime", 1795946400000, text="2026-11-29T10:00:00Z")
+    assert new_offset(at, 0, 41, 0, 100, 57) == 57
+    assert new_offset(at, 0, 41, 0, 100, None) == 100
+    assert new_offset(Target("duration", 1000, text="1s"), 0, None, 20, 100, 3) == 20  # before a moved log start
 
 
 def test_audit_records_and_cli_rollback(tmp_path, capsys):

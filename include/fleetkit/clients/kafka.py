@@ -807,6 +807,28 @@ class KafkaCluster:
         finally:
             c.close()
 
+    def offsets_for_times(self, partitions: list[tuple[str, int]], at_ms: int,
+                          timeout: float = 10.0) -> dict[tuple[str, int], int | None]:
+        """The offset of each partition's first record with a timestamp at or after `at_ms` (epoch
+        milliseconds; ListOffsets by time, Kafka 0.10.1+); None where no record is that new."""
+        c = self._peek_consumer()
+        try:
+            res = c.offsets_for_times([TopicPartition(t, p, int(at_ms)) for t, p in partitions], timeout)
+        except KafkaException as e:
+            raise self._unreachable("ListOffsets by time", e) from None
+        finally:
+            c.close()
+        out = {}
+        for tp in res:
+            if tp.error is not None:
+                refusal = self.refused(error_name(tp.error), tp.topic, "ListOffsets")
+                if refusal is not None:
+                    raise refusal
+                raise ClusterUnreachable(f"cluster {self.name!r}: the offset at a time of {tp.topic}-{tp.partition} "
+                                         f"not readable: {error_name(tp.error)}")
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else None
+        return out
+
     def record_timestamps(self, positions: dict[tuple[str, int], int],
                           timeout: float = 5.0) -> dict[tuple[str, int], float | None]:
         """The timestamp (epoch seconds, CreateTime or LogAppendTime as the topic keeps it) of the

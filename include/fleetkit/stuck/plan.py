@@ -3,8 +3,13 @@
 The fix for a consumer stuck on a poison record: with the group stopped (no live members), move
 its committed offset past the record (``skip 1``), or to the log start / end, or to an offset.
 
-Targets: ``earliest`` | ``latest`` | ``offset N`` | ``skip N`` (N records forward from the
-committed offset) | ``restore`` (explicit per-partition offsets, used by rollbacks).
+Targets, with kafka-consumer-groups' reset options beside them: ``earliest`` (--to-earliest) |
+``latest`` (--to-latest) | ``offset N`` (--to-offset) | ``skip N`` (N records forward from the
+committed offset, refused past the log end) | ``shift N`` (--shift-by: N forward or back from the
+committed offset, kept within the log as Kafka's tool does) | ``datetime T`` (--to-datetime: the
+first record at or after T, ISO 8601, UTC unless it says otherwise; the log end when none is that
+new) | ``duration D`` (--by-duration: the same, T = now - D, D like 2h or PT2H) | ``restore``
+(explicit per-partition offsets: rollbacks, and a plan of kafka-consumer-groups' CSV).
 
 ``build_plan`` is the reset's approval-gate plan (the offsets before and after, the
 preconditions fleetkit.stuck.execute re-checks, the rollback). ``diagnose_partition`` is the
@@ -35,24 +40,76 @@ class ResetError(FleetError):
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # earliest | latest | offset | skip | restore
-    value: int | None = None
+    kind: str  # earliest | latest | offset | skip | shift | datetime | duration | restore
+    value: int | None = None  # offset, skip, shift: records; datetime: epoch ms; duration: ms back from now
     offsets: dict | None = None
+    text: str = ""  # datetime / duration as given
 
     def describe(self) -> str:
-        if self.kind in ("offset", "skip"):
+        if self.kind in ("offset", "skip", "shift"):
             return f"{self.kind} {self.value}"
+        if self.kind in ("datetime", "duration"):
+            return f"{self.kind} {self.text}"
         return self.kind
 
+    def at_ms(self, now: dt.datetime) -> int | None:
+        """datetime / duration: the time whose first record is the new offset (epoch ms)."""
+        if self.kind == "datetime":
+            return self.value
+        if self.kind == "duration":
+            return int(now.timestamp() * 1000) - self.value
+        return None
 
-_TARGET = re.compile(r"^\s*(earliest|latest|restore|offset\s+(-?\d+)|skip\s+(-?\d+))\s*$", re.I)
+
+_TARGET = re.compile(r"^\s*(earliest|latest|restore|offset\s+(-?\d+)|skip\s+(-?\d+)|shift\s+([-+]?\d+)"
+                     r"|datetime\s+(\S+)|duration\s+(\S+))\s*$", re.I)
+_ISO_DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$", re.I)
+TARGETS_TEXT = "earliest, latest, offset N, skip N, shift N, datetime T, duration D, restore"
+
+
+def _epoch_ms(text: str) -> int:
+    """ISO 8601 (2026-11-29T10:00:00, with Z or an offset; UTC when it says none) -> epoch ms."""
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ResetError(f"target datetime {text!r}: not an ISO 8601 time like 2026-11-29T10:00:00Z") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def _duration_ms(text: str) -> int:
+    """'2h', '90m', '1d' or ISO 8601's 'PT2H', 'P1DT6H' -> milliseconds (positive)."""
+    m = _ISO_DURATION.match(text)
+    if m and any(m.groups()):
+        d, h, mi, s = (float(x or 0) for x in m.groups())
+        ms = int(((d * 24 + h) * 60 + mi) * 60_000 + s * 1000)
+    else:
+        from fleetkit.core.durations import parse_duration_seconds
+
+        try:
+            ms = int(parse_duration_seconds(text) * 1000)
+        except ValueError:
+            raise ResetError(f"target duration {text!r}: not a duration like 2h, 90m or PT2H") from None
+    if ms <= 0:
+        raise ResetError(f"target duration {text!r}: must be longer than zero")
+    return ms
 
 
 def parse_target(target: str, offsets: dict | None = None) -> Target:
     m = _TARGET.match(str(target or ""))
     if not m:
-        raise ResetError(f"target {target!r} is not one of: earliest, latest, offset N, skip N, restore")
+        raise ResetError(f"target {target!r} is not one of: {TARGETS_TEXT}")
     word = m.group(1).split()[0].lower()
+    if word == "shift":
+        n = int(m.group(4))
+        if n == 0:
+            raise ResetError(f"target {target!r}: shift by a number of records other than 0")
+        return Target("shift", n)
+    if word == "datetime":
+        return Target("datetime", _epoch_ms(m.group(5)), text=m.group(5))
+    if word == "duration":
+        return Target("duration", _duration_ms(m.group(6)), text=m.group(6))
     if word == "offset":
         n = int(m.group(2))
         if n < 0:
@@ -90,11 +147,33 @@ def parse_partitions(value) -> list[int] | None:
     return parts
 
 
-def new_offset(target: Target, partition: int, committed: int | None, start: int, end: int) -> int:
+def offsets_at_time(kafka: KafkaCluster, cluster: str, target: Target,
+                    partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
+    """For a datetime / duration target: each partition's offset of its first record at or after
+    the time ({} for the other targets). Refused on a cluster before 0.10 (no record timestamps)."""
+    at_ms = target.at_ms(utcnow())
+    if at_ms is None:
+        return {}
+    if not kafka.asks_api_versions:
+        raise ResetError(f"target {target.describe()!r}: cluster {cluster!r} runs Kafka before 0.10, whose records "
+                         "carry no timestamps; use offset N, skip N or shift N")
+    return kafka.offsets_for_times(partitions, at_ms)
+
+
+def new_offset(target: Target, partition: int, committed: int | None, start: int, end: int,
+               at_time: int | None = None) -> int:
+    """The partition's new offset; `at_time`: for datetime / duration, the offset of the first record
+    at or after the time (None: no record that new, so the log end)."""
     if target.kind == "earliest":
         return start
     if target.kind == "latest":
         return end
+    if target.kind in ("datetime", "duration"):
+        return end if at_time is None else min(max(at_time, start), end)
+    if target.kind == "shift":  # kept within the log, as kafka-consumer-groups --shift-by does
+        if committed is None:
+            raise ResetError(f"partition {partition}: the group has no committed offset to shift from")
+        return min(max(committed + target.value, start), end)
     if target.kind == "offset":
         wanted = target.value
     elif target.kind == "skip":
@@ -127,6 +206,7 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
     if unknown:
         raise ResetError(f"topic {topic!r} has no partition(s) {unknown} (it has {known[0]}..{known[-1]})")
     tps = [(topic, p) for p in parts]
+    by_time = offsets_at_time(kafka, cluster, tgt, tps)
     committed = kafka.group_offsets(group, tps)
     logs = kafka.log_offsets(tps)
     desc = kafka.describe_groups([group])[group]
@@ -136,7 +216,7 @@ def build_plan(kafka: KafkaCluster, cluster: str, group: str, topic: str, partit
         if err or start is None or end is None:
             raise ResetError(f"partition {t}-{p}: log offsets not readable ({err})")
         before = committed.get((t, p))
-        after = new_offset(tgt, p, before, start, end)
+        after = new_offset(tgt, p, before, start, end, by_time.get((t, p)))
         rows.append({"partition": p, "committed": before, "log_start": start, "log_end": end, "new": after,
                      "lag_before": None if before is None else end - before, "lag_after": end - after})
         changes.append({"target": f"{t}-{p}", "before": before, "after": after})

@@ -31,7 +31,8 @@ from fleetkit.clients.zookeeper import not_authorized
 from fleetkit.collection import zk_offsets
 from fleetkit.core.datasets import iso_z, utcnow
 from fleetkit.core.journal import Journal
-from fleetkit.stuck.plan import ACTION, DAG_ID, ResetError, new_offset, parse_partitions, parse_target
+from fleetkit.stuck.plan import (ACTION, DAG_ID, ResetError, new_offset, offsets_at_time, parse_partitions,
+                                 parse_target)
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +161,14 @@ def build_plan(ctx, params: dict) -> dict:
     if missing:
         raise ResetError(f"{what} {group!r} has no committed offset in the store for {topic} partition(s) {missing}")
     logs = ctx.kafka.log_offsets([(topic, p) for p in parts])
+    by_time = offsets_at_time(ctx.kafka, cluster.name, tgt, [(topic, p) for p in parts])
     rows, changes = [], []
     for p in parts:
         o = found[p]
         start, end, err = logs[(topic, p)]
         if err or start is None or end is None:
             raise ResetError(f"partition {topic}-{p}: log offsets not readable ({err})")
-        after = new_offset(tgt, p, o.offset, start, end)
+        after = new_offset(tgt, p, o.offset, start, end, by_time.get((topic, p)))
         rows.append({"partition": p, "committed": o.offset, "log_start": start, "log_end": end, "new": after,
                      "lag_before": end - o.offset, "lag_after": end - after, "znode": o.path, "version": o.version})
         changes.append({"target": o.path, "before": o.offset, "after": after})
