@@ -99,6 +99,17 @@ def _conf(args) -> dict:
             conf[name] = value  # ... anything else as text
     if args.cluster:
         conf["cluster"] = args.cluster
+    if getattr(args, "offsets_csv", None):  # kafka-consumer-groups' --from-file: a restore of those offsets
+        from fleetkit.stuck.plan import offsets_from_csv
+
+        try:
+            with open(args.offsets_csv) as f:
+                text = f.read()
+        except OSError as e:
+            raise FleetError(f"--offsets-csv {args.offsets_csv!r}: {e.strerror or e}") from None
+        conf.update(target="restore", offsets=offsets_from_csv(text, str(conf.get("group") or ""),
+                                                               str(conf.get("topic") or "")),
+                    partitions="all")
     if args.execute:
         conf["dry_run"] = False
     conf.setdefault("dry_run", True)
@@ -131,6 +142,26 @@ def cmd_runbook_start(args) -> int:
     if not args.wait:
         return 0
     return _follow(session, args.dag_id, run_id, args.timeout)
+
+
+def cmd_runbook_plan(args) -> int:
+    """The plan a run stored: its title, digest and changes; --csv a reset's offsets as
+    kafka-consumer-groups' CSV; --json the plan as stored. Read from the plans folder, no Airflow."""
+    from fleetkit.core import plans, settings
+    from fleetkit.stuck.plan import ACTION, plan_csv
+
+    plan, digest = plans.load(settings.plans_root(args.data_root), args.dag_id, args.run_id)  # PlanError: named
+    if args.csv:
+        if plan.get("action") != ACTION:
+            raise FleetError(f"--csv is for a reset's plan ({ACTION}); this one is {plan.get('action')!r}")
+        sys.stdout.write(plan_csv(plan))
+    elif args.json:
+        print(json.dumps({"digest": digest, "plan": plan}, indent=1, ensure_ascii=False, default=str))
+    else:
+        print(f"{visible_controls(plan.get('title') or '')}\ndigest {digest}")
+        print_table(["TARGET", "BEFORE", "AFTER"], [[str(c.get("target")), str(c.get("before")), str(c.get("after"))]
+                                                   for c in plan.get("changes") or []])
+    return 0
 
 
 def _pending_approvals(session, dag_id: str, run_id: str) -> list[dict]:
@@ -208,6 +239,9 @@ EPILOG_START = ("examples:\n"
                 "--param topic=orders --param partition=3 --wait\n"
                 "  fleetctl runbook start runbook_stuck_reset --conf '{\"cluster\": \"prod-eu\", \"group\": "
                 "\"billing\", \"topic\": \"orders\", \"target\": \"latest\"}' --execute")
+EPILOG_PLAN = ("examples:\n  fleetctl runbook plan runbook_stuck_reset 'manual__2026-11-28T10:00:00+00:00'\n"
+               "  fleetctl runbook plan runbook_stuck_reset RUN --csv > offsets.csv   # kafka-consumer-groups' "
+               "--export format")
 EPILOG_STATUS = ("examples:\n  fleetctl runbook status runbook_trim\n"
                  "  fleetctl runbook status runbook_trim 'manual__2026-11-28T10:00:00+00:00' --json")
 
@@ -227,11 +261,22 @@ def add_parser(sub) -> None:
     st.add_argument("--cluster", help="the cluster (its `cluster` param)")
     st.add_argument("--param", action="append", metavar="NAME=VALUE", help="a param (JSON value, else text); repeat")
     st.add_argument("--conf", help="the params as one JSON object (--param and --cluster win)")
+    st.add_argument("--offsets-csv", metavar="FILE", help="runbook_stuck_reset: the offsets of a CSV as "
+                                                           "kafka-consumer-groups --export writes it (topic,partition,"
+                                                           "offset): target restore")
     st.add_argument("--execute", action="store_true", help="a real run (dry_run false): it waits for an approval")
     st.add_argument("--unpause", action="store_true", help="unpause the runbook first (needs edit rights on it)")
     st.add_argument("--wait", action="store_true", help="follow it until it ends or waits for an approval")
     st.add_argument("--timeout", type=float, default=1800.0, help="seconds --wait follows it (default 1800)")
     st.set_defaults(func=cmd_runbook_start)
+    sp = rsub.add_parser("plan", help="the plan a run stored (what its approval page shows)", epilog=EPILOG_PLAN,
+                         formatter_class=fmt)
+    sp.add_argument("dag_id")
+    sp.add_argument("run_id")
+    sp.add_argument("--data-root", help="where the runs keep their plans (default: $FLEET_DATA_ROOT)")
+    sp.add_argument("--csv", action="store_true", help="a reset's new offsets as kafka-consumer-groups' CSV")
+    sp.add_argument("--json", action="store_true", help="the whole plan as stored")
+    sp.set_defaults(func=cmd_runbook_plan)
     ss = rsub.add_parser("status", help="a run's state, tasks and pending approval; without RUN, the recent runs",
                          epilog=EPILOG_STATUS, formatter_class=fmt)
     ss.add_argument("dag_id")

@@ -276,3 +276,50 @@ def test_deployment_macros_read_the_environment_when_rendered(monkeypatch):
     monkeypatch.setenv("FLEET_FILE", "/etc/fleet.yaml")
     d = settings.DEPLOYMENT_MACROS["fleet_settings"]
     assert (d.data_root, d.fleet_file) == ("/srv/fleet data", "/etc/fleet.yaml")
+
+
+def test_a_reset_plan_as_kafka_consumer_groups_csv_and_back(tmp_path, capsys, monkeypatch):
+    """`fleetctl runbook plan ... --csv` writes kafka-consumer-groups' --export format; `runbook start
+    --offsets-csv` reads it (its --from-file format, with or without the group column) as target restore."""
+    import argparse
+
+    from fleetctl.cli import main
+    from fleetctl.runbook_cmds import _conf
+    from fleetkit.core import plans
+    from fleetkit.stuck.plan import offsets_from_csv, plan_csv
+
+    plan = {"action": "reset_offsets", "cluster": "lab", "title": "Reset offsets of group g on orders (shift -5)",
+            "created_at": "2026-11-29T10:00:00Z", "preconditions": [], "risks": [], "rollback": {},
+            "changes": [{"target": "orders-0", "before": 41, "after": 36}, {"target": "orders-2", "before": 7,
+                                                                              "after": 2}],
+            "details": {"group": "g", "topic": "orders", "target": "shift -5", "partitions": [
+                {"partition": 0, "new": 36}, {"partition": 2, "new": 2}]}}
+    assert plan_csv(plan) == "orders,0,36\norders,2,2\n"
+    assert offsets_from_csv(plan_csv(plan), "g", "orders") == {"0": 36, "2": 2}
+    assert offsets_from_csv("g,orders,1,5\n\n", "g", "orders") == {"1": 5}
+    for text, message in [("other,0,1", "topic 'other', not 'orders'"), ("h,orders,0,1", "group 'h', not 'g'"),
+                          ("orders,x,1", "must be numbers"), ("orders,0,1\norders,0,2", "partition 0 given twice"),
+                          ("orders,0", "2 fields"), ("", "holds no offsets"), ("orders,0,-1", "cannot be negative")]:
+        with pytest.raises(ResetError, match=message):
+            offsets_from_csv(text, "g", "orders")
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(root))
+    monkeypatch.delenv("FLEET_PLANS_DIR", raising=False)
+    from fleetkit.core import settings
+
+    plans.store(settings.plans_root(str(root)), "runbook_stuck_reset", "manual__1", plan)
+    assert main(["runbook", "plan", "runbook_stuck_reset", "manual__1", "--csv"]) == 0
+    exported = capsys.readouterr().out
+    assert exported == "orders,0,36\norders,2,2\n"
+    assert main(["runbook", "plan", "runbook_stuck_reset", "manual__1"]) == 0
+    text = capsys.readouterr().out
+    assert "shift -5" in text and "orders-2" in text
+    assert main(["runbook", "plan", "runbook_stuck_reset", "manual__2"]) == 2  # no plan stored: bad input, named
+
+    csv_file = tmp_path / "offsets.csv"
+    csv_file.write_text(exported)
+    args = argparse.Namespace(conf='{"group": "g", "topic": "orders"}', param=["cluster=lab"], cluster=None,
+                              execute=False, offsets_csv=str(csv_file))
+    assert _conf(args) == {"group": "g", "topic": "orders", "cluster": "lab", "target": "restore",
+                           "offsets": {"0": 36, "2": 2}, "partitions": "all", "dry_run": True}

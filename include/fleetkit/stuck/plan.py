@@ -133,6 +133,44 @@ def parse_target(target: str, offsets: dict | None = None) -> Target:
     return Target(word)
 
 
+def plan_csv(plan: dict) -> str:
+    """A reset plan's new offsets in kafka-consumer-groups' CSV (--export, read back by
+    --from-file): topic,partition,offset per line."""
+    topic = plan["details"]["topic"]
+    return "".join(f"{topic},{r['partition']},{r['new']}\n" for r in plan["details"]["partitions"])
+
+
+def offsets_from_csv(text: str, group: str, topic: str) -> dict[str, int]:
+    """kafka-consumer-groups' CSV (topic,partition,offset; with several groups group,topic,partition,
+    offset) -> the `offsets` param of target restore, for `group` and `topic`. ResetError naming the
+    line for anything else (another topic or group, a bad number, a partition twice)."""
+    out: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 4:
+            if cells[0] != group:
+                raise ResetError(f"CSV line {n}: group {cells[0]!r}, not {group!r}")
+            cells = cells[1:]
+        if len(cells) != 3:
+            raise ResetError(f"CSV line {n}: {len(cells)} fields; write topic,partition,offset")
+        if cells[0] != topic:
+            raise ResetError(f"CSV line {n}: topic {cells[0]!r}, not {topic!r} (one topic per reset)")
+        try:
+            partition, offset = int(cells[1]), int(cells[2])
+        except ValueError:
+            raise ResetError(f"CSV line {n}: partition and offset must be numbers") from None
+        if partition < 0 or offset < 0:
+            raise ResetError(f"CSV line {n}: partition and offset cannot be negative")
+        if str(partition) in out:
+            raise ResetError(f"CSV line {n}: partition {partition} given twice")
+        out[str(partition)] = offset
+    if not out:
+        raise ResetError("the CSV holds no offsets")
+    return out
+
+
 def parse_partitions(value) -> list[int] | None:
     """'all' / None / '' -> None (every partition); '0,2' / [0, 2] / 3 -> a sorted list."""
     if value is None or value == "" or (isinstance(value, str) and value.strip().lower() == "all"):
