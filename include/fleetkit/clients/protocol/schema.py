@@ -36,6 +36,7 @@ _FIXED = {"int8": struct.Struct(">b"), "int16": struct.Struct(">h"), "uint16": s
           "int32": struct.Struct(">i"), "int64": struct.Struct(">q"), "float64": struct.Struct(">d")}
 #: the default of a field whose absence means null (Kafka's `"default": "null"`)
 NULL = type("Null", (), {"__repr__": lambda self: "NULL"})()
+_I16 = _FIXED["int16"].unpack_from
 _ZERO = {"bool": False, "string": "", "bytes": b"", "records": None, "uuid": bytes(16)}
 
 
@@ -246,8 +247,23 @@ def _reader(f: Field, t: str, v: int, flexible: bool):
     null = f.null_in(v)
     if t == "string":
         def string(r: Reader):
-            n = r.uvarint() - 1 if flexible else r.int16()
-            return (None if null else "") if n < 0 else r.take(n).decode("utf-8", "replace")
+            data, pos = r.data, r.pos
+            if flexible and pos < len(data) and data[pos] < 0x80:  # a one-byte length: most strings
+                n, pos = data[pos] - 1, pos + 1
+            elif flexible:
+                n = r.uvarint() - 1
+                pos = r.pos
+            else:
+                n = _I16(data, pos)[0]
+                pos += 2
+            if n < 0:
+                r.pos = pos
+                return None if null else ""
+            end = pos + n
+            if end > len(data):
+                raise struct.error(f"field of {n} bytes runs past the end of the response")
+            r.pos = end
+            return data[pos:end].decode("utf-8", "replace")
         return string
     if t in ("bytes", "records"):
         absent = None if null or t == "records" else b""
@@ -259,28 +275,44 @@ def _reader(f: Field, t: str, v: int, flexible: bool):
             n = r.count(flexible)
             return (None if null else []) if n < 0 else [element(r) for _ in range(n)]
         return array
-    return lambda r: decode_from(r, f.fields, v, flexible)
+    return _decoder(f.fields, v, flexible)
 
 
-_PLANS: dict[tuple[int, int, bool], tuple] = {}
+_DECODERS: dict[tuple[int, int, bool], tuple] = {}
 
 
-def _plan(fields: tuple[Field, ...], v: int, flexible: bool) -> tuple:
-    """Per field: (name, reader, None) when version `v` carries it, else (name, None, its value);
-    made once per declaration and version (keyed by the declaration's identity, which it keeps)."""
+def _decoder(fields: tuple[Field, ...], v: int, flexible: bool):
+    """The function decoding one struct of `fields` in version `v`: a dict display of the fields'
+    readers in order (a field absent from the version: its default, a fresh one for a list or a
+    dict), made once per declaration and version (keyed by the declaration's identity, kept)."""
     key = (id(fields), v, flexible)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = (fields, tuple((f.name, _reader(f, f.type, v, flexible), None) if f.present(v)
-                                            else (f.name, None, f.zero()) for f in fields))
-    return plan[1]
+    made = _DECODERS.get(key)
+    if made is None:
+        env: dict = {"skip": _skip_tags}
+        items = []
+        for i, f in enumerate(fields):
+            if f.present(v):
+                env[f"read{i}"] = _reader(f, f.type, v, flexible)
+                items.append(f"{f.name!r}: read{i}(r)")
+            else:
+                zero = f.zero()
+                env[f"zero{i}"] = zero
+                items.append(f"{f.name!r}: " + ("[]" if zero == [] else "{}" if zero == {} else f"zero{i}"))
+        body = "    out = {" + ", ".join(items) + "}\n" + ("    skip(r)\n" if flexible else "") + "    return out\n"
+        exec("def decode(r):\n" + body, env)  # noqa: S102 - code made here from the declarations, no input
+        made = _DECODERS[key] = (fields, env["decode"])
+    return made[1]
+
+
+def _skip_tags(r: Reader) -> None:
+    if r.pos < len(r.data) and r.data[r.pos] == 0:  # no tagged fields: the usual case
+        r.pos += 1
+    else:
+        r.skip_tags()
 
 
 def decode_from(r: Reader, fields: tuple[Field, ...], v: int, flexible: bool) -> dict:
-    out = {name: read(r) if read is not None else zero for name, read, zero in _plan(fields, v, flexible)}
-    if flexible:
-        r.skip_tags()
-    return out
+    return _decoder(fields, v, flexible)(r)
 
 
 def decode(fields: tuple[Field, ...], data: bytes, v: int, flexible: bool) -> dict:
