@@ -86,14 +86,17 @@ class Outcome:
 def install(folder: str | os.PathLike, *, force: bool = False, check: bool = False,
             prefix: str = "") -> list[Outcome]:
     """Write (or, with `check`, only compare) the loader of every DAG into `folder` as
-    <prefix><module>.py. A file there that is not a loader of ours is left alone ("refused") unless
+    <prefix><module>.py (a renamed DAG's old id only where its loader is there already). A file there that is not a loader of ours is left alone ("refused") unless
     `force`. A loader of ours for a DAG the package no longer has is reported "stale" (removed
     unless `check`). Written atomically (a scheduler never parses half a file)."""
     folder = Path(folder)
     if not check:
         folder.mkdir(parents=True, exist_ok=True)
     out = []
-    wanted = {f"{prefix}{m}.py": m for m in dag_modules()}
+    # a renamed DAG's old id: its loader is kept (and updated) where a deployment already has it, for
+    # one release; a new deployment gets the current ids only
+    present = {p.name for p in folder.glob(f"{prefix}*.py")} if folder.is_dir() else set()
+    wanted = {f"{prefix}{m}.py": m for m in dag_modules() if m not in RENAMED or f"{prefix}{m}.py" in present}
     for name, module in wanted.items():
         path = folder / name
         text = loader_text(module)

@@ -14,8 +14,8 @@ from fleetlab.traffic import commit, produce, wait_topic
 from tests.install import installed
 from tests.helpers import committed_offsets
 
-DAGS = ["ownership", "fleet_maintenance", "group_ids", "runbook_ownership",
-        "runbook_group_ids", "runbook_trim", "runbook_stuck_reset", "runbook_stuck_skip"]
+DAGS = sorted(["fleet_maintenance", "group_ids", "ownership", "runbook_group_ids", "runbook_ownership",
+               "runbook_stuck_reset", "runbook_stuck_skip", "runbook_trim"])
 RUNBOOKS = [d for d in DAGS if d.startswith("runbook_")]
 
 DAGBAG = """

@@ -436,3 +436,20 @@ def test_a_name_of_no_capability_is_caught(tmp_path):
         "spark_jobs/offsets_health.py is named after no capability",
         "DAG coordinator_check (dags/coordinator_check.py) is named after no capability",
         "docs/group-ids.md is missing"]
+
+
+def test_the_distribution_ships_every_package():
+    """Every folder with an __init__.py under the installed folders is a package pyproject.toml
+    lists (setuptools ships only those: a missing one works from the checkout and fails installed)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(project["packages"])
+    found = set()
+    for name, folder in project["package-dir"].items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            if "__pycache__" in init.parts:
+                continue
+            rel = init.parent.relative_to(REPO / folder).parts
+            found.add(".".join((name, *rel)))
+    assert sorted(found - listed) == [] and sorted(listed - found) == []

@@ -112,13 +112,27 @@ def test_the_loaders_name_only_the_installed_package(tmp_path):
     assert "fleet_maintenance" in modules and "runbook_trim" in modules and "__init__" not in modules
     assert modules == sorted(p.stem for p in (REPO / "dags").glob("*.py") if p.stem != "__init__")
     out = dag_files.install(tmp_path / "dags")
-    assert {o.action for o in out} == {"written"} and len(out) == len(modules)
+    current = [m for m in modules if m not in dag_files.RENAMED]  # a new deployment: the current ids only
+    assert {o.action for o in out} == {"written"} and sorted(o.path.stem for o in out) == current
     text = (tmp_path / "dags" / "fleet_maintenance.py").read_text()
     assert text.splitlines()[-1] == "from fleet_dags.fleet_maintenance import dag  # noqa: F401"
     assert str(REPO) not in text
     # Airflow's parsing heuristic finds both words in a loader
     assert "airflow" in text.lower() and "dag" in text.lower()
     assert {o.action for o in dag_files.install(tmp_path / "dags")} == {"unchanged"}
+
+
+def test_an_upgraded_deployment_keeps_its_loaders_of_renamed_dags_for_a_release(tmp_path):
+    from fleet_airflow import dag_files
+
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    old = next(iter(dag_files.RENAMED))
+    (folder / f"{old}.py").write_text(dag_files.loader_text(old) + "# an earlier release's loader\n")
+    out = {o.path.stem: o.action for o in dag_files.install(folder)}
+    assert out[old] == "updated" and out[dag_files.RENAMED[old]] == "written"  # kept, and the new id added
+    assert (folder / f"{old}.py").read_text() == dag_files.loader_text(old)
+    assert all(out.get(o) is None for o in dag_files.RENAMED if o != old)  # no other old id appears
 
 
 def test_a_teams_own_file_is_left_alone_and_stale_loaders_go(tmp_path):
