@@ -116,12 +116,14 @@ class _LoopErrors(logging.Handler):
     one line each, and a refused SASL login (its loop ends on it before the client says connected),
     for start() to name."""
 
-    def __init__(self, ssl_errors: list[str], sasl_refused: list[bool]):
+    def __init__(self, ssl_errors: list[str], sasl_refused: list[bool], sasl: bool):
         super().__init__(logging.WARNING)
         self.ssl_errors, self.sasl_refused = ssl_errors, sasl_refused
+        # a refusal of the SASL exchange, or (only when this client logs in with SASL) a failed auth
+        self.refusals = (SessionClosedRequireSaslError, AuthFailedError) if sasl else (SessionClosedRequireSaslError,)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.exc_info and isinstance(record.exc_info[1], (SessionClosedRequireSaslError, AuthFailedError)):
+        if record.exc_info and isinstance(record.exc_info[1], self.refusals):
             self.sasl_refused.append(True)
             return
         msg = record.getMessage()
@@ -189,7 +191,7 @@ class ZooKeeperCluster:
             return
         ssl_errors: list[str] = []
         sasl_refused: list[bool] = []
-        watcher = _LoopErrors(ssl_errors, sasl_refused)
+        watcher = _LoopErrors(ssl_errors, sasl_refused, self.auth is not None and self.auth.scheme == "sasl")
         kazoo_log.addHandler(watcher)
         try:
             event = self.client.start_async()
