@@ -40,11 +40,25 @@ def test_the_fleet_pages_runbook_forms_come_from_the_dags_params(dagbag):
     assert (reset["partitions"].kind, reset["source"].kind, reset["cluster"].help) == (
         "string", "string", "cluster name from the fleet file")
 
-def test_each_renamed_dag_is_kept_under_its_old_id_as_a_deprecated_alias(dagbag):
-    """The old id of a renamed DAG is bagged from its own loader with the new one's tasks and
-    params, tagged deprecated, never scheduled, saying what it was renamed to."""
+def test_each_renamed_dag_is_kept_under_its_old_id_as_a_deprecated_alias(tmp_path, airflow_db):
+    """A deployment upgraded from the release before the renames (its dags folder holds the old
+    ids' loaders): `fleetctl deploy dags` keeps them and adds the new ids, and each old id is bagged
+    from its own loader with the new one's tasks and params, tagged deprecated, never scheduled,
+    saying what it was renamed to."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from fleet_airflow import dag_files
     from fleet_airflow.dag_files import RENAMED
 
+    folder = tmp_path / "dags"
+    folder.mkdir()
+    for old in RENAMED:
+        (folder / f"{old}.py").write_text(dag_files.loader_text(old))
+    actions = {o.path.stem: o.action for o in dag_files.install(folder)}
+    assert {actions[old] for old in RENAMED} == {"unchanged"} and {actions[new] for new in RENAMED.values()} == {
+        "written"}
+    dagbag = DagBag(dag_folder=str(folder))
+    assert dagbag.import_errors == {}
     for old, new in RENAMED.items():
         alias, current = dagbag.get_dag(old), dagbag.get_dag(new)
         assert alias is not None and current is not None, old
