@@ -70,8 +70,9 @@ def cmd_groups(args) -> int:
             return say_blind([str(refusal)]) if refusal is not None else OK
         names = sorted(g for g, _ in kafka.list_groups()) if args.all_groups else list(dict.fromkeys(args.groups))
         descs, _ = kafka.describe_with_coordinators(names)
-    refusals = [x for x in (kafka.refused(d.error, g, "DescribeGroups") for g, d in descs.items()) if x]
-    seen = [descs[g] for g in names if kafka.refused(descs[g].error, g, "DescribeGroups") is None]
+    refused = {g: kafka.refused(descs[g].error, g, "DescribeGroups") for g in names}
+    refusals = [x for x in refused.values() if x is not None]
+    seen = [descs[g] for g in names if refused[g] is None]
     if args.json:
         key, records = ("groups", [state_record(d) for d in seen]) if args.state else \
             ("members", [r for d in seen for r in member_records(d)])
