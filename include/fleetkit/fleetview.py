@@ -259,20 +259,23 @@ class GroupIndex:
         return self._rows(t.slice(0, 1))[0] if t.num_rows else None
 
 
-#: the columns of findings.jsonl a flagged partition's metrics need (an explicit schema: Arrow's
-#: inference would stop at a column that is null in the first block and set further down)
+#: the columns of findings.jsonl the metrics read (an explicit schema: Arrow's inference would stop
+#: at a column that is null in the first block and set further down)
 FINDING_COLUMNS = (("cluster", "string"), ("source", "string"), ("group", "string"), ("topic", "string"),
                    ("partition", "int64"), ("status", "string"), ("lag", "int64"), ("committed_offset", "int64"),
-                   ("log_end_offset", "int64"), ("lag_seconds", "float64"), ("lag_seconds_kind", "string"))
+                   ("log_start_offset", "int64"), ("log_end_offset", "int64"), ("lag_seconds", "float64"),
+                   ("lag_seconds_kind", "string"))
 
 
 @dataclass
 class FlaggedPartitions:
-    """The partitions of the newest stuck run whose verdict is not OK, worst first (verdict, then
-    lag), as plain rows of FINDING_COLUMNS; `total`: every partition of the run."""
+    """The newest stuck run's findings: `rows`, the partitions whose verdict is not OK, worst first
+    (verdict, then lag), as plain rows of FINDING_COLUMNS; `table`, every finding (Arrow); `total`:
+    every partition of the run."""
 
     rows: list[dict] = field(default_factory=list)
     total: int = 0
+    table: object = None  # pyarrow.Table of FINDING_COLUMNS, None when the run found nothing
 
     @classmethod
     def parse(cls, path: DataPath) -> "FlaggedPartitions":
@@ -283,15 +286,90 @@ class FlaggedPartitions:
         if path.stat().st_size == 0:
             return cls()
         schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in FINDING_COLUMNS])
-        t = pajson.read_json(_json_source(path), read_options=pajson.ReadOptions(block_size=8 << 20),
-                             parse_options=pajson.ParseOptions(explicit_schema=schema,
-                                                               unexpected_field_behavior="ignore"))
-        total = t.num_rows
-        t = t.filter(pc.fill_null(pc.not_equal(t.column("status"), "OK"), True))
+        everything = pajson.read_json(_json_source(path), read_options=pajson.ReadOptions(block_size=8 << 20),
+                                      parse_options=pajson.ParseOptions(explicit_schema=schema,
+                                                                        unexpected_field_behavior="ignore"))
+        t = everything.filter(pc.fill_null(pc.not_equal(everything.column("status"), "OK"), True))
         rank = pa.array([GROUP_RANK.get(v, len(GROUP_RANK)) for v in t.column("status").to_pylist()], pa.int8())
         keyed = pa.table({"rank": rank, "lag": pc.negate(pc.fill_null(t.column("lag"), 0))})
         order = pc.sort_indices(keyed, sort_keys=[("rank", "ascending"), ("lag", "ascending")])
-        return cls(t.take(order).to_pylist(), total)
+        return cls(t.take(order).to_pylist(), everything.num_rows, everything)
+
+
+#: what the metrics publish of every partition (CurrentPartitions.columns): the newest collection's
+#: offsets and member, the newest stuck run's verdict and time lag
+CURRENT_COLUMNS = ("cluster", "group", "source", "topic", "partition", "committed_offset", "log_start_offset",
+                   "log_end_offset", "lag", "assigned", "member_host", "member_id", "member_client_id", "group_state",
+                   "status", "lag_seconds", "lag_seconds_kind")
+_KEY = ["cluster", "source", "group", "topic", "partition"]
+
+
+@dataclass
+class CurrentPartitions:
+    """Every partition of every group in the newest collection of each cluster, worst first (the
+    newest stuck run's verdict, then lag): one Python list per column of CURRENT_COLUMNS.
+
+    Offsets, lag and the member holding the partition are the collection's (what the cluster said
+    last); `status` and the time lag the stuck run's (null for a partition it did not judge yet). A
+    cluster with no collection file (none yet, or pruned) has its findings' rows instead, without
+    members. `collections`: cluster -> the collection file(s) read."""
+
+    columns: dict[str, list] = field(default_factory=lambda: {c: [] for c in CURRENT_COLUMNS})
+    collections: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.columns["cluster"])
+
+    @classmethod
+    def build(cls, snapshots: dict[str, list], findings: FlaggedPartitions) -> "CurrentPartitions":
+        """snapshots: cluster -> its newest collection's offsets_snapshots tables ([]: none)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        parts = []
+        base_cols = ["cluster", "group", "source", "topic", "partition", "committed_offset", "log_start_offset",
+                     "log_end_offset", "assigned", "member_host", "member_id", "member_client_id", "group_state"]
+        types = {"partition": pa.int64(), "committed_offset": pa.int64(), "log_start_offset": pa.int64(),
+                 "log_end_offset": pa.int64(), "assigned": pa.bool_()}
+
+        def shaped(t):
+            cols = []
+            for c in base_cols:
+                col = t.column(c) if c in t.column_names else pa.nulls(t.num_rows, types.get(c, pa.string()))
+                cols.append(col.cast(types.get(c, pa.string())))
+            out = pa.table(dict(zip(base_cols, cols)))
+            return out.set_column(2, "source", pc.fill_null(out.column("source"), "kafka"))
+
+        judged = findings.table
+        for cluster, tables in snapshots.items():
+            if tables:
+                parts += [shaped(t) for t in tables]
+            elif judged is not None:
+                parts.append(shaped(judged.filter(pc.equal(judged.column("cluster"), cluster))))
+        if not parts:
+            return cls()
+        t = pa.concat_tables(parts)
+        if judged is not None and judged.num_rows:
+            verdicts = shaped(judged).select(_KEY).append_column("status", judged.column("status")) \
+                .append_column("lag_seconds", judged.column("lag_seconds")) \
+                .append_column("lag_seconds_kind", judged.column("lag_seconds_kind"))
+            t = t.join(verdicts, keys=_KEY, join_type="left outer")
+        else:
+            t = t.append_column("status", pa.nulls(t.num_rows, pa.string())) \
+                .append_column("lag_seconds", pa.nulls(t.num_rows, pa.float64())) \
+                .append_column("lag_seconds_kind", pa.nulls(t.num_rows, pa.string()))
+        lag = pc.subtract(t.column("log_end_offset"), t.column("committed_offset"))
+        t = t.append_column("lag", lag)
+        ok = GROUP_RANK.get("OK", len(GROUP_RANK))
+        rank = pa.array([GROUP_RANK.get(v, ok) for v in t.column("status").to_pylist()], pa.int8())
+        keyed = pa.table({"rank": rank, "lag": pc.negate(pc.fill_null(lag, 0)), "cluster": t.column("cluster"),
+                          "group": t.column("group"), "topic": t.column("topic"), "partition": t.column("partition")})
+        order = pc.sort_indices(keyed, sort_keys=[("rank", "ascending"), ("lag", "ascending"), ("cluster", "ascending"),
+                                                  ("group", "ascending"), ("topic", "ascending"),
+                                                  ("partition", "ascending")])
+        t = t.take(order)
+        return cls({c: t.column(c).to_pylist() for c in CURRENT_COLUMNS})
 
 
 class FleetView:
@@ -317,6 +395,44 @@ class FleetView:
     def flagged_partitions(self) -> FlaggedPartitions:
         """The newest stuck run's partitions not OK, worst first (cached per file version)."""
         return cached(self.stuck / "findings.jsonl", FlaggedPartitions.parse) or FlaggedPartitions()
+
+    def current_partitions(self, clusters: list[str]) -> CurrentPartitions:
+        """Every partition of the clusters' newest collections with the newest stuck run's verdicts
+        (CurrentPartitions), built once per version of the files it reads."""
+        from fleetkit.core.datasets import SCHEMAS, newest_collection, read_file
+
+        store = self.root.root
+        files = {c: newest_collection(store, "offsets_snapshots", c) for c in clusters}
+        stats = []
+        for c, fs in files.items():
+            for f in fs:
+                try:
+                    st = DataPath(store, f).stat()
+                except FileNotFoundError:  # pruned between the listing and the look
+                    continue
+                stats.append((f, st.st_size, st.st_mtime_ns))
+        findings = self.flagged_partitions()
+        fpath = self.stuck / "findings.jsonl"
+        try:
+            fst = fpath.stat()
+            fkey = (fst.st_size, fst.st_mtime_ns)
+        except FileNotFoundError:
+            fkey = None
+        # (in the files' cache: the same key shape, the older versions dropped by the same rule)
+        key = (str(self.root), "current_partitions", tuple(sorted(files)), tuple(stats), fkey)
+        with _lock:
+            hit = _cache.get(key)
+        if hit is not None:
+            return hit
+        snapshots = {c: [read_file(store, f, SCHEMAS["offsets_snapshots"]) for f, _, _ in stats
+                         if f in set(files[c])] for c in clusters}
+        value = CurrentPartitions.build(snapshots, findings)
+        value.collections = {c: tuple(fs) for c, fs in files.items()}
+        with _lock:
+            for k in [k for k in _cache if k[:2] == key[:2]]:
+                del _cache[k]
+            _cache[key] = value
+        return value
 
     def report_file(self, report: str) -> DataPath | None:
         """The newest result file of a report the page and the metrics read (None: none yet):

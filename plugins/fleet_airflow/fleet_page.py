@@ -217,11 +217,15 @@ def fleet_app() -> FastAPI:
         """One Prometheus scrape: the collector reads the fleet file and the data root now."""
         from fleetkit.metrics import FleetCollector, scrape
 
+        gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
         try:
-            body, content_type = scrape(FleetCollector(_view(), _fleet), request.headers.get("accept"))
-        except ValueError as e:  # a FLEET_METRICS_* limit set wrong in the deployment
+            body, content_type = scrape(FleetCollector(_view(), _fleet), request.headers.get("accept"),
+                                        compress=gzipped)
+        except ValueError as e:  # a FLEET_METRICS_* setting set wrong in the deployment
             raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"fleet metrics: {e}") from None
-        return Response(body, media_type=content_type, headers={"Cache-Control": "no-store"})
+        headers = {"Cache-Control": "no-store", **({"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
+                                                   if gzipped else {})}
+        return Response(body, media_type=content_type, headers=headers)
 
     @app.get("/group", response_class=HTMLResponse)
     def group_page(cluster: str, group: str, user=Depends(may_read)):

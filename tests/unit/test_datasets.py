@@ -100,3 +100,25 @@ def test_read_recent_of_no_group_is_no_rows(tmp_path):
     since = now - _dt.timedelta(hours=1)
     assert read_recent(root, "offsets_snapshots", "c", since, []) == []
     assert len(read_recent(root, "offsets_snapshots", "c", since, ["g"])) == 1
+
+
+def test_recent_rows_and_the_newest_collection_are_chosen_by_the_time_in_the_file_names(tmp_path):
+    """fleetctl lag reads two windows of history, and the metrics the newest collection, from the
+    collection time in each file's name: a month of per-minute files is not read to find them."""
+    import datetime as _dt
+
+    from fleetkit.core.datasets import DataRoot, file_time, newest_collection, read_recent, write_collection
+
+    root = DataRoot(str(tmp_path))
+    now = _dt.datetime(2026, 3, 4, 12, 0, 0, 123456, tzinfo=_dt.timezone.utc)
+    written = {}
+    for age in (dt.timedelta(days=2), dt.timedelta(hours=3), dt.timedelta(minutes=1), dt.timedelta(0)):
+        t = now - age
+        written[age] = write_collection(root, "c", t, {"offsets_snapshots": [
+            {"cluster": "c", "group": "g", "topic": "t", "partition": 0, "observed_at": t,
+             "committed_offset": int(age.total_seconds())}]}).files["offsets_snapshots"]
+    assert file_time(written[dt.timedelta(0)]) == now
+    rows = read_recent(root, "offsets_snapshots", "c", now - _dt.timedelta(hours=1), ["g"])
+    assert sorted(r["committed_offset"] for r in rows) == [0, 60]
+    assert newest_collection(root, "offsets_snapshots", "c") == [written[dt.timedelta(0)]]
+    assert newest_collection(root, "offsets_snapshots", "other") == []

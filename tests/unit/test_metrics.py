@@ -12,11 +12,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from fleetkit.collection.groups import record_status
-from fleetkit.core.datasets import DataRoot, publish_rows
+from fleetkit.core.datasets import DataRoot, publish_rows, write_collection
 from fleetkit.core.fleet import parse_fleet
 from fleetkit.core.runbook import write_approval
 from fleetkit.fleetview import FleetView
 from fleetkit.metrics import COMPAT, METRICS, FleetCollector, scrape
+from fleetkit.metrics.names import KMINION, LAG_EXPORTER
 from fleetkit.metrics.collector import label
 
 NOW = dt.datetime.now(dt.timezone.utc)
@@ -40,6 +41,18 @@ def finding(cluster, group, topic, p, status, lag, **kw):
     return {"cluster": cluster, "source": "kafka", "group": group, "topic": topic, "partition": p, "status": status,
             "lag": lag, "committed_offset": 100, "log_end_offset": 100 + lag, "lag_seconds": 30.0 if lag else 0.0,
             "lag_seconds_kind": "interpolated" if lag else "exact", "lag_seconds_error": 2.0, "reason": "r", **kw}
+
+
+def snapshot(group, topic, p, committed, end, start=0, member=None, source=None, state="Stable"):
+    """An offsets_snapshots row of the collect task (member: (member id, client id, host) holding it)."""
+    mid, cid, host = member or (None, None, None)
+    return {"cluster": "lab", "group": group, "topic": topic, "partition": p, "observed_at": NOW,
+            "committed_offset": committed, "log_start_offset": start, "log_end_offset": end,
+            "group_state": state, "assigned": member is not None, "member_id": mid, "member_client_id": cid,
+            "member_host": host, "source": source}
+
+
+CONSUMER = ("consumer-1-2b1f0c1e-7d0a-4c8e-9f1e-0123456789ab", "consumer-1", "10.0.0.7")
 
 
 @pytest.fixture
@@ -73,6 +86,13 @@ def root(tmp_path, monkeypatch):
     publish_rows(findings, latest / "findings.jsonl")
     publish_rows([], latest / "series.jsonl")
     data = DataRoot(str(tmp_path))
+    # lab's newest collection (after the stuck run: its offsets moved on); lab43 has none yet
+    write_collection(data, "lab", NOW - dt.timedelta(seconds=60), {"offsets_snapshots": [
+        *(snapshot(f"ok-{i}", "orders", 0, 130, 130, state="Empty") for i in range(5)),
+        snapshot("stalled", "orders", 0, 120, 170, start=7, member=CONSUMER),
+        snapshot("stalled", "orders", 1, 100, 120, start=3, member=CONSUMER),
+        snapshot("stalled", "orders", 2, 170, 170, start=7, member=CONSUMER),
+        snapshot("stalled", "legacy", 0, 100, 109, source="zookeeper", state="Unknown")]})
     record_status(data, "lab", ok={"observed_at": iso(NOW - dt.timedelta(seconds=60)), "groups": 7, "problems": []})
     record_status(data, "lab43", ok={"observed_at": iso(NOW - dt.timedelta(seconds=30)), "groups": 1,
                                      "problems": []})
@@ -125,29 +145,49 @@ def test_the_newest_judged_state_is_published_with_the_lag_exporters_names(root)
     body, ctype = scraped(root)
     assert ctype.startswith("text/plain")
     m = samples(body)
+    # every partition of every group, from the newest collection, with the member holding it
+    member = {"member_host": "10.0.0.7", "consumer_id": CONSUMER[0], "client_id": "consumer-1"}
     part = {"cluster_name": "lab", "group": "stalled", "source": "kafka", "topic": "orders", "partition": "0"}
-    assert value(m, "kafka_consumergroup_group_offset", **part) == 100
-    assert value(m, "kafka_consumergroup_group_lag", **part) == 50
-    assert value(m, "kafka_consumergroup_group_lag_seconds", **part, kind="interpolated") == 30
-    assert value(m, "kafka_partition_latest_offset", cluster_name="lab", topic="orders", partition="0") == 150
+    assert value(m, "kafka_consumergroup_group_offset", **part, **member) == 120
+    assert value(m, "kafka_consumergroup_group_lag", **part, **member) == 50
+    # the time lag is the newest stuck run's
+    assert value(m, "kafka_consumergroup_group_lag_seconds", **part, **member, kind="interpolated") == 30
+    assert value(m, "kafka_partition_latest_offset", cluster_name="lab", topic="orders", partition="0") == 170
+    assert value(m, "kafka_partition_earliest_offset", cluster_name="lab", topic="orders", partition="0") == 0
+    assert value(m, "kafka_partition_earliest_offset", cluster_name="lab", topic="orders", partition="1") == 3
+    # OK partitions too: a threshold alert sees a partition before the stuck job flags it
+    assert value(m, "kafka_consumergroup_group_lag", cluster_name="lab", group="ok-3", topic="orders",
+                 member_host="", consumer_id="", client_id="") == 0
+    assert len(m["kafka_consumergroup_group_lag"]) == 10  # lab's 9 partitions, and lab43's judged one
+    assert value(m, "kafka_consumergroup_group_lag", cluster_name="lab43", group="stormy") == 0
     assert value(m, "fleet_partition_verdict", **part) == 1
     assert value(m, "fleet_partition_verdict", **part, verdict="STALLED") == 1
-    # only flagged partitions: the OK ones have no per-partition series
+    # verdicts for flagged partitions only
     assert {lab["partition"] for lab, _ in m["fleet_partition_verdict"] if lab["topic"] == "orders"} == {"0", "1"}
     assert not [lab for lab, _ in m["fleet_partition_verdict"] if lab["group"].startswith("ok-")]
     # a ZooKeeper-stored offset of the same group name is its own series; its unknown time lag has none
-    zk = dict(part, source="zookeeper", topic="legacy")
+    zk = {"cluster_name": "lab", "group": "stalled", "source": "zookeeper", "topic": "legacy", "partition": "0"}
     assert value(m, "fleet_partition_verdict", **zk, verdict="STOPPED") == 1
+    assert value(m, "kafka_consumergroup_group_lag", **zk) == 9
     assert not [lab for lab, _ in m["kafka_consumergroup_group_lag_seconds"] if lab["source"] == "zookeeper"]
-    # groups: worst verdict, storm flag, total lag
+    # groups: worst verdict, storm flag, lag in records and seconds over every partition
     assert value(m, "fleet_group_verdict", cluster_name="lab", group="stalled", source="kafka") == 1
     assert value(m, "fleet_group_verdict", cluster_name="lab", group="stalled", source="kafka",
                  verdict="STALLED") == 1
     assert value(m, "fleet_group_rebalance_storm", cluster_name="lab43", group="stormy") == 1
     assert value(m, "fleet_group_rebalance_storm", cluster_name="lab", group="stalled", source="kafka") == 0
-    assert value(m, "kafka_consumergroup_group_sum_lag", cluster_name="lab", group="stalled", source="kafka") == 70
+    stalled = {"cluster_name": "lab", "group": "stalled", "source": "kafka"}
+    assert value(m, "kafka_consumergroup_group_sum_lag", **stalled) == 70
+    assert value(m, "kafka_consumergroup_group_max_lag", **stalled, is_simple_consumer="false") == 50
+    assert value(m, "kafka_consumergroup_group_max_lag_seconds", **stalled) == 30
+    assert value(m, "kafka_consumergroup_group_topic_sum_lag", **stalled, topic="orders") == 70
+    # a group no member holds a partition of, Empty: kafka-lag-exporter's simple consumer
+    assert value(m, "kafka_consumergroup_group_max_lag", cluster_name="lab", group="ok-0",
+                 is_simple_consumer="true") == 0
     assert value(m, "fleet_cluster_groups", cluster_name="lab", verdict="OK") == 5
     assert value(m, "fleet_partitions_flagged", cluster_name="lab", verdict="LAGGING") == 1
+    # KMinion's names only when asked for
+    assert not set(m) & set(KMINION)
     # clusters, __consumer_offsets, coordinators, approvals
     assert value(m, "fleet_cluster_state", cluster_name="lab", state="OK") == 1
     assert value(m, "fleet_cluster_blind", cluster_name="lab") == 0
@@ -166,7 +206,7 @@ def test_the_newest_judged_state_is_published_with_the_lag_exporters_names(root)
     assert 7190 < value(m, "fleet_pending_approval_oldest_age_seconds") < 7800
     assert value(m, "fleet_metrics_series_left_out", kind="partition") == 0
     assert {lab["source"]: v for lab, v in m["fleet_metrics_source_up"]} == {
-        "clusters": 1, "stuck": 1, "offsets": 1, "coordinator": 1, "approvals": 1, "reports": 1}
+        "clusters": 1, "stuck": 1, "collections": 1, "offsets": 1, "coordinator": 1, "approvals": 1, "reports": 1}
     assert {lab["report"] for lab, _ in m["fleet_report_age_seconds"]} == {"stuck", "coordinator", "offsets"}
 
 
@@ -176,10 +216,45 @@ def test_every_published_series_is_declared_with_its_labels(root):
     for name, rows in m.items():
         for labels, _ in rows:
             assert tuple(labels) == METRICS[name][0] or set(labels) == set(METRICS[name][0]), name
-    assert set(COMPAT) == {"kafka_consumergroup_group_offset", "kafka_consumergroup_group_lag",
-                           "kafka_consumergroup_group_lag_seconds", "kafka_partition_latest_offset",
-                           "kafka_consumergroup_group_sum_lag"}
+    # kafka-lag-exporter's whole set (its README's metrics), with its labels first and in its order
+    assert set(LAG_EXPORTER) == {
+        "kafka_consumergroup_group_offset", "kafka_consumergroup_group_lag", "kafka_consumergroup_group_lag_seconds",
+        "kafka_consumergroup_group_max_lag", "kafka_consumergroup_group_max_lag_seconds",
+        "kafka_consumergroup_group_sum_lag", "kafka_consumergroup_group_topic_sum_lag",
+        "kafka_partition_latest_offset", "kafka_partition_earliest_offset"}
+    theirs = {"kafka_consumergroup_group_offset": ("cluster_name", "group", "topic", "partition", "member_host",
+                                                   "consumer_id", "client_id"),
+              "kafka_consumergroup_group_max_lag": ("cluster_name", "group", "is_simple_consumer"),
+              "kafka_consumergroup_group_topic_sum_lag": ("cluster_name", "group", "topic"),
+              "kafka_partition_earliest_offset": ("cluster_name", "topic", "partition")}
+    for name, labels in theirs.items():
+        assert METRICS[name][0][:len(labels)] == labels, name
     assert all(n.startswith("fleet_") for n in METRICS if n not in COMPAT)
+
+
+def test_kminions_names_when_asked_for(root, monkeypatch):
+    monkeypatch.setenv("FLEET_METRICS_NAMES", "kminion")
+    m = samples(scraped(root)[0])
+    assert not set(m) & set(LAG_EXPORTER)
+    g = {"cluster_name": "lab", "group_id": "stalled", "topic_name": "orders"}
+    assert value(m, "kminion_kafka_consumer_group_topic_partition_lag", **g, partition_id="0") == 50
+    assert value(m, "kminion_kafka_consumer_group_topic_lag", **g) == 70
+    assert value(m, "kminion_kafka_consumer_group_topic_offset_sum", **g) == 390
+    assert value(m, "kminion_kafka_consumer_group_topic_assigned_partitions", **g) == 3
+    assert value(m, "kminion_kafka_consumer_group_info", cluster_name="lab", group_id="stalled", state="Stable") == 1
+    assert value(m, "kminion_kafka_consumer_group_info", cluster_name="lab", group_id="ok-1", state="Empty") == 0
+    assert value(m, "kminion_kafka_topic_partition_high_water_mark", cluster_name="lab", topic_name="orders",
+                 partition_id="1") == 120
+    assert value(m, "kminion_kafka_topic_high_water_mark_sum", cluster_name="lab", topic_name="orders") == 460
+    # offsets kept in ZooKeeper are not KMinion's (it reads Kafka's groups): no series, no clash
+    assert not [lab for lab, _ in m["kminion_kafka_consumer_group_topic_lag"] if lab["topic_name"] == "legacy"]
+    monkeypatch.setenv("FLEET_METRICS_NAMES", "kafka-lag-exporter, kminion")
+    both = samples(scraped(root)[0])
+    assert set(both) >= set(LAG_EXPORTER) | set(KMINION)
+    monkeypatch.setenv("FLEET_METRICS_NAMES", "burrow")
+    with pytest.raises(ValueError, match="FLEET_METRICS_NAMES='burrow': expected a comma-separated list of "
+                                         "kafka-lag-exporter, kminion"):
+        scraped(root)
 
 
 #: what Prometheus 2.42 (Debian bookworm's) sends
@@ -200,6 +275,8 @@ def test_hostile_group_names_are_escaped_and_parse_back_exactly(root, openmetric
     publish_rows([{"cluster": "lab", "source": "kafka", "group": g, "status": "STALLED", "total_lag": 3,
                    "counts": {"STALLED": 1}} for g in HOSTILE], latest / "groups.jsonl")
     publish_rows([finding("lab", g, f"t-{g}", 0, "STALLED", 3) for g in HOSTILE], latest / "findings.jsonl")
+    write_collection(DataRoot(str(root)), "lab", NOW, {"offsets_snapshots": [
+        snapshot(g, f"t-{g}", 0, 100, 103, member=(f"{g}-id", g, "10.0.0.7")) for g in HOSTILE]})
     body, _ = scraped(root, "application/openmetrics-text; version=1.0.0" if openmetrics else None)
     text = body.decode("utf-8")
     # every sample is one line: a line feed in a name is written \n, a quote \", a backslash \\
@@ -209,6 +286,7 @@ def test_hostile_group_names_are_escaped_and_parse_back_exactly(root, openmetric
     expected = set(HOSTILE)
     assert {lab["group"] for lab, _ in m["fleet_group_verdict"]} == expected
     assert {lab["group"] for lab, _ in m["kafka_consumergroup_group_lag"]} == expected
+    assert {lab["client_id"] for lab, _ in m["kafka_consumergroup_group_lag"]} == expected
     assert {lab["topic"] for lab, _ in m["kafka_partition_latest_offset"]} == {"t-" + g for g in expected}
 
 
@@ -246,13 +324,17 @@ def test_the_limits_keep_the_worst_and_count_what_they_leave_out(root, monkeypat
     rows = [finding("lab", f"g{i}", "orders", i, "LAGGING", i) for i in range(50)]
     rows += [finding("lab", "worst", "orders", 99, "OUT_OF_RANGE", 1), finding("lab", "ok", "orders", 98, "OK", 0)]
     publish_rows(rows, latest / "findings.jsonl")
+    write_collection(DataRoot(str(root)), "lab", NOW, {"offsets_snapshots": [
+        snapshot(r["group"], "orders", r["partition"], 100, 100 + r["lag"]) for r in rows]})
     monkeypatch.setenv("FLEET_METRICS_MAX_PARTITION_SERIES", "3")
     monkeypatch.setenv("FLEET_METRICS_MAX_GROUP_SERIES", "2")
     m = samples(scraped(root)[0])
     shown = [(lab["group"], lab["verdict"]) for lab, _ in m["fleet_partition_verdict"]]
     assert shown == [("worst", "OUT_OF_RANGE"), ("g49", "LAGGING"), ("g48", "LAGGING")]  # worst, then most lag
-    assert value(m, "fleet_metrics_series_left_out", kind="partition") == 48
-    assert len(m["kafka_consumergroup_group_lag"]) == 3
+    assert value(m, "fleet_metrics_series_left_out", kind="partition") == 49  # of the 52 collected
+    assert [lab["group"] for lab, _ in m["kafka_consumergroup_group_lag"]] == ["worst", "g49", "g48"]
+    assert len(m["kafka_consumergroup_group_sum_lag"]) == 2
+    assert value(m, "fleet_metrics_series_left_out", kind="group_lag") == 50
     assert value(m, "fleet_partitions_flagged", cluster_name="lab", verdict="LAGGING") == 50  # counts are whole
     assert [(lab["group"], lab["verdict"]) for lab, _ in m["fleet_group_verdict"]] == [
         ("stalled", "STOPPED"), ("stalled", "STALLED")]
@@ -317,3 +399,44 @@ def test_an_empty_data_root_is_a_valid_scrape(tmp_path):
     assert value(m, "fleet_cluster_state", cluster_name="lab", state="NEVER") == 1
     assert value(m, "fleet_pending_approvals") == 0 and value(m, "fleet_pending_approval_oldest_age_seconds") == 0
     assert "fleet_group_verdict" not in m and "fleet_report_age_seconds" not in m
+
+
+def test_the_partition_section_is_built_once_per_collection_and_follows_the_newest(root):
+    """The per-partition series are encoded once per version of the read model: a second scrape
+    reuses them, a newer collection (or stuck run) replaces them, in both formats."""
+    from fleetkit.metrics import collector
+
+    om = "application/openmetrics-text; version=1.0.0"
+    first = samples(scraped(root)[0])
+    section = collector._section
+    assert value(first, "kafka_consumergroup_group_offset", group="stalled", topic="orders", partition="0") == 120
+    assert samples(scraped(root, om)[0], openmetrics=True)["kafka_consumergroup_group_lag"]
+    assert collector._section is section and len(section._encoded) == 2  # reused, once per format
+    write_collection(DataRoot(str(root)), "lab", NOW, {"offsets_snapshots": [
+        snapshot("stalled", "orders", 0, 165, 171, member=CONSUMER)]})
+    for accept, om_ in ((None, False), (om, True)):
+        m = samples(scraped(root, accept)[0], openmetrics=om_)
+        assert value(m, "kafka_consumergroup_group_offset", group="stalled", topic="orders", partition="0") == 165
+        assert not [lab for lab, _ in m["kafka_consumergroup_group_lag"] if lab["group"].startswith("ok-")]
+    assert collector._section is not section
+
+
+@pytest.mark.parametrize("accept", [None, "application/openmetrics-text; version=1.0.0"])
+def test_a_compressed_scrape_is_one_gzip_stream_of_the_same_body(root, accept):
+    """Asked with Accept-Encoding: gzip, the scrape is one gzip member (a reader that stops after the
+    first member, as some do, still reads everything): the part compressed per scrape, then the
+    cached compressed section, one trailer over both."""
+    import gzip
+    import zlib
+
+    from fleetkit.metrics.exposition import crc32_combine
+
+    at = NOW.timestamp()  # (the ages in both scrapes as of the same moment)
+    plain, _ = scraped(root, accept, now=lambda: at)
+    packed, _ = scrape(FleetCollector(FleetView(root), FLEET, now=lambda: at), accept, compress=True)
+    one_member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    assert one_member.decompress(packed) + one_member.flush() == plain and one_member.unused_data == b""
+    assert gzip.decompress(packed) == plain
+    assert samples(gzip.decompress(packed), openmetrics=accept is not None)["kafka_consumergroup_group_lag"]
+    a, b = b"x" * 70_000 + b"head", b"tail" * 50_000
+    assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)

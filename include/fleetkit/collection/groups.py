@@ -154,8 +154,7 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                     only: list[str] | None = None) -> CollectionResult:
     """`committed`: groups with live commits the listing may miss (collect_and_write reads them from
     __consumer_offsets on brokers before 0.10.1). `only`: just these groups, and just their
-    offsets_snapshots rows (fleetctl lag: no listing, no coordinator or partition-state rows); each
-    row then also carries the assigned member's `member_id` (not a dataset column)."""
+    offsets_snapshots rows (fleetctl lag: no listing, no coordinator or partition-state rows)."""
     t0 = time.monotonic()
     known_groups = dict(known_groups or {})
     problems: list[str] = []
@@ -257,9 +256,8 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "log_start_offset": start, "log_end_offset": end, "group_state": state,
                 "assigned": assigned, "member_client_id": client_id, "member_host": host,
                 "group_type": group_type, "member_epoch": member_epoch_of(d, tp),
+                "member_id": getattr(member_of(d, tp), "member_id", None),
             })
-            if only is not None:
-                snapshots[-1]["member_id"] = getattr(member_of(d, tp), "member_id", None)
 
     if only is not None:
         result = CollectionResult(cluster=cluster.name, observed_at=observed_at,

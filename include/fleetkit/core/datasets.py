@@ -72,6 +72,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         # where unknown (KIP-848 groups, ZooKeeper and Storm stores, older files)
         ("generation", pa.int32()), ("rejoins", pa.int32()), ("rejoin_cause", pa.string()),
         ("assignor", pa.string()),
+        # the member holding the partition (its member id, kafka-lag-exporter's `consumer_id`); null
+        # where no live member holds it, for ZooKeeper and Storm stores and in older files
+        ("member_id", pa.string()),
     ]),
     "partition_state": pa.schema([
         ("cluster", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
@@ -940,9 +943,26 @@ def file_time(path: str) -> dt.datetime | None:
     if not name.startswith("part-"):
         return None
     try:
-        return dt.datetime.strptime(name[5:29], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.timezone.utc)
+        return dt.datetime.strptime(name[5:27], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=dt.timezone.utc)
     except ValueError:
         return None
+
+
+def newest_collection(root: DataRoot, dataset: str, cluster: str) -> list[str]:
+    """The files of a cluster's newest collection in a dataset ([] when it has none): the newest
+    date folder holding data files, the files of its newest collection time (one collection writes
+    part-<time>-<batch>[-n].parquet). Two listings, whatever the history kept."""
+    base = root.join(dataset, f"cluster={cluster}")
+    days = sorted((i.path for i in root.listing(base) if i.type == pafs.FileType.Directory
+                   and os.path.basename(i.path).startswith("date=")), reverse=True)
+    for day in days:
+        files = [i.path for i in root.listing(day) if i.type == pafs.FileType.File
+                 and file_time(i.path) is not None]
+        if files:
+            newest = max(files, key=lambda f: (file_time(f), os.path.basename(f)))
+            batch = os.path.basename(newest)[:40]  # part-<time>-<batch>
+            return sorted(f for f in files if os.path.basename(f).startswith(batch))
+    return []
 
 
 def read_recent(root: DataRoot, dataset: str, cluster: str, since: dt.datetime,

@@ -3,9 +3,12 @@ the fleet page's read model (fleetkit.fleetview), built on every scrape from its
 
 What it publishes is `fleetkit.metrics.names.METRICS`. Cardinality is bounded:
 
-* per partition: only flagged partitions (every verdict but OK), worst first (verdict, then lag),
-  at most FLEET_METRICS_MAX_PARTITION_SERIES partitions (default 10,000);
-* per group: worst first, at most FLEET_METRICS_MAX_GROUP_SERIES groups (default 20,000);
+* per partition: every partition of every group in the newest collection of each cluster
+  (kafka-lag-exporter's names; KMinion's when FLEET_METRICS_NAMES asks), worst first (the newest
+  stuck run's verdict, then lag), at most FLEET_METRICS_MAX_PARTITION_SERIES partitions (default
+  100,000); the verdicts of flagged partitions (every verdict but OK) under the same limit;
+* per group: the verdicts worst first, and the lag aggregates (every partition counted), each at
+  most FLEET_METRICS_MAX_GROUP_SERIES groups (default 20,000);
 * what the limits leave out is counted in fleet_metrics_series_left_out{kind}; the per-cluster
   counts (fleet_cluster_groups, fleet_partitions_flagged) always cover everything.
 
@@ -17,6 +20,7 @@ published: never an error text, a collection's blind line or anything from a con
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 
@@ -24,11 +28,11 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.samples import Sample
 
 from fleetkit.collection.blind import parse_time, shown_status
-from fleetkit.metrics.names import METRICS
+from fleetkit.metrics.names import DEFAULT_NAME_SETS, METRICS, NAME_SETS
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_PARTITIONS = 10_000
+DEFAULT_MAX_PARTITIONS = 100_000
 DEFAULT_MAX_GROUPS = 20_000
 CLUSTER_STATES = ("OK", "BLIND", "FAILING", "STALE", "NEVER")
 
@@ -46,11 +50,27 @@ def _limit(name: str, default: int) -> int:
 
 #: the largest scrape answered (FLEET_METRICS_MAX_BODY_BYTES): past it the scrape fails naming the
 #: limit, rather than the api-server building and sending an answer of any size
-DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
 def max_body_bytes() -> int:
     return _limit("FLEET_METRICS_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES)
+
+
+def name_sets() -> tuple[str, ...]:
+    """The compatible name sets a scrape carries (FLEET_METRICS_NAMES, comma-separated, of
+    NAME_SETS; default kafka-lag-exporter); ValueError naming the setting when it names another."""
+    import os
+
+    raw = os.environ.get("FLEET_METRICS_NAMES", "").strip()
+    if not raw:
+        return DEFAULT_NAME_SETS
+    sets = tuple(dict.fromkeys(x.strip().lower() for x in raw.split(",") if x.strip()))
+    unknown = [x for x in sets if x not in NAME_SETS]
+    if unknown or not sets:
+        raise ValueError(f"FLEET_METRICS_NAMES={raw!r}: expected a comma-separated list of "
+                         f"{', '.join(NAME_SETS)} (got {', '.join(unknown) or 'nothing'})")
+    return sets
 
 
 def limits() -> tuple[int, int]:
@@ -111,6 +131,46 @@ class _Families:
         return (self.fam[n][0] for n in METRICS if n in self.fam)
 
 
+class Section:
+    """The per-partition metrics of one version of the read model (a CurrentPartitions of the
+    newest collections and stuck run) and their encodings: built once per collection, encoded once
+    per format, and reused by every scrape until a newer collection or stuck run is written (a
+    100,000-partition fleet is about 370,000 series: seconds to build and encode, while Prometheus
+    scrapes every 15 to 60 s and the data changes once per collection)."""
+
+    def __init__(self, current, params: tuple, families: list, left_out: dict[str, int]):
+        self.current, self.params, self.families, self.left_out = current, params, families, left_out
+        self._encoded: dict = {}
+        self._lock = threading.Lock()
+
+    def collect(self):
+        return iter(self.families)
+
+    #: encodings kept (Prometheus asks for one format, compressed; another scraper for another)
+    MAX_ENCODINGS = 4
+
+    def encode(self, encoder, content_type: str, deflated: bool = False):
+        """The families encoded by `encoder` (a prometheus_client encoder; choose_encoder makes a
+        new one per call), once per content type (format, version and escaping): bytes, or with
+        `deflated` an exposition.Deflated of them."""
+        from fleetkit.metrics.exposition import Deflated, registry_of
+
+        with self._lock:
+            key = (content_type, deflated)
+            body = self._encoded.get(key)
+            if body is None:
+                plain = self._encoded.get((content_type, False)) or encoder(registry_of(self))
+                body = Deflated(plain) if deflated else plain
+                while len(self._encoded) >= self.MAX_ENCODINGS:
+                    del self._encoded[next(iter(self._encoded))]
+                self._encoded[key] = body
+            return body
+
+
+_section: Section | None = None
+_section_lock = threading.Lock()
+
+
 class FleetCollector:
     """prometheus_client collector: `registry.register(FleetCollector(view, fleet))`.
 
@@ -121,6 +181,10 @@ class FleetCollector:
                  now=time.time):
         self.view, self._fleet, self.now = view, fleet, now
         self.max_partitions, self.max_groups = max_partitions, max_groups
+        #: the per-partition section of the last collect(); `section_apart`: collect() leaves its
+        #: families out (exposition.scrape appends the section's cached encoding instead)
+        self.section: Section | None = None
+        self.section_apart = False
 
     def describe(self):
         return []  # nothing at registration: the data is read at scrape time
@@ -133,8 +197,10 @@ class FleetCollector:
         out = _Families()
         up: dict[str, int] = {}
         seen: dict[str, dict] = {}
+        sets = name_sets()
         for source, part in (("clusters", lambda: self._clusters(out, now, seen)),
                              ("stuck", lambda: self._stuck(out, seen, max_parts, max_groups)),
+                             ("collections", lambda: self._partitions(out, seen, sets, max_parts, max_groups)),
                              ("offsets", lambda: self._offsets(out)),
                              ("coordinator", lambda: self._coordinators(out)),
                              ("approvals", lambda: self._approvals(out, now)),
@@ -148,6 +214,8 @@ class FleetCollector:
         for source, v in up.items():
             out.add("fleet_metrics_source_up", [source], v)
         yield from out
+        if self.section is not None and not self.section_apart:
+            yield from self.section.families
 
     # -- parts ------------------------------------------------------------------------------------
     def _clusters(self, out: _Families, now: float, seen: dict) -> None:
@@ -174,44 +242,155 @@ class FleetCollector:
         if n:
             t = idx.table.slice(0, n)
             cols = t.column_names
-            data = {c: t.column(c).to_pylist() for c in ("cluster", "group", "source", "status", "rebalance_storm",
-                                                         "total_lag") if c in cols}
+            data = {c: t.column(c).to_pylist() for c in ("cluster", "group", "source", "status", "rebalance_storm")
+                    if c in cols}
             none = [None] * n
-            for cl, g, src, st, storm, lag in zip(data["cluster"], data["group"], data.get("source", none),
-                                                  data.get("status", none), data.get("rebalance_storm", none),
-                                                  data.get("total_lag", none)):
+            for cl, g, src, st, storm in zip(data["cluster"], data["group"], data.get("source", none),
+                                             data.get("status", none), data.get("rebalance_storm", none)):
                 labels = [label(cl), label(g), src or "kafka"]
                 out.add("fleet_group_verdict", labels + [shown_status(st or "OK", g, seen.get(cl))], 1)
                 out.add("fleet_group_rebalance_storm", labels, int(bool(storm)))
-                if lag is not None:
-                    out.add("kafka_consumergroup_group_sum_lag", labels, lag)
         out.add("fleet_metrics_series_left_out", ["group"], idx.size - n)
         for cl, counts in self._shown_counts(idx, seen).items():
             for verdict, k in sorted(counts.items()):
                 out.add("fleet_cluster_groups", [label(cl), verdict], k)
         # flagged partitions, worst first
         flagged = self.view.flagged_partitions()
-        latest: dict[tuple, int] = {}
         for r in flagged.rows[:max_parts]:
-            labels = [label(r["cluster"]), label(r["group"]), r["source"] or "kafka", label(r["topic"]),
-                      str(r["partition"])]
-            out.add("fleet_partition_verdict", labels + [r["status"] or "UNKNOWN"], 1)
-            if r["committed_offset"] is not None:
-                out.add("kafka_consumergroup_group_offset", labels, r["committed_offset"])
-            if r["lag"] is not None:
-                out.add("kafka_consumergroup_group_lag", labels, r["lag"])
-            kind = r["lag_seconds_kind"]
-            if r["lag_seconds"] is not None and kind not in (None, "unknown"):
-                out.add("kafka_consumergroup_group_lag_seconds", labels + [kind], r["lag_seconds"])
-            if r["log_end_offset"] is not None:
-                key = (labels[0], labels[3], labels[4])
-                latest[key] = max(latest.get(key, r["log_end_offset"]), r["log_end_offset"])
-        for key, v in latest.items():
-            out.add("kafka_partition_latest_offset", list(key), v)
-        out.add("fleet_metrics_series_left_out", ["partition"], max(0, len(flagged.rows) - max_parts))
+            out.add("fleet_partition_verdict", [label(r["cluster"]), label(r["group"]), r["source"] or "kafka",
+                                                label(r["topic"]), str(r["partition"]), r["status"] or "UNKNOWN"], 1)
         for (cl, st), k in sorted(Counter((r["cluster"], r["status"]) for r in flagged.rows).items(),
                                   key=lambda x: (str(x[0][0]), str(x[0][1]))):
             out.add("fleet_partitions_flagged", [label(cl), st or "UNKNOWN"], k)
+
+    def _partitions(self, out: _Families, seen: dict, sets: tuple[str, ...], max_parts: int,
+                    max_groups: int) -> None:
+        """The per-partition section (Section), built once per version of the read model."""
+        global _section
+        self.section = None
+        cur = self.view.current_partitions(list(seen))
+        params = (sets, max_parts, max_groups)
+        with _section_lock:
+            section = _section
+        if section is None or section.current is not cur or section.params != params:
+            fams = _Families()
+            left_out = self._build_partitions(fams, cur, sets, max_parts, max_groups)
+            section = Section(cur, params, list(fams), left_out)
+            with _section_lock:
+                _section = section
+        self.section = section
+        for kind, n in section.left_out.items():
+            out.add("fleet_metrics_series_left_out", [kind], n)
+
+    @staticmethod
+    def _build_partitions(out: _Families, cur, sets: tuple[str, ...], max_parts: int,
+                          max_groups: int) -> dict[str, int]:
+        """Every partition of the newest collections (kafka-lag-exporter's and KMinion's names), worst
+        first up to max_parts; the group aggregates over every partition, up to max_groups groups.
+        Returns what the limits left out: {"partition": n, "group_lag": n}."""
+        c = cur.columns
+        lx, km = "kafka-lag-exporter" in sets, "kminion" in sets
+        add = out.add
+        done: set[tuple] = set()
+        published = 0
+        tps: dict[tuple, list] = {}  # (cluster, topic, partition) -> [log start, log end]
+        groups: dict[tuple, list] = {}  # (cluster, group, source) -> [sum, max, max seconds, simple, state]
+        topics: dict[tuple, list] = {}  # (cluster, group, source, topic) -> [lag sum, offset sum, assigned]
+        for i in range(cur.size):
+            cl, g, src, topic, p = c["cluster"][i], c["group"][i], c["source"][i], c["topic"][i], c["partition"][i]
+            key = (cl, src, g, topic, p)
+            if key in done:  # (one row per partition: a store read twice in one collection)
+                continue
+            done.add(key)
+            lag, secs, assigned = c["lag"][i], c["lag_seconds"][i], c["assigned"][i]
+            committed = c["committed_offset"][i]
+            gk = (cl, g, src)
+            agg = groups.get(gk)
+            if agg is None:
+                agg = groups[gk] = [0, None, None, True, c["group_state"][i]]
+            if lag is not None:
+                agg[0] += lag
+                agg[1] = lag if agg[1] is None else max(agg[1], lag)
+            kind = c["lag_seconds_kind"][i]
+            if secs is not None and kind not in (None, "unknown"):
+                agg[2] = secs if agg[2] is None else max(agg[2], secs)
+            if assigned or src != "kafka" or agg[4] != "Empty":
+                agg[3] = False
+            tk = gk + (topic,)
+            t = topics.get(tk)
+            if t is None:
+                t = topics[tk] = [0, 0, 0]
+            t[0] += lag or 0
+            t[1] += committed or 0
+            t[2] += 1 if assigned else 0
+            if published >= max_parts:
+                continue
+            published += 1
+            lcl, lg, ltopic, lp = label(cl), label(g), label(topic), str(p)
+            if lx:
+                labels = [lcl, lg, ltopic, lp, label(c["member_host"][i]), label(c["member_id"][i]),
+                          label(c["member_client_id"][i]), src]
+                if committed is not None:
+                    add("kafka_consumergroup_group_offset", labels, committed)
+                if lag is not None:
+                    add("kafka_consumergroup_group_lag", labels, lag)
+                if secs is not None and kind not in (None, "unknown"):
+                    add("kafka_consumergroup_group_lag_seconds", labels + [kind], secs)
+            if km and src == "kafka" and lag is not None:
+                add("kminion_kafka_consumer_group_topic_partition_lag", [lcl, lg, ltopic, lp], lag)
+            marks = tps.get((lcl, ltopic, lp))
+            if marks is None:
+                marks = tps[(lcl, ltopic, lp)] = [None, None]
+            start, end = c["log_start_offset"][i], c["log_end_offset"][i]
+            if start is not None:
+                marks[0] = start if marks[0] is None else min(marks[0], start)
+            if end is not None:
+                marks[1] = end if marks[1] is None else max(marks[1], end)
+        left_parts = max(0, len(done) - max_parts)
+        sums: dict[tuple, list] = {}
+        for (cl, topic, p), (start, end) in tps.items():
+            if lx and end is not None:
+                add("kafka_partition_latest_offset", [cl, topic, p], end)
+            if lx and start is not None:
+                add("kafka_partition_earliest_offset", [cl, topic, p], start)
+            if km:
+                if end is not None:
+                    add("kminion_kafka_topic_partition_high_water_mark", [cl, topic, p], end)
+                if start is not None:
+                    add("kminion_kafka_topic_partition_low_water_mark", [cl, topic, p], start)
+                s = sums.setdefault((cl, topic), [0, 0])
+                s[0] += start or 0
+                s[1] += end or 0
+        for (cl, topic), (low, high) in sums.items():
+            add("kminion_kafka_topic_low_water_mark_sum", [cl, topic], low)
+            add("kminion_kafka_topic_high_water_mark_sum", [cl, topic], high)
+        # groups in the order they first appear (worst first), at most max_groups
+        shown = set(list(groups)[:max_groups])
+        for (cl, g, src), (total, most, most_secs, simple, state) in groups.items():
+            if (cl, g, src) not in shown:
+                continue
+            lcl, lg = label(cl), label(g)
+            if lx:
+                add("kafka_consumergroup_group_sum_lag", [lcl, lg, src], total)
+                if most is not None:
+                    add("kafka_consumergroup_group_max_lag", [lcl, lg, "true" if simple else "false", src], most)
+                if most_secs is not None:
+                    add("kafka_consumergroup_group_max_lag_seconds", [lcl, lg, "true" if simple else "false", src],
+                        most_secs)
+            if km and src == "kafka":
+                add("kminion_kafka_consumer_group_info", [lcl, lg, label(state or "Unknown")],
+                    int(state == "Stable"))
+        for (cl, g, src, topic), (lag_sum, offset_sum, held) in topics.items():
+            if (cl, g, src) not in shown:
+                continue
+            lcl, lg, ltopic = label(cl), label(g), label(topic)
+            if lx:
+                add("kafka_consumergroup_group_topic_sum_lag", [lcl, lg, ltopic, src], lag_sum)
+            if km and src == "kafka":
+                add("kminion_kafka_consumer_group_topic_lag", [lcl, lg, ltopic], lag_sum)
+                add("kminion_kafka_consumer_group_topic_offset_sum", [lcl, lg, ltopic], offset_sum)
+                add("kminion_kafka_consumer_group_topic_assigned_partitions", [lcl, lg, ltopic], held)
+        return {"partition": left_parts, "group_lag": len(groups) - len(shown)}
 
     @staticmethod
     def _shown_counts(idx, seen: dict) -> dict[str, Counter]:
