@@ -109,6 +109,9 @@ def setup(repo: Path, worker: str = "") -> Harness:
     # the clusters are collected when a test needs it, not every 5 min: none goes stale during a run
     # (the STALE state is tested with explicit intervals in tests/unit/test_blind.py and test_fleetview.py)
     os.environ["FLEET_COLLECTION_INTERVAL"] = "1h"
+    # the tests' api-server publishes KMinion's names beside kafka-lag-exporter's (their dashboards'
+    # queries run against it in tests/ui/test_metrics_prometheus.py)
+    os.environ["FLEET_METRICS_NAMES"] = "kafka-lag-exporter,kminion"
     return Harness(repo, worker, shard, home, offset, plan, pg, fleet, fleet_file, dags)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -100,7 +101,9 @@ def prometheus_and_alertmanager(airflow_server, waiting_approval, tmp_path):
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{plan.alertmanager}"]}]}]},
         "scrape_configs": [{"job_name": "kafka-fleet", "metrics_path": "/fleet/metrics",
                             "authorization": {"credentials_file": str(tmp_path / "token")},
-                            "static_configs": [{"targets": [api]}]}]}))
+                            # (a label Prometheus adds, as kubernetes_sd adds `namespace` where
+                            # kafka-lag-exporter's dashboard expects it)
+                            "static_configs": [{"targets": [api], "labels": {"namespace": "kafka-fleet"}}]}]}))
     am = _start(["prometheus-alertmanager", f"--config.file={tmp_path / 'alertmanager.yml'}",
                  f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{plan.alertmanager}",
                  "--cluster.listen-address="], tmp_path / "alertmanager.log")
@@ -189,3 +192,87 @@ def test_a_stalled_consumer_is_a_series_and_its_alert_reaches_alertmanager(stall
         raise
     assert alert["labels"]["cluster_name"] == "labtest" and alert["labels"]["severity"] == "page"
     assert alert["annotations"]["summary"].endswith(" on labtest is STALLED"), alert["annotations"]
+
+
+#: the queries of kafka-lag-exporter's Grafana dashboard (grafana/Kafka_Lag_Exporter_Dashboard.json in
+#: its repository: every panel's target, and its template variables' label_values queries written as
+#: series queries), with Grafana's variables
+LAG_EXPORTER_DASHBOARD = [
+    'kafka_consumergroup_group_max_lag_seconds{namespace="$namespace",cluster_name="$cluster_name",'
+    'group=~"$consumer_group"}',
+    'kafka_consumergroup_group_lag_seconds{namespace="$namespace",cluster_name="$cluster_name",'
+    'group=~"$consumer_group"}',
+    'kafka_consumergroup_group_max_lag{namespace="$namespace",cluster_name="$cluster_name",group=~"$consumer_group"}',
+    'max(kafka_consumergroup_group_lag_seconds{namespace="$namespace",cluster_name="$cluster_name",'
+    'group=~"$consumer_group"}) by (group)',
+    'sum(kafka_consumergroup_group_offset{namespace="$namespace",cluster_name="$cluster_name",'
+    'group=~"$consumer_group"})',
+    'sum((kafka_consumergroup_group_offset{namespace="$namespace",cluster_name="$cluster_name",'
+    'group=~"$consumer_group"} * 0)\n+ on(namespace,cluster_name,topic,partition) '
+    'kafka_partition_latest_offset{namespace="$namespace",cluster_name="$cluster_name"})',
+    'count by (namespace) (kafka_consumergroup_group_lag)',
+    'count by (cluster_name) (kafka_consumergroup_group_lag{namespace="$namespace"})',
+    'count by (group) (kafka_consumergroup_group_lag{namespace="$namespace",cluster_name="$cluster_name"})',
+]
+#: threshold alerts as kafka-lag-exporter's users write them (its README's metrics, by their labels)
+LAG_EXPORTER_ALERTS = [
+    'kafka_consumergroup_group_max_lag{cluster_name="$cluster_name"} > 2',
+    'kafka_consumergroup_group_max_lag_seconds{cluster_name="$cluster_name"} >= 0',
+    'kafka_consumergroup_group_lag{cluster_name="$cluster_name",topic="$topic"} > 0',
+    'sum by (cluster_name, group, topic) (kafka_consumergroup_group_topic_sum_lag{cluster_name="$cluster_name"}) > 8',
+    'kafka_consumergroup_group_sum_lag{cluster_name="$cluster_name"} > 8',
+    'kafka_partition_latest_offset{cluster_name="$cluster_name",topic="$topic"} '
+    '- on(cluster_name, topic, partition) kafka_partition_earliest_offset > 0',
+]
+#: KMinion's consumer-group dashboard and alerts, written from its metrics reference (docs/metrics.md
+#: in its repository; its dashboards are published on grafana.com, which is not reachable here)
+KMINION_QUERIES = [
+    'sum(kminion_kafka_consumer_group_topic_lag{group_id=~"$consumer_group"}) by (group_id, topic_name)',
+    'kminion_kafka_consumer_group_topic_partition_lag{group_id=~"$consumer_group",topic_name=~"$topic"}',
+    'kminion_kafka_consumer_group_topic_offset_sum{group_id=~"$consumer_group"}',
+    'kminion_kafka_consumer_group_topic_assigned_partitions{group_id=~"$consumer_group"}',
+    'kminion_kafka_consumer_group_info{group_id=~"$consumer_group"}',
+    'kminion_kafka_topic_partition_high_water_mark{topic_name=~"$topic"}',
+    'kminion_kafka_topic_partition_low_water_mark{topic_name=~"$topic"}',
+    'sum(kminion_kafka_topic_high_water_mark_sum{topic_name=~"$topic"}) by (topic_name)',
+    'sum by (group_id, topic_name) (kminion_kafka_consumer_group_topic_lag{group_id=~"$consumer_group"}) > 8',
+]
+
+
+def _promql_string(value: str) -> str:
+    """A value inside a PromQL double-quoted string."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def test_kafka_lag_exporters_and_kminions_dashboards_and_alerts_see_a_lagging_group(
+        stalled, prometheus_and_alertmanager):
+    """Every query of kafka-lag-exporter's dashboard, its users' threshold alerts and KMinion's
+    consumer-group queries, run by a real Prometheus scraping the tests' api-server, returns the
+    lagging group of the lab (a live consumer stuck with lag 3 on each of 3 partitions): what a team
+    switching from either exporter keeps seeing. The group's name has markup, quotes, shell
+    characters and an emoji: matched with a regex as Grafana's multi-value variables are."""
+    s, group, topic = prometheus_and_alertmanager, stalled["group"], stalled["topic"]
+    wait_scraped(s)
+    values = {"$namespace": "kafka-fleet", "$cluster_name": "labtest",
+              "$consumer_group": _promql_string(re.escape(group)), "$topic": _promql_string(re.escape(topic))}
+    failed = []
+    for query in LAG_EXPORTER_DASHBOARD + LAG_EXPORTER_ALERTS + KMINION_QUERIES:
+        promql = query
+        for var, v in values.items():
+            promql = promql.replace(var, v)
+        result = _query(s["prometheus"], promql)
+        if not result:
+            failed.append(query)
+            continue
+        labelled = [r["metric"] for r in result if "group" in r["metric"] or "group_id" in r["metric"]]
+        if labelled and not [m for m in labelled if group in (m.get("group"), m.get("group_id"))]:
+            failed.append(f"{query} (not the lagging group: {labelled[:3]})")
+    assert failed == [], "queries with no data for the lagging group:\n" + "\n".join(failed)
+    # the member holding each partition, as kafka-lag-exporter labels it
+    lag = _query(s["prometheus"], f'kafka_consumergroup_group_lag{{cluster_name="labtest",topic="{topic}"}}')
+    mine = [r["metric"] for r in lag if r["metric"]["group"] == group]
+    assert len(mine) == 3 and all(m["client_id"] == "fleet-page-1" and m["consumer_id"].startswith("fleet-page-1")
+                                  and m["member_host"] == "/127.0.0.1" for m in mine), mine
+    top = _query(s["prometheus"], f'kafka_consumergroup_group_max_lag{{cluster_name="labtest",'
+                                  f'group="{_promql_string(group)}"}}')
+    assert [r["value"][1] for r in top] == ["3"] and top[0]["metric"]["is_simple_consumer"] == "false"

@@ -175,3 +175,20 @@ def test_a_zookeeper_that_refuses_connections_fails_fast_naming_the_cluster():
     with not_waited_out(), pytest.raises(ClusterUnreachable,
                                          match=r"'far store' \(127.0.0.1:9/kafka\) did not answer"):
         zk.start()
+
+
+def test_the_host_column_is_printed_as_kafka_consumer_groups_prints_it():
+    """HOST: the broker-reported address with Java's leading slash ('/10.0.0.7'), as Kafka's tool
+    prints it (the datasets keep the bare address); a ZooKeeper store's row has no broker-reported
+    host and is printed as it is."""
+    from types import SimpleNamespace
+
+    from fleetkit.core.kafka_names import printed_host
+
+    assert printed_host("10.0.0.7") == "/10.0.0.7" and printed_host("/10.0.0.7") == "/10.0.0.7"
+    assert printed_host(None) is None and printed_host("") == "" and printed_host("h", "zookeeper") == "h"
+    row = {"group": "g", "topic": "t", "partition": 0, "committed_offset": 1, "log_end_offset": 3, "lag": 2,
+           "member_id": "c-1-uuid", "member_host": "10.0.0.7", "member_client_id": "c-1", "source": "kafka",
+           "time_lag": timelag.TimeLag(None, "unknown"), "verdict": SimpleNamespace(status="OK")}
+    assert incident.lag_cells(row)[6:9] == ["c-1-uuid", "/10.0.0.7", "c-1"]
+    assert incident.lag_cells(dict(row, member_host=None))[7] == "-"

@@ -65,6 +65,7 @@ def root(tmp_path, monkeypatch):
     monkeypatch.delenv("FLEET_METRICS_MAX_PARTITION_SERIES", raising=False)
     monkeypatch.delenv("FLEET_METRICS_MAX_GROUP_SERIES", raising=False)
     monkeypatch.delenv("FLEET_METRICS_MAX_BODY_BYTES", raising=False)
+    monkeypatch.delenv("FLEET_METRICS_NAMES", raising=False)
     latest = tmp_path / "reports" / "stuck" / "latest"
     latest.mkdir(parents=True)
     groups = [{"cluster": "lab", "source": "kafka", "group": f"ok-{i}", "status": "OK", "total_lag": 0,
@@ -146,7 +147,7 @@ def test_the_newest_judged_state_is_published_with_the_lag_exporters_names(root)
     assert ctype.startswith("text/plain")
     m = samples(body)
     # every partition of every group, from the newest collection, with the member holding it
-    member = {"member_host": "10.0.0.7", "consumer_id": CONSUMER[0], "client_id": "consumer-1"}
+    member = {"member_host": "/10.0.0.7", "consumer_id": CONSUMER[0], "client_id": "consumer-1"}  # as Kafka prints it
     part = {"cluster_name": "lab", "group": "stalled", "source": "kafka", "topic": "orders", "partition": "0"}
     assert value(m, "kafka_consumergroup_group_offset", **part, **member) == 120
     assert value(m, "kafka_consumergroup_group_lag", **part, **member) == 50

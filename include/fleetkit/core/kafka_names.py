@@ -17,3 +17,13 @@ REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync
 # States of a group without live members: Empty (0.10.1+, and KIP-848 groups), Dead (0.9 forgot it,
 # or a commit-only group 0.9 never knew)
 EMPTY_STATES = ("Empty", "Dead")
+
+
+def printed_host(host: str | None, source: str | None = "kafka") -> str | None:
+    """A group member's host as Kafka's tools print it: '10.0.0.7' -> '/10.0.0.7' (Java's
+    InetAddress.toString(), the column kafka-consumer-groups prints and the `member_host` label
+    kafka-lag-exporter publishes; the datasets keep the bare address). None and '' stay as they are,
+    and so does a ZooKeeper or Storm store's value (no broker reported it)."""
+    if not host or (source or "kafka") != "kafka" or host.startswith("/"):
+        return host
+    return f"/{host}"

@@ -28,6 +28,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.samples import Sample
 
 from fleetkit.collection.blind import parse_time, shown_status
+from fleetkit.core.kafka_names import printed_host
 from fleetkit.metrics.names import DEFAULT_NAME_SETS, METRICS, NAME_SETS
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ class FleetCollector:
             published += 1
             lcl, lg, ltopic, lp = label(cl), label(g), label(topic), str(p)
             if lx:
-                labels = [lcl, lg, ltopic, lp, label(c["member_host"][i]), label(c["member_id"][i]),
+                labels = [lcl, lg, ltopic, lp, label(printed_host(c["member_host"][i], src)), label(c["member_id"][i]),
                           label(c["member_client_id"][i]), src]
                 if committed is not None:
                     add("kafka_consumergroup_group_offset", labels, committed)

@@ -15,6 +15,7 @@ import datetime as dt
 from collections import defaultdict
 
 from fleetkit.core.durations import short_duration
+from fleetkit.core.kafka_names import printed_host
 from fleetkit.stuck import rules, timelag
 
 #: columns of `fleetctl lag`: kafka-consumer-groups --describe's, then the toolkit's
@@ -115,5 +116,6 @@ def lag_cells(j: dict) -> list[str]:
     def cell(v):
         return "-" if v is None else str(v)
     return [j["group"], j["topic"], str(j["partition"]), cell(j.get("committed_offset")),
-            cell(j.get("log_end_offset")), cell(j["lag"]), cell(j.get("member_id")), cell(j.get("member_host")),
+            cell(j.get("log_end_offset")), cell(j["lag"]), cell(j.get("member_id")),
+            cell(printed_host(j.get("member_host"), j.get("source"))),
             cell(j.get("member_client_id")), lag_time_text(j["time_lag"]), j["verdict"].status]
