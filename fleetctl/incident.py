@@ -415,7 +415,7 @@ def cmd_offsets_health(args) -> int:
     from pathlib import Path
 
     from fleet_airflow.settings import data_root, fleet_file, spark_env
-    from fleetkit.collection.offsets_topic import collect_offsets_topic
+    from fleetkit.collection.offsets_topic import OFFSETS_TOPIC, collect_offsets_topic
     from fleetkit.core.datasets import DataRoot, read_jsonl
 
     cluster = load_cluster(args)
@@ -423,8 +423,12 @@ def cmd_offsets_health(args) -> int:
     t0 = time.monotonic()
     print(f"reading the new records of __consumer_offsets of {cluster.name} into {root_path} ...", file=sys.stderr,
           flush=True)
-    with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
-        res = collect_offsets_topic(cluster, kafka, DataRoot(root_path))
+    bar = ProgressBar(f"{OFFSETS_TOPIC} of {cluster.name}", None, "records")
+    try:
+        with connected(cluster, args.timeout, zookeeper=False, stores=False) as (kafka, _, _):
+            res = collect_offsets_topic(cluster, kafka, DataRoot(root_path), on_progress=bar.update)
+    finally:
+        bar.close()
     print(f"  {res.records_written:,} records in {time.monotonic() - t0:.1f}s; {res.summary()}", file=sys.stderr,
           flush=True)
     for p in res.problems:

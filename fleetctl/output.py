@@ -134,9 +134,9 @@ class ProgressBar:
     def shown(self) -> bool:
         return self._bar is not None
 
-    def update(self, completed: int) -> None:
+    def update(self, completed: int, total: int | None = None) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=completed)
+            self._bar.update(self._task, completed=completed, **({} if total is None else {"total": total}))
 
     def close(self) -> None:
         if self._bar is not None:

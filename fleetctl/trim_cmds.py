@@ -6,7 +6,7 @@ import sys
 
 from fleetctl.connect import CONNECT_TIMEOUT, airflow_clusters, airflow_context, connected, state_store
 from fleetctl.connect import actor as current_actor
-from fleetctl.output import with_examples
+from fleetctl.output import ProgressBar, with_examples
 
 
 def _trim_command(args, what: str) -> int:
@@ -80,13 +80,19 @@ def _trim_command(args, what: str) -> int:
             # the cluster's lock, held by this process (host and pid recorded: `fleetctl lock clear`
             # refuses while it runs); every change checks it is still ours
             with rb.holding(cluster, kafka, zk, owner, holder_running, kind="cli"):
-                ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal, broker_hosts=hosts)
+                # on a terminal, a bar on stderr: brokers done (each one stopped, its files moved,
+                # started and back in the ISR: minutes apiece)
+                bar = ProgressBar(f"trim {what} of {cluster.name}", None, "brokers")
+                ctx = trim_resume.ClusterContext(cluster, kafka, zk, journal_path=run.journal, broker_hosts=hosts,
+                                                 progress=lambda done, total, _unit: bar.update(done, total))
                 try:
                     out = trim_resume.finish(ctx, run) if what == "resume" else {"done": trim_resume.undo(ctx, run)}
                 except Exception as e:
                     trim_resume.record(run, "failed", actor, f"fleetctl trim {what} failed: {type(e).__name__}: {e}",
                                        {"journal": trim_resume.journal.summary(run.journal)})
                     raise
+                finally:
+                    bar.close()
         finally:
             hosts.close()
     if what == "restore":

@@ -173,3 +173,30 @@ def poisoned_consumer_collected(handle, topic: str, group: str, data_root: str, 
             clusters.collect(handle.cluster, str(data_root))
     finally:
         member.stop()
+
+
+def on_a_terminal(cmd: list[str], timeout: float = 120, env: dict | None = None) -> tuple[int, str, bytes]:
+    """Run `cmd` with stderr on a pseudo-terminal (TERM=xterm, 120 columns) and stdout a pipe:
+    (exit code, stdout, what the terminal was shown)."""
+    import os
+    import pty
+    import subprocess
+
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k not in ("NO_COLOR", "TERM")}
+    env.update(TERM="xterm", COLUMNS="120")
+    main_fd, tty_fd = pty.openpty()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=tty_fd, env=env)
+    os.close(tty_fd)
+    out = p.stdout.read().decode()
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the terminal's other end closed
+            break
+        if not chunk:
+            break
+        shown += chunk
+    rc = p.wait(timeout)
+    os.close(main_fd)
+    return rc, out, shown

@@ -8,8 +8,9 @@ No second store: everything comes from the data root the DAGs write.
   `findings.jsonl`, `series.jsonl`, copied there by the report task);
 * coordinator ownership: the newest `reports/coordinator/*/groups.jsonl` / `partitions.jsonl`;
 * `__consumer_offsets` health: the newest `reports/offsets/*/health.jsonl`;
-* the flagged partitions (every verdict but OK) of the newest stuck run, worst first, for the
-  metrics (`fleetkit.metrics`): findings.jsonl parsed once per version by Arrow;
+* for the metrics (`fleetkit.metrics`): the flagged partitions (every verdict but OK) of the newest
+  stuck run, worst first (findings.jsonl parsed once per version by Arrow), and every partition of
+  each cluster's newest collection (its newest `offsets_snapshots` file) with those verdicts;
 * destructive runs: the audit dataset (planned, approved by whom, executed, verified, rolled back),
   and pending approvals: approval records (`<plans>/<dag>/<run>/approval.json`) without an answer.
 

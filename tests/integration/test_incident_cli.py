@@ -205,6 +205,14 @@ def test_offsets_health_flags_a_partition_over_the_cleaners_capacity(lab, tmp_pa
     table = fleetctl("offsets", "health", "--cluster", lab.spec.name, "--fleet", str(fleet), "--data-root",
                      str(tmp_path / "data"), timeout=600)
     assert table.returncode == 3 and "OVER_CAPACITY" in table.stdout and "fix: log.cleaner.dedupe.buffer.size=" in table.stdout
+    # on a terminal, the read of __consumer_offsets (from its start, into a new data root) shows a
+    # progress bar on stderr; stdout is the same table
+    from tests.helpers import on_a_terminal
+
+    rc, out, shown = on_a_terminal([FLEETCTL, "offsets", "health", "--cluster", lab.spec.name, "--fleet", str(fleet),
+                                    "--data-root", str(tmp_path / "data-2")], 600)
+    assert rc == 3 and "OVER_CAPACITY" in out
+    assert b"__consumer_offsets of " + lab.spec.name.encode() in shown and b"records" in shown, shown[-2000:]
 
 
 def kafka_consumer_groups(t: Target, *argv: str) -> list[list[str]]:

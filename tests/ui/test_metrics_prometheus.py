@@ -218,10 +218,10 @@ LAG_EXPORTER_DASHBOARD = [
 LAG_EXPORTER_ALERTS = [
     'kafka_consumergroup_group_max_lag{cluster_name="$cluster_name"} > 2',
     'kafka_consumergroup_group_max_lag_seconds{cluster_name="$cluster_name"} >= 0',
-    'kafka_consumergroup_group_lag{cluster_name="$cluster_name",topic="$topic"} > 0',
+    'kafka_consumergroup_group_lag{cluster_name="$cluster_name",topic=~"$topic"} > 0',
     'sum by (cluster_name, group, topic) (kafka_consumergroup_group_topic_sum_lag{cluster_name="$cluster_name"}) > 8',
     'kafka_consumergroup_group_sum_lag{cluster_name="$cluster_name"} > 8',
-    'kafka_partition_latest_offset{cluster_name="$cluster_name",topic="$topic"} '
+    'kafka_partition_latest_offset{cluster_name="$cluster_name",topic=~"$topic"} '
     '- on(cluster_name, topic, partition) kafka_partition_earliest_offset > 0',
 ]
 #: KMinion's consumer-group dashboard and alerts, written from its metrics reference (docs/metrics.md

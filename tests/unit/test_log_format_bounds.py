@@ -364,35 +364,21 @@ def test_any_key_and_value_decode_or_raise_decode_error(key, value):
 def test_a_dump_shows_a_progress_bar_on_a_terminal_only(tmp_path):
     """stderr a terminal: a progress bar (the segment's name, bytes read of its size) while stdout
     stays the JSON lines; stderr a pipe: no bar, the summary line only."""
-    import os
-    import pty
     import subprocess
     import sys
+
+    from tests.helpers import on_a_terminal
 
     seg = tmp_path / "00000000000000000000.log"
     seg.write_bytes(b"".join(good(i * 10) for i in range(20000)))
     cmd = [sys.executable, "-c", "import sys; from fleetctl.cli import console_main; sys.exit(console_main())",
            "offsets", "dump", "--segment", str(seg)]
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
-    env.update(TERM="xterm", COLUMNS="120")
-    main_fd, tty_fd = pty.openpty()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=tty_fd, env=env)
-    os.close(tty_fd)
-    lines = p.stdout.read().decode().splitlines()
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(main_fd, 65536)
-        except OSError:  # the terminal's other end closed
-            break
-        if not chunk:
-            break
-        shown += chunk
-    assert p.wait(60) == 0
-    os.close(main_fd)
+    rc, out, shown = on_a_terminal(cmd, 60)
+    assert rc == 0
+    lines = out.splitlines()
     assert len(lines) >= 20000 and all(json.loads(line)["offset"] >= 0 for line in lines)  # whole JSON lines
     assert seg.name.encode() in shown and b"bytes" in shown  # the bar, drawn on the terminal
-    piped = subprocess.run(cmd, capture_output=True, env=env, timeout=60)
+    piped = subprocess.run(cmd, capture_output=True, timeout=60)
     assert piped.returncode == 0 and piped.stdout.decode().splitlines() == lines
     assert piped.stderr.decode().strip().splitlines() == [
         line for line in piped.stderr.decode().strip().splitlines() if "records in" in line]  # the summary only

@@ -110,9 +110,11 @@ class _Taker:
     partition and offset order per table), CHUNK_ROWS at a time."""
 
     def __init__(self, cluster: str, observed_at: dt.datetime, res: RecordsResult, sink, progress_every: int,
-                 on_record=None, table_sink=None):
+                 on_record=None, table_sink=None, on_progress=None):
         self.cluster, self.observed_at, self.res, self.sink = cluster, observed_at, res, sink
         self.progress_every, self.read = progress_every, 0
+        #: on_progress(records read): told every PROGRESS_STEP records (a progress bar's feed)
+        self.on_progress = on_progress
         self.table_sink, self.tables, self.table_rows = table_sink, [], 0
         self.columnar = table_sink is not None and on_record is None
         if table_sink is not None:
@@ -131,6 +133,8 @@ class _Taker:
             self.flush()
         if before // self.progress_every != self.read // self.progress_every:
             log.info("%s: %d records read", OFFSETS_TOPIC, self.read)
+        if self.on_progress is not None:
+            self.on_progress(self.read)
 
     def flush(self) -> None:
         """Hand the rows so far to the table sink, as one table in partition and offset order."""
@@ -173,18 +177,26 @@ class _Taker:
             res.rows = []
         if self.read % self.progress_every == 0:
             log.info("%s: %d records read", OFFSETS_TOPIC, self.read)
+        if self.on_progress is not None and self.read % PROGRESS_STEP == 0:
+            self.on_progress(self.read)
+
+
+#: records between two progress callbacks on the per-record path
+PROGRESS_STEP = 10_000
 
 
 def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], positions: dict[int, int],
                  observed_at: dt.datetime | None = None, max_records: int | None = None,
                  progress_every: int = 1_000_000, sink=None, on_record=None, ends: dict[int, int] | None = None,
-                 table_sink=None) -> RecordsResult:
+                 table_sink=None, on_progress=None) -> RecordsResult:
     """Read records after `positions`. With `sink(rows)`, rows are handed over in chunks of
     CHUNK_ROWS (memory stays flat on huge partitions) instead of accumulating in the result; with
     `table_sink(table)`, the same as Arrow tables of the offsets_topic_records dataset (on the wire,
     the common records are then decoded column-wise: far faster). With
     `on_record(partition, offset, key, value)`, every record goes there instead, undecoded (no
-    rows). `ends`: stop before these offsets (default: the log end now)."""
+    rows). `ends`: stop before these offsets (default: the log end now). `on_progress(read, total)`:
+    records read so far, of `total` offsets to read (a compacted log has fewer records than offsets),
+    told as the read goes and once at its end."""
     from fleetkit.clients import wire
 
     t0 = time.monotonic()
@@ -213,13 +225,17 @@ def read_records(cluster: str, kafka: KafkaCluster, partitions: list[int], posit
         res.positions[p] = at
         if at < end:
             pos[p], ends[p] = at, end
-    taker = _Taker(cluster, observed_at, res, sink, progress_every, on_record, table_sink)
+    total = sum(ends[p] - pos[p] for p in pos)
+    told = None if on_progress is None else (lambda read: on_progress(read, total))
+    taker = _Taker(cluster, observed_at, res, sink, progress_every, on_record, table_sink, told)
     if wire.supported(kafka.config) and max_records is None:
         res.reader = "wire"
         _read_wire(kafka, pos, ends, taker)
     else:
         res.reader = "consumer"
         _read_consumer(kafka, pos, ends, taker, max_records)
+    if told is not None:
+        told(taker.read)
     if table_sink is not None:
         taker.flush()
     elif sink is not None and res.rows:
@@ -547,14 +563,14 @@ def positions_path(root: DataRoot, cluster: str) -> str:
 
 
 def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
-                          partitions: list[int] | None = None, files_for=None) -> RecordsResult:
+                          partitions: list[int] | None = None, files_for=None, on_progress=None) -> RecordsResult:
     """Read new __consumer_offsets records and the segment inventory; write them all or nothing.
 
     Segments and cleaner checkpoints come from the brokers' files where they can be read; on
     brokers from 1.0 whose files cannot (files_for returns None) the partition sizes come from
     DescribeLogDirs. On brokers from 0.11 the cleaner settings each broker runs with and the
     topic's segment.bytes / min.cleanable.dirty.ratio come from DescribeConfigs (kept in
-    settings_path, read by the trim_health job)."""
+    settings_path, read by the trim_health job). `on_progress(read, total)`: read_records'."""
     parts = partitions if partitions is not None else list(range(cluster.offsets_topic_partitions))
     saved = {int(k): v for k, v in (root.read_json(positions_path(root, cluster.name), default={}) or {}).items()}
     now = utcnow()
@@ -576,7 +592,7 @@ def collect_offsets_topic(cluster: Cluster, kafka: KafkaCluster, root: DataRoot,
         state["superseded_before"][p] = now.isoformat()
     staging = Staging(root, cluster.name, now)
     try:
-        res = read_records(cluster.name, kafka, parts, saved, observed_at=now,
+        res = read_records(cluster.name, kafka, parts, saved, observed_at=now, on_progress=on_progress,
                            table_sink=lambda table: staging.add_table("offsets_topic_records", table))
         res.restarted += sorted(replaced)
         res.problems += [f"{OFFSETS_TOPIC}-{p}: {why}: read again from its log start (the rows collected "

@@ -29,6 +29,12 @@ class ClusterContext:
     # (fleetkit.clients.broker_hosts.BrokerHosts: this machine, or the broker's host over SSH);
     # None: every broker on this machine
     broker_hosts: Any = None
+    # told progress(done, total, unit) as a long action advances (fleetctl's progress bar); None: nobody
+    progress: Any = None
+
+    def advanced(self, done: int, total: int, unit: str) -> None:
+        if self.progress is not None:
+            self.progress(done, total, unit)
 
 
 def lazy(module: str, function: str) -> Callable:

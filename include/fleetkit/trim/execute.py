@@ -416,12 +416,14 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
         moves = file_moves(plan)
         timings: dict[str, float] = {}
         counts = {"moved": 0, "already": 0, "absent": 0}
-        for b in d["order"]:
+        ctx.advanced(0, len(d["order"]), "brokers")
+        for i, b in enumerate(d["order"], 1):
             mine = [m for m in moves if m["broker"] == b]
             seq = f"broker {b}"
             if (entries.get(seq) or {}).get("status") == "done":
                 for m in mine:  # a resumed run: what was quarantined must still match its checksum
                     counts[apply_move(journal, m, entries.get(m["seq"]), files(b))] += 1
+                ctx.advanced(i, len(d["order"]), "brokers")
                 continue
             journal.intent(seq, step="stop, quarantine, start", broker=b)
             t0 = time.monotonic()
@@ -443,6 +445,9 @@ def run(ctx: ClusterContext, plan: dict) -> dict:
             wait_back_in_isr(ctx, b, broker_partitions(plan, b))
             timings[f"broker {b} back in ISR"] = round(time.monotonic() - t0, 1)
             journal.outcome(seq, "done")
+            log.info("trim: broker %d done (%d of %d): %d file(s) quarantined so far", b, i, len(d["order"]),
+                     counts["moved"])
+            ctx.advanced(i, len(d["order"]), "brokers")
         offs_now, load_wait = read_offsets_when_loaded(ctx, groups)
         timings["coordinator load"] = round(load_wait, 1)
         recommitted, skipped = _recommit(ctx, journal, entries, plan, before)
@@ -607,12 +612,15 @@ def restore(ctx: ClusterContext, plan: dict) -> list[str]:
         raise TrimError("not restoring anything: " + "; ".join(problems))
     did = []
     journal = Journal(ctx.journal_path)
+    order = plan["details"]["order"]
     try:
-        for b in plan["details"]["order"]:
+        ctx.advanced(0, len(order), "brokers")
+        for i, b in enumerate(order, 1):
             # newest segment first, each one's .log before its index files: stopped halfway, the log
             # dir never holds an index without its .log (Kafka would delete it)
             mine = [m for m in reversed(files) if m["broker"] == b]
             if not mine:
+                ctx.advanced(i, len(order), "brokers")
                 continue
             if b in registered_brokers(ctx):
                 control.stop(b)
@@ -622,6 +630,8 @@ def restore(ctx: ClusterContext, plan: dict) -> list[str]:
             ctx.kafka.close()
             wait_back_in_isr(ctx, b, broker_partitions(plan, b))
             did.append(f"broker {b} started and back in the ISR")
+            log.info("trim restore: broker %d done (%d of %d)", b, i, len(order))
+            ctx.advanced(i, len(order), "brokers")
     finally:
         journal.close()
     return did
