@@ -1,8 +1,9 @@
 """On a secured cluster a failure says what it could not do, fast, and the toolkit never reports
 health it did not see.
 
-A secured KRaft lab of its own (Kafka 4.3.1, SASL_SSL SCRAM-SHA-512, StandardAuthorizer, nothing
-without an ACL: fleetlab.lab SECURED_ACLS) plus users with fewer ACLs, created here by the lab's
+A secured lab of its own, once per authorizer: Kafka 4.3.1 in KRaft mode (StandardAuthorizer) and
+Kafka 3.9.2 in ZooKeeper mode (AclAuthorizer), each SASL_SSL SCRAM-SHA-512 with nothing allowed
+without an ACL (fleetlab.lab SECURED_ACLS), plus users with fewer ACLs, created here by the lab's
 admin (alter_user_scram_credentials, create_acls):
 
 - `nogroups`: DESCRIBE on the cluster and on every topic, READ on __consumer_offsets, nothing on
@@ -41,8 +42,11 @@ from tests.conftest import TEST_PORTS, state_dir, write_fleet_file
 from tests.helpers import GIVE_UP, commit_when_led, fresh_lab, not_waited_out, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC = LabSpec(lab_dir=str(state_dir(".lab-secure-errors")), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
-               brokers=1, kafka_version="4.3.1", security="sasl_ssl")
+#: one lab per authorizer, the same name, folder and ports (one runs at a time: the module's tests
+#: run whole on one, then on the other); SPEC is the one running
+SPECS = {v: LabSpec(lab_dir=str(state_dir(".lab-secure-errors")), name="secerrlab", **TEST_PORTS.cluster("secerrlab"),
+                    brokers=1, kafka_version=v, security="sasl_ssl") for v in ("4.3.1", "3.9.2")}
+SPEC = SPECS["4.3.1"]
 TOPIC, GROUP = "errors-orders", "errors-billing"
 #: a group name that is hostile input: it must reach a terminal escaped, on one line
 HOSTILE = "evil\nerror: all good\u202e"
@@ -80,8 +84,10 @@ def _add_users(lab: Lab) -> None:
         fut.result(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def secure_lab():
+@pytest.fixture(scope="module", params=list(SPECS), ids=lambda v: f"kafka-{v}")
+def secure_lab(request):
+    global SPEC
+    SPEC = SPECS[request.param]
     with fresh_lab(SPEC) as lab:
         # simple commits by the admin user (the lab's committer)
         commit_when_led(lab, TOPIC, 2, {group: {p: 0 for p in range(2)} for group in (GROUP, HOSTILE)})
@@ -275,7 +281,12 @@ def test_a_login_without_any_acl_is_blind_not_empty(secure_lab, tmp_path):
     assert out.returncode == 4 and "no __consumer_offsets topic yet" not in out.stdout + out.stderr
     refused_topic = (f"error: not authorized: noacls may not DESCRIBE topic '{OFFSETS_TOPIC}' on {SPEC.name} "
                      "(TOPIC_AUTHORIZATION_FAILED)")
-    assert one_error_line(out) == refused_topic
+    if SPEC.kraft:
+        assert one_error_line(out) == refused_topic
+    else:  # ZooKeeper mode: the partition's leader is read from ZooKeeper, the group is what Kafka refuses
+        assert one_error_line(out) == (f"error: cluster {SPEC.name}: 1 group(s) not seen ('{GROUP}'): not authorized: "
+                                       f"noacls may not DESCRIBE group '{GROUP}' on {SPEC.name} "
+                                       "(GROUP_AUTHORIZATION_FAILED)")
     # ListOffsets of a topic it may not describe (librdkafka: "_NOENT"), then no Fetch at all
     out, _ = fleetctl(tmp_path, "offsets", "dump", "--cluster", SPEC.name, "--partition", str(partition_for(GROUP)),
                       user="noacls", data=False)
