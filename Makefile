@@ -37,7 +37,9 @@ setup: system-deps $(STAMP) kafka-dist airflow-env
 # the cluster the package creates on 5432 is not used); redis-server is the Celery broker of the
 # cluster profile (started on loopback by fleetlab, never as the package's service); prometheus
 # (promtool checks and tests deploy/prometheus/fleet-rules.yml) and prometheus-alertmanager are
-# never started as the packages' services either; openssh-server's sshd runs only inside the
+# never started as the packages' services either, nor is burrow (Burrow 1.2.1, whose HTTP API the
+# fleet page's /fleet/burrow/ is compared with: its binary is started by that test with its own
+# config on loopback); openssh-server's sshd runs only inside the
 # several-hosts lab's broker hosts (its own config and host keys under .lab, never the package's service).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
@@ -49,6 +51,7 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v promtool >/dev/null || missing="$$missing prometheus"; \
 	command -v prometheus-alertmanager >/dev/null || missing="$$missing prometheus-alertmanager"; \
+	command -v Burrow >/dev/null || missing="$$missing burrow"; \
 	test -x /usr/sbin/sshd || missing="$$missing openssh-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages:$$missing"; \

@@ -11,6 +11,8 @@ No second store: everything comes from the data root the DAGs write.
 * for the metrics (`fleetkit.metrics`): the flagged partitions (every verdict but OK) of the newest
   stuck run, worst first (findings.jsonl parsed once per version by Arrow), and every partition of
   each cluster's newest collection (its newest `offsets_snapshots` file) with those verdicts;
+* the topics of the newest stuck run (log end offsets per partition, the groups with a commit), for
+  the Burrow-compatible API (`fleetkit.burrow`): findings.jsonl parsed once per version by Arrow;
 * destructive runs: the audit dataset (planned, approved by whom, executed, verified, rolled back),
   and pending approvals: approval records (`<plans>/<dag>/<run>/approval.json`) without an answer.
 
@@ -130,7 +132,7 @@ def cached(path: DataPath, parse: Callable[[DataPath], object]):
         st = path.stat()
     except FileNotFoundError:
         return None
-    key = (str(path), parse.__name__, st.st_size, st.st_mtime_ns)
+    key = (str(path), parse.__qualname__, st.st_size, st.st_mtime_ns)  # (two parses of one file: two entries)
     with _lock:
         if key in _cache:
             return _cache[key]
@@ -373,6 +375,38 @@ class CurrentPartitions:
         return cls({c: t.column(c).to_pylist() for c in CURRENT_COLUMNS})
 
 
+@dataclass
+class TopicOffsets:
+    """The topics of the newest stuck run, per cluster: each partition's log end offset (the largest
+    any group's row saw) and the groups with a commit on the topic (NO_COMMIT rows left out)."""
+
+    log_end: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)  # cluster -> topic -> partition
+    groups: dict[str, dict[str, set[str]]] = field(default_factory=dict)         # cluster -> topic -> groups
+
+    @classmethod
+    def parse(cls, path: DataPath) -> "TopicOffsets":
+        import pyarrow as pa
+        from pyarrow import json as pajson
+
+        out = cls()
+        if path.stat().st_size == 0:
+            return out
+        columns = [("cluster", pa.string()), ("group", pa.string()), ("topic", pa.string()),
+                   ("partition", pa.int64()), ("status", pa.string()), ("log_end_offset", pa.int64())]
+        t = pajson.read_json(_json_source(path), read_options=pajson.ReadOptions(block_size=8 << 20),
+                             parse_options=pajson.ParseOptions(explicit_schema=pa.schema(columns),
+                                                               unexpected_field_behavior="ignore"))
+        for c, g, topic, p, st, end in zip(*(t.column(n).to_pylist() for n, _ in columns)):
+            if c is None or topic is None or p is None:
+                continue
+            parts = out.log_end.setdefault(c, {}).setdefault(topic, {})
+            if end is not None and end > parts.get(p, -1):
+                parts[p] = end
+            if st != "NO_COMMIT" and g is not None:
+                out.groups.setdefault(c, {}).setdefault(topic, set()).add(g)
+        return out
+
+
 class FleetView:
     """The read model over one data root (and the plans folder, for pending approvals): a local
     folder or an object store, read through fleetkit.core.datasets.DataRoot."""
@@ -435,6 +469,10 @@ class FleetView:
             _cache[key] = value
         return value
 
+    def topics(self) -> TopicOffsets:
+        """The newest stuck run's topics per cluster (cached per file version)."""
+        return cached(self.stuck / "findings.jsonl", TopicOffsets.parse) or TopicOffsets()
+
     def report_file(self, report: str) -> DataPath | None:
         """The newest result file of a report the page and the metrics read (None: none yet):
         stuck, coordinator or offsets."""
@@ -474,7 +512,9 @@ class FleetView:
     # one group
     def partitions(self, cluster: str, group: str) -> list[dict]:
         """The group's partitions in the newest stuck run, each with its lag series (points)."""
-        needle = json.dumps(group, ensure_ascii=False).encode("utf-8")
+        # (a lone surrogate, which UTF-8 cannot carry, makes a needle no line holds: its escaped form
+        # is the one to find)
+        needle = json.dumps(group, ensure_ascii=False).encode("utf-8", "surrogatepass")
         needle_ascii = json.dumps(group).encode("ascii")
         rows = []
         path = self.stuck / "findings.jsonl"

@@ -14,6 +14,7 @@ the machine never collides with the lab.
     Spark master / master UI            27077 / 28180   17077 / 18180
     Spark workers / worker UIs          27078+i / 28181+i  17078+i / 18181+i
     Prometheus / Alertmanager           24090 / 24093   14090 / 14093 (Alertmanager unclustered)
+    Burrow / its own ZooKeeper          -               14095 / 14096 (tests/integration/test_burrow_compat)
     cluster `lab` (Kafka 0.9.0.1)       ZK 22181, brokers 29092-29094    ZK 12181, brokers 19092-
     cluster `lab39` (Kafka 3.9.2, ZK)   ZK 22281, brokers 29192-29194    ZK 12281, brokers 19192-
     cluster `lab43` (Kafka 4.3.1 KRaft) brokers 29292-29294,             brokers 19292-
@@ -132,6 +133,16 @@ class PortPlan:
     @property
     def alertmanager(self) -> int:
         return self.base + 4093
+
+    @property
+    def burrow(self) -> int:
+        """Burrow's HTTP server (Debian's Burrow 1.2.1, the Burrow API comparison test)."""
+        return self.base + 4095
+
+    @property
+    def burrow_zookeeper(self) -> int:
+        """The ZooKeeper Burrow keeps its own state in (the lab's 3.9 ZooKeeper requires a SASL login)."""
+        return self.base + 4096
 
     def zookeeper(self, slot: int) -> int:
         return self.base + 2181 + 100 * slot

@@ -24,6 +24,8 @@ Pages (server-rendered, paged on the server, every name from a cluster escaped):
   /fleet/metrics          the same state for Prometheus (fleetkit.metrics; OpenMetrics when the
                           Accept header asks for it), behind the same login and permission: a
                           scrape sends a Bearer token from Airflow's /auth/token
+  /fleet/burrow/v3/...    the same state as Burrow's HTTP API (fleetkit.burrow: its read routes and
+                          JSON shapes), behind the same login and permission
 Handlers are plain functions: FastAPI runs them in worker threads, so file reads never block the
 api-server's event loop. Data: fleetkit.fleetview (the jobs' outputs, cached per file version).
 """
@@ -178,6 +180,22 @@ def _warm_up_once() -> None:
         threading.Thread(target=warm_up, name="fleet-page-warm-up", daemon=True).start()
 
 
+class LineFeedPaths:
+    """ASGI middleware of the api-server's root app (the plugin's `fastapi_root_middlewares`):
+    Starlette matches a mount's path only up to a line feed, so a Burrow request naming a group with
+    one (sent as %0A) would never reach the fleet app. Under `prefix` the decoded path's line feeds
+    are written back as %0A; the route reads the names from the path as sent (raw_path) anyway."""
+
+    def __init__(self, app, prefix: str = "/fleet/burrow/"):
+        self.app, self.prefix = app, prefix
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path") or ""
+        if scope["type"] == "http" and "\n" in path and path[len(scope.get("root_path") or ""):].startswith(self.prefix):
+            scope = dict(scope, path=path.replace("\n", "%0A"))
+        await self.app(scope, receive, send)
+
+
 def fleet_app() -> FastAPI:
     from fastapi.responses import PlainTextResponse
 
@@ -226,6 +244,19 @@ def fleet_app() -> FastAPI:
         headers = {"Cache-Control": "no-store", **({"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
                                                    if gzipped else {})}
         return Response(body, media_type=content_type, headers=headers)
+
+    @app.get("/burrow/{path:path}")
+    def burrow(request: Request, path: str, user=Depends(may_read)):
+        """Burrow's v3 read API. Names are read from the path as sent, one segment at a time (a
+        name with a "/" arrives as %2F); only where a proxy rewrote that path, from the decoded one."""
+        from fleetkit.burrow import BurrowAPI, split_path
+
+        prefix = f"{request.scope.get('root_path', '')}/burrow".encode()
+        segments = split_path(request.scope.get("raw_path") or b"", prefix)
+        answer = BurrowAPI(_view(), _fleet()).answer(path.split("/") if segments is None else segments,
+                                                     request.scope["path"])
+        return Response(answer.body, status_code=answer.status, media_type=answer.content_type,
+                        headers={"Cache-Control": "no-store"})
 
     @app.get("/group", response_class=HTMLResponse)
     def group_page(cluster: str, group: str, user=Depends(may_read)):

@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
 from fleet_airflow import settings
-from fleet_airflow.fleet_page import fleet_app
+from fleet_airflow.fleet_page import LineFeedPaths, fleet_app
 from fleet_airflow.operators.report import StuckReportLink
 from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read
 
@@ -126,6 +126,9 @@ class FleetPlugin(AirflowPlugin):
     operator_extra_links = [StuckReportLink()]
     fastapi_apps = [{"app": _reports_app(), "url_prefix": "/fleet-reports", "name": "Kafka fleet reports"},
                     {"app": fleet_app(), "url_prefix": "/fleet", "name": "Kafka fleet"}]
+    # a group name with a line feed reaches /fleet/burrow/ (Starlette's mounts stop matching at one)
+    fastapi_root_middlewares = [{"middleware": LineFeedPaths, "kwargs": {"prefix": "/fleet/burrow/"},
+                                 "name": "Kafka fleet: Burrow API names with line feeds"}]
     # the fleet page in the UI's navigation (an iframe onto /fleet/, served by the api-server behind
     # its login; reading it needs read access to the fleet_maintenance DAG)
     external_views = [{"name": "Kafka fleet", "href": "/fleet/", "destination": "nav", "url_route": "kafka-fleet"},

@@ -267,3 +267,14 @@ def test_a_cluster_not_collected_for_two_intervals_shows_stale_in_red(root, monk
     assert '<a class="BLIND" href="?cluster=lab43">lab43</a> <span class="BLIND">STALE</span>' in html
     assert ('<span class="BLIND blind-line">stale: the newest collection is ' in html
             and "(2026-11-25T10:05:00Z), more than twice the 5 min collection interval" in html)
+
+
+def test_two_parses_of_one_file_are_cached_apart(root):
+    """The metrics' flagged partitions and the Burrow API's topics both parse findings.jsonl: each
+    keeps its own cache entry."""
+    view = FleetView(root)
+    assert view.flagged_partitions().total == 4
+    topics = view.topics()
+    assert topics.log_end == {"lab": {"orders": {0: 10, 1: 10, 2: 10}}}
+    assert topics.groups == {"lab": {"orders": {EVIL, "g001"}}}
+    assert view.flagged_partitions().total == 4 and view.topics() is topics

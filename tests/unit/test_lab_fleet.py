@@ -15,7 +15,7 @@ from fleetlab.lab_spec import LabSpec, fleet_specs
 
 def _all_ports(plan: ports.PortPlan) -> list[int]:
     out = [plan.airflow_api, plan.postgres, plan.redis, plan.spark_master, plan.spark_master_ui, plan.prometheus,
-           plan.alertmanager]
+           plan.alertmanager, plan.burrow, plan.burrow_zookeeper]
     for i in range(2):
         out += [plan.celery_log_server(i), plan.spark_worker(i), plan.spark_worker_ui(i)]
     for name in list(ports.CLUSTERS) + list(ports.SINGLE_PURPOSE):
