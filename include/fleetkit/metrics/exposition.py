@@ -66,7 +66,7 @@ def scrape(collector, accept: str | None = None, max_bytes: int | None = None,
     """(body, content type) of one scrape of `collector`, negotiated from `accept`, gzip-compressed
     when `compress` (the caller sets Content-Encoding); ValueError naming the limit when the
     uncompressed body is longer than `max_bytes` (FLEET_METRICS_MAX_BODY_BYTES by default)."""
-    from fleetkit.metrics.collector import max_body_bytes
+    from fleetkit.metrics.settings import max_body_bytes
 
     limit = max_body_bytes() if max_bytes is None else max_bytes
     encoder, content_type = choose_encoder(accept or "")
