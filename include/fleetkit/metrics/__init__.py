@@ -8,8 +8,9 @@ dashboard's test and docs/metrics.md read it. No Airflow or Spark import: the ap
 `/fleet/metrics` route (plugins/fleet_airflow/fleet_page.py) is the adapter.
 """
 
-from fleetkit.metrics.collector import FleetCollector, limits
+from fleetkit.metrics.collector import FleetCollector
 from fleetkit.metrics.exposition import scrape
 from fleetkit.metrics.names import COMPAT, METRICS
+from fleetkit.metrics.settings import limits
 
 __all__ = ["COMPAT", "METRICS", "FleetCollector", "limits", "scrape"]
