@@ -138,7 +138,7 @@ class FleetAlertNotifier(BaseNotifier):
         from airflow.providers.common.compat.sdk import BaseHook
 
         conn = BaseHook.get_connection(conn_id)
-        secrets = [s for s in (conn.password, ) if s]
+        secrets = [conn.password] if conn.password else []
         host = conn.host or ""
         if conn.password and "://" not in conn.password and host:
             # a webhook URL built from the host and the token in the password
