@@ -42,6 +42,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from fleet_airflow import settings
+from fleet_airflow.settings import api_base_url  # noqa: F401  (where runs are posted; the approval notices' links)
 from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read, token_of
 
 log = logging.getLogger(__name__)
@@ -74,23 +75,6 @@ def _csrf_ok(sent: str | None, token: str | None) -> bool:
     if not sent:
         return False
     return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), _csrf(token).encode())
-
-
-def api_base_url() -> str:
-    """Where the page posts runs: `[api] base_url` (without a trailing /), else
-    http://<[api] host>:<[api] port> with a wildcard or empty host as loopback. Never from a request."""
-    from airflow.configuration import conf
-
-    base = (conf.get("api", "base_url", fallback="") or "").strip().rstrip("/")
-    if base:
-        return base
-    host = (conf.get("api", "host", fallback="") or "").strip().strip("[]")
-    port = conf.getint("api", "port", fallback=8080)
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
 def _runbook_fields(dag_id: str):

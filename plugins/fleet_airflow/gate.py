@@ -58,6 +58,7 @@ from fleetkit.core.runbook import (SECOND, TRIGGERING_USER, Refused, Runbook, Ve
                                    needs_second_approver, require_approvers, requesters)
 
 from fleet_airflow import settings
+from fleet_airflow.notifiers import FleetAlertNotifier, approval_page_url
 # the conf may not name a deployment setting: the check lives beside the settings, shared with every DAG
 from fleet_airflow.settings import deployment_keys_in
 from fleet_airflow.triggers.earlier_answer import EarlierAnswerTrigger, user_dict
@@ -283,6 +284,7 @@ class PlanApprovalOperator(ApprovalOperator):
         self.assigned_users = [{"id": a, "name": a} for a in eligible]
         request = {"ti_id": str(ti.id), "try_number": ti.try_number, "assigned": eligible,
                    "requested_at": dt.datetime.now(dt.timezone.utc).isoformat(), "answer": None}
+        notice = self._notice(context, cluster, plan, digest, eligible, asked_by, earlier_request, request)
         if self.second:
             record[SECOND] = {"needed": True, **request}
             rb.write_approval(record)
@@ -296,7 +298,43 @@ class PlanApprovalOperator(ApprovalOperator):
                       (", ".join(asked_by) or "nobody") + ("" if _triggering_user(context) else
                                                            " (no person triggered this run: two approvers needed)"),
                       self.response_timeout)
+        # the approvers are told once the request exists (HITLOperator calls its notifiers right after
+        # writing it, before the task parks); a notice that fails is logged, never fails the gate
+        self.notifiers = [notice] if notice is not None else []
         return super().execute(context)
+
+    def _notice(self, context, cluster: Cluster, plan: dict, digest: str, eligible: list[str],
+                asked_by: tuple[str, ...], earlier_request: dict | None, request: dict):
+        """The notice that this request waits for an approver, through the fleet file's alert channels
+        (``alerts.approval_channels``), with the link to the approval page; None when there is nothing
+        to send. Once per wait: a retry that asks again about the same plan (its earlier try's request
+        got no answer) does not tell the approvers again, who already hold the link to the same page.
+        The request records the notice (``notice``), so no resume or retry sends it twice."""
+        told = (earlier_request or {}).get("notice")
+        if told:
+            request["notice"] = told
+            self.log.info("the approvers were told at %s (%s): not again", told.get("at"),
+                          ", ".join(told.get("channels") or ()) or "task log only")
+            return None
+        try:
+            from fleetkit.core.alerts import approval_notice, dedup_key
+
+            alert_settings = load_fleet(settings.fleet_file()).alerts
+            dag_id, run_id, task_id = context["dag"].dag_id, context["run_id"], context["ti"].task_id
+            title, lines = approval_notice(self.action.name, cluster.name, plan["title"], digest, eligible,
+                                           list(asked_by), _human(self.response_timeout or DEFAULT_RESPONSE_TIMEOUT),
+                                           second=self.second, asked_again=earlier_request is not None)
+            notice = ApprovalNotice(title=title, lines=lines, settings=alert_settings,
+                                    link=approval_page_url(dag_id, run_id, task_id),
+                                    link_text="Approve or reject in Airflow", approval=True,
+                                    key=dedup_key("approval", dag_id, run_id, task_id),
+                                    details={"cluster": cluster.name, "plan_digest": digest})
+        except Exception as e:  # noqa: BLE001 - a notice never fails the gate
+            self.log.error("the approvers are not told (%s: %s); they find the request under Browse > "
+                           "Required Actions", type(e).__name__, visible_controls(str(e))[:300])
+            return None
+        request["notice"] = {"at": dt.datetime.now(dt.timezone.utc).isoformat(), "channels": list(notice.channels())}
+        return notice
 
     def _request(self, rb: Runbook) -> tuple[dict | None, dict]:
         """(the approval record, this task's request in it)."""
@@ -414,6 +452,17 @@ class PlanApprovalOperator(ApprovalOperator):
             return super().execute_complete(context, event)
         except (HITLTriggerEventError, ValueError) as e:  # a timeout or a bad answer: final, never asked again
             raise AirflowFailException(f"{type(e).__name__}: {e}") from None
+
+
+class ApprovalNotice(FleetAlertNotifier):
+    """The notice that an approval waits: whatever happens while it is sent, the approval task goes
+    on waiting (a channel that fails is logged by FleetAlertNotifier, anything else here)."""
+
+    def notify(self, context) -> None:
+        try:
+            super().notify(context)
+        except Exception as e:  # noqa: BLE001 - never fails the gate
+            self.log.error("the approval notice was not sent: %s", type(e).__name__)
 
 
 def _responder(event: dict) -> str | None:

@@ -70,6 +70,24 @@ def refuse_deployment_conf(context) -> None:
         raise AirflowFailException(f"REFUSED, nothing read or written: {wrong}")
 
 
+def api_base_url() -> str:
+    """Where Airflow's UI and REST API are: `[api] base_url` (without a trailing /), else
+    http://<[api] host>:<[api] port> with a wildcard or empty host as loopback. Never from a
+    request. The fleet page posts runs there; the approval notices link to the approval page there."""
+    from airflow.configuration import conf
+
+    base = (conf.get("api", "base_url", fallback="") or "").strip().rstrip("/")
+    if base:
+        return base
+    host = (conf.get("api", "host", fallback="") or "").strip().strip("[]")
+    port = conf.getint("api", "port", fallback=8080)
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+
+
 def deployment_default_args() -> dict:
     """default_args of every DAG of the toolkit: no retries, and every task refuses a run whose conf
     names a deployment setting (``refuse_deployment_conf``). Called when a DAG file is parsed, it

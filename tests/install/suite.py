@@ -8,9 +8,13 @@ from __future__ import annotations
 import json
 import time
 import urllib.parse
+from pathlib import Path
+
+import yaml
 
 from fleetlab.traffic import commit, produce, wait_topic
 
+from tests.alert_standins import PagerDutyProxy, Receiver
 from tests.install import installed
 from tests.helpers import committed_offsets
 
@@ -129,13 +133,25 @@ def test_the_approval_gate_works_on_this_airflow(deployment, lab, unique):
     started with `fleetctl runbook start --execute` as admin (the requester), it waits for an
     approval; approver (not the requester) approves it through the REST API; the offsets move as
     planned. (Airflow 3.1's `dags test` cannot run an approval task: its in-process trigger finds no
-    response record and fails, so the real components run it, as in production.)"""
+    response record and fails, so the real components run it, as in production.) The approvers are
+    told through this Airflow's Slack and PagerDuty providers (stand-ins on 127.0.0.1: a receiver as
+    the webhook, an HTTPS proxy as events.pagerduty.com; tests/alert_standins.py), with the link."""
     topic, group = unique("dist-reset"), unique("dist-group")
     wait_topic(lab.bootstrap, topic)
     produce(lab.bootstrap, topic, {0: 10, 1: 10, 2: 10})
     commit(lab.bootstrap, group, {(topic, 0): 3, (topic, 1): 5, (topic, 2): 10})
     env = dict(deployment.env, FLEET_AIRFLOW_URL=deployment.url, FLEET_AIRFLOW_USER="admin",
                FLEET_AIRFLOW_PASSWORD=deployment.passwords["admin"])
+    fleet_file = Path(deployment.env["FLEET_FILE"])
+    fleet_text = fleet_file.read_text()
+    saved_env = dict(deployment.env)
+    slack, pagerduty = Receiver().start(), PagerDutyProxy(deployment.root / "alert-pki").start()
+    doc = yaml.safe_load(fleet_text)
+    doc["alerts"] = {"slack_webhook_conn_id": "notice_slack", "pagerduty_conn_id": "notice_pagerduty"}
+    fleet_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+    deployment.env.update({**pagerduty.env(), "AIRFLOW_CONN_NOTICE_SLACK": json.dumps(
+        {"conn_type": "slackwebhook", "password": slack.url("/services/T0/B0/installSecret")}),
+        "AIRFLOW_CONN_NOTICE_PAGERDUTY": json.dumps({"conn_type": "pagerduty_events", "password": "installRoutingKey"})})
     deployment.start_scheduler()
     try:
         out = deployment.run("fleetctl", "runbook", "start", "runbook_stuck_reset", "--cluster", "labtest",
@@ -160,7 +176,17 @@ def test_the_approval_gate_works_on_this_airflow(deployment, lab, unique):
         assert state == "success", status_out.stdout
     finally:
         deployment.stop_components()
+        deployment.env.clear()
+        deployment.env.update(saved_env)
+        fleet_file.write_text(fleet_text)
+        slack.stop()
+        pagerduty.stop()
     assert committed_offsets(lab.bootstrap, group, topic) == {0: 4, 1: 6, 2: 10}
+    link = f"{deployment.url}/dags/runbook_stuck_reset/runs/{urllib.parse.quote(run_id, safe='')}/tasks/approve/required_actions"
+    (post,) = slack.requests
+    assert post["json"]["text"].endswith(f"\n<{link}|Approve or reject in Airflow>"), post["json"]["text"]
+    (event,) = pagerduty.events()
+    assert event["routing_key"] == "installRoutingKey" and event["links"][0]["href"] == link
 
 
 def _wait(fn, timeout: float, what: str):

@@ -9,6 +9,7 @@ number), and Airflow's HITL record a stand-in with the fields the trigger reads.
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -16,6 +17,7 @@ import yaml
 from airflow.sdk.exceptions import DownstreamTasksSkipped
 
 from fleetkit.core import plans
+from fleetkit.core.fleet import load_fleet
 from fleetkit.core.runbook import Runbook
 
 from fleet_airflow.actions import RESET_OFFSETS
@@ -292,3 +294,57 @@ def test_a_run_cleared_and_planned_again_is_asked_about_the_new_plan(rb):
     parked, asked = _run(op_.execute, _context(_TI(try_number=2), op_))
     assert type(parked).__name__ in ("TaskAwaitingInput", "TaskDeferred") and asked["subject"].endswith("t2")
     assert rb.approval()["try_number"] == 2 and rb.approval()["answer"] is None
+
+
+# -- the approval notice: once per wait ---------------------------------------------------------------
+def _notice_context(task_id="approve"):
+    return {"dag": SimpleNamespace(dag_id="runbook_stuck_reset"), "run_id": "manual__2026-11-29T01:00:00+00:00",
+            "ti": SimpleNamespace(id="ti-try-2", try_number=2, task_id=task_id)}
+
+
+def _with_alerts(monkeypatch, alerts: dict):
+    path = os.environ["FLEET_FILE"]
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    doc["alerts"] = alerts
+    with open(path, "w") as f:
+        f.write(yaml.safe_dump(doc))
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "https://airflow.example/")
+
+
+def test_the_approvers_are_told_once_per_wait(rb, monkeypatch):
+    _with_alerts(monkeypatch, {"slack_webhook_conn_id": "fleet_slack"})
+    cluster = load_fleet(os.environ["FLEET_FILE"]).cluster("c1")
+    plan = {"title": "Reset offsets of group 'g'"}
+    request = {"ti_id": "ti-try-1", "try_number": 1}
+    notice = op()._notice(_notice_context(), cluster, plan, rb.digest, ["bob"], ("alice",), None, request)
+    assert notice.channels() == ("slack",) and request["notice"]["channels"] == ["slack"]
+    assert notice.link == ("https://airflow.example/dags/runbook_stuck_reset/runs/"
+                           "manual__2026-11-29T01%3A00%3A00%2B00%3A00/tasks/approve/required_actions")
+    assert notice.title == "approval waiting: reset_offsets on cluster c1: Reset offsets of group 'g'"
+    assert notice.key == "kafka-fleet/approval/runbook_stuck_reset/manual__2026-11-29T01:00:00+00:00/approve"
+    assert notice.approval and not notice.fail_on_error
+    # a retry asking again about the same plan: its earlier request was told, nobody is told again
+    again = {"ti_id": "ti-try-2", "try_number": 2}
+    earlier = dict(request)
+    assert op()._notice(_notice_context(), cluster, plan, rb.digest, ["bob"], ("alice",), earlier, again) is None
+    assert again["notice"] == request["notice"]
+    # an earlier request nobody was told about (a notice could not be built then): told now, "asked again"
+    notice = op()._notice(_notice_context(), cluster, plan, rb.digest, ["bob"], ("alice",), {"try_number": 1}, {})
+    assert notice.lines[0].startswith("Asked again")
+
+
+def test_a_notice_that_cannot_be_built_or_sent_never_fails_the_gate(rb, monkeypatch):
+    from fleet_airflow import gate
+
+    cluster = load_fleet(os.environ["FLEET_FILE"]).cluster("c1")
+    _with_alerts(monkeypatch, {"slack_webhook_conn_id": "not a conn id"})  # the fleet file refuses it
+    request = {}
+    assert op()._notice(_notice_context(), cluster, {"title": "t"}, rb.digest, ["bob"], (), None, request) is None
+    assert "notice" not in request
+
+    def boom(self, context):
+        raise RuntimeError("the channel blew up")
+
+    monkeypatch.setattr(gate.FleetAlertNotifier, "notify", boom)
+    gate.ApprovalNotice(title="t", lines=[], approval=True).notify({})  # logged, not raised

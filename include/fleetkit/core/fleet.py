@@ -46,9 +46,13 @@ A fleet file is YAML::
             root: /kafka-spouts          # the spouts' zkRoot (required for storm)
             spouts: [clicks-spout]       # optional filter: only these spout ids
 
-    alerts:                              # optional: besides the task log, e-mail alerts
-      smtp_conn_id: smtp_default
-      to: [oncall@example.com]
+    alerts:                              # optional: besides the task log, where alerts go
+      smtp_conn_id: smtp_default         # e-mail (Airflow connection, type smtp) ...
+      to: [oncall@example.com]           # ... to these recipients (required with smtp_conn_id)
+      slack_webhook_conn_id: fleet_slack # Slack incoming webhook (connection type slackwebhook)
+      pagerduty_conn_id: fleet_pagerduty # PagerDuty Events API v2 (connection type pagerduty_events)
+      pagerduty_severity: warning        # info | warning | error | critical (default warning)
+      approval_channels: [slack]         # told when a runbook waits for approval (default: every channel)
 
 Credentials never live here: they live in Airflow connections.
 
@@ -70,6 +74,7 @@ shell runbooks to the operator.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -255,13 +260,37 @@ class Cluster:
         raise FleetConfigError(f"cluster {self.name!r} has no broker with id {broker_id} in the fleet file")
 
 
+#: the channels an alert can go to besides the task log (the fleet file's `alerts:` names them)
+ALERT_CHANNELS = ("smtp", "slack", "pagerduty")
+#: PagerDuty Events API v2 severities
+PAGERDUTY_SEVERITIES = ("info", "warning", "error", "critical")
+
+
 @dataclass(frozen=True)
 class AlertSettings:
-    """Where alerts go besides the task log: e-mail through an Airflow SMTP connection."""
+    """Where alerts go besides the task log: e-mail through an Airflow SMTP connection, a Slack
+    incoming webhook and a PagerDuty service (each an Airflow connection holding its secret: the
+    webhook URL, the routing key). `approval_channels`: the channels told when a runbook waits for an
+    approver (None: every configured channel)."""
 
     smtp_conn_id: str | None = None
     to: tuple[str, ...] = ()
     subject_prefix: str = "[kafka-fleet]"
+    slack_webhook_conn_id: str | None = None
+    pagerduty_conn_id: str | None = None
+    pagerduty_severity: str = "warning"
+    approval_channels: tuple[str, ...] | None = None
+
+    @property
+    def channels(self) -> tuple[str, ...]:
+        """The configured channels, in ALERT_CHANNELS' order."""
+        conn = {"smtp": self.smtp_conn_id, "slack": self.slack_webhook_conn_id, "pagerduty": self.pagerduty_conn_id}
+        return tuple(c for c in ALERT_CHANNELS if conn[c])
+
+    @property
+    def approval_notice_channels(self) -> tuple[str, ...]:
+        """The channels told when an approval waits."""
+        return self.channels if self.approval_channels is None else self.approval_channels
 
 
 @dataclass(frozen=True)
@@ -637,20 +666,53 @@ def parse_fleet(text: str, path: str = "<fleet>", base_dir: Path | None = None) 
         clusters.append(c)
     alerts = AlertSettings()
     if doc.get("alerts") is not None:
-        araw = f.mapping(doc["alerts"], "alerts")
-        f.unknown(araw, {"smtp_conn_id", "to", "subject_prefix"}, "alerts")
-        smtp = araw.get("smtp_conn_id")
-        if smtp is not None:
-            smtp = f.string(smtp, "alerts.smtp_conn_id", CONN_ID_RE, "connection id")
-        to = f.strings(araw.get("to"), "alerts.to")
-        if smtp and not to:
-            raise f.fail("alerts.to", "an smtp_conn_id needs at least one recipient")
-        for i, addr in enumerate(to):
-            if "@" not in addr or any(c in addr for c in " \r\n,;"):
-                raise f.fail(f"alerts.to[{i}]", f"{addr!r} is not an e-mail address")
-        alerts = AlertSettings(smtp_conn_id=smtp, to=to,
-                               subject_prefix=str(araw.get("subject_prefix", "[kafka-fleet]")))
+        alerts = _parse_alerts(f, doc["alerts"])
     return Fleet(path=path, clusters=tuple(clusters), alerts=alerts)
+
+
+def _parse_alerts(f: _Field, raw: Any) -> AlertSettings:
+    araw = f.mapping(raw, "alerts")
+    f.unknown(araw, {"smtp_conn_id", "to", "subject_prefix", "slack_webhook_conn_id", "pagerduty_conn_id",
+                     "pagerduty_severity", "approval_channels"}, "alerts")
+    conn_ids = {}
+    for key in ("smtp_conn_id", "slack_webhook_conn_id", "pagerduty_conn_id"):
+        value = araw.get(key)
+        if value is not None:
+            if isinstance(value, str) and "://" in value:
+                # a webhook URL or a key pasted here would be a secret in a file many people read
+                raise f.fail(f"alerts.{key}", "expected the id of an Airflow connection, got a URL: put the "
+                                              "URL in the connection's password, never in the fleet file")
+            value = f.string(value, f"alerts.{key}", CONN_ID_RE, "connection id")
+        conn_ids[key] = value
+    smtp = conn_ids["smtp_conn_id"]
+    to = f.strings(araw.get("to"), "alerts.to")
+    if smtp and not to:
+        raise f.fail("alerts.to", "an smtp_conn_id needs at least one recipient")
+    for i, addr in enumerate(to):
+        if "@" not in addr or any(c in addr for c in " \r\n,;"):
+            raise f.fail(f"alerts.to[{i}]", f"{addr!r} is not an e-mail address")
+    severity = araw.get("pagerduty_severity", "warning")
+    if severity not in PAGERDUTY_SEVERITIES:
+        raise f.fail("alerts.pagerduty_severity", f"expected one of {', '.join(PAGERDUTY_SEVERITIES)}, got {severity!r}")
+    prefix = str(araw.get("subject_prefix", "[kafka-fleet]"))
+    settings = AlertSettings(smtp_conn_id=smtp, to=to, subject_prefix=prefix,
+                             slack_webhook_conn_id=conn_ids["slack_webhook_conn_id"],
+                             pagerduty_conn_id=conn_ids["pagerduty_conn_id"], pagerduty_severity=severity)
+    if "approval_channels" not in araw:
+        return settings
+    if araw["approval_channels"] is None:
+        raise f.fail("alerts.approval_channels", "expected a list of channels ([] for none), got null")
+    chosen = f.strings(araw["approval_channels"], "alerts.approval_channels")
+    for i, channel in enumerate(chosen):
+        if channel not in ALERT_CHANNELS:
+            raise f.fail(f"alerts.approval_channels[{i}]",
+                         f"unknown channel {channel!r} (channels: {', '.join(ALERT_CHANNELS)})")
+        if channel not in settings.channels:
+            key = {"smtp": "smtp_conn_id", "slack": "slack_webhook_conn_id", "pagerduty": "pagerduty_conn_id"}[channel]
+            raise f.fail(f"alerts.approval_channels[{i}]", f"{channel!r} is not configured (set alerts.{key})")
+        if channel in chosen[:i]:
+            raise f.fail(f"alerts.approval_channels[{i}]", f"{channel!r} appears twice")
+    return dataclasses.replace(settings, approval_channels=chosen)
 
 
 def load_fleet(path: str | os.PathLike) -> Fleet:
