@@ -9,14 +9,19 @@ A partition's window (as_of - window <= observed_at <= as_of) is reduced to a fe
  3 REWOUND            the committed offset decreased between two consecutive snapshots
  4 STALLED / STOPPED / FROZEN, early: the offset has not moved, with lag > 0, for longer than this
                       partition's own rhythm allows (`frozen_long_enough`), seen by >= 2 snapshots
- 5 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window
+ 5 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window, and no lag
+                      trend (rule 8) is established: the trend carries its own history requirement
  6 STALLED            offset never moved in the window, lag > 0, a live member is assigned (a
                       poison record)
  7 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
    FROZEN             offset never moved, lag > 0, and the store registers no members at all (a
                       Storm spout): running-but-stuck and stopped cannot be told apart
- 8 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
-                      least ratio x what was produced in the window (log end grew)
+ 8 LAGGING            the lag trend over the trailing trend window (below): >= 4 snapshots, one in
+                      each third of it, spanning the trend window (at most half the window); the
+                      offset advanced; the least-squares slope of lag is positive and rises by at
+                      least ratio x the records produced meanwhile; the lag's floor (each third's
+                      minimum) rose from third to third by at least ratio x a third of them and by
+                      more than the largest dip between two snapshots
  9 INSUFFICIENT_DATA  the offset never moved and lag > 0, but work has not waited at it for the
                       threshold yet ("not judged yet, frozen for N s"): never "keeping pace"
 10 OK                 keeping pace, even with non-zero lag
@@ -32,6 +37,15 @@ that commits only when records arrive (lag 0 in between) only once records wait 
 since the commit of the offset when its commit time is known and lag was not seen at 0 since,
 otherwise since the first snapshot of the trailing run with lag > 0 (the conservative end; also
 when no snapshot before the run saw another offset, as for a consumer just restarted).
+
+The lag trend (rule 8) looks back from the last snapshot over max(6 snapshot intervals,
+3 x (rhythm + snapshot interval)), the whole window while either is unknown: each third then
+holds a snapshot taken after a commit, the lag's low point. A consumer that commits in steps dips at
+each commit, so "lag never decreased" misses it; one that keeps pace comes back down to its floor,
+one that falls behind does not; a burst of records lifts the floor once, not third after third. At
+a 10 s snapshot interval a consumer committing every few seconds is judged on its last 60 s: a
+consumer slowed to half the production rate is LAGGING 50-60 s after it slowed (tests/stuck_cases.py,
+cases 40-44).
 
 Each verdict says since when (`since`: when the partition stopped making progress) and how
 sure it is (`confidence`):
