@@ -363,7 +363,8 @@ def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_
     if trend:
         rise = f.trend_slope * f.trend_span
         return Verdict("LAGGING", (
-            f"Lag rose by about {rise:.0f} over the last {f.trend_span:.0f}s (now {lag}) while "
+            f"Lag rose by about {rise:.0f} over the last {f.trend_span:.0f}s"
+            f"{'' if lag is None else f' (now {lag})'} while "
             f"{f.trend_produced} records arrived ({100 * rise / f.trend_produced:.0f} % of them), and its lowest "
             "point rose too: the consumer processes less than it receives; scale it out or speed it up."),
             None, "medium")
