@@ -5,6 +5,8 @@ given) and the status the rules must give, with why that answer is right. The sa
 through the pure rules (tests/unit) and through the Spark job (tests/spark). Cases 26 on are the
 early-detection cases (snapshots 10 s apart, far less history than half the window) and the
 false-positive traps next to them; SINCE gives the `since` and `confidence` some of them must show.
+Cases 40 on are the lag trend's (rule 8), simulated second by second (`consumer`) and also replayed
+at every snapshot time: SLOWED says how soon LAGGING must come, NEVER_FLAGGED which are never flagged.
 """
 
 from __future__ import annotations
@@ -44,6 +46,27 @@ def series(offsets, log_end, step=10, extra=None, **common):
     extra(t) -> dict of more columns."""
     return snaps(*[(c, e, extra(i * step) if extra else {}) for i, (c, e) in
                    enumerate(zip(offsets, log_end))], step=step, **common)
+
+
+def consumer(seconds, rate, capacity, commit_every, step=10, seed=0, bursts=None, **common):
+    """A partition simulated second by second, one snapshot every `step` seconds (from 0 to `seconds`):
+    a producer writing about rate(t) records a second (+-25 %, a seeded jitter, plus bursts[t]
+    records at second t), a consumer processing up to capacity(t) records a second of what is there
+    and committing its position every `commit_every` seconds."""
+    import random
+
+    rng = random.Random(seed)
+    bursts = bursts or {}
+    log_end = position = committed = 0
+    rows = []
+    for t in range(seconds + 1):
+        if t % step == 0:
+            rows.append((committed, log_end))
+        log_end += round(rate(t) * rng.uniform(0.75, 1.25)) + bursts.get(t, 0)
+        position = min(log_end, position + round(capacity(t) * rng.uniform(0.9, 1.1)))
+        if t % commit_every == commit_every - 1:
+            committed = position
+    return snaps(*rows, step=step, **common)
 
 
 LIVE = {"assigned": True, "group_state": "Stable"}
@@ -180,7 +203,39 @@ CASES = [
      snaps((100, 200), (100, 300), step=450, **LIVE), "INSUFFICIENT_DATA",
      "The frozen-wait threshold (two snapshot intervals, 900 s) is not reached and LAGGING needs three "
      "snapshots; a frozen offset whose lag grew is never \"keeping pace\": not judged yet, frozen for 450 s."),
+    # -- the lag trend: simulated partitions (`consumer`), a producer at about 20 records/s, a snapshot every 10 s --
+    (40, "consumer slowed to half the production rate 60 s ago, commits every 7 s",
+     consumer(600, lambda t: 20, lambda t: 40 if t < 540 else 10, 7, seed=40, **LIVE), "LAGGING",
+     "Before the slow-down its lag wobbled between 0 and ~140 (a dip at each commit); since, it rose 137 -> 208 "
+     "-> 333 -> 459 -> 507 -> 635. The strict rule (lag never decreased across the whole window) stays false for "
+     "a whole window after such a slow-down: never LAGGING. The trend over the last 60 s (6 snapshot intervals "
+     ">= 3 x (rhythm 7 s + 10 s)) rises and its floor rises third by third: LAGGING 50 s after the slow-down "
+     "(SLOWED)."),
+    (41, "half-rate consumer from its first snapshot, commits every 2 s (bench/stuck_latency.py's slow)",
+     consumer(60, lambda t: 20, lambda t: 10, 2, seed=41, **LIVE), "LAGGING",
+     "60 s of history is a fifth of the window: rule 5 called it INSUFFICIENT_DATA until 300 s had been collected "
+     "(7.5 minutes with fleetctl's 15-minute window, never in the benchmark's 3 minutes). The trend needs its own "
+     "60 s only: lag 0 -> 564 while 1,100 records arrived."),
+    (42, "healthy consumer with bursty traffic: lag up and down around a level (commits every 7 s)",
+     consumer(600, lambda t: 20, lambda t: 30, 7, seed=42, bursts={t: 300 for t in range(17, 600, 45)}, **LIVE),
+     "OK", "300 extra records every 45 s lift the lag to ~300, it falls back to ~50 by the next burst: its floor "
+     "does not rise from third to third, at no snapshot time (NEVER_FLAGGED)."),
+    (43, "consumer catching up after a burst of 3,000 records (1.5 x the production rate, commits every 5 s)",
+     consumer(600, lambda t: 20, lambda t: 30, 5, seed=43, bursts={300: 3000}, **LIVE), "OK",
+     "The burst lifts the lag once (the floor rises into one third only), then the lag falls 100 a snapshot "
+     "until it is 0: never LAGGING, also while it drains (NEVER_FLAGGED)."),
+    (44, "consumer slowed to half rate 120 s ago, commits in steps every 30 s",
+     consumer(600, lambda t: 20, lambda t: 40 if t < 480 else 10, 30, seed=44, **LIVE), "LAGGING",
+     "Its lag falls at every commit (e.g. 706 -> 600, 1003 -> 896) but each floor is higher than the last: "
+     "the trend spans 3 x (30 s + 10 s) so each third sees a snapshot after a commit; LAGGING 120 s after the "
+     "slow-down (SLOWED)."),
 ]
+
+#: case number -> (the slow-down, in seconds after T0; the verdict LAGGING must come at most this many
+#: seconds after it, replaying the judgement at every snapshot time, and nothing be flagged before it)
+SLOWED = {40: (540, 60), 41: (0, 60), 44: (480, 120)}
+#: cases never flagged at any snapshot time of their history
+NEVER_FLAGGED = (14, 15, 30, 31, 34, 42, 43)
 
 #: case number -> (since, in seconds after T0; confidence)
 SINCE = {

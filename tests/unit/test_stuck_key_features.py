@@ -71,7 +71,7 @@ def test_every_fact_equals_the_reference(seed):
     out = key_features(table(rows), lo_us()).to_pylist()
     got = {tuple(r[k] for k in KEYS): r for r in out}
     assert set(got) == {k for k, rs in by_key.items() if rs}
-    checked = 0
+    checked = trends = 0
     for key, rs in by_key.items():
         if not rs:
             continue
@@ -86,10 +86,12 @@ def test_every_fact_equals_the_reference(seed):
         checked += 1
         span = (r["last_at"] - r["first_at"]).total_seconds()
         assert (span, r["latest_committed"], r["latest_log_start"], r["latest_log_end"], r["latest_assigned"],
-                r["first_committed"], r["first_log_end"], bool(r["rewound"]), r["never_moved"],
-                r["lag_never_decreased"] if r["lag_never_decreased"] is not None else True) == (
+                r["first_committed"], r["first_log_end"], bool(r["rewound"]), r["never_moved"]) == (
             f.span_seconds, f.latest_committed, f.latest_log_start, f.latest_log_end, f.latest_assigned,
-            f.first_committed, f.first_log_end, f.rewound, f.never_moved, f.lag_never_decreased), key
+            f.first_committed, f.first_log_end, f.rewound, f.never_moved), key
+        assert {k: r[k] for k in TREND} == {k: getattr(f, k) for k in TREND}, key
+        assert r["trend_slope"] == (None if f.trend_slope is None else pytest.approx(f.trend_slope, rel=1e-9)), key
+        trends += f.trend_snapshots >= rules.TREND_MIN_SNAPSHOTS and f.trend_third >= 1
         assert (r["snapshot_interval"], r["change_gap"], r["commit_interval"], r["committed_at"]) == (
             f.snapshot_interval, f.change_gap, f.commit_interval, f.committed_at), key
         assert (r["streak"], r["streak_start"], r["before_at"], r["before_same"]) == (
@@ -97,7 +99,12 @@ def test_every_fact_equals_the_reference(seed):
         last = max((x for x in rs if x["observed_at"] >= AS_OF - WINDOW), key=lambda x: x["observed_at"])
         ts = last["committed_record_timestamp"]
         assert r["record_ts"] == (ts.timestamp() if ts else None)
-    assert checked >= 10
+    assert checked >= 10 and trends >= 1
+
+
+#: the lag trend's facts but its slope (a float summed in another order: compared approximately)
+TREND = ["trend_snapshots", "trend_span", "trend_third", "trend_advanced", "trend_produced", "trend_floor_rise",
+         "trend_dip"]
 
 
 def test_no_rows_is_nothing():

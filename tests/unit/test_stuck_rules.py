@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from fleetkit.stuck import rules as stuck
-from tests.stuck_cases import CASES, SINCE, T0, WINDOW, snaps
+from tests.stuck_cases import CASES, NEVER_FLAGGED, SINCE, SLOWED, T0, WINDOW, snaps
 
 
 @pytest.mark.parametrize("number, name, rows, expected, why", CASES, ids=[f"{c[0]:02d}-{c[1][:40]}" for c in CASES])
@@ -26,6 +26,33 @@ def test_since_and_confidence(number):
     assert v.status == expected
     want = None if since is None else (T0 + dt.timedelta(seconds=since)).timestamp()
     assert (v.since, v.confidence) == (want, confidence), f"case {number} ({name}): {v}"
+
+
+def replayed(number):
+    """(seconds after T0, status) of a case judged at each of its snapshot times."""
+    rows = next(c for c in CASES if c[0] == number)[2]
+    out = []
+    for as_of in sorted({r["observed_at"] for r in rows}):
+        status = stuck.judge(stuck.features(rows, as_of, WINDOW), WINDOW.total_seconds()).status
+        out.append(((as_of - T0).total_seconds(), status))
+    return out
+
+
+@pytest.mark.parametrize("number", sorted(SLOWED))
+def test_a_slowed_consumer_is_lagging_soon_after_and_not_flagged_before(number):
+    slowed, within = SLOWED[number]
+    seen = replayed(number)
+    assert not [(t, s) for t, s in seen if t <= slowed and s in stuck.FLAGGED], seen
+    first = next((t for t, s in seen if s == "LAGGING"), None)
+    assert first is not None and first - slowed <= within, seen
+    # once LAGGING, it stays so while the consumer stays slow
+    assert all(s == "LAGGING" for t, s in seen if t >= first), seen
+
+
+@pytest.mark.parametrize("number", NEVER_FLAGGED)
+def test_a_consumer_keeping_pace_is_never_flagged(number):
+    seen = replayed(number)
+    assert not [(t, s) for t, s in seen if s in stuck.FLAGGED], seen
 
 
 def test_commit_time_inconsistent_with_snapshots_is_not_trusted():
@@ -106,3 +133,20 @@ def test_too_short_a_history_says_from_when_it_can_be_judged():
     first = min(r["observed_at"] for r in rows).timestamp()
     assert v.status == "INSUFFICIENT_DATA" and v.judged_from == pytest.approx(first + 450)
     assert stuck.judge(f, WINDOW.total_seconds()).since is None
+
+
+def test_what_the_strict_rule_missed():
+    """The reproduction: the half-rate consumers' windows fail the old LAGGING rule's premises. Case 40's
+    lag falls between some consecutive snapshots of its window (it dipped at commits before the
+    slow-down), the strict rule's `lag never decreased`; case 41's history spans less than half the
+    window (rule 5). Both are LAGGING by the trend."""
+    for number, strict_fails in ((40, "dips"), (41, "short")):
+        rows = next(c for c in CASES if c[0] == number)[2]
+        as_of = max(r["observed_at"] for r in rows)
+        lags = [r["log_end_offset"] - r["committed_offset"] for r in rows]
+        f = stuck.features(rows, as_of, WINDOW)
+        if strict_fails == "dips":
+            assert any(b < a for a, b in zip(lags, lags[1:]))
+        else:
+            assert stuck.insufficient(f, WINDOW.total_seconds())
+        assert stuck.judge(f, WINDOW.total_seconds()).status == "LAGGING"

@@ -123,10 +123,12 @@ FACT_INPUT = ["observed_at", "committed_offset", "log_start_offset", "log_end_of
 #: columns (the columns and types of the aggregation they replace)
 FACTS_SCHEMA = ("snapshots long, first_at timestamp, last_at timestamp, latest_committed long, "
                 "latest_log_start long, latest_log_end long, latest_assigned boolean, first_committed long, "
-                "first_log_end long, rewound boolean, never_moved boolean, lag_never_decreased boolean, "
+                "first_log_end long, rewound boolean, never_moved boolean, "
                 "unchanged_since timestamp, snapshot_interval double, change_gap double, commit_interval double, "
                 "committed_at double, record_ts double, streak long, streak_start double, before_at double, "
-                "before_same boolean")
+                "before_same boolean, trend_snapshots long, trend_span double, trend_third long, "
+                "trend_advanced boolean, trend_produced long, trend_slope double, trend_floor_rise long, "
+                "trend_dip long")
 
 
 
@@ -253,10 +255,6 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, ra
         return hit > 0, cnt > 0
 
     rewound, any_pair = per_key_any(pair, c < prev_c)
-    prev_lag = np.concatenate(([0], lag[:-1]))
-    prev_lag_null = np.concatenate(([True], leo_null[:-1]))
-    grew = ~leo_null & ~prev_lag_null & (lag >= prev_lag)
-    decreased, _ = per_key_any(pair, ~grew)
     c_in_min = np.full(g, np.iinfo(np.int64).max)
     c_in_max = np.full(g, np.iinfo(np.int64).min)
     np.minimum.at(c_in_min, gid[in_w], c[in_w])
@@ -277,10 +275,9 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, ra
         lo_i = np.where(ok, begin + (cnt - 1) // 2, 0)
         hi_i = np.where(ok, begin + cnt // 2, 0)
         if len(vals) == 0:
-            return pa.nulls(g, pa.float64())
+            return np.zeros(g), np.zeros(g, dtype=bool)
         a, b = vals[lo_i], vals[hi_i]
-        med = np.where(lo_i == hi_i, a, 0.5 * a + 0.5 * b)
-        return pa.array(med, mask=~ok)
+        return np.where(lo_i == hi_i, a, 0.5 * a + 0.5 * b), ok
 
     prev_secs = np.concatenate(([0.0], secs[:-1]))
     snapshot_interval = medians(pair, secs - prev_secs)
@@ -294,6 +291,7 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, ra
         gap_rows[b[ok]] = True
         gap_vals[b[ok]] = secs[b[ok]] - secs[a[ok]]
     change_gap = medians(gap_rows, gap_vals)
+    trend = _trend_facts(raw, order, gid, g, secs, c, lag, leo_null, in_w, li, has, snapshot_interval, change_gap)
 
     # the trailing streak: rows after the last "break" (out of the window, another offset than the
     # key's last, or no positive lag)
@@ -322,9 +320,9 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, ra
         "first_log_end": col_at("log_end_offset", fi, has),
         "rewound": pa.array(rewound, mask=~any_pair),
         "never_moved": pa.array(c_in_min == c_in_max, mask=~has),
-        "lag_never_decreased": pa.array(~decreased, mask=~any_pair),
         "unchanged_since": ts_at(rs_idx, np.ones(g, dtype=bool)),
-        "snapshot_interval": snapshot_interval, "change_gap": change_gap,
+        "snapshot_interval": pa.array(snapshot_interval[0], mask=~snapshot_interval[1]),
+        "change_gap": pa.array(change_gap[0], mask=~change_gap[1]),
         "commit_interval": col_at("commit_interval_seconds", li, has),
         "committed_at": col_at("committed_at", li, has, seconds=True),
         "record_ts": col_at("committed_record_timestamp", li, has, seconds=True),
@@ -332,8 +330,74 @@ def key_features(table, lo_us: int, key_columns: list[str] = KEYS, rows=None, ra
         "streak_start": pa.array(secs[ss_idx], mask=streak == 0),
         "before_at": pa.array(secs[bi], mask=~has_brk),
         "before_same": pa.array(c[bi] == c[last_idx], mask=~has_brk),
+        **trend,
     })
     return pa.table(out)
+
+
+def _trend_facts(raw, order, gid, g, secs, c, lag, leo_null, in_w, li, has, snapshot_interval, change_gap) -> dict:
+    """The lag trend's facts (rules.Features.trend_*, rules._trend the reference) of every key, from
+    key_features' sorted rows: per key, the in-window rows with a known lag observed at or after
+    rules.trend_start (the rhythm: the last row's commit interval, else the change gap), their
+    thirds of their span, least squares of lag over time."""
+    import numpy as np
+    import pyarrow as pa
+
+    from fleetkit.stuck.rules import TREND_SNAPSHOT_INTERVALS
+
+    si, si_ok = snapshot_interval
+    ci, ci_null = (a[order][li] for a in raw("commit_interval_seconds"))
+    ci_ok = has & ~ci_null
+    rhythm = np.where(ci_ok, ci, change_gap[0])
+    bounded = si_ok & (ci_ok | change_gap[1])
+    # rules.trend_start, the same operations: last - max(k x interval, 3 x (rhythm + interval)) - interval / 4
+    d = np.maximum(TREND_SNAPSHOT_INTERVALS * si, 3 * (rhythm + si))
+    start = np.where(bounded, secs[li] - d - 0.25 * si, -np.inf)
+    seg = in_w & ~leo_null & (secs >= start[gid])
+    n = np.bincount(gid[seg], minlength=g)
+    ok = n > 0
+    idx = np.flatnonzero(seg)
+    f_i = np.full(g, np.iinfo(np.int64).max)
+    l_i = np.full(g, -1, dtype=np.int64)
+    np.minimum.at(f_i, gid[idx], idx)
+    np.maximum.at(l_i, gid[idx], idx)
+    f_i, l_i = np.where(ok, f_i, 0), np.where(ok, l_i, 0)
+    t0, t1 = secs[f_i], secs[l_i]
+    span = t1 - t0
+    b1, b2 = t0 + span / 3, t0 + 2 * span / 3
+    part = np.where(secs < b1[gid], 0, np.where(secs < b2[gid], 1, 2))
+    big = np.iinfo(np.int64).max
+    counts, floors = [], []
+    for k in range(3):
+        rows = seg & (part == k)
+        counts.append(np.bincount(gid[rows], minlength=g))
+        floor = np.full(g, big, dtype=np.int64)
+        np.minimum.at(floor, gid[rows], lag[rows])
+        floors.append(floor)
+    third = np.minimum(np.minimum(counts[0], counts[1]), counts[2])
+    dip = np.zeros(g, dtype=np.int64)  # the largest fall of lag between consecutive rows of the trend
+    same = gid[idx[1:]] == gid[idx[:-1]]
+    np.maximum.at(dip, gid[idx[1:]][same], (lag[idx[:-1]] - lag[idx[1:]])[same])
+    all_thirds = ok & (third > 0)
+    rise = np.minimum(floors[1] - floors[0], floors[2] - floors[1])
+    # least squares, time relative to the first point, summed in time order as the reference does
+    x = secs - t0[gid]
+    y = lag.astype(np.float64)
+    nn = np.where(ok, n, 1)
+    mx = np.bincount(gid[seg], weights=x[seg], minlength=g) / nn
+    my = np.bincount(gid[seg], weights=y[seg], minlength=g) / nn
+    dx, dy = x - mx[gid], y - my[gid]
+    sxx = np.bincount(gid[seg], weights=(dx * dx)[seg], minlength=g)
+    sxy = np.bincount(gid[seg], weights=(dx * dy)[seg], minlength=g)
+    sloped = ok & (sxx > 0)
+    slope = np.where(sloped, sxy / np.where(sloped, sxx, 1.0), 0.0)
+    return {"trend_snapshots": pa.array(n), "trend_span": pa.array(np.where(ok, span, 0.0)),
+            "trend_third": pa.array(np.where(ok, third, 0)),
+            "trend_advanced": pa.array(ok & (c[l_i] > c[f_i])),
+            "trend_produced": pa.array(np.where(ok, lag[l_i] + c[l_i] - lag[f_i] - c[f_i], 0), mask=~ok),
+            "trend_slope": pa.array(slope, mask=~sloped),
+            "trend_floor_rise": pa.array(np.where(all_thirds, rise, 0), mask=~all_thirds),
+            "trend_dip": pa.array(dip)}
 
 
 #: a group in one offsets store

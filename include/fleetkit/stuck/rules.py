@@ -9,14 +9,19 @@ A partition's window (as_of - window <= observed_at <= as_of) is reduced to a fe
  3 REWOUND            the committed offset decreased between two consecutive snapshots
  4 STALLED / STOPPED / FROZEN, early: the offset has not moved, with lag > 0, for longer than this
                       partition's own rhythm allows (`frozen_long_enough`), seen by >= 2 snapshots
- 5 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window
+ 5 INSUFFICIENT_DATA  fewer than 2 snapshots, or they span less than half the window, and no lag
+                      trend (rule 8) is established: the trend carries its own history requirement
  6 STALLED            offset never moved in the window, lag > 0, a live member is assigned (a
                       poison record)
  7 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
    FROZEN             offset never moved, lag > 0, and the store registers no members at all (a
                       Storm spout): running-but-stuck and stopped cannot be told apart
- 8 LAGGING            >= 3 snapshots, offset advanced, lag never decreased, and lag grew by at
-                      least ratio x what was produced in the window (log end grew)
+ 8 LAGGING            the lag trend over the trailing trend window (below): >= 4 snapshots, one in
+                      each third of it, spanning the trend window (at most half the window); the
+                      offset advanced; the least-squares slope of lag is positive and rises by at
+                      least ratio x the records produced meanwhile; the lag's floor (each third's
+                      minimum) rose from third to third by at least ratio x a third of them and by
+                      more than the largest dip between two snapshots
  9 INSUFFICIENT_DATA  the offset never moved and lag > 0, but work has not waited at it for the
                       threshold yet ("not judged yet, frozen for N s"): never "keeping pace"
 10 OK                 keeping pace, even with non-zero lag
@@ -32,6 +37,15 @@ that commits only when records arrive (lag 0 in between) only once records wait 
 since the commit of the offset when its commit time is known and lag was not seen at 0 since,
 otherwise since the first snapshot of the trailing run with lag > 0 (the conservative end; also
 when no snapshot before the run saw another offset, as for a consumer just restarted).
+
+The lag trend (rule 8) looks back from the last snapshot over max(6 snapshot intervals,
+3 x (rhythm + snapshot interval)), the whole window while either is unknown: each third then
+holds a snapshot taken after a commit, the lag's low point. A consumer that commits in steps dips at
+each commit, so "lag never decreased" misses it; one that keeps pace comes back down to its floor,
+one that falls behind does not; a burst of records lifts the floor once, not third after third. At
+a 10 s snapshot interval a consumer committing every few seconds is judged on its last 60 s: a
+consumer slowed to half the production rate is LAGGING 50-60 s after it slowed (tests/stuck_cases.py,
+cases 40-44).
 
 Each verdict says since when (`since`: when the partition stopped making progress) and how
 sure it is (`confidence`):
@@ -92,7 +106,6 @@ class Features:
     first_log_end: int | None
     rewound: bool                     # committed[i] < committed[i-1] somewhere
     never_moved: bool                 # min(committed) == max(committed)
-    lag_never_decreased: bool         # lag[i] >= lag[i-1] everywhere
     liveness_known: bool = True       # False: the store registers no members (source storm)
     # -- early detection (times are epoch seconds) --
     as_of: float | None = None        # when the judgement is made
@@ -104,6 +117,17 @@ class Features:
     streak_start: float | None = None       # the first of them
     before_at: float | None = None    # the snapshot just before the streak (in or before the window)
     before_same: bool | None = None   # it showed the latest offset too (lag 0 or unknown there)
+    # -- the lag trend (rule 8) over the trailing `trend_seconds` of the window: its snapshots with a
+    # known lag, cut into three equal thirds of their span --
+    trend_snapshots: int = 0          # snapshots with a known lag in the trend
+    trend_span: float = 0.0           # last - first observed_at of them
+    trend_third: int = 0              # snapshots in the emptiest third
+    trend_advanced: bool = False      # the committed offset at the last of them > at the first
+    trend_produced: int | None = None       # log end growth from the first of them to the last
+    trend_slope: float | None = None        # least-squares slope of lag over time (records per second)
+    trend_floor_rise: int | None = None     # the smaller rise of the lag's floor (a third's minimum)
+                                            # from the first third to the second and the second to the last
+    trend_dip: int = 0                # the largest fall of lag between consecutive snapshots of the trend
 
     @property
     def latest_lag(self) -> int | None:
@@ -230,15 +254,51 @@ def frozen_with_lag(f: Features) -> bool:
     return f.never_moved and (f.latest_lag or 0) > 0
 
 
-def lagging(f: Features, ratio: float) -> bool:
-    if f.snapshots < 3 or f.never_moved or not f.lag_never_decreased:
+#: the lag trend spans at least this many snapshot intervals, and three of the partition's rhythms
+#: plus a snapshot interval each (so each third sees a snapshot after a commit: the floor of a
+#: consumer that commits in steps), and holds at least TREND_MIN_SNAPSHOTS snapshots, one a third
+TREND_SNAPSHOT_INTERVALS = 6
+TREND_MIN_SNAPSHOTS = 4
+
+
+def trend_seconds(snapshot_interval: float | None, rhythm_seconds: float | None) -> float | None:
+    """How far back from the last snapshot the lag trend looks (None: the whole window, while the
+    snapshot interval or the partition's rhythm is unknown)."""
+    if snapshot_interval is None or rhythm_seconds is None:
+        return None
+    return max(TREND_SNAPSHOT_INTERVALS * snapshot_interval, 3 * (rhythm_seconds + snapshot_interval))
+
+
+def trend_start(last: float, snapshot_interval: float | None, rhythm_seconds: float | None) -> float | None:
+    """The earliest observed_at (epoch seconds) in the lag trend of a partition whose last snapshot
+    is at `last` (a quarter snapshot interval of slack for collection jitter); None: no bound."""
+    d = trend_seconds(snapshot_interval, rhythm_seconds)
+    return None if d is None else last - d - 0.25 * snapshot_interval
+
+
+def trend_needed(f: Features, window_seconds: float) -> float:
+    """The span the lag trend must cover to be judged: its own length, at most half the window."""
+    d = trend_seconds(f.snapshot_interval, rhythm(f)[0])
+    return window_seconds / 2 if d is None else min(d, window_seconds / 2)
+
+
+def lagging(f: Features, ratio: float, window_seconds: float) -> bool:
+    """Rule 8, the lag trend over the trailing `trend_seconds`: the consumer advanced, the
+    least-squares slope of its lag is positive and rises by >= ratio x the records produced over the
+    trend, and the lag's floor (the minimum of each third) rose from third to third by >= ratio x
+    a third of them. A consumer that commits in steps dips at each commit: one that keeps pace dips
+    back to its floor, one that falls behind does not; a burst of records lifts the floor once,
+    and a consumer draining it lowers it after. The trend carries its own history requirement
+    (trend_needed, with a quarter snapshot interval of slack), not half the window."""
+    if f.trend_snapshots < TREND_MIN_SNAPSHOTS or f.trend_third < 1 or not f.trend_advanced:
         return False
-    if f.latest_committed is None or f.first_committed is None or f.latest_committed <= f.first_committed:
+    if f.trend_produced is None or f.trend_produced <= 0 or f.trend_slope is None or f.trend_floor_rise is None:
         return False
-    if f.latest_log_end is None or f.first_log_end is None or f.latest_lag is None or f.first_lag is None:
+    if f.trend_span + 0.25 * (f.snapshot_interval or 0.0) < trend_needed(f, window_seconds):
         return False
-    produced = f.latest_log_end - f.first_log_end
-    return produced > 0 and (f.latest_lag - f.first_lag) >= ratio * produced
+    produced = f.trend_produced
+    return (f.trend_slope > 0 and f.trend_slope * f.trend_span >= ratio * produced
+            and f.trend_floor_rise >= max(ratio * produced / 3, f.trend_dip))
 
 
 def _frozen(f: Features, whole_window: bool, window_seconds: float) -> Verdict:
@@ -292,17 +352,22 @@ def judge(f: Features, window_seconds: float, ratio: float = DEFAULT_LAG_GROWTH_
                                    "consumer committed an old position; check for reprocessing."), None, "high")
     if frozen_long_enough(f):
         return _frozen(f, False, window_seconds)
-    if insufficient(f, window_seconds):
+    trend = lagging(f, ratio, window_seconds)  # rule 8 carries its own history requirement
+    if insufficient(f, window_seconds) and not trend:
         return Verdict("INSUFFICIENT_DATA", (
             f"Only {f.snapshots} snapshot(s) spanning {f.span_seconds:.0f}s of a {window_seconds:.0f}s window: "
             "not enough to judge (a consumer committing every few minutes is not stuck)."),
             judged_from=None if f.as_of is None else f.as_of - f.span_seconds + window_seconds / 2)
     if frozen_all_window(f):
         return _frozen(f, True, window_seconds)
-    if lagging(f, ratio):
+    if trend:
+        rise = f.trend_slope * f.trend_span
         return Verdict("LAGGING", (
-            f"Lag grew from {f.first_lag} to {lag} while the log grew by {f.latest_log_end - f.first_log_end}: "
-            "the consumer processes less than it receives; scale it out or speed it up."), None, "medium")
+            f"Lag rose by about {rise:.0f} over the last {f.trend_span:.0f}s"
+            f"{'' if lag is None else f' (now {lag})'} while "
+            f"{f.trend_produced} records arrived ({100 * rise / f.trend_produced:.0f} % of them), and its lowest "
+            "point rose too: the consumer processes less than it receives; scale it out or speed it up."),
+            None, "medium")
     if frozen_with_lag(f):
         return _not_judged_yet(f)
     return Verdict("OK", f"Keeping pace (lag {lag}).")
@@ -450,7 +515,7 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
                   key=lambda r: r["observed_at"])
     snaps = [r for r in hist if r["observed_at"] >= lo]
     if not snaps:
-        return Features(0, 0.0, None, None, None, None, None, None, False, False, False, known, as_of=_epoch(as_of))
+        return Features(0, 0.0, None, None, None, None, None, None, False, False, known, as_of=_epoch(as_of))
     first, last = snaps[0], snaps[-1]
     committed = [r["committed_offset"] for r in snaps]
 
@@ -472,6 +537,11 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
         else:
             break
     before = hist[-streak - 1] if len(hist) > streak else None
+    snapshot_interval = _median([b - a for a, b in zip(times, times[1:])])
+    change_gap = _median([b - a for a, b in zip(changes, changes[1:])])
+    commit_interval = last.get("commit_interval_seconds")
+    trend = _trend(snaps, times, lags, trend_start(times[-1], snapshot_interval,
+                                                   commit_interval if commit_interval is not None else change_gap))
     return Features(
         snapshots=len(snaps),
         span_seconds=(last["observed_at"] - first["observed_at"]).total_seconds(),
@@ -480,15 +550,44 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
         first_committed=first["committed_offset"], first_log_end=first.get("log_end_offset"),
         rewound=any(b < a for a, b in zip(committed, committed[1:])),
         never_moved=min(committed) == max(committed),
-        lag_never_decreased=all(a is not None and b is not None and b >= a for a, b in zip(lags, lags[1:])),
         liveness_known=known,
         as_of=_epoch(as_of),
-        snapshot_interval=_median([b - a for a, b in zip(times, times[1:])]),
-        change_gap=_median([b - a for a, b in zip(changes, changes[1:])]),
-        commit_interval=last.get("commit_interval_seconds"),
+        snapshot_interval=snapshot_interval,
+        change_gap=change_gap,
+        commit_interval=commit_interval,
         committed_at=_epoch(last.get("committed_at")),
         streak=streak,
         streak_start=_epoch(hist[-streak]["observed_at"]) if streak else None,
         before_at=_epoch(before["observed_at"]) if before is not None else None,
         before_same=(before["committed_offset"] == v) if before is not None else None,
+        **trend,
     )
+
+
+def _trend(snaps: list[dict], times: list[float], lags: list[int | None], start: float | None) -> dict:
+    """The lag trend's facts (Features.trend_*) from a partition's in-window snapshots, their times
+    and lags: those with a known lag observed at or after `start` (None: all)."""
+    pts = [(t, lag, r["committed_offset"], r["log_end_offset"]) for r, t, lag in zip(snaps, times, lags)
+           if lag is not None and (start is None or t >= start)]
+    if not pts:
+        return {}
+    n = len(pts)
+    t0, t1 = pts[0][0], pts[-1][0]
+    span = t1 - t0
+    b1, b2 = t0 + span / 3, t0 + 2 * span / 3
+    thirds = ([p[1] for p in pts if p[0] < b1], [p[1] for p in pts if b1 <= p[0] < b2],
+              [p[1] for p in pts if not p[0] < b2])
+    out = {"trend_snapshots": n, "trend_span": span, "trend_third": min(len(x) for x in thirds),
+           "trend_advanced": pts[-1][2] > pts[0][2], "trend_produced": pts[-1][3] - pts[0][3]}
+    out["trend_dip"] = max([0] + [a[1] - b[1] for a, b in zip(pts, pts[1:])])
+    if all(thirds):
+        floors = [min(x) for x in thirds]
+        out["trend_floor_rise"] = min(floors[1] - floors[0], floors[2] - floors[1])
+    # least squares over time relative to the first point (the columnar job sums in the same order)
+    xs = [p[0] - t0 for p in pts]
+    mx = sum(xs) / n
+    my = sum(float(p[1]) for p in pts) / n
+    sxx = sum((x - mx) * (x - mx) for x in xs)
+    if sxx > 0:
+        out["trend_slope"] = sum((x - mx) * (float(p[1]) - my) for x, p in zip(xs, pts)) / sxx
+    return out

@@ -96,7 +96,9 @@ def finding(r: dict, j: Judgement) -> dict:
     facts = dict(r, snapshots=r["snapshots"] or 0,
                  span_seconds=(r["last_at"] - r["first_at"]).total_seconds() if windowed else 0.0,
                  rewound=_default(r["rewound"], False), never_moved=_default(r["never_moved"], False),
-                 lag_never_decreased=_default(r["lag_never_decreased"], True) if windowed else False,
+                 trend_snapshots=_default(r["trend_snapshots"], 0), trend_span=_default(r["trend_span"], 0.0),
+                 trend_third=_default(r["trend_third"], 0), trend_advanced=_default(r["trend_advanced"], False),
+                 trend_dip=_default(r["trend_dip"], 0),
                  liveness_known=r["source"] not in rules.NO_LIVENESS_SOURCES, as_of=at,
                  streak=(None if r["streak"] is None else int(r["streak"])) if windowed else 0)
     v = rules.judge(rules.Features(**{f: facts[f] for f in _FEATURES}), j.window.total_seconds(), j.ratio)
