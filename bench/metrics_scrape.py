@@ -24,9 +24,11 @@ import datetime as dt
 import os
 import random
 import resource
+import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,10 +37,10 @@ sys.path[:0] = [str(REPO / "include")]
 from measure import synthetic_fleet, timed  # noqa: E402
 
 from fleetkit.collection.groups import record_status  # noqa: E402
-from fleetkit.core.datasets import DataRoot, publish_rows, write_collection  # noqa: E402
+from fleetkit.core.datasets import DataRoot, newest_collection, publish_rows, write_collection  # noqa: E402
 from fleetkit.core.runbook import write_approval  # noqa: E402
 from fleetkit.fleetview import FleetView, _cache  # noqa: E402
-from fleetkit.metrics import FleetCollector, scrape  # noqa: E402
+from fleetkit.metrics import FleetCollector, collector, scrape  # noqa: E402
 
 #: Prometheus' default scrape_timeout
 TARGET = 10.0
@@ -122,16 +124,29 @@ def main() -> int:
         print(f"generated {args.groups:,} groups, {n:,} partitions ({size:,.0f} MiB of job output) in {t:.1f}s")
         view = FleetView(root)
 
-        def one(accept=None, compress=False):
-            return scrape(FleetCollector(view, fleet), accept, compress=compress)[0]
+        def one(accept=None, compress=False, background=False):
+            return scrape(FleetCollector(view, fleet, refresh_in_background=background), accept,
+                          compress=compress)[0]
+
+        def cleared():
+            _cache.clear()  # the read model's parses
+            collector._section = None  # the built and encoded partitions
+
+        def newer_collection(i: int) -> None:
+            """One cluster's newest collection again under a later collection time (what the next
+            collect task writes)."""
+            files = newest_collection(DataRoot(str(root)), "offsets_snapshots", CLUSTERS[0])
+            t = (dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=i + 1)).strftime("%Y%m%dT%H%M%S%fZ")
+            for f in files:
+                shutil.copy(f, Path(f).with_name(f"part-{t}-{i:012x}.parquet"))
 
         ok = True
         for names in ("kafka-lag-exporter", "kafka-lag-exporter,kminion"):
-            _cache.clear()
+            cleared()
             os.environ["FLEET_METRICS_NAMES"] = names
             cold = []
             for _ in range(args.runs):
-                _cache.clear()
+                cleared()
                 cold.append(timed(one)[0])
             warm = [timed(one)[0] for _ in range(args.runs)]
             om = "application/openmetrics-text; version=1.0.0"
@@ -151,7 +166,22 @@ def main() -> int:
             print(f"  scrape, warm, OpenMetrics:                         median {statistics.median(warm_om):.3f}s")
             print(f"  scrape, gzip (Prometheus' Accept-Encoding): first {gz[0]:.3f}s (compresses the section once), "
                   f"then median {statistics.median(gz[1:] or gz):.3f}s; {len(packed) / 2**20:.1f} MiB on the wire")
-            ok = ok and statistics.median(cold) < TARGET
+            # the api-server's path: a newer collection lands; the scrape that finds it gets the
+            # series before at once while the newest are built (and encoded as asked before) in a thread
+            one(compress=True, background=True)
+            noticed, built, after = [], [], []
+            for i in range(args.runs):
+                newer_collection(len(noticed) + 100 * len(names))
+                noticed.append(timed(lambda: one(compress=True, background=True))[0])
+                t0 = time.monotonic()
+                while collector._building:
+                    time.sleep(0.01)
+                built.append(time.monotonic() - t0)
+                after.append(timed(lambda: one(compress=True, background=True))[0])
+            print(f"  api-server, a newer collection: the scrape that finds it median {statistics.median(noticed):.3f}s "
+                  f"(max {max(noticed):.3f}; the series before), built off the request path in "
+                  f"{statistics.median(built):.3f}s, the next scrape {statistics.median(after):.3f}s")
+            ok = ok and statistics.median(cold) < TARGET and max(noticed) < TARGET
             print(f"  RESULT scrape of {n:,} partitions: cold {statistics.median(cold):.3f}s, warm "
                   f"{statistics.median(warm):.3f}s, {len(body) / 2**20:.1f} MiB")
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

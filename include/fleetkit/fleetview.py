@@ -315,10 +315,10 @@ class CurrentPartitions:
     Offsets, lag and the member holding the partition are the collection's (what the cluster said
     last); `status` and the time lag the stuck run's (null for a partition it did not judge yet). A
     cluster with no collection file (none yet, or pruned) has its findings' rows instead, without
-    members. `collections`: cluster -> the collection file(s) read."""
+    members. `version`: FleetView.current_version of the files read."""
 
     columns: dict[str, list] = field(default_factory=lambda: {c: [] for c in CURRENT_COLUMNS})
-    collections: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    version: tuple = ()
 
     @property
     def size(self) -> int:
@@ -431,38 +431,45 @@ class FleetView:
         """The newest stuck run's partitions not OK, worst first (cached per file version)."""
         return cached(self.stuck / "findings.jsonl", FlaggedPartitions.parse) or FlaggedPartitions()
 
-    def current_partitions(self, clusters: list[str]) -> CurrentPartitions:
-        """Every partition of the clusters' newest collections with the newest stuck run's verdicts
-        (CurrentPartitions), built once per version of the files it reads."""
-        from fleetkit.core.datasets import SCHEMAS, newest_collection, read_file
+    def current_version(self, clusters: list[str]) -> tuple:
+        """What current_partitions reads, as a key that changes when any of it does: each cluster's
+        newest collection files (name, size, modification time) and the newest stuck run's findings.
+        Two listings per cluster and a few looks: cheap, unlike the build."""
+        from fleetkit.core.datasets import newest_collection
 
         store = self.root.root
-        files = {c: newest_collection(store, "offsets_snapshots", c) for c in clusters}
         stats = []
-        for c, fs in files.items():
-            for f in fs:
+        for c in clusters:
+            for f in newest_collection(store, "offsets_snapshots", c):
                 try:
                     st = DataPath(store, f).stat()
                 except FileNotFoundError:  # pruned between the listing and the look
                     continue
-                stats.append((f, st.st_size, st.st_mtime_ns))
-        findings = self.flagged_partitions()
-        fpath = self.stuck / "findings.jsonl"
+                stats.append((c, f, st.st_size, st.st_mtime_ns))
         try:
-            fst = fpath.stat()
+            fst = (self.stuck / "findings.jsonl").stat()
             fkey = (fst.st_size, fst.st_mtime_ns)
         except FileNotFoundError:
             fkey = None
+        return str(self.root), tuple(clusters), tuple(stats), fkey
+
+    def current_partitions(self, clusters: list[str], version: tuple | None = None) -> CurrentPartitions:
+        """Every partition of the clusters' newest collections with the newest stuck run's verdicts
+        (CurrentPartitions), built once per `version` (current_version) of the files it reads."""
+        from fleetkit.core.datasets import SCHEMAS, read_file
+
+        version = version or self.current_version(clusters)
         # (in the files' cache: the same key shape, the older versions dropped by the same rule)
-        key = (str(self.root), "current_partitions", tuple(sorted(files)), tuple(stats), fkey)
+        key = (version[0], "current_partitions", version)
         with _lock:
             hit = _cache.get(key)
         if hit is not None:
             return hit
-        snapshots = {c: [read_file(store, f, SCHEMAS["offsets_snapshots"]) for f, _, _ in stats
-                         if f in set(files[c])] for c in clusters}
-        value = CurrentPartitions.build(snapshots, findings)
-        value.collections = {c: tuple(fs) for c, fs in files.items()}
+        store = self.root.root
+        snapshots = {c: [read_file(store, f, SCHEMAS["offsets_snapshots"]) for cl, f, _, _ in version[2] if cl == c]
+                     for c in clusters}
+        value = CurrentPartitions.build(snapshots, self.flagged_partitions())
+        value.version = version
         with _lock:
             for k in [k for k in _cache if k[:2] == key[:2]]:
                 del _cache[k]

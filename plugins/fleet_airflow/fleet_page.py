@@ -221,7 +221,8 @@ def fleet_app() -> FastAPI:
 
         gzipped = "gzip" in request.headers.get("accept-encoding", "").lower()
         try:
-            body, content_type = scrape(FleetCollector(_view(), _fleet), request.headers.get("accept"),
+            body, content_type = scrape(FleetCollector(_view(), _fleet, refresh_in_background=True),
+                                        request.headers.get("accept"),
                                         compress=gzipped)
         except ValueError as e:  # a FLEET_METRICS_* setting set wrong in the deployment
             raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR, f"fleet metrics: {e}") from None

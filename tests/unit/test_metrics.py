@@ -441,3 +441,32 @@ def test_a_compressed_scrape_is_one_gzip_stream_of_the_same_body(root, accept):
     assert samples(gzip.decompress(packed), openmetrics=accept is not None)["kafka_consumergroup_group_lag"]
     a, b = b"x" * 70_000 + b"head", b"tail" * 50_000
     assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_the_api_server_serves_the_partitions_before_while_it_builds_the_newest_ones(root):
+    """With refresh_in_background (the api-server's scrape), a newer collection's partitions are
+    built off the request path: the scrape that notices it gets the ones before, says so
+    (fleet_metrics_partitions_behind 1), and a scrape after the build gets the new ones, encoded."""
+    import time
+
+    from fleetkit.metrics import collector
+
+    def scrape_now():
+        return samples(scrape(FleetCollector(FleetView(root), FLEET, refresh_in_background=True))[0])
+
+    first = scrape_now()  # nothing built yet: built now
+    assert value(first, "fleet_metrics_partitions_behind") == 0
+    assert value(first, "kafka_consumergroup_group_offset", group="stalled", topic="orders", partition="0") == 120
+    write_collection(DataRoot(str(root)), "lab", NOW, {"offsets_snapshots": [
+        snapshot("stalled", "orders", 0, 165, 171, member=CONSUMER)]})
+    noticed = scrape_now()
+    assert value(noticed, "fleet_metrics_partitions_behind") == 1
+    assert value(noticed, "kafka_consumergroup_group_offset", group="stalled", topic="orders", partition="0") == 120
+    for _ in range(200):  # the build in its thread (a fraction of a second here)
+        if not collector._building:
+            break
+        time.sleep(0.05)
+    after = scrape_now()
+    assert value(after, "fleet_metrics_partitions_behind") == 0
+    assert value(after, "kafka_consumergroup_group_offset", group="stalled", topic="orders", partition="0") == 165
+    assert collector._section._encoded  # encoded before it was asked for

@@ -90,15 +90,16 @@ class _Families:
 
 
 class Section:
-    """The per-partition metrics of one version of the read model (a CurrentPartitions of the
+    """The per-partition metrics of one version of the read model (FleetView.current_version: the
     newest collections and stuck run) and their encodings: built once per collection, encoded once
     per format, and reused by every scrape until a newer collection or stuck run is written (a
     100,000-partition fleet is about 370,000 series: seconds to build and encode, while Prometheus
     scrapes every 15 to 60 s and the data changes once per collection)."""
 
-    def __init__(self, current, params: tuple, families: list, left_out: dict[str, int]):
-        self.current, self.params, self.families, self.left_out = current, params, families, left_out
+    def __init__(self, version: tuple, params: tuple, families: list, left_out: dict[str, int]):
+        self.version, self.params, self.families, self.left_out = version, params, families, left_out
         self._encoded: dict = {}
+        self._encoders: dict = {}  # content type -> the encoder asked for it (to encode a successor alike)
         self._lock = threading.Lock()
 
     def collect(self):
@@ -122,11 +123,54 @@ class Section:
                 while len(self._encoded) >= self.MAX_ENCODINGS:
                     del self._encoded[next(iter(self._encoded))]
                 self._encoded[key] = body
+                self._encoders[content_type] = encoder
             return body
+
+    def encode_like(self, other: "Section") -> None:
+        """Encode as `other` was asked to be (its formats, compressed or not): a section built off
+        the request path is ready for the next scrape."""
+        for content_type, deflated in list(other._encoded):
+            encoder = other._encoders.get(content_type)
+            if encoder is not None:
+                self.encode(encoder, content_type, deflated)
 
 
 _section: Section | None = None
 _section_lock = threading.Lock()
+_building: set[tuple] = set()  # versions being built off the request path
+
+
+def build_section(view, clusters: list[str], version: tuple, params: tuple) -> Section:
+    sets, max_parts, max_groups = params
+    fams = _Families()
+    cur = view.current_partitions(clusters, version)
+    left_out = FleetCollector.build_partitions(fams, cur, sets, max_parts, max_groups)
+    return Section(version, params, list(fams), left_out)
+
+
+def _refresh(view, clusters: list[str], version: tuple, params: tuple, serving: Section) -> None:
+    """Build the section of a newer `version` in a thread, encoded as `serving` is, then serve it."""
+    with _section_lock:
+        if version in _building:
+            return
+        _building.add(version)
+
+    def build():
+        global _section
+        try:
+            section = build_section(view, clusters, version, params)
+            section.encode_like(serving)
+            with _section_lock:
+                if _section is serving:  # (not replaced meanwhile by a build on the request path)
+                    _section = section
+        except Exception as e:  # noqa: BLE001 - the next scrape tries again; the served one stays
+            log.warning("fleet metrics: building the partitions of the newest collection failed: %s: %s",
+                        type(e).__name__, e)
+        finally:
+            with _section_lock:
+                _building.discard(version)
+
+    threading.Thread(target=build, name="fleet-metrics-refresh", daemon=True).start()
 
 
 class FleetCollector:
@@ -136,8 +180,9 @@ class FleetCollector:
     callable returning it (read on every scrape; None: no per-cluster metrics)."""
 
     def __init__(self, view, fleet=None, max_partitions: int | None = None, max_groups: int | None = None,
-                 now=time.time):
+                 now=time.time, refresh_in_background: bool = False):
         self.view, self._fleet, self.now = view, fleet, now
+        self.refresh_in_background = refresh_in_background
         self.max_partitions, self.max_groups = max_partitions, max_groups
         #: the per-partition section of the last collect(); `section_apart`: collect() leaves its
         #: families out (exposition.scrape appends the section's cached encoding instead)
@@ -223,25 +268,33 @@ class FleetCollector:
 
     def _partitions(self, out: _Families, seen: dict, sets: tuple[str, ...], max_parts: int,
                     max_groups: int) -> None:
-        """The per-partition section (Section), built once per version of the read model."""
+        """The per-partition section (Section), built once per version of the read model: on the
+        request path the first time; after that, with `refresh_in_background` (the api-server), a
+        newer collection's is built in a thread while the scrape gets the one before
+        (fleet_metrics_partitions_behind 1), so no scrape waits for seconds of building."""
         global _section
         self.section = None
-        cur = self.view.current_partitions(list(seen))
+        clusters = list(seen)
+        version = self.view.current_version(clusters)
         params = (sets, max_parts, max_groups)
         with _section_lock:
             section = _section
-        if section is None or section.current is not cur or section.params != params:
-            fams = _Families()
-            left_out = self._build_partitions(fams, cur, sets, max_parts, max_groups)
-            section = Section(cur, params, list(fams), left_out)
+        usable = section is not None and section.params == params and section.version[:2] == version[:2]
+        behind = 0
+        if usable and section.version != version and self.refresh_in_background:
+            _refresh(self.view, clusters, version, params, section)
+            behind = 1
+        elif not usable or section.version != version:
+            section = build_section(self.view, clusters, version, params)
             with _section_lock:
                 _section = section
         self.section = section
         for kind, n in section.left_out.items():
             out.add("fleet_metrics_series_left_out", [kind], n)
+        out.add("fleet_metrics_partitions_behind", [], behind)
 
     @staticmethod
-    def _build_partitions(out: _Families, cur, sets: tuple[str, ...], max_parts: int,
+    def build_partitions(out: _Families, cur, sets: tuple[str, ...], max_parts: int,
                           max_groups: int) -> dict[str, int]:
         """Every partition of the newest collections (kafka-lag-exporter's and KMinion's names), worst
         first up to max_parts; the group aggregates over every partition, up to max_groups groups.

@@ -94,6 +94,8 @@ METRICS: dict[str, tuple[tuple[str, ...], str]] = {
     "fleet_metrics_series_left_out": (("kind",), "What the limits left out (kind: partition, group: groups' "
                                                  "verdicts, group_lag: groups' lag)"),
     "fleet_metrics_source_up": (("source",), "0 when a part of the read model could not be read"),
+    "fleet_metrics_partitions_behind": ((), "1 while the per-partition series are the collection's before the "
+                                            "newest (the newest one's are being built)"),
 }
 
 #: the names shared with kafka-lag-exporter and with KMinion
