@@ -152,6 +152,11 @@ def test_collection_stuck_job_report_page_metrics_and_reports_route_on_s3(lab, s
     assert r.status_code == 200 and topic in r.text
     r = page.get("/metrics")
     assert r.status_code == 200 and 'fleet_report_age_seconds{report="stuck"}' in r.text
+    # every partition of the store's newest collection, found by listing the store's folders
+    lags = [line for line in r.text.splitlines() if line.startswith("kafka_consumergroup_group_lag{") and
+            f'topic="{topic}"' in line and f'cluster_name="{cluster.name}"' in line]
+    assert lags, r.text[-3000:]
+    assert 'fleet_metrics_source_up{source="collections"} 1.0' in r.text
     monkeypatch.setattr(plugin, "require_dag_read", lambda user, dag: None)
     reports = plugin._reports_app()
     reports.dependency_overrides[reader] = lambda: "reader"

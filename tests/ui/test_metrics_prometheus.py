@@ -135,6 +135,16 @@ def wait_scraped(s) -> None:
         raise
 
 
+def wait_partitions_of(s, group: str, topic: str) -> None:
+    """Until Prometheus has the group's partitions: the api-server builds a newer collection's
+    per-partition series off the request path, so the scrape that finds it still has the ones
+    before (fleet_metrics_partitions_behind 1)."""
+    def present():
+        rows = _query(s["prometheus"], f'kafka_consumergroup_group_lag{{cluster_name="labtest", topic="{topic}"}}')
+        return len([r for r in rows if r["metric"]["group"] == group]) == 3
+    wait_until(present, timeout=90, interval=1, what="the group's partitions in Prometheus", retry_on=(OSError,))
+
+
 def alerts_at(s, name: str) -> list[dict]:
     status, body, _ = _get(f"{s['alertmanager']}/api/v2/alerts")
     return [a for a in json.loads(body) if a["labels"].get("alertname") == name] if status == 200 else []
@@ -171,6 +181,7 @@ def test_prometheus_scrapes_with_a_token_and_alertmanager_gets_the_alert(prometh
 def test_a_stalled_consumer_is_a_series_and_its_alert_reaches_alertmanager(stalled, prometheus_and_alertmanager):
     s, group, topic = prometheus_and_alertmanager, stalled["group"], stalled["topic"]
     wait_scraped(s)
+    wait_partitions_of(s, group, topic)
     verdicts = _query(s["prometheus"], 'fleet_group_verdict{cluster_name="labtest", verdict="STALLED"} == 1')
     mine = [r["metric"] for r in verdicts if r["metric"].get("group") == group]
     assert mine and mine[0]["source"] == "kafka", [r["metric"].get("group") for r in verdicts]
@@ -253,6 +264,7 @@ def test_kafka_lag_exporters_and_kminions_dashboards_and_alerts_see_a_lagging_gr
     characters and an emoji: matched with a regex as Grafana's multi-value variables are."""
     s, group, topic = prometheus_and_alertmanager, stalled["group"], stalled["topic"]
     wait_scraped(s)
+    wait_partitions_of(s, group, topic)
     values = {"$namespace": "kafka-fleet", "$cluster_name": "labtest",
               "$consumer_group": _promql_string(re.escape(group)), "$topic": _promql_string(re.escape(topic))}
     failed = []
