@@ -22,7 +22,6 @@ body, json, via). They bind 127.0.0.1 on a port the kernel picks, and ``stop()``
 
 from __future__ import annotations
 
-import datetime as dt
 import http.client
 import http.server
 import json
@@ -116,42 +115,13 @@ class Receiver(_Base):
 
 
 # -- the HTTPS proxy standing in for PagerDuty ----------------------------------------------------
-def make_ca_and_certificate(folder: Path, host: str = PAGERDUTY_HOST) -> tuple[Path, Path, Path]:
-    """(CA certificate, the host's certificate, its key) as PEM files in `folder`: a CA made for the
-    test, and a certificate for `host` it signs."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+def make_ca_and_certificate(folder: Path, host: str = PAGERDUTY_HOST) -> tuple[Path, Path]:
+    """(CA certificate, the host's key and certificate in one PEM): a CA made for the test, and a
+    certificate for `host` it signs (the lab's own TLS helpers, fleetlab.tls)."""
+    from fleetlab.tls import make_ca, make_server_cert
 
-    now = dt.datetime.now(dt.timezone.utc)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kafka-fleet test CA (alert stand-ins)")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-          .not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = folder / "ca.pem", folder / f"{host}.pem", folder / f"{host}.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return paths
+    ca_pem, ca_key = make_ca(folder, "kafka-fleet test CA (alert stand-ins)")
+    return ca_pem, make_server_cert(folder, ca_pem, ca_key, hosts=(host,), name=host)
 
 
 class _PagerDutyHandler(http.server.BaseHTTPRequestHandler):
@@ -251,9 +221,9 @@ class PagerDutyProxy(_Base):
 
     def __init__(self, folder: Path):
         super().__init__()
-        self.ca_file, cert, key = make_ca_and_certificate(folder)
+        self.ca_file, cert = make_ca_and_certificate(folder)
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.tls.load_cert_chain(cert, key)
+        self.tls.load_cert_chain(cert)
         self.errors: list[str] = []
 
     @property
