@@ -206,3 +206,12 @@ def test_kip848_storm_report_phrase():
     g = {"storm_kind": "member_churn", "rejoins": 3, "rebalances": 6, "group_wide_stop": False}
     assert report.storm_what(g) == ("members of a KIP-848 consumer group leaving and joining again; 3 rejoin(s); "
                                     "group epoch up 6 in the window; no group-wide stop")
+
+
+def test_kip848_storm_line_of_fleetctl():
+    from fleetctl.incident import _storm_lines
+
+    (line,) = _storm_lines([("g", stuck.storm_verdict(2, 0, 6, 3, None, "consumer:uniform"))])
+    assert line.startswith("group g: rebalance storm (member_churn): group epoch up 6, 3 rejoin(s) in the window. Fix: ")
+    (classic,) = _storm_lines([("g", stuck.storm_verdict(2, 0, 4, 2, "restart", "range"))])
+    assert "4 rebalance(s), 2 rejoin(s)" in classic
