@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from fleetkit.clients.kafka import GroupDescription, KafkaCluster, description_from_answer
 from fleetkit.clients.offsets_leaders import partition_leaders
 from fleetkit.clients.zookeeper import ZooKeeperCluster
+from fleetkit.collection.rebalances import consumer_group_counters
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
 from fleetkit.core.errors import NotAuthorized, blind_summary
 from fleetkit.core.fleet import Cluster
-from fleetkit.collection.rebalances import consumer_group_counters
 from fleetkit.core.kafka_names import CONSUMER_PROTOCOL_ASSIGNOR, OFFSETS_TOPIC
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
