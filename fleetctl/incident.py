@@ -39,7 +39,10 @@ def _history(args, cluster, as_of, window, groups=None) -> list[dict]:
 def _storm_lines(storms) -> list[str]:
     from fleetkit.core.render import visible_controls
 
-    return [f"group {visible_controls(g)!s}: rebalance storm ({s.kind}): {s.rebalances} rebalance(s), "
+    def moved(s) -> str:  # a KIP-848 group has no rebalances: its group epoch moves
+        return f"group epoch up {s.rebalances}" if s.kind == "member_churn" else f"{s.rebalances} rebalance(s)"
+
+    return [f"group {visible_controls(g)!s}: rebalance storm ({s.kind}): {moved(s)}, "
             f"{s.rejoins} rejoin(s) in the window. Fix: {s.fix}" for g, s in storms]
 
 

@@ -109,6 +109,13 @@ STORM_GROUPS = {
     "static-restarts": ([(1, 0, None), (1, 0, None), (1, 0, None)], "range",
                         "static members replaced within their session: no rebalance, no rejoin"),
     "one-restart": ([(4, 0, None), (6, 1, "restart"), (6, 1, "restart")], "range", "one restart is no storm"),
+    # KIP-848 groups: (group epoch, departures counter (epoch - members) // 2) from ConsumerGroupDescribe
+    "kip848-churn": ([(20, 8, None), (22, 9, None), (24, 10, None)], "consumer:uniform",
+                     "a member leaving and joining twice: epoch up 4, 2 departures, 2 joins"),
+    "kip848-steady": ([(7, 2, None), (7, 2, None), (7, 2, None)], "consumer:uniform",
+                      "a steady KIP-848 group: epoch and members unchanged"),
+    "kip848-scale-out": ([(3, 0, None), (5, 0, None), (7, 0, None)], "consumer:uniform",
+                         "four members joining: epoch up 4, no departure, no storm"),
 }
 
 
@@ -143,8 +150,9 @@ def test_storm_verdicts_through_spark_match_the_pure_rules(spark):
         g = got[group]
         assert (g["rebalance_storm"], g["storm_kind"], g["rebalances"], g["rejoins"], g["group_wide_stop"],
                 g["storm_fix"]) == tuple(want), f"{group}: {why}"
-    assert [gr for gr in STORM_GROUPS if got[gr]["rebalance_storm"]] == ["poll-eager", "poll-coop"]
+    assert [gr for gr in STORM_GROUPS if got[gr]["rebalance_storm"]] == ["poll-eager", "poll-coop", "kip848-churn"]
     assert got["poll-coop"]["group_wide_stop"] is False and "max.poll.records" in got["poll-coop"]["storm_fix"]
+    assert (got["kip848-churn"]["storm_kind"], got["kip848-churn"]["rejoins"]) == ("member_churn", 2)
 
 
 ENGINES = pytest.mark.parametrize("engine", ["spark", "in-process"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from fleetkit.collection.rebalances import add_generations, cause_of, client_key, fold_generations
+from fleetkit.collection.rebalances import (add_generations, cause_of, client_key, consumer_group_counters,
+                                            fold_generations)
 from fleetkit.stuck import rules as stuck
 
 G = "storm 'grp' $(x) ĝ"
@@ -132,3 +133,85 @@ def test_storm_from_snapshot_rows_counts_growth_within_the_window():
     v = stuck.storm(rows)
     assert (v.storm, v.kind, v.rebalances, v.rejoins) == (True, "poll_interval", 4, 2)
     assert stuck.storm(rows[:2]).storm is False
+
+
+# -- KIP-848 consumer groups: the group epoch and the departures counter (ConsumerGroupDescribe) -------
+def kip848(events, members=0, epoch=0):
+    """The (generation, rejoins) a KIP-848 group's rows get after each event: "join" (a new member: the
+    coordinator bumps the epoch), "leave" (a member leaves or is fenced: bumped too), "static_back" (a
+    static member replaced within its session: no bump), "steady" (a heartbeat: nothing)."""
+    out = []
+    for e in events:
+        if e == "join":
+            epoch, members = epoch + 1, members + 1
+        elif e == "leave":
+            epoch, members = epoch + 1, members - 1
+        out.append(consumer_group_counters(epoch, members))
+    return out
+
+
+def kip848_rows(counters, assignor="consumer:uniform", state="Stable"):
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    return [{"observed_at": t0 + dt.timedelta(seconds=10 * i), "partition": p, "group_state": state,
+             "generation": g, "rejoins": r, "rejoin_cause": None, "assignor": assignor}
+            for i, (g, r) in enumerate(counters) for p in (0, 1)]
+
+
+def test_consumer_group_counters_count_departures_not_joins():
+    assert consumer_group_counters(None, 3) is None and consumer_group_counters(-1, 0) is None
+    steps = kip848(["join", "join", "join"])                   # three first joins: no departure
+    assert [r for _, r in steps] == [0, 0, 0] and steps[-1][0] == 3
+    steps = kip848(["leave", "join", "leave", "join"], members=3, epoch=3)
+    assert [r for _, r in steps] == [1, 1, 2, 2]               # each departure one, each join none
+
+
+def test_add_generations_leaves_kip848_rows_alone():
+    state = fold(gen(1, 0, member("a1", "a")), gen(2, 7_000), gen(3, 8_000, member("a2", "a")))
+    row = {"group": G, "source": "kafka", "group_type": "consumer", "generation": 40, "rejoins": 7,
+           "assignor": "consumer:uniform"}
+    assert add_generations([row], state) == 0
+    assert (row["generation"], row["rejoins"], row["assignor"]) == (40, 7, "consumer:uniform")
+
+
+def test_kip848_churn_is_a_member_churn_storm():
+    # a member restarting (or evicted after max.poll.interval.ms) twice: leave, join, leave, join
+    v = stuck.storm(kip848_rows([(3, 0)] + kip848(["leave", "join", "leave", "join"], members=3, epoch=3)))
+    assert (v.storm, v.kind, v.rebalances, v.rejoins, v.group_wide_stop) == (True, "member_churn", 4, 2, False)
+    assert "max.poll.interval.ms" in v.fix and "group.instance.id" in v.fix
+    assert "group.consumer.session.timeout.ms" in v.fix and "cooperative-sticky" not in v.fix
+    # the verdict from the window's facts: epoch growth and departures
+    assert stuck.storm_verdict(2, 0, 6, 3, None, "consumer:uniform").kind == "member_churn"
+    assert stuck.storm_verdict(2, 0, 6, 3, None, "consumer:uniform").rejoins == 3
+    assert stuck.storm_verdict(2, 0, 4, 2, None, "consumer:").storm is True     # assignor not said
+
+
+def test_steady_kip848_groups_are_never_storms():
+    steady = stuck.storm(kip848_rows([(5, 1)] * 12))
+    assert steady == stuck.Storm(False, None, 0, 0, False, None)
+    # scaling out by four, then in by four: epoch up 8, but no member left and came back
+    out = stuck.storm(kip848_rows([(2, 0)] + kip848(["join"] * 4, members=2, epoch=2)))
+    assert (out.storm, out.rebalances, out.rejoins) == (False, 4, 0)
+    back_in = stuck.storm(kip848_rows([(6, 0)] + kip848(["leave"] * 4, members=6, epoch=6)))
+    assert (back_in.storm, back_in.rebalances, back_in.rejoins) == (False, 4, 0)
+    # one restart is no storm; a static member back within its session moves nothing
+    assert stuck.storm(kip848_rows([(3, 0)] + kip848(["leave", "join"], members=3, epoch=3))).storm is False
+    assert stuck.storm(kip848_rows([(3, 0)] + kip848(["static_back"] * 5, members=3, epoch=3))).storm is False
+    # the classic reading of the same numbers would call 2 rejoins a storm: KIP-848 rows are not read so
+    assert stuck.storm_verdict(2, 0, 2, 2, None, "consumer:uniform").storm is False
+
+
+def test_kip848_storm_report_phrase():
+    from fleetkit.stuck import report
+
+    g = {"storm_kind": "member_churn", "rejoins": 3, "rebalances": 6, "group_wide_stop": False}
+    assert report.storm_what(g) == ("members of a KIP-848 consumer group leaving and joining again; 3 rejoin(s); "
+                                    "group epoch up 6 in the window; no group-wide stop")
+
+
+def test_kip848_storm_line_of_fleetctl():
+    from fleetctl.incident import _storm_lines
+
+    (line,) = _storm_lines([("g", stuck.storm_verdict(2, 0, 6, 3, None, "consumer:uniform"))])
+    assert line.startswith("group g: rebalance storm (member_churn): group epoch up 6, 3 rejoin(s) in the window. Fix: ")
+    (classic,) = _storm_lines([("g", stuck.storm_verdict(2, 0, 4, 2, "restart", "range"))])
+    assert "4 rebalance(s), 2 rejoin(s)" in classic

@@ -136,7 +136,7 @@ def test_row_codes_are_equal_exactly_for_equal_tuples():
 # -- the groups' facts (rebalance storms) against rules.storm ---------------------------------------
 STATES = ["Stable", "Stable", "PreparingRebalance", "CompletingRebalance", "Empty", None]
 CAUSES = [None, None, "poll_interval", "restart", "session"]
-ASSIGNORS = [None, "range", "cooperative-sticky"]
+ASSIGNORS = [None, "range", "cooperative-sticky", "consumer:uniform"]
 VOCAB = sorted({w for w in CAUSES + ASSIGNORS if w})
 
 

@@ -435,3 +435,14 @@ def test_fetch_v0_request_and_response():
             + H("00000001" "00000002" "0000" "0000000000000064" "0000001e") + records)   # no throttle, no LSO
     (fp,) = wire_logs.fetched(m.FETCH.decode_response(0, resp)[1])
     assert (fp.partition, fp.error, fp.high_watermark, fp.last_stable_offset, fp.records) == (2, None, 100, -1, records)
+
+
+def test_kip848_description_carries_the_group_epoch():
+    from fleetkit.clients.kafka import description_from_answer
+
+    member = wire.GroupMember("m1", None, "c1", "/10.0.0.7", (("t", 0),), member_epoch=12)
+    a = wire.Answer(group="g", coordinator_id=2, state="Stable", described=(member,), group_type="consumer",
+                    group_epoch=12, assignor="uniform")
+    d = description_from_answer(a)
+    assert (d.group_type, d.group_epoch, d.assignor, d.members[0].member_epoch) == ("consumer", 12, "uniform", 12)
+    assert description_from_answer(wire.Answer(group="c", coordinator_id=2, state="Stable")).group_epoch is None

@@ -209,6 +209,8 @@ class GroupDescription:
     assignor: str | None = None
     #: the coordinator's host:port, where known
     coordinator: str | None = None
+    #: KIP-848 groups: the group epoch ConsumerGroupDescribe answered (None: classic, or not asked)
+    group_epoch: int | None = None
 
 
 def type_name(group_type) -> str | None:
@@ -266,7 +268,7 @@ def description_from_answer(answer: "kafka_wire.Answer") -> GroupDescription:
     group_type = answer.group_type or ("classic" if state not in ("Dead", "Unknown") else None)
     return GroupDescription(group=answer.group, state=state, coordinator_id=answer.coordinator_id,
                             members=members, group_type=group_type, assignor=answer.assignor,
-                            coordinator=answer.coordinator)
+                            coordinator=answer.coordinator, group_epoch=answer.group_epoch)
 
 
 def _remaining(deadline: float) -> float:

@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from fleetkit.clients.kafka import GroupDescription, KafkaCluster, description_from_answer
 from fleetkit.clients.offsets_leaders import partition_leaders
 from fleetkit.clients.zookeeper import ZooKeeperCluster
+from fleetkit.collection.rebalances import consumer_group_counters
 from fleetkit.core.datasets import DataRoot, iso_z, prune, utcnow, write_collection
 from fleetkit.core.errors import NotAuthorized, blind_summary
 from fleetkit.core.fleet import Cluster
-from fleetkit.core.kafka_names import OFFSETS_TOPIC
+from fleetkit.core.kafka_names import CONSUMER_PROTOCOL_ASSIGNOR, OFFSETS_TOPIC
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
 #: the first Kafka version whose brokers list groups that only commit (they keep them, Empty)
@@ -247,6 +248,10 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
         group_offsets = offsets.get(g) or {}
         state = d.state if d is not None else "Unknown"
         group_type = listed_types.get(g) or (d.group_type if d is not None else None)
+        # KIP-848 groups: the group epoch and the departures counter the storm verdict reads
+        counters = None
+        if group_type == "consumer" and d is not None and d.error is None:
+            counters = consumer_group_counters(d.group_epoch, len(d.members))
         for tp in sorted(per_group[g]):
             start, end, _ = log_offsets.get(tp, (None, None, None))
             assigned, client_id, host = assignment_of(d, tp)
@@ -258,6 +263,9 @@ def collect_cluster(cluster: Cluster, kafka: KafkaCluster, zk: ZooKeeperCluster 
                 "group_type": group_type, "member_epoch": member_epoch_of(d, tp),
                 "member_id": getattr(member_of(d, tp), "member_id", None),
             })
+            if counters is not None:
+                snapshots[-1].update(generation=counters[0], rejoins=counters[1],
+                                     assignor=CONSUMER_PROTOCOL_ASSIGNOR + (d.assignor or ""))
 
     if only is not None:
         result = CollectionResult(cluster=cluster.name, observed_at=observed_at,

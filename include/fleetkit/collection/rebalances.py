@@ -21,6 +21,21 @@ tell what snapshots sampled every few seconds cannot:
                   revokes every partition; cooperative-sticky: only the moved ones; the storm
                   verdict and its fix: fleetkit.stuck.rules.storm_verdict).
 
+KIP-848 consumer groups (group.protocol=consumer, Kafka 4) write other records and are read from
+ConsumerGroupDescribe instead (`consumer_group_counters`, filled in by the collection for each
+described group): the coordinator bumps the group epoch by one whenever a member joins (a new
+member's subscription) and whenever one leaves or is fenced (a leave heartbeat, its session or
+rebalance timeout expiring), and never for a steady group nor for a static member back within its
+session. With M the members the describe lists and E the group epoch:
+
+* ``generation``  E: its growth over the window counts joins plus departures;
+* ``rejoins``     (E - M) // 2, a counter of departures (a departure raises it by one, a join leaves
+                  it as it is, a steady group keeps it): the verdict takes the lesser of the
+                  departures and the joins in the window as the members that left and came back, so
+                  scaling out or in is no churn;
+* ``assignor``    ``consumer:`` and the server assignor (uniform, range): the storm verdict's sign
+                  that these are epoch counters, and no eager assignor (KIP-848 never stops a group).
+
 Times are the record's current_state_timestamp (value version 2+, Kafka 2.1 and later); older
 brokers (0.9, 0.10) write none, so there a record's time is the collection that read it and the
 cause is coarse (docs/stuck.md).
@@ -111,12 +126,22 @@ def prune(state: dict[str, dict], now_ms: int) -> None:
         del state[g]
 
 
+def consumer_group_counters(group_epoch: int | None, members: int) -> tuple[int, int] | None:
+    """(generation, rejoins) of a KIP-848 group's snapshot rows: its group epoch and the departures
+    counter (group epoch - members) // 2 (module docstring); None when the epoch is not known."""
+    if group_epoch is None or group_epoch < 0:
+        return None
+    return group_epoch, max(0, group_epoch - members) // 2
+
+
 def add_generations(snapshots: list[dict], state: dict[str, dict]) -> int:
     """Fill generation / rejoins / rejoin_cause / assignor of Kafka-stored snapshot rows of classic
-    groups the records know; returns how many rows."""
+    groups the records know; returns how many rows. Rows of KIP-848 groups (group_type consumer) keep
+    the counters the describe gave them (`consumer_group_counters`), even when records of an earlier
+    classic life of the group are known."""
     n = 0
     for row in snapshots:
-        if (row.get("source") or "kafka") != "kafka":
+        if (row.get("source") or "kafka") != "kafka" or row.get("group_type") == "consumer":
             continue
         s = state.get(row["group"])
         if s is None or s.get("generation") is None:

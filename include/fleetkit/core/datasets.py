@@ -69,7 +69,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         # classic groups, from the group-metadata records of __consumer_offsets (collection.rebalances):
         # the group's generation, its cumulative count of members that left and came back, the cause
         # of the latest such rejoin (poll_interval | restart | session) and the assignor it uses; null
-        # where unknown (KIP-848 groups, ZooKeeper and Storm stores, older files)
+        # where unknown (ZooKeeper and Storm stores, older files). KIP-848 groups, from
+        # ConsumerGroupDescribe (collection.rebalances.consumer_group_counters): generation is the
+        # group epoch, rejoins a departures counter ((group epoch - members) // 2), rejoin_cause null
+        # and assignor `consumer:` + the server assignor
         ("generation", pa.int32()), ("rejoins", pa.int32()), ("rejoin_cause", pa.string()),
         ("assignor", pa.string()),
         # the member holding the partition (its member id, kafka-lag-exporter's `consumer_id`); null

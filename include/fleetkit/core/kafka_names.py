@@ -17,6 +17,9 @@ REBALANCING_STATES = ("PreparingRebalance", "CompletingRebalance", "AwaitingSync
 # States of a group without live members: Empty (0.10.1+, and KIP-848 groups), Dead (0.9 forgot it,
 # or a commit-only group 0.9 never knew)
 EMPTY_STATES = ("Empty", "Dead")
+# the `assignor` of a KIP-848 consumer group's snapshot rows starts with this (then its server
+# assignor: "consumer:uniform"), which tells the storm verdict how to read the group's counters
+CONSUMER_PROTOCOL_ASSIGNOR = "consumer:"
 
 
 def printed_host(host: str | None, source: str | None = "kafka") -> str | None:

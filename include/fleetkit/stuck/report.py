@@ -82,6 +82,7 @@ STORM_KINDS = {
     "restart": "members leaving and coming back as new members (restarts or session timeouts)",
     "session": "static members whose session timed out before they came back",
     "rebalancing": "rebalancing in at least half of the window's snapshots",
+    "member_churn": "members of a KIP-848 consumer group leaving and joining again",
 }
 
 
@@ -91,10 +92,14 @@ def storm_what(g: dict) -> str:
     parts = [STORM_KINDS.get(kind, kind)]
     if g.get("rejoins"):
         parts.append(f"{g['rejoins']} rejoin(s)")
+    kip848 = kind == "member_churn"
     if g.get("rebalances"):
-        parts.append(f"{g['rebalances']} rebalance(s) in the window")
+        parts.append(f"group epoch up {g['rebalances']} in the window" if kip848
+                     else f"{g['rebalances']} rebalance(s) in the window")
     if g.get("group_wide_stop") is True:
         parts.append("each one stops the whole group")
+    elif kip848:
+        parts.append("no group-wide stop")
     elif g.get("group_wide_stop") is False:
         parts.append("cooperative: no group-wide stop")
     return "; ".join(parts)

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
 from fleetkit.core.durations import parse_duration  # noqa: F401  (the jobs read durations through the rules)
+from fleetkit.core.kafka_names import CONSUMER_PROTOCOL_ASSIGNOR
 from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
 STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "STALLED", "STOPPED", "FROZEN",
@@ -426,20 +427,34 @@ STORM_FIXES = {
                 "restart or pause"),
     "rebalancing": ("the group was rebalancing in most snapshots: find the members that keep leaving in the "
                     "consumers' logs"),
+    "member_churn": ("members keep leaving the consumer group (KIP-848) and joining again, each time a new group "
+                     "epoch and assignment: a member whose processing of one poll's records outlasts "
+                     "max.poll.interval.ms leaves and rejoins (lower max.poll.records, speed processing up, or "
+                     "raise max.poll.interval.ms above the slowest batch); consumers that restart or crash come "
+                     "back as new members (give each a static group.instance.id, and set the broker's "
+                     "group.consumer.session.timeout.ms longer than a restart)"),
 }
 
 
 class Storm(NamedTuple):
     storm: bool
-    kind: str | None             # poll_interval | restart | session | rebalancing (states only) | None
+    kind: str | None             # poll_interval | restart | session | member_churn (KIP-848) | rebalancing | None
     rebalances: int              # generations the group went through in the window
     rejoins: int                 # members that left and came back in the window
     group_wide_stop: bool | None  # every rebalance revokes every partition (an eager assignor); None: unknown
     fix: str | None
 
 
+def consumer_protocol(assignor: str | None) -> bool:
+    """Whether the rows are a KIP-848 consumer group's (collection.rebalances.consumer_group_counters)."""
+    return bool(assignor) and assignor.startswith(CONSUMER_PROTOCOL_ASSIGNOR)
+
+
 def eager(assignor: str | None) -> bool | None:
-    """Whether a classic group's assignor revokes everything on each rebalance (None: not known)."""
+    """Whether a classic group's assignor revokes everything on each rebalance (None: not known);
+    a KIP-848 group's never does (each member gives up only the partitions that move)."""
+    if consumer_protocol(assignor):
+        return False
     return None if not assignor else assignor not in COOPERATIVE_ASSIGNORS
 
 
@@ -449,8 +464,18 @@ def storm_verdict(times: int, rebalancing: int, rebalances: int, rejoins: int, c
     times, `rebalancing` of them in a rebalancing state, `rebalances` generations and `rejoins`
     members that left and came back (from __consumer_offsets' group-metadata records), the cause of
     the latest rejoin and the assignor. A storm: at least STORM_MIN_REJOINS rejoins (seen from two
-    snapshots on), or (without records) >= 3 snapshot times with half of them rebalancing."""
+    snapshots on), or (without records) >= 3 snapshot times with half of them rebalancing.
+
+    A KIP-848 group (assignor `consumer:...`) gives epoch counters instead: `rebalances` is its group
+    epoch's growth (one per join, one per departure) and `rejoins` its departures; the members that
+    left and came back are the lesser of departures and joins (scaling out or in is none), and at
+    least STORM_MIN_REJOINS of them are a storm of kind member_churn."""
     wide = eager(assignor)
+    if consumer_protocol(assignor):
+        departures = max(0, rejoins)
+        rejoins = min(departures, max(0, rebalances - departures))
+        if rejoins >= STORM_MIN_REJOINS:
+            return Storm(True, "member_churn", rebalances, rejoins, wide, STORM_FIXES["member_churn"])
     if rejoins >= STORM_MIN_REJOINS:
         kind = cause if cause in STORM_FIXES else "restart"
     elif times >= 3 and rebalancing * 2 >= times:
