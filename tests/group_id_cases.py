@@ -38,7 +38,7 @@ CASES = [
     (10, "same client id on two hosts", [("g1", "10.0.0.7", "c1"), ("g2", "10.0.0.8", "c1")],
      {"10.0.0.7-c1": ("g1", 10)}, {"10.0.0.7-c1": "OK", "10.0.0.8-c1": "MISSING"}, "the path holds the IP"),
     (11, "client id with a slash", [("g1", "10.0.0.7", "a/b")], {},
-     {"member:a/b": "UNREPRESENTABLE"}, "'/' cannot be part of a znode name: report, never write a wrong path"),
+     {"member:a/b": "UNREPRESENTABLE"}, "'/' makes KoP nest the znode below the root: report, never write a wrong path"),
     (12, "client id outside the BMP", [("g1", "10.0.0.7", "x🧨")], {},
      {"member:x🧨": "UNREPRESENTABLE"}, "ZooKeeper refuses surrogate code units in a path"),
     (13, "hostile but representable names", [(HOSTILE_GROUP, "10.0.0.7", "c 'x'; $(rm) ünï")], {},

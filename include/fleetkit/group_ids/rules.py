@@ -1,15 +1,17 @@
 """Group-id reconciliation rules: the one definition, used by the runbook, fleetctl and the Spark job.
 
 KoP (Kafka-on-Pulsar) keeps one znode per consumer client under a root (groupIdZooKeeperPath,
-default /client_group_id): ``<root>/<ip>-<clientId>`` holding the group id in UTF-8. It writes it
-when a client sends FindCoordinator and deletes it when the connection closes, so a broker restart
-or a delete racing a newer write leaves live consumers without a mapping and stale znodes behind.
-The group coordinator's member list (client id, client host) is the truth.
+default /client_group_id) in the broker's local metadata store: ``<root>/<ip>-<clientId>`` holding
+the group id in UTF-8. With kopEnableGroupLevelConsumerMetrics on, it writes it (unconditionally)
+when a client sends FindCoordinator for a group and deletes it (unconditionally) when that
+connection closes, so a broker restart or a delete racing a newer write leaves live consumers
+without a mapping and stale znodes behind. The group coordinator's member list (client id, client
+host) is the truth. docs/group-ids.md ("Real KoP") cites KoP's source for every part of the format.
 
 This module is the one definition of:
 
 * the znode name of a member (``znode_name``) and when a member cannot have one
-  (``name_problem``: a client id holding ``/`` cannot be a path component, and ZooKeeper refuses
+  (``name_problem``: a client id holding ``/`` is no direct child of the root, and ZooKeeper refuses
   control characters, U+D800-U+F8FF, U+FFF0-U+FFFF and every character outside the BMP: such a
   member is reported UNREPRESENTABLE with the reason, never written);
 * the classes (``classify``), first match wins: UNREPRESENTABLE, CONFLICT, MISMATCHED, MISSING,
@@ -59,18 +61,39 @@ def name_problem(client_host: str | None, client_id: str | None) -> str | None:
         return "the coordinator reports no client host for this member"
     if client_id is None:
         return "the coordinator reports no client id for this member"
-    name = f"{client_host}-{client_id}"
+    name = znode_name(client_host, client_id)
     if "/" in name:
-        return "the client id holds '/', which cannot be part of a znode name (KoP cannot write it either)"
+        return ("the client id holds '/': KoP writes such a mapping as a nested znode below the root, "
+                "which the toolkit neither reads nor writes")
     bad = sorted({f"U+{ord(c):04X}" for c in name if _forbidden(c)})
     if bad:
         return f"ZooKeeper refuses the character(s) {', '.join(bad[:5])} in a znode name"
     return None
 
 
+def kop_host(client_host: str) -> str:
+    """The host part KoP puts in a mapping's name, from the member's bare IP.
+
+    KoP (GroupIdUtils.groupIdPathFormat) takes Java's InetSocketAddress.toString() of the
+    connection ('/10.0.0.7:53211') and keeps what stands before the first ':'. An IPv4 address
+    stays whole. An IPv6 address keeps only its first group: Java 14 and later print it in brackets
+    ('/[2001:db8:0:0:0:0:0:1]:53211' -> '[2001'), older Java without ('/2001:db8:...:1:53211' ->
+    '2001'; the member's host then still carries the port, nine groups). Java prints each group in
+    lower-case hex without leading zeros, so '::1' is '[0'."""
+    if ":" not in client_host:
+        return client_host
+    groups = client_host.split(":")
+    try:
+        first = format(int(groups[0] or "0", 16), "x")
+    except ValueError:
+        return groups[0]
+    return first if len(groups) == 9 else f"[{first}"
+
+
 def znode_name(client_host: str, client_id: str) -> str:
-    """<ip>-<clientId>, the name KoP gives the member's mapping znode."""
-    return f"{client_host}-{client_id}"
+    """<ip>-<clientId>, the name KoP gives the member's mapping znode (``kop_host`` renders the ip).
+    KoP concatenates, so a client id with '-' is kept whole after the first '-'."""
+    return f"{kop_host(client_host)}-{client_id}"
 
 
 def join_path(root: str, name: str) -> str:
@@ -78,7 +101,8 @@ def join_path(root: str, name: str) -> str:
 
 
 def split_name(name: str) -> tuple[str, str]:
-    """(client host, client id) from a znode name: an IP holds no '-', so the first '-' splits."""
+    """(client host, client id) from a znode name: KoP's host part ('10.0.0.7', '[2001') holds no '-',
+    so the first '-' splits."""
     host, sep, cid = name.partition("-")
     return (host, cid) if sep else (name, "")
 
