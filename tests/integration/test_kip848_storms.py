@@ -14,13 +14,11 @@ import time
 import pytest
 
 from fleetkit.clients.kafka import client_config
-from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetkit.stuck import inprocess
 from fleetkit.stuck import rules as stuck
 
-from fleet_airflow import clusters
 from tests.integration.fleet_clusters import GENERATIONS, Target
-from tests.integration.test_rebalance_storms import Loop, producing
+from tests.integration.test_rebalance_storms import Loop, collected_storms, producing
 
 pytestmark = pytest.mark.lab
 
@@ -93,28 +91,12 @@ def test_kip848_member_churn_flagged_steady_group_never(generation, lab_fleet, d
         steady(t, groups["slow"], topic, "fast-worker"), slow(t, groups["slow"], topic),
         steady(t, groups["steady"], topic, "worker-1"), steady(t, groups["steady"], topic, "worker-2"),
     ]
-    for loop in loops:
-        loop.start()
-    try:
-        time.sleep(8)  # every group formed
-        for i in range(SNAPSHOTS):
-            if i:
-                time.sleep(INTERVAL)
-            clusters.collect(t.cluster, data_root)
-    finally:
-        for loop in loops:
-            loop.stop()
-
-    table = read_dataset(DataRoot(data_root), "offsets_snapshots")
-    rows = [r for r in table.to_pylist() if r["group"] in groups.values()]
-    by_group = {k: [r for r in rows if r["group"] == g] for k, g in groups.items()}
+    table, by_group, verdicts, summary = collected_storms(t, loops, groups, data_root, SNAPSHOTS, INTERVAL)
     for k, rs in by_group.items():
         assert rs, k
         assert {r["group_type"] for r in rs} == {"consumer"}, k
         assert all(r["assignor"].startswith("consumer:") and r["generation"] is not None for r in rs), k
 
-    verdicts = {k: stuck.storm(v) for k, v in by_group.items()}
-    summary = {k: (v.storm, v.kind, v.rebalances, v.rejoins, v.group_wide_stop) for k, v in verdicts.items()}
     for k in ("restart", "slow"):
         v = verdicts[k]
         assert (v.storm, v.kind, v.group_wide_stop) == (True, "member_churn", False), summary

@@ -144,6 +144,30 @@ def producing(t, topic):
     return Loop(body)
 
 
+def collected_storms(t: Target, loops: list, groups: dict[str, str], data_root: str,
+                     snapshots: int = SNAPSHOTS, interval: float = INTERVAL):
+    """Run `loops` (consumers, a producer) while the real collection snapshots the cluster
+    `snapshots` times, `interval` apart, then judge each of `groups` (key -> group name) with the
+    storm rule: (the snapshots table, key -> its rows, key -> StormVerdict, key -> a summary)."""
+    for loop in loops:
+        loop.start()
+    try:
+        time.sleep(8)  # every group formed
+        for i in range(snapshots):
+            if i:
+                time.sleep(interval)
+            clusters.collect(t.cluster, data_root)
+    finally:
+        for loop in loops:
+            loop.stop()
+    table = read_dataset(DataRoot(data_root), "offsets_snapshots")
+    rows = [r for r in table.to_pylist() if r["group"] in groups.values()]
+    by_group = {k: [r for r in rows if r["group"] == g] for k, g in groups.items()}
+    verdicts = {k: stuck.storm(v) for k, v in by_group.items()}
+    summary = {k: (v.storm, v.kind, v.rebalances, v.rejoins, v.group_wide_stop) for k, v in verdicts.items()}
+    return table, by_group, verdicts, summary
+
+
 # classic-protocol consumers on the KRaft cluster (the incident's generation is covered by the
 # records' format: group-metadata values with timestamps exist from Kafka 2.1; 0.9 writes none, so
 # there the cause is coarse, see the README)
@@ -167,23 +191,7 @@ def test_storm_variants_flagged_with_the_fix_their_evidence_calls_for(generation
                    **{"group.instance.id": "restarter-1", "session.timeout.ms": 15000}),
         crashing(t, groups["crash"], topic), steady(t, groups["crash"], topic, "stayer"),
     ]
-    for loop in loops:
-        loop.start()
-    try:
-        time.sleep(8)  # every group formed
-        for i in range(SNAPSHOTS):
-            if i:
-                time.sleep(INTERVAL)
-            clusters.collect(t.cluster, data_root)
-    finally:
-        for loop in loops:
-            loop.stop()
-
-    rows = [r for r in read_dataset(DataRoot(data_root), "offsets_snapshots").to_pylist()
-            if r["group"] in groups.values()]
-    by_group = {k: [r for r in rows if r["group"] == g] for k, g in groups.items()}
-    verdicts = {k: stuck.storm(v) for k, v in by_group.items()}
-    summary = {k: (v.storm, v.kind, v.rebalances, v.rejoins, v.group_wide_stop) for k, v in verdicts.items()}
+    _, by_group, verdicts, summary = collected_storms(t, loops, groups, data_root)
 
     eager, coop, restart, static = (verdicts[k] for k in ("eager", "coop", "restart", "static"))
     assert (eager.storm, eager.kind, eager.group_wide_stop) == (True, "poll_interval", True), summary
