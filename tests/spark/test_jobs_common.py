@@ -35,6 +35,7 @@ HAND_WRITTEN = {
         T.StructField("committed_record_timestamp", T.TimestampType()),
         T.StructField("generation", T.IntegerType()), T.StructField("rejoins", T.IntegerType()),
         T.StructField("rejoin_cause", T.StringType()), T.StructField("assignor", T.StringType()),
+        T.StructField("member_id", T.StringType()),
     ]),
     "group_coordinators": T.StructType([
         T.StructField("cluster", T.StringType()), T.StructField("group", T.StringType()),
