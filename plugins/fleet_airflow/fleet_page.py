@@ -42,7 +42,7 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 
 from fleet_airflow import settings
-from fleet_airflow.settings import api_base_url  # noqa: F401  (where runs are posted; the approval notices' links)
+from fleet_airflow.settings import api_base_url
 from fleet_airflow.web_auth import add_framing_headers, reader, require_dag_read, token_of
 
 log = logging.getLogger(__name__)

@@ -9,7 +9,6 @@ facts): the churning groups are flagged member_churn with the KIP-848 fix, the s
 from __future__ import annotations
 
 import datetime as dt
-import time
 
 import pytest
 
@@ -18,7 +17,7 @@ from fleetkit.stuck import inprocess
 from fleetkit.stuck import rules as stuck
 
 from tests.integration.fleet_clusters import GENERATIONS, Target
-from tests.integration.test_rebalance_storms import Loop, collected_storms, producing
+from tests.integration.test_rebalance_storms import collected_storms, producing, restarting, slow, steady
 
 pytestmark = pytest.mark.lab
 
@@ -36,48 +35,6 @@ def kip848_consumer(t: Target, group: str, client_id: str, **extra):
                                    **t.admin_login, **extra}, t.version))
 
 
-def steady(t, group, topic, client_id):
-    def body(stop):
-        c = kip848_consumer(t, group, client_id)
-        c.subscribe([topic])
-        try:
-            while not stop.is_set():
-                c.poll(0.2)
-        finally:
-            c.close()
-    return Loop(body)
-
-
-def restarting(t, group, topic, client_id):
-    """A consumer process restarted every ~3 s (closed cleanly, a new one started)."""
-    def body(stop):
-        while not stop.is_set():
-            c = kip848_consumer(t, group, client_id)
-            c.subscribe([topic])
-            deadline = time.monotonic() + 3
-            try:
-                while time.monotonic() < deadline and not stop.is_set():
-                    c.poll(0.2)
-            finally:
-                c.close()
-    return Loop(body)
-
-
-def slow(t, group, topic):
-    """Processes each record for 7.5 s, longer than its max.poll.interval.ms of 6 s."""
-    def body(stop):
-        c = kip848_consumer(t, group, "slow-worker", **{"max.poll.interval.ms": 6000})
-        c.subscribe([topic])
-        try:
-            while not stop.is_set():
-                m = c.poll(0.2)
-                if m is not None and m.error() is None:
-                    stop.wait(7.5)
-        finally:
-            c.close()
-    return Loop(body)
-
-
 @pytest.mark.parametrize("generation", ["4.3"], ids=["kafka-4.3"])
 def test_kip848_member_churn_flagged_steady_group_never(generation, lab_fleet, data_root, unique):
     t = Target(lab_fleet(GENERATIONS[generation]))
@@ -87,9 +44,12 @@ def test_kip848_member_churn_flagged_steady_group_never(generation, lab_fleet, d
               "steady": unique("kip848 steady ĝ")}
     loops = [
         producing(t, topic),
-        steady(t, groups["restart"], topic, "stayer"), restarting(t, groups["restart"], topic, "restarter"),
-        steady(t, groups["slow"], topic, "fast-worker"), slow(t, groups["slow"], topic),
-        steady(t, groups["steady"], topic, "worker-1"), steady(t, groups["steady"], topic, "worker-2"),
+        steady(t, groups["restart"], topic, "stayer", make=kip848_consumer),
+        restarting(t, groups["restart"], topic, "restarter", make=kip848_consumer),
+        steady(t, groups["slow"], topic, "fast-worker", make=kip848_consumer),
+        slow(t, groups["slow"], topic, make=kip848_consumer),
+        steady(t, groups["steady"], topic, "worker-1", make=kip848_consumer),
+        steady(t, groups["steady"], topic, "worker-2", make=kip848_consumer),
     ]
     table, by_group, verdicts, summary = collected_storms(t, loops, groups, data_root, SNAPSHOTS, INTERVAL)
     for k, rs in by_group.items():

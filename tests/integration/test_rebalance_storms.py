@@ -51,11 +51,13 @@ def consumer(t: Target, group: str, client_id: str, **extra):
     return c
 
 
-def slow(t, group, topic, assignor):
-    """Processes each record for 7.5 s, longer than its max.poll.interval.ms of 6 s."""
+def slow(t, group, topic, assignor=None, make=consumer):
+    """Processes each record for 7.5 s, longer than its max.poll.interval.ms of 6 s (`make`: the
+    consumer's factory; `assignor`: a classic consumer's assignment strategy)."""
+    classic = {"session.timeout.ms": 6000, "partition.assignment.strategy": assignor} if assignor else {}
+
     def body(stop):
-        c = consumer(t, group, "slow-worker", **{"max.poll.interval.ms": 6000, "session.timeout.ms": 6000,
-                                                 "partition.assignment.strategy": assignor})
+        c = make(t, group, "slow-worker", **{"max.poll.interval.ms": 6000, **classic})
         c.subscribe([topic])
         try:
             while not stop.is_set():
@@ -67,9 +69,9 @@ def slow(t, group, topic, assignor):
     return Loop(body)
 
 
-def steady(t, group, topic, client_id, **extra):
+def steady(t, group, topic, client_id, make=consumer, **extra):
     def body(stop):
-        c = consumer(t, group, client_id, **extra)
+        c = make(t, group, client_id, **extra)
         c.subscribe([topic])
         try:
             while not stop.is_set():
@@ -79,13 +81,13 @@ def steady(t, group, topic, client_id, **extra):
     return Loop(body)
 
 
-def restarting(t, group, topic, client_id, delay=0.0, **extra):
+def restarting(t, group, topic, client_id, delay=0.0, make=consumer, **extra):
     """A consumer process restarted every ~3 s (closed cleanly, a new one started), the first
     one `delay` seconds after the start."""
     def body(stop):
         stop.wait(delay)
         while not stop.is_set():
-            c = consumer(t, group, client_id, **extra)
+            c = make(t, group, client_id, **extra)
             c.subscribe([topic])
             deadline = time.monotonic() + 3
             try:
