@@ -19,10 +19,12 @@ check. Group-id reconciliation on 3.9's ZooKeeper. The fleet_maintenance run ove
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import urllib.parse
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -251,6 +253,11 @@ def recovery_43(lab_fleet, airflow_server, unique):
     yield from recovery_setup("4.3", lab_fleet, airflow_server, unique)
 
 
+@pytest.fixture
+def recovery_39(lab_fleet, airflow_server, unique):
+    yield from recovery_setup("3.9", lab_fleet, airflow_server, unique)
+
+
 def recovery_setup(generation, lab_fleet, airflow_server, unique):
     """A live group on a secured cluster, leaders balanced; the move: its coordinator's partition
     led by the last replica instead of the first."""
@@ -382,26 +389,65 @@ def test_restart_broker_on_kraft_refused_without_quorum_then_approved_in_the_bro
     finally:
         lab.start_broker(other)
     wait_until(lambda: set(admin.broker_ids()) == {0, 1, 2} or None, 120, "the stopped node back")
+    assert restarted_after_approval_in_the_browser(case) == leader
 
-    run_id = trigger(dict(case, conf=conf), user="admin")
+
+def test_restart_broker_on_zookeeper_mode_approved_in_the_browser(recovery_39):
+    """Kafka 3.9 in ZooKeeper mode (SASL_SSL + SCRAM, ACLs, SASL ZooKeeper), under the scheduler:
+    restart_broker of the coordinator's broker (no controller quorum to check there), approved in
+    the browser; a new broker process, back in the ISR, and the group's coordinator answers again."""
+    from fleetkit.core import plans
+
+    case = recovery_39
+    leader = restarted_after_approval_in_the_browser(case)
+    plan, _ = plans.load(Path(case["root"].path) / "plans", case["dag_id"], case["restart_run"])
+    assert plan["details"]["target"] == leader
+    assert not any("controller quorum" in c["what"] for c in plan["preconditions"]), plan["preconditions"]
+
+
+def broker_pid(lab, broker_id: int) -> int | None:
+    return next(r["pid"] for r in lab.status() if r["component"] == f"broker-{broker_id}")
+
+
+def restarted_after_approval_in_the_browser(case) -> int:
+    """restart_broker of the broker leading the group's offsets partition, triggered as admin and
+    approved in the browser by approver: the run succeeds, the audit reads planned, approved,
+    executed, verified (verify: the broker back in the ISR, the group's coordinator answering), a
+    new process of the broker runs (the cluster's broker_control stopped and started it) and the
+    group's coordinator answers. Returns the broker restarted (its run id in case["restart_run"])."""
+    from fleetkit.clients import leadership
+
+    admin, p, lab, group = case["movers"].admin, case["partition"], case["handle"].lab, case["group"]
+    leader = leadership.state(admin, OFFSETS, p).leader
+    pid = broker_pid(lab, leader)
+    assert pid is not None
+    run_id = case["restart_run"] = trigger(dict(case, conf=dict(case["conf"], action="restart_broker",
+                                                                  target_broker=-1)), user="admin")
     wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
+    assert broker_pid(lab, leader) == pid  # nothing before the approval
     settle(case, run_id)
     approve_in_browser(case, run_id, "approver", ["What will change", f"{OFFSETS}-{p}"],
-                       screenshot="approval-restart-broker-lab43test.png")
+                       screenshot=f"approval-restart-broker-{case['conf']['cluster']}.png")
     assert wait_for(lambda: finished(case, run_id), 300, "the restart to finish") == "success", task_states(case, run_id)
     recs = audit.records(case["root"], case["conf"]["cluster"], run_id)
     assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                        ("executed", "approver"), ("verified", None)]
     assert recs[2]["details"]["result"]["restarted"] == leader
+    assert broker_pid(lab, leader) not in (None, pid)
     assert leader in admin.broker_ids() and leader in leadership.state(admin, OFFSETS, p).isr
+    described = case["movers"].kafka.describe_groups([group])[group]
+    assert described.error is None and described.coordinator_id in admin.broker_ids(), described
+    return leader
 
 
-def test_group_ids_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, airflow_server, unique,
-                                                                                monkeypatch, capsys):
-    """KoP's client-to-group mappings in the 3.9 cluster's ZooKeeper (SASL login), seeded by
-    tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here): the runbook under the scheduler,
-    approved in the browser, overwrites the mismatched mapping and deletes the stale one, each
-    conditional on the version it read; the rollback approved by the other approver puts both back."""
+@contextlib.contextmanager
+def kop_mappings_39(lab_fleet, unique, missing: int = 0, **settings):
+    """KoP's client-to-group mappings in the 3.9 cluster's ZooKeeper (SASL login) under a root of
+    their own, seeded by tests/kop_standin.py, a STAND-IN FOR KoP (KoP cannot run here): client
+    `mism` mapped to a wrong group, `gone-1` to a group without members; a live group whose
+    consumers are `mism` and `missing` clients without a mapping (`miss`, the first of them). The
+    deployment's fleet file declares the root, a grace of 2 s and `settings` (restored after).
+    Yields once every consumer is in the group and gone-1 is older than the grace."""
     import time
     import uuid
 
@@ -416,27 +462,49 @@ def test_group_ids_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, ai
     root = f"/client_group_id_{uuid.uuid4().hex[:8]}"
     topic, group, gone_group = unique("kopui"), unique("ui grp 'q' ünï"), unique("gone|grp")
     mism = f"mism-{uuid.uuid4().hex[:6]}"
+    clients = [mism] + [f"miss{i}-{uuid.uuid4().hex[:6]}" for i in range(missing)]
     commit_when_led(handle.lab, topic, 3, {})
     zk = spec.zk_client()
     kop_write(zk, root, host, mism, "wrong-group")
     kop_write(zk, root, host, "gone-1", gone_group)
-    paths = {n: f"{root}/{host}-{n}" for n in (mism, "gone-1")}
+    paths = {n: f"{root}/{host}-{n}" for n in clients + ["gone-1"]}
     deployment = handle.fleet_file
     before = deployment.read_text()
     doc = yaml.safe_load(before)
     for entry in doc["clusters"]:
         if entry["name"] == spec.name:
-            entry["group_id_mappings"] = {"root": root, "grace": "2s"}
+            entry["group_id_mappings"] = {"root": root, "grace": "2s", **settings}
     deployment.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-    member = ConsumerThread(handle.bootstrap, group, [topic], client_id=mism, kafka_version=spec.kafka_version)
-    member.start()
+    members = [ConsumerThread(handle.bootstrap, group, [topic], client_id=c, kafka_version=spec.kafka_version)
+               for c in clients]
+    for m in members:
+        m.start()
     kafka = admin_kafka(spec)
-    case = {"api": airflow_server.api, "dag_id": "runbook_group_ids", "airflow": airflow_server,
-            "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "conf": {"cluster": spec.name, "dry_run": False}}
     try:
-        wait_until(lambda: {m.client_id for m in kafka.describe_groups([group])[group].members} == {mism} or None,
-                   90, "the consumer in its group")
+        wait_until(lambda: {m.client_id for m in kafka.describe_groups([group])[group].members} == set(clients)
+                   or None, 90, "the consumers in their group")
         time.sleep(2.5)  # gone-1 is now older than the 2 s grace
+        yield SimpleNamespace(spec=spec, zk=zk, root=root, paths=paths, group=group, gone_group=gone_group,
+                              mism=mism, miss=clients[1] if missing else None)
+    finally:
+        for m in members:
+            m.stop()
+        kafka.close()
+        deployment.write_text(before)
+        zk.delete(root, recursive=True)
+        zk.stop()
+        zk.close()
+
+
+def test_group_ids_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, airflow_server, unique,
+                                                                                monkeypatch, capsys):
+    """The runbook under the scheduler (kop_mappings_39), approved in the browser, overwrites the
+    mismatched mapping and deletes the stale one, each conditional on the version it read; the
+    rollback approved by the other approver puts both back."""
+    with kop_mappings_39(lab_fleet, unique) as kop:
+        zk, paths, mism, group = kop.zk, kop.paths, kop.mism, kop.group
+        case = {"api": airflow_server.api, "dag_id": "runbook_group_ids", "airflow": airflow_server,
+                "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "conf": {"cluster": kop.spec.name, "dry_run": False}}
         unpause(case)
         run_id = trigger(case, user="admin")
         detail = wait_for(lambda: pending_approval(case, run_id), 180, "the approval request")
@@ -448,19 +516,57 @@ def test_group_ids_on_3_9_approved_in_the_browser_then_rolled_back(lab_fleet, ai
         assert wait_for(lambda: finished(case, run_id), 240, "the run to finish") == "success", task_states(case, run_id)
         assert zk.get(paths[mism])[0].decode() == group and zk.get(paths[mism])[1].version == 1
         assert zk.exists(paths["gone-1"]) is None
-        recs = audit.records(case["root"], spec.name, run_id)
+        recs = audit.records(case["root"], kop.spec.name, run_id)
         assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin"), ("approved", "approver"),
                                                            ("executed", "approver"), ("verified", None)]
         rolled_back_by_the_other_approver(case, recs[2]["record_id"], monkeypatch, capsys)
         assert zk.get(paths[mism])[0].decode() == "wrong-group"
-        assert zk.get(paths["gone-1"])[0].decode() == gone_group
-    finally:
-        member.stop()
-        kafka.close()
-        deployment.write_text(before)
-        zk.delete(root, recursive=True)
-        zk.stop()
-        zk.close()
+        assert zk.get(paths["gone-1"])[0].decode() == kop.gone_group
+
+
+def test_group_ids_scheduled_dag_creates_the_missing_mappings_on_3_9(lab_fleet, airflow_server, unique):
+    """The scheduled group_ids DAG (not the runbook) under the scheduler, on a cluster whose fleet
+    file entry says create_missing_unattended (kop_mappings_39): a run collects the 3.9 cluster's
+    mappings through its SASL ZooKeeper, and its create_missing task creates the mapping of the live
+    member that had none, audited as create_missing_group_ids by the scheduler. The mismatched and
+    the stale mappings (the runbook's, after an approval) keep their data and version; nothing else
+    appears under the root."""
+    import json
+
+    from fleetkit.core.settings import run_folder
+
+    with kop_mappings_39(lab_fleet, unique, missing=1, create_missing_unattended=True) as kop:
+        zk, paths, cluster = kop.zk, kop.paths, kop.spec.name
+        kept = {n: zk.get(paths[n]) for n in (kop.mism, "gone-1")}
+        assert zk.exists(paths[kop.miss]) is None
+        case = {"api": airflow_server.api, "dag_id": "group_ids", "airflow": airflow_server,
+                "root": DataRoot(os.environ["FLEET_DATA_ROOT"]), "conf": {}}
+        unpause(case)
+        try:
+            run_id = trigger(case, user="admin")
+            state = wait_for(lambda: finished(case, run_id), 420, "the group_ids run to finish")
+        finally:  # no hourly run after this one, on a fleet file put back
+            case["api"]("PATCH", "/api/v2/dags/group_ids", {"is_paused": True})
+        states = task_states(case, run_id)
+        assert state == "success" and states["create_missing"] == "success", states
+
+        assert zk.get(paths[kop.miss])[0].decode() == kop.group  # created unattended
+        for n, (data, stat) in kept.items():  # destructive changes wait for the runbook: untouched
+            now = zk.get(paths[n])
+            assert (now[0], now[1].version, now[1].mtime) == (data, stat.version, stat.mtime), n
+        assert sorted(zk.get_children(kop.root)) == sorted(p.rsplit("/", 1)[1] for p in paths.values())
+
+        out = run_folder(Path(case["root"].path) / "reports", "group_ids", run_id)
+        findings = {f["path"]: f for f in map(json.loads, (out / "findings.jsonl").read_text().splitlines())}
+        assert {n: findings[paths[n]]["class"] for n in (kop.miss, kop.mism, "gone-1")} == \
+            {kop.miss: "MISSING", kop.mism: "MISMATCHED", "gone-1": "STALE"}
+        created = [r for r in audit.records(case["root"], cluster)
+                   if r["action"] == "create_missing_group_ids"
+                   and paths[kop.miss] in [c["path"] for c in r["details"]["result"]["changed_paths"]]]
+        assert [(r["dag_id"], r["run_id"], r["event"], r["actor"]) for r in created] == \
+            [("group_ids", run_id, "executed", "scheduler")], created
+        changed = {c["path"]: (c["before"], c["after"]) for c in created[0]["details"]["result"]["changed_paths"]}
+        assert changed == {paths[kop.miss]: (None, kop.group)}
 
 
 @pytest.mark.parametrize("generation", list(GENERATIONS), ids=[f"kafka-{g}" for g in GENERATIONS])
