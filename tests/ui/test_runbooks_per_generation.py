@@ -14,8 +14,9 @@ the store declared in the deployment's fleet file for the test; the rollback put
 byte for byte (a Storm rollback is confirmed again with --topology-deactivated).
 
 Coordinator recovery on 0.9, 3.9 and 4.3: move_leader (ZooKeeper reassignment, or the Admin API on
-KRaft) and its rollback, trim_handover, and restart_broker on the KRaft nodes with the quorum
-check. Group-id reconciliation on 3.9's ZooKeeper. The fleet_maintenance run over all three."""
+KRaft) and its rollback, trim_handover, and restart_broker on 3.9 and on the KRaft nodes with
+the quorum check. Group-id reconciliation on 3.9's ZooKeeper: the scheduled DAG's unattended
+create and the approved runbook. The fleet_maintenance run over all three."""
 
 from __future__ import annotations
 
