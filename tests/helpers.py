@@ -177,26 +177,40 @@ def poisoned_consumer_collected(handle, topic: str, group: str, data_root: str, 
 
 def on_a_terminal(cmd: list[str], timeout: float = 120, env: dict | None = None) -> tuple[int, str, bytes]:
     """Run `cmd` with stderr on a pseudo-terminal (TERM=xterm, 120 columns) and stdout a pipe:
-    (exit code, stdout, what the terminal was shown)."""
+    (exit code, stdout, what the terminal was shown). The terminal is read while stdout is (a
+    command that fills the terminal's buffer waits until it is read); past `timeout` seconds the
+    command is killed and TimeoutExpired raised."""
     import os
     import pty
     import subprocess
+    import threading
 
     env = {k: v for k, v in (os.environ if env is None else env).items() if k not in ("NO_COLOR", "TERM")}
     env.update(TERM="xterm", COLUMNS="120")
     main_fd, tty_fd = pty.openpty()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=tty_fd, env=env)
     os.close(tty_fd)
-    out = p.stdout.read().decode()
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(main_fd, 65536)
-        except OSError:  # the terminal's other end closed
-            break
-        if not chunk:
-            break
-        shown += chunk
-    rc = p.wait(timeout)
-    os.close(main_fd)
-    return rc, out, shown
+    shown = bytearray()
+
+    def read_terminal() -> None:
+        while True:
+            try:
+                chunk = os.read(main_fd, 65536)
+            except OSError:  # the terminal's other end closed
+                return
+            if not chunk:
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=read_terminal, daemon=True)
+    reader.start()
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+        raise
+    finally:
+        reader.join(30)
+        os.close(main_fd)
+    return p.returncode, out.decode(), bytes(shown)

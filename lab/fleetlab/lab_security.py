@@ -12,6 +12,7 @@ import json
 import logging
 import subprocess
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from fleetlab import oauth
@@ -152,6 +153,14 @@ def ssl_principal(user: str) -> str:
 ZK_USER = "kafka"
 ZK_READ_USER = "fleet"
 ZK_USERS = (ZK_USER, ZK_READ_USER)
+
+
+def _resource_types() -> dict:
+    """SECURED_ACLS' resource types as confluent-kafka's (librdkafka calls Kafka's CLUSTER resource
+    type (4) BROKER)."""
+    from confluent_kafka.admin import ResourceType
+
+    return {"cluster": ResourceType.BROKER, "group": ResourceType.GROUP, "topic": ResourceType.TOPIC}
 
 
 class LabSecurity:
@@ -305,11 +314,9 @@ class LabSecurity:
 
     def create_acls(self) -> None:
         """Secured labs: SECURED_ACLS, created by `admin` (creating an existing ACL is a no-op)."""
-        from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, ResourcePatternType,
-                                           ResourceType)
+        from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType
 
-        # librdkafka calls Kafka's CLUSTER resource type (4) BROKER
-        types = {"cluster": ResourceType.BROKER, "group": ResourceType.GROUP, "topic": ResourceType.TOPIC}
+        types = _resource_types()
         bindings = [AclBinding(types[rtype], name, ResourcePatternType.LITERAL, f"User:{user}",
                                "*", getattr(AclOperation, op), AclPermissionType.ALLOW)
                     for user, acls in SECURED_ACLS.items() for rtype, name, op in acls]
@@ -319,6 +326,29 @@ class LabSecurity:
                 fut.result(timeout=60)
             except Exception as e:  # noqa: BLE001 - named in the LabError
                 raise LabError(f"{self.spec.name}: creating ACL {binding} failed: {e}") from None
+
+    @contextmanager
+    def acl_revoked(self, user: str, acl: tuple[str, str, str]):
+        """Secured labs (3.x / 4.x): `user`'s ACL `acl` (a SECURED_ACLS row: resource type, literal
+        name, operation) deleted by `admin` for the block (DeleteAcls), created again after it
+        whatever happens (creating an existing ACL is a no-op). The brokers learn either change
+        asynchronously (AclAuthorizer: a ZooKeeper change notification; StandardAuthorizer: the
+        metadata log): the caller waits for the effect it needs."""
+        from confluent_kafka.admin import AclBindingFilter, AclOperation, AclPermissionType, ResourcePatternType
+
+        if acl not in SECURED_ACLS.get(user, []):
+            raise LabError(f"{self.spec.name}: {user} has no lab ACL {acl}")
+        rtype, name, op = acl
+        admin = self.admin()
+        wanted = AclBindingFilter(_resource_types()[rtype], name, ResourcePatternType.LITERAL, f"User:{user}", "*",
+                                  getattr(AclOperation, op), AclPermissionType.ALLOW)
+        for fut in admin.delete_acls([wanted], request_timeout=30).values():
+            if not fut.result(timeout=60):
+                raise LabError(f"{self.spec.name}: {user}'s ACL {acl} was not there to delete")
+        try:
+            yield
+        finally:
+            self.create_acls()
 
     def _secure_existing_znodes(self, home: Path) -> None:
         """A lab whose ZooKeeper data was made before it required SASL: its znodes still carry

@@ -3,7 +3,12 @@ planning and verifying read with the read-only connections, execute changes the 
 runbook ones (fleet file: runbook_kafka_conn_id, zookeeper.runbook_conn_id).
 
 The ZooKeeper offsets are written owner-only (digest `fleet-runbook` all, the world read), as on a
-ZooKeeper whose writers authenticate: only the runbook identity may reset them."""
+ZooKeeper whose writers authenticate: only the runbook identity may reset them.
+
+On the secured 3.9 lab (AclAuthorizer), a runbook principal granted less than the README's
+Permissions list (READ on groups missing, an operator's mistake the read-only plan cannot see):
+the run fails at execute, audited in one line naming the principal, the operation and the
+resource, the lock released, every committed offset as before."""
 
 from __future__ import annotations
 
@@ -17,8 +22,8 @@ from fleetkit.core import audit
 from fleetkit.core.datasets import DataRoot
 from fleetlab.traffic import commit, produce, wait_topic
 
-from tests.conftest import TEST_LAB, write_fleet_file
-from tests.helpers import committed_offsets
+from tests.conftest import GENERATIONS, TEST_LAB, write_fleet_file
+from tests.helpers import commit_when_led, committed_offsets, runbook_kafka, wait_until
 from fleetlab.hitl import Answerer
 from fleetlab.hitl import run_dag as run
 from fleetlab.hitl import task_states as states
@@ -126,3 +131,60 @@ def test_execute_reaches_kafka_through_the_runbook_connection(dag, lab, setup, t
     dr = run(dag, conf, Answerer(DAG_ID, "Approve", user="approver"))
     assert dr.state == "success", states(dr)
     assert committed_offsets(lab.bootstrap, group, topic, partitions=2) == {0: 4, 1: 6}
+
+
+def test_a_missing_acl_of_the_runbook_principal_fails_execute_and_changes_nothing(dag, lab_fleet, tmp_path, unique,
+                                                                                 monkeypatch):
+    from fleetkit.core.errors import NotAuthorized
+    from fleetkit.core.locks import held_locks
+    from fleetkit.core.partitioning import partition_for
+    from fleetlab.arrange import groups_on_partition
+
+    handle = lab_fleet(GENERATIONS["3.9"])
+    spec = handle.spec
+    monkeypatch.setenv("FLEET_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("FLEET_DATA_ROOT", str(tmp_path / "data"))
+    monkeypatch.setenv("FLEET_FILE", str(write_fleet_file(spec, tmp_path / "fleet39.yaml")))
+    topic, group = unique("acl-orders"), unique("acl grp é")
+    # a group of the same __consumer_offsets partition (the same coordinator): what the runbook
+    # principal may do there is what the broker that handles the reset allows
+    probe = groups_on_partition(partition_for(group, 50), 50, 1, unique("acl-probe") + "-{i}")[0]
+    commit_when_led(handle.lab, topic, 3, {group: {0: 3, 1: 5, 2: 10}})  # as the lab's admin
+    produce(handle.bootstrap, topic, {0: 10, 1: 10, 2: 10}, kafka_version=spec.kafka_version)
+    before = committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version)
+    assert before == {0: 3, 1: 5, 2: 10}
+    runbook = runbook_kafka(spec, timeout=15)
+
+    def runbook_may_commit() -> bool:
+        try:
+            runbook.commit_offsets(probe, {(topic, 0): 0})
+            return True
+        except NotAuthorized:
+            return False
+
+    conf = {"cluster": spec.name, "group": group, "topic": topic, "partitions": "0,1", "target": "skip 1",
+            "dry_run": False}
+    try:
+        with handle.lab.acl_revoked("fleet-runbook", ("group", "*", "READ")):
+            wait_until(lambda: not runbook_may_commit(), 60, "the broker applying the revoked ACL")
+            dr = run(dag, conf, Answerer(DAG_ID, "Approve", user="approver"))
+        wait_until(runbook_may_commit, 60, "the broker applying the restored ACL")
+    finally:
+        runbook.close()
+    st = states(dr)
+    assert dr.state == "failed", st
+    assert st["plan"] == "success" and st["approve"] == "success" and st["lock"] == "success", st
+    assert st["execute"] == "failed" and st["verify"] == "upstream_failed", st
+    assert st["cleanup"] == "success" and st["unlock"] == "success", st
+    assert held_locks(tmp_path / "locks") == []  # the lock was taken and released
+    assert committed_offsets(handle.bootstrap, group, topic, kafka_version=spec.kafka_version) == before
+    recs = audit.records(DataRoot(tmp_path / "data"), spec.name, dr.run_id)
+    assert [(r["event"], r["actor"]) for r in recs] == [("planned", "admin, dag_test"), ("approved", "approver"),
+                                                       ("failed", "approver")], recs
+    message = recs[-1]["message"]
+    refusal = (f"not authorized: fleet-runbook may not READ group '{group}' on {spec.name} "
+               "(GROUP_AUTHORIZATION_FAILED)")
+    # one line: the refusal, and what the reset read back after it (nothing moved)
+    assert "\n" not in message and f"({refusal})" in message, message
+    assert message.startswith("execute failed after 0 change(s) made, 0 of unknown outcome: ResetFailed: "), message
+    assert f"moved [], not moved [{topic}-0, {topic}-1], unknown []" in message, message
