@@ -2,6 +2,9 @@
 ACLs) gets a new leader that is still loading it when the ownership check runs under the real
 Airflow scheduler; the check's collection and Spark job judge the partition LOAD_STUCK, and the
 run starts runbook_ownership for it, whose plan (dry run) is made and rendered from that evidence.
+The check is the `ownership` DAG (`coordinator_ownership` is its deprecated id, the same tasks),
+triggered through the REST API for the cluster; the scheduler runs its collection, its Spark job,
+its report and its start_recovery.
 
 How the stuck load is produced, by construction rather than by racing the check:
 
