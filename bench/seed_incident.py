@@ -63,8 +63,8 @@ H = harness.setup(REPO)
 from fleetkit.core.kafka_names import OFFSETS_TOPIC  # noqa: E402
 from fleetkit.core.partitioning import partition_for  # noqa: E402
 from fleetlab.lab import Lab, LabSpec, log_grown_since  # noqa: E402
-from fleetlab.traffic import bulk_commits  # noqa: E402
-from fleetlab.arrange import commit_when_led, committed_offsets, groups_on_partition  # noqa: E402
+from fleetlab.arrange import (bloat_offsets_partition, commit_when_led, committed_offsets,  # noqa: E402
+                              groups_on_partition, offsets_partition_bytes)
 
 DAG = "runbook_trim"
 LOAD_LINE = re.compile(r"Finished loading[^\n]*?__consumer_offsets[-,](\d+)\]?[^\n]*? in (\d+) ?(?:ms|milliseconds)")
@@ -84,10 +84,6 @@ def seed_spec(version: str, segment_mib: int) -> LabSpec:
     return spec
 
 
-def partition_bytes(spec: LabSpec, p: int) -> int:
-    return sum(f.stat().st_size for f in (spec.log_dir(0) / f"{OFFSETS_TOPIC}-{p}").glob("*.log"))
-
-
 def read_offsets(spec: LabSpec, groups: dict[str, tuple[str, int]]) -> dict[str, dict[int, int]]:
     return {g: committed_offsets(spec.bootstrap, g, topic, n, spec.kafka_version, spec.security_config("admin"))
             for g, (topic, n) in groups.items()}
@@ -100,25 +96,11 @@ def fill(spec: LabSpec, lab: Lab, P: int, args) -> tuple[dict[str, tuple[str, in
     bulk = groups_on_partition(P, 50, args.groups, "bulk-writer-{i}")
     commit_when_led(lab, "early-topic", 1, {early: {0: 0}})
     commit_when_led(lab, "bulk", args.partitions, {})
-    target = int(args.gib * 2**30)
-    meta = "m" * args.metadata_bytes
-    config = spec.client_config()
-    chunk = args.partitions * 40  # records per group and turn: 40 commits of every partition
-    t0, turn, stopped_done, last_print = time.monotonic(), 0, False, 0.0
-    while (size := partition_bytes(spec, P)) < target:
-        for g in bulk:
-            bulk_commits(config, g, "bulk", chunk, args.partitions, in_flight=16, metadata=meta, first=turn * 40 + 1)
-        turn += 1
-        if not stopped_done and size >= target / 2:
-            commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}})
-            stopped_done = True
-        if time.monotonic() - last_print > 15:
-            last_print = time.monotonic()
-            print(f"  {size / 2**30:.2f} of {args.gib} GiB in {time.monotonic() - t0:.0f}s", flush=True)
-    if not stopped_done:
-        commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}})
+    seconds = bloat_offsets_partition(lab, P, int(args.gib * 2**30), bulk, "bulk", args.partitions,
+                                      args.metadata_bytes,
+                                      halfway=lambda: commit_when_led(lab, "stopped-topic", 1, {stopped: {0: 0}}))
     groups = {early: ("early-topic", 1), stopped: ("stopped-topic", 1), **{g: ("bulk", args.partitions) for g in bulk}}
-    return groups, time.monotonic() - t0
+    return groups, seconds
 
 
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
@@ -147,7 +129,7 @@ def restart_and_watch(spec: LabSpec, lab: Lab, cluster, P: int, sample: list[str
 
     logs = {b: spec.broker_dir(b) / "logs" / "server.log" for b in range(spec.brokers)}
     marks = {b: (p.stat() if p.exists() else None) for b, p in logs.items()}
-    size = partition_bytes(spec, P)
+    size = offsets_partition_bytes(spec, P)
     with connected(cluster, 5.0, stores=False) as (kafka, zk, _):
         leader = who(kafka, zk, sample[:1])[0]["leader"]
     # dropped before the stop: several nodes move P's leadership during the leader's controlled
@@ -254,7 +236,7 @@ def one_generation(version: str, args) -> str:
 
         P = partition_for("seed-incident", 50)  # any partition: the groups are chosen to hash onto it
         groups, fill_s = fill(spec, lab, P, args)
-        size = partition_bytes(spec, P)
+        size = offsets_partition_bytes(spec, P)
         segments = len(list((spec.log_dir(0) / f"{OFFSETS_TOPIC}-{P}").glob("*.log")))
         keys = sum(n for _, n in groups.values())
         print(f"  {OFFSETS_TOPIC}-{P}: {size / 2**30:.2f} GiB in {segments} segments, {keys:,} group keys, "
@@ -267,7 +249,7 @@ def one_generation(version: str, args) -> str:
         manifests = [json.loads(m.read_text()) for m in (data / "quarantine").rglob("manifest.json")]
         moved = sum(f.get("size") or 0 for m in manifests for f in m["files"])
         files = sum(len(m["files"]) for m in manifests)
-        after_size = partition_bytes(spec, P)
+        after_size = offsets_partition_bytes(spec, P)
 
         after = judged_loads(spec, lab, cluster, P, sample, args, f"after the trim ({after_size / 2**20:.0f} MiB)")
         now = read_offsets(spec, groups)

@@ -214,3 +214,18 @@ def on_a_terminal(cmd: list[str], timeout: float = 120, env: dict | None = None)
         reader.join(30)
         os.close(main_fd)
     return p.returncode, out.decode(), bytes(shown)
+
+
+def live_groups_on_partition(lab, partition: int, n: int, name: str, topic: str, client_id: str) -> tuple[list, list]:
+    """`n` groups hashing onto __consumer_offsets-`partition` (`name`: a format string with {i}),
+    each with a started live member (client id `client_id`-i) consuming `topic` (5 records on each of
+    3 partitions). Returns (groups, members); the caller stops the members."""
+    from fleetlab.traffic import ConsumerThread, produce, wait_topic
+
+    wait_topic(lab.bootstrap, topic)
+    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
+    groups = groups_on_partition(partition, 50, n, name)
+    members = [ConsumerThread(lab.bootstrap, g, [topic], client_id=f"{client_id}-{i}") for i, g in enumerate(groups)]
+    for m in members:
+        m.start()
+    return groups, members

@@ -94,3 +94,39 @@ def commit_when_led(lab, topic: str, partitions: int, commits: dict[str, dict[in
                            retry_on=(KafkaException,))
         finally:
             c.close()
+
+
+def offsets_partition_bytes(spec, partition: int, broker: int = 0) -> int:
+    """The size of a __consumer_offsets partition's segment files on one broker of a lab (`spec`)."""
+    from fleetkit.core.kafka_names import OFFSETS_TOPIC
+
+    return sum(f.stat().st_size for f in (spec.log_dir(broker) / f"{OFFSETS_TOPIC}-{partition}").glob("*.log"))
+
+
+def bloat_offsets_partition(lab, partition: int, target_bytes: int, groups: list[str], topic: str, partitions: int,
+                            metadata_bytes: int, halfway=None, progress: bool = True) -> float:
+    """Grow __consumer_offsets-`partition` of `lab` (a fleetlab.lab.Lab) to `target_bytes` on broker
+    0: `groups` (names hashing onto it, groups_on_partition) commit every partition of `topic` (it
+    has `partitions`; created and led, commit_when_led) over and over, 40 commits of each per group
+    and turn, each commit carrying a `metadata_bytes` metadata string (what a client may store
+    beside its offset: records the size of real ones with long names). `halfway()` is called once
+    when the partition is half full. Returns the seconds it took."""
+    from fleetlab.traffic import bulk_commits
+
+    meta = "m" * metadata_bytes
+    config = lab.spec.client_config()
+    chunk = partitions * 40  # records per group and turn
+    t0, turn, half_done, last_print = time.monotonic(), 0, halfway is None, time.monotonic()
+    while (size := offsets_partition_bytes(lab.spec, partition)) < target_bytes:
+        for g in groups:
+            bulk_commits(config, g, topic, chunk, partitions, in_flight=16, metadata=meta, first=turn * 40 + 1)
+        turn += 1
+        if not half_done and size >= target_bytes / 2:
+            halfway()
+            half_done = True
+        if progress and time.monotonic() - last_print > 15:
+            last_print = time.monotonic()
+            print(f"  {size / 2**30:.2f} of {target_bytes / 2**30:.2f} GiB in {time.monotonic() - t0:.0f}s", flush=True)
+    if not half_done:
+        halfway()
+    return time.monotonic() - t0

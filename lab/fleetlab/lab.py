@@ -128,13 +128,7 @@ class Lab(LabSecurity, LabTopics):
         for i in range(s.brokers):
             s.log_dir(i).mkdir(parents=True, exist_ok=True)
             (s.broker_dir(i) / "logs").mkdir(parents=True, exist_ok=True)
-            props = "".join(f"{k}={v}\n" for k, v in s.broker_props(i).items())
-            if s.secured:  # it holds the keystore password (0.9) or the PLAIN users' passwords
-                from fleetlab.tls import _write_private
-
-                _write_private(s.broker_dir(i) / "server.properties", props.encode())
-            else:
-                (s.broker_dir(i) / "server.properties").write_text(props)
+            self._write_broker_config(i)
         if s.secured:
             self._write_secrets()
         if s.zk_sasl:
@@ -142,6 +136,17 @@ class Lab(LabSecurity, LabTopics):
         (s.path / "log4j.properties").write_text(LOG4J)
         (s.path / "log4j2.properties").write_text(LOG4J2)
         s.save()
+
+    def _write_broker_config(self, broker_id: int, extra: dict | None = None) -> None:
+        """One broker's server.properties: the lab's properties, then `extra` (this broker only)."""
+        s = self.spec
+        props = "".join(f"{k}={v}\n" for k, v in {**s.broker_props(broker_id), **(extra or {})}.items())
+        if s.secured:  # it holds the keystore password (0.9) or the PLAIN users' passwords
+            from fleetlab.tls import _write_private
+
+            _write_private(s.broker_dir(broker_id) / "server.properties", props.encode())
+        else:
+            (s.broker_dir(broker_id) / "server.properties").write_text(props)
 
     # -- processes -------------------------------------------------------------------------
     def _java(self) -> str:
@@ -394,6 +399,13 @@ class Lab(LabSecurity, LabTopics):
                 raise LabError(f"{what}: {reason} at each of {attempts} starts; "
                                f"see {self.spec.broker_dir(broker_id) / 'logs' / 'server.log'}")
             self._restart_after_failed_start(broker_id, reason)
+
+    def restart_broker(self, broker_id: int, extra: dict | None = None, timeout: float = 120) -> None:
+        """Stop one broker and start it again with the lab's properties and `extra` on top (for this
+        broker and this start only: restarting it without `extra` puts the lab's own back)."""
+        self.stop_broker(broker_id)
+        self._write_broker_config(broker_id, {str(k): str(v) for k, v in (extra or {}).items()})
+        self.start_broker(broker_id, timeout=timeout)
 
     def down(self, timeout: float = 60) -> list[str]:
         """Stop every broker at once (a KRaft node stopped after its peers waits for a quorum that

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from fleetkit.core.partitioning import partition_for
 from fleetkit.clients.kafka import client_config
+from fleetlab.arrange import offsets_partition_bytes
 from fleetlab.lab import Lab, LabSpec, log_grown_since
 from fleetlab.traffic import consumer, wait_topic
 
@@ -97,11 +98,6 @@ def load_seconds(lab: Lab, group: str, expected: dict, partition: int) -> tuple[
     return int(found[-1]) / 1000, not_coordinator
 
 
-def partition_bytes(p: int) -> int:
-    folder = SPEC.log_dir(0) / f"__consumer_offsets-{p}"
-    return sum(f.stat().st_size for f in folder.glob("*.log"))
-
-
 @pytest.fixture(scope="module")
 def incident_lab():
     with fresh_lab(SPEC) as lab:  # the 4 GB budget: nothing stays behind
@@ -152,7 +148,7 @@ def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_
     assert "offset map can fit only 78642" in cleaner_log.read_text(errors="replace")
 
     expected_early = {("early-topic", 0): 0}
-    before_bytes = partition_bytes(P)
+    before_bytes = offsets_partition_bytes(SPEC, P)
     load_before, client_before = load_seconds(lab, early, expected_early, P)
     print(f"partition {P}: {before_bytes / 2**20:.0f} MiB; after a restart the broker loaded it in {load_before:.2f}s, "
           f"a client saw NOT_COORDINATOR for {client_before:.2f}s")
@@ -179,7 +175,7 @@ def test_bloated_offsets_partition_is_trimmed_without_losing_an_offset(incident_
     assert f"group {early.replace('-', chr(92) + '-')}" in answer.body
     assert "log\\.cleaner\\.dedupe\\.buffer\\.size" in answer.body
 
-    after_bytes = partition_bytes(P)
+    after_bytes = offsets_partition_bytes(SPEC, P)
     quarantined = list((data / "quarantine").rglob("*.log"))
     assert quarantined and list((data / "quarantine").rglob("manifest.json"))
     assert after_bytes < before_bytes / 4

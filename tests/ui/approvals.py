@@ -67,6 +67,25 @@ def settle(case, run_id):
     time.sleep(1)
 
 
+def task_log(airflow_server, dag_id: str, run_id: str, task_id: str, try_number: int = 1) -> str:
+    """A task's log through the REST API, as the UI shows it (one event per record)."""
+    import json
+    import os
+    import urllib.request
+
+    port = os.environ["FLEET_AIRFLOW_PORT"]
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/v2/dags/{dag_id}/dagRuns/{q(run_id)}/taskInstances/{task_id}/logs/"
+        f"{try_number}?full_content=true",
+        headers={"Accept": "application/json", "Authorization": f"Bearer {airflow_server.api_token()}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        doc = json.loads(r.read())
+    content = doc.get("content")
+    if isinstance(content, str):
+        return content
+    return "\n".join(e.get("event", "") if isinstance(e, dict) else str(e) for e in content or [])
+
+
 def finished(case, run_id):
     state = case["api"]("GET", f"/api/v2/dags/{case['dag_id']}/dagRuns/{q(run_id)}")["state"]
     return state if state in ("success", "failed") else None

@@ -14,10 +14,9 @@ import pytest
 
 from fleetkit.clients import leadership
 from fleetkit.core.settings import run_folder
-from fleetlab.traffic import ConsumerThread, produce, wait_topic
 
 from tests.ui.approvals import wait_for
-from tests.helpers import admin_kafka, groups_on_partition
+from tests.helpers import admin_kafka, live_groups_on_partition
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "ownership"
@@ -82,13 +81,8 @@ def test_stopping_a_partition_leader_starts_the_ownership_check(lab, airflow_ser
     leaders = {s.partition: s for s in states}
     p = 5
     victim = leaders[p].leader
-    topic = unique("watch")
-    wait_topic(lab.bootstrap, topic)
-    produce(lab.bootstrap, topic, {0: 5, 1: 5, 2: 5})
-    groups = groups_on_partition(p, 50, 3, "watch 'ü😀' $(x) #{i} " + unique("g"))
-    members = [ConsumerThread(lab.bootstrap, g, [topic], client_id=f"watch-{i}") for i, g in enumerate(groups)]
-    for m in members:
-        m.start()
+    groups, members = live_groups_on_partition(lab, p, 3, "watch 'ü😀' $(x) #{i} " + unique("g"), unique("watch"),
+                                               "watch")
     wait_for(lambda: all(d.state == "Stable" for d in _describe(lab, groups).values()), 90, "the groups Stable")
     before = {r["dag_run_id"] for r in api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns?limit=100")["dag_runs"]}
 

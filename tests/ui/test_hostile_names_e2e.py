@@ -15,13 +15,13 @@ import os
 import threading
 import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from fleetkit.core.render import visible_controls
 from fleetkit.core.settings import run_folder
+from tests.ui.approvals import task_log
 from tests.ui.conftest import stuck_member
 from tests.helpers import wait_until
 
@@ -36,21 +36,6 @@ HOSTILE = '{{ 7*7 }}-hostile "q" $(id);|& ../x/ \U0001F600 \u202egnp.exe\u200b\n
 
 def q(s: str) -> str:
     return urllib.parse.quote(s, safe="")
-
-
-def task_log(airflow_server, run_id: str, task_id: str, try_number: int = 1) -> str:
-    """The task's log through the REST API, as the UI shows it (one event per record)."""
-    port = os.environ["FLEET_AIRFLOW_PORT"]
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances/{task_id}/logs/"
-        f"{try_number}?full_content=true",
-        headers={"Accept": "application/json", "Authorization": f"Bearer {airflow_server.api_token()}"})
-    with urllib.request.urlopen(req, timeout=30) as r:
-        doc = json.loads(r.read())
-    content = doc.get("content")
-    if isinstance(content, str):
-        return content
-    return "\n".join(e.get("event", "") if isinstance(e, dict) else str(e) for e in content or [])
 
 
 def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, unique):
@@ -125,7 +110,7 @@ def test_a_hostile_group_name_is_shown_not_evaluated(lab, airflow_server, unique
            api("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{q(run_id)}/taskInstances")["task_instances"]}
     assert state == "success", tis
 
-    log = task_log(airflow_server, run_id, "report_stuck")
+    log = task_log(airflow_server, DAG_ID, run_id, "report_stuck")
     shown = visible_controls(group)
     assert "\\n" in shown and "\\u202e" in shown and "\\u200b" in shown and "{{ 7*7 }}" in shown
     assert f"STALLED labtest group '{shown}' {topic}-0" in log, log[-3000:]
