@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from kazoo.exceptions import KazooException, NoNodeError
 
-from fleetkit.collection.zk_offsets import UnsafeZnodeName, child_path
+from fleetkit.collection.znodes import UnsafeZnodeName, child_path
 
 DEFAULT_ROOT = "/storm"
 #: the largest znode read (ZooKeeper's own default jute.maxbuffer is about 1 MB) and the largest

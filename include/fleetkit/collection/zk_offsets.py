@@ -22,8 +22,8 @@ Layouts, below the store's chroot:
   `member_client_id` the topology name from the JSON.
 
 Names read from ZooKeeper are hostile: a child name is one path component (ZooKeeper cannot
-return one holding "/"), and every path is built with `child_path`, which refuses ".", ".." and
-"/" in a name instead of letting it climb out of its parent.
+return one holding "/"), and every path is built with `child_path` (fleetkit.collection.znodes),
+which refuses ".", ".." and "/" in a name instead of letting it climb out of its parent.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from typing import Iterator
 
 from kazoo.exceptions import NoNodeError
 
+from fleetkit.collection import storm_state
+from fleetkit.collection.znodes import UnsafeZnodeName, child_path
 from fleetkit.core.fleet import Cluster, OffsetStoreSettings
 
 log = logging.getLogger(__name__)
@@ -44,22 +46,6 @@ log = logging.getLogger(__name__)
 STORM_PARTITION_PREFIX = "partition_"
 #: a spout's partition JSON is a few hundred bytes; a larger znode is not read as one
 MAX_STORM_STATE_BYTES = 64 << 10
-
-
-class UnsafeZnodeName(ValueError):
-    """A name that cannot be one znode path component."""
-
-
-def child_path(parent: str, *names: str) -> str:
-    """parent/name/... with each name checked to stay one component below its parent."""
-    path = parent.rstrip("/") or ""
-    for name in names:
-        name = str(name)
-        if name in ("", ".", "..") or "/" in name or "\x00" in name:
-            raise UnsafeZnodeName(f"{name!r} cannot be a znode name below {path or '/'!r} "
-                                  "(empty, '.', '..', or holds '/' or NUL)")
-        path = f"{path}/{name}"
-    return path
 
 
 @dataclass
@@ -156,8 +142,6 @@ def parse_storm_state(data: bytes, path: str) -> dict:
 def read_storm_store(client, store: OffsetStoreSettings, spouts: list[str] | None = None) -> StoreRead:
     """Offsets of storm-kafka spouts (<root>/<spout id>/partition_<N> JSON) and the liveness of
     the topologies that committed them (Storm's znodes below store.storm_root)."""
-    from fleetkit.collection import storm_state  # it builds its paths with child_path
-
     out = StoreRead()
     names = spouts if spouts is not None else (list(store.spouts) or _children(client, store.root))
     for spout in names:
