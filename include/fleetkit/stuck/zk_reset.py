@@ -205,7 +205,8 @@ def build_plan(ctx, params: dict) -> dict:
                               "observed": {t or "(none)": v.reason for t, v in topologies.items()}})
     else:
         preconditions.append({"check": "topology_deactivated", "what": "the requester confirmed the topology is "
-                              "deactivated (nothing in ZooKeeper can tell; a live topology overwrites the reset)",
+                              "deactivated (Storm's state in that ZooKeeper cannot tell; a live topology "
+                              "overwrites the reset)",
                               "observed": {"confirmed": True}})
     preconditions.append({"check": "znode_versions_unchanged", "what": "every offset znode still has the version "
                           "the plan read (re-read right before writing; the write is conditional on it)",
