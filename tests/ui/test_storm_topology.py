@@ -20,8 +20,10 @@ import datetime as dt
 import html
 import json
 import os
+import threading
 import time
 import urllib.parse
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,8 @@ from fleetkit.core.datasets import DataRoot, read_dataset
 from fleetlab.storm import StormTopology
 from fleetlab.traffic import produce, wait_topic
 from tests.helpers import wait_until
-from tests.ui.approvals import answer, finished, pending_approval, settle, task_states, trigger, unpause, wait_for
+from tests.ui.approvals import (answer, fail_runs_in_progress, finished, pending_approval, settle, task_states, trigger,
+                                unpause, wait_for)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
 
@@ -102,6 +105,29 @@ def collect(case, times: int, gap: float) -> None:
         assert not [p for p in result.problems if "storm" in p], result.problems
 
 
+@contextmanager
+def collecting(case, every: float):
+    """Collect the cluster every `every` seconds in a thread while the block runs."""
+    stop, failures = threading.Event(), []
+
+    def loop():
+        while not stop.is_set():
+            try:
+                collect(case, 1, 0)
+            except Exception as e:  # noqa: BLE001 - reported after the block
+                failures.append(e)
+            stop.wait(every)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures
+
+
 def test_a_poisoned_storm_spout_is_stalled_then_stopped_then_skipped_and_drains(storm, airflow_server):
     from fleet_airflow import settings
     from fleetkit.core.settings import run_folder
@@ -121,15 +147,22 @@ def test_a_poisoned_storm_spout_is_stalled_then_stopped_then_skipped_and_drains(
     time.sleep(5)
     assert spout_state(case)["offset"] == POISON_AT  # replayed, failed, not committed past
 
-    # -- fleet_maintenance: STALLED (a live topology, the offset frozen with lag), on the fleet page
-    collect(case, 5, 4.0)
+    # -- fleet_maintenance: STALLED (a live topology, the offset frozen with lag), on the fleet page.
+    # Collections every 4 s from before the run until it analyses give its window snapshots however
+    # late the scheduler starts it; the scheduled run its unpausing queues is failed, so this one runs
     fm = {"api": airflow_server.api, "dag_id": "fleet_maintenance", "airflow": airflow_server,
           "conf": {"window": "60s", "offsets_health": "never"}}
-    unpause(fm)
     try:
-        run_id = trigger(fm, user="admin")
+        with collecting(case, every=4.0):
+            time.sleep(35)
+            unpause(fm)
+            run_id = trigger(fm, user="admin")
+            wait_for(lambda: fail_runs_in_progress(fm["api"], "fleet_maintenance", keep=run_id), 120,
+                     "no other fleet_maintenance run ahead of this one")
+            wait_for(lambda: task_states(fm, run_id).get("analyse_stuck") not in (None, "scheduled", "queued"),
+                     420, "the run's stuck analysis")
         state = wait_for(lambda: finished(fm, run_id), 420, "the fleet_maintenance run to finish")
-    finally:
+    finally:  # no scheduled run after this one replaces reports/stuck/latest while the page is read
         fm["api"]("PATCH", "/api/v2/dags/fleet_maintenance", {"is_paused": True})
     assert state == "success", task_states(fm, run_id)
     out = run_folder(Path(root) / "reports", "stuck", run_id)
