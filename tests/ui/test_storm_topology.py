@@ -95,14 +95,17 @@ def liveness(case, topology_id: str) -> str:
     return storm_state.topology_liveness(case["zk"], STORM_ROOT, topology_id).state
 
 
-def collect(case, times: int, gap: float) -> None:
+def collect(case, times: int, gap: float) -> list:
+    """`times` collections `gap` seconds apart (their CollectionResults), none with a Storm problem."""
     from fleet_airflow import clusters, settings
 
+    results = []
     for i in range(times):
         if i:
             time.sleep(gap)
-        result = clusters.collect(case["lab"].cluster, settings.data_root())
-        assert not [p for p in result.problems if "storm" in p], result.problems
+        results.append(clusters.collect(case["lab"].cluster, settings.data_root()))
+        assert not [p for p in results[-1].problems if "storm" in p], results[-1].problems
+    return results
 
 
 @contextmanager
@@ -177,9 +180,12 @@ def test_a_poisoned_storm_spout_is_stalled_then_stopped_then_skipped_and_drains(
     case["topology"].stop()
     wait_until(lambda: liveness(case, first) == storm_state.NOT_RUNNING, 90,
                "Storm's supervisors of the stopped topology gone from ZooKeeper", interval=2)
-    collect(case, 3, 4.0)
+    # judged by the stuck job's stages in this process, as of the newest of four collections, over a
+    # window that holds them (about 5 s apart: twice the interval a partition without rhythm needs)
+    snaps = collect(case, 4, 4.0)
+    window = (snaps[-1].observed_at - snaps[0].observed_at) + dt.timedelta(seconds=2)
     snapshots = read_dataset(DataRoot(root), "offsets_snapshots")
-    judged, _, _ = inprocess.evaluate(snapshots, dt.timedelta(seconds=60))
+    judged, _, _ = inprocess.evaluate(snapshots, window, snaps[-1].observed_at)
     (row,) = [r for r in judged.to_pylist() if r["group"] == spout and r["source"] == "storm"]
     assert row["status"] == "STOPPED", row
 
