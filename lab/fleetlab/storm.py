@@ -12,7 +12,8 @@ Both Storm's cluster state (storm.zookeeper.root, /storm) and the spout's offset
 zkRoot/id: <spout root>/<spout id>/partition_<N>) live in the lab cluster's ZooKeeper, outside
 its Kafka chroot, as in production where spouts commit into Storm's ZooKeeper. The LocalCluster
 runs no Thrift server, UI or logviewer (nothing listens); its temporary folders are under the
-topology's folder. The JVM keeps a PID file and stops by PID (SIGTERM, then SIGKILL).
+topology's folder. The JVM keeps a PID file; `stop` asks it to kill the topology (a stop file) and
+waits for it to exit, then stops it by PID (SIGTERM, then SIGKILL) if it has not.
 
 Java 17: the ZooKeeper 3.4.14 client inside storm-core (shaded) and beside storm-kafka's Curator
 names a server it has not resolved by the text of InetSocketAddress.toString() before the last
@@ -70,6 +71,10 @@ class StormTopology:
         return self.folder / "topology.log"
 
     @property
+    def stop_file(self) -> Path:
+        return self.folder / "stop"
+
+    @property
     def properties_file(self) -> Path:
         return self.folder / "topology.properties"
 
@@ -92,7 +97,8 @@ class StormTopology:
             "zk.host": "127.0.0.1", "zk.port": self.spec.zk_port,
             "kafka.brokers.path": f"{self.spec.chroot.rstrip('/')}/brokers", "topic": self.topic,
             "spout.root": self.spout_root, "spout.id": self.spout_id, "topology.name": self.name,
-            "poison": self.poison}.items()))
+            "poison": self.poison, "stop.file": self.stop_file}.items()))
+        self.stop_file.unlink(missing_ok=True)
         hosts = self.folder / "hosts"
         hosts.write_text(f"127.0.0.1 localhost 127.0.0.1/<unresolved> {socket.gethostname()}\n")
         start_at = self.log_file.stat().st_size if self.log_file.exists() else 0
@@ -112,11 +118,23 @@ class StormTopology:
         self.stop()
         raise LabError(f"the Storm topology was not submitted within {timeout:.0f}s; see {self.log_file}")
 
-    def stop(self, timeout: float = 30) -> str:
-        """SIGTERM, SIGKILL after `timeout`: the JVM and its LocalCluster go away without a clean
-        kill of the topology (what Storm's ZooKeeper keeps of it is then stale)."""
-        return procs.stop(self.pid_file, str(self.folder), timeout=timeout)
-
+    def stop(self, timeout: float = 90) -> str:
+        """Kill the topology as `storm kill` would (the JVM does it when its stop file appears:
+        Nimbus removes the topology's StormBase and assignment), then the JVM exits; SIGTERM, and
+        SIGKILL after a timeout, if it has not within `timeout`."""
+        pid = procs.owned_pid(self.pid_file, str(self.folder))
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return "not running"
+        self.stop_file.write_text("stop\n")
+        deadline = time.monotonic() + timeout
+        while procs.pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if not procs.pid_alive(pid):
+            procs._reap(pid)
+            self.pid_file.unlink(missing_ok=True)
+            return f"topology killed, JVM exited (pid {pid})"
+        return procs.stop(self.pid_file, str(self.folder), timeout=30)
 
 def compiled() -> Path:
     """The compiled topology with its storm.yaml, in the cache beside Storm's jars (javac once per

@@ -8,8 +8,9 @@ storm-kafka's PartitionManager writes it) stops there. Storm's own state lives i
 ZooKeeper (/storm), and the fleet file declares the spouts' store for that cluster.
 
 While the topology runs, fleet_maintenance judges the spout's partition STALLED (Storm shows the
-topology assigned to a registered supervisor) and the fleet page lists it; once its JVM is gone
-the collection reads it not running and the stuck job judges it STOPPED; the reset runbook's
+topology assigned to a registered supervisor) and the fleet page lists it; once it is killed (as
+`storm kill` does: Nimbus removes its StormBase and assignment) the collection reads it not running
+and the stuck job judges it STOPPED; the reset runbook's
 "skip 1", planned and re-checked from Storm's znodes (no `topology_deactivated` given), approved
 by the other approver, moves the spout past the record; started again, the topology consumes past
 it until the lag drains."""
@@ -176,10 +177,10 @@ def test_a_poisoned_storm_spout_is_stalled_then_stopped_then_skipped_and_drains(
                      token=airflow_server.api_token())
     assert code == 200 and html.escape(spout, quote=False) in body
 
-    # -- its JVM gone: Storm's znodes show it not running, the stuck job says STOPPED ----------------
-    case["topology"].stop()
+    # -- killed: Storm's znodes show it not running, the stuck job says STOPPED ------------------------
+    print("storm topology:", case["topology"].stop())
     wait_until(lambda: liveness(case, first) == storm_state.NOT_RUNNING, 90,
-               "Storm's supervisors of the stopped topology gone from ZooKeeper", interval=2)
+               "the killed topology gone from Storm's znodes", interval=2)
     # judged by the stuck job's stages in this process, as of the newest of four collections, over a
     # window that holds them (about 5 s apart: twice the interval a partition without rhythm needs)
     snaps = collect(case, 4, 4.0)

@@ -5,9 +5,12 @@
 // default), and the spout commits its offsets into the same ZooKeeper below SpoutConfig.zkRoot.
 //
 // One argument: a properties file (written by fleetlab.storm) with zk.host, zk.port,
-// kafka.brokers.path, topic, spout.root, spout.id, topology.name, poison.
+// kafka.brokers.path, topic, spout.root, spout.id, topology.name, poison, stop.file. When the stop
+// file appears, the topology is killed (Nimbus removes its StormBase and assignment from ZooKeeper,
+// as `storm kill` does) and the JVM exits.
 package fleetlab.storm;
 
+import java.io.File;
 import java.io.FileInputStream;
 import java.io.InputStream;
 import java.util.Collections;
@@ -16,6 +19,8 @@ import java.util.Properties;
 
 import org.apache.storm.Config;
 import org.apache.storm.LocalCluster;
+import org.apache.storm.generated.KillOptions;
+import org.apache.storm.generated.TopologySummary;
 import org.apache.storm.kafka.KafkaSpout;
 import org.apache.storm.kafka.SpoutConfig;
 import org.apache.storm.kafka.StringScheme;
@@ -106,6 +111,27 @@ public final class PoisonTopology {
             }
         }
         System.out.println("topology " + name + " submitted");
-        Thread.currentThread().join();
+        File stop = new File(p.getProperty("stop.file"));
+        while (!stop.exists()) {
+            Thread.sleep(500);
+        }
+        KillOptions kill = new KillOptions();
+        kill.set_wait_secs(0);
+        cluster.killTopologyWithOpts(name, kill);
+        long until = System.currentTimeMillis() + 60_000;
+        while (listed(cluster, name) && System.currentTimeMillis() < until) {
+            Thread.sleep(500);
+        }
+        System.out.println("topology " + name + (listed(cluster, name) ? " still listed" : " killed"));
+        System.exit(0);
+    }
+
+    private static boolean listed(LocalCluster cluster, String name) {
+        for (TopologySummary t : cluster.getClusterInfo().get_topologies()) {
+            if (name.equals(t.get_name())) {
+                return true;
+            }
+        }
+        return false;
     }
 }
