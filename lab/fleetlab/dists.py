@@ -11,6 +11,12 @@ This module is the one place that names Kafka versions for the lab:
   distribution would: 3.9 gets reload4j + slf4j-reload4j (log4j.properties), 4.x gets log4j2
   core + its slf4j binding (a log4j2 configuration).
 
+The lab's Storm topology (fleetlab/storm.py) runs on Storm 1.2.4's LocalCluster with storm-kafka's
+KafkaSpout (`STORM`): storm-core and storm-kafka with the kafka_2.11 / kafka-clients 0.9.0.1 jars
+storm-kafka declares `provided` (the protocol of the lab's 0.9 cluster), fetched into
+.cache/storm-<version> the same way; storm-core's UI dependency ring-cors (on clojars, not Maven
+Central) is excluded, as are the ZooKeeper and log4j 1 jars kafka_2.11 would bring beside Storm's.
+
 The lab's object store (fleetlab/objectstore.py) is s3proxy's jar-with-dependencies (`S3PROXY`),
 fetched from Maven Central the same way and pinned in the same checksums file.
 
@@ -86,6 +92,18 @@ S3PROXY = "org.gaul:s3proxy:2.9.0:jar-with-dependencies"
 #: Spark's s3a connector for a data root on an object store: hadoop-aws of pyspark's own Hadoop
 #: (pyspark 4.2.0 ships hadoop-client 3.5.0) with its runtime dependencies (the AWS SDK v2 bundle)
 HADOOP_AWS = "org.apache.hadoop:hadoop-aws:3.5.0"
+
+
+#: the lab's Storm topology (fleetlab.storm): group:artifact:version, each with the
+#: group:artifact pairs excluded from its dependency tree
+STORM_VERSION = "1.2.4"
+STORM: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (f"org.apache.storm:storm-core:{STORM_VERSION}", ("ring-cors:ring-cors",)),
+    (f"org.apache.storm:storm-kafka:{STORM_VERSION}", ()),
+    ("org.apache.kafka:kafka_2.11:0.9.0.1", ("org.apache.zookeeper:zookeeper", "org.slf4j:slf4j-log4j12",
+                                             "log4j:log4j")),
+    ("org.apache.kafka:kafka-clients:0.9.0.1", ("org.slf4j:slf4j-log4j12", "log4j:log4j")),
+)
 
 
 def get(version: str) -> Dist:
@@ -279,35 +297,29 @@ def hadoop_aws_folder() -> str:
     return f"hadoop-aws-{HADOOP_AWS.split(':')[2]}"
 
 
-def ensure_hadoop_aws(check: bool = True) -> Path:
-    """The folder of hadoop-aws and its runtime dependencies (the jars spark-submit needs for s3a://),
-    fetched from Maven Central on first use and checked against their pinned sha256."""
-    folder = hadoop_aws_folder()
+def _ensure_jar_folder(folder: str, pom: str, marker: str, what: str, check: bool) -> Path:
+    """The cache folder `folder` holding the runtime dependency tree of `pom` (resolved by mvn on
+    first use, when no jar matches the glob `marker`), checked against the pinned sha256 of `folder`."""
     home = cache_dir() / folder
     expected = read_checksums().get(folder)
     if check and not expected:
-        raise LabError(f"{CHECKSUMS} pins no jars of {HADOOP_AWS}")
+        raise LabError(f"{CHECKSUMS} pins no jars of {what}")
     if not (home / ".verified").exists():
-        if not any(home.glob("hadoop-aws-*.jar")):
+        if not any(home.glob(marker)):
             mvn = shutil.which("mvn")
             if mvn is None:
-                raise LabError(f"mvn is not installed: it fetches {HADOOP_AWS} from Maven Central (`make setup` "
+                raise LabError(f"mvn is not installed: it fetches {what} from Maven Central (`make setup` "
                                "installs Debian's maven)")
             work = home.with_name(folder + ".download")
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
-            g, a, v = HADOOP_AWS.split(":")
-            (work / "pom.xml").write_text(
-                "<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
-                f"<groupId>fleetlab</groupId><artifactId>{folder}</artifactId><version>1</version>"
-                f"<packaging>pom</packaging><dependencies><dependency><groupId>{g}</groupId><artifactId>{a}"
-                f"</artifactId><version>{v}</version></dependency></dependencies></project>\n")
-            print(f"fetching {HADOOP_AWS} and its AWS SDK bundle from Maven Central (about 700 MB) ...", flush=True)
+            (work / "pom.xml").write_text(pom)
+            print(f"fetching {what} from Maven Central ...", flush=True)
             out = subprocess.run([mvn, "-B", "-q", f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
                                   "-DoutputDirectory=libs"], cwd=work, capture_output=True, text=True)
             if out.returncode != 0:
                 tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-15:])
-                raise LabError(f"mvn could not resolve {HADOOP_AWS} (see {work / 'pom.xml'}):\n{tail}")
+                raise LabError(f"mvn could not resolve {what} (see {work / 'pom.xml'}):\n{tail}")
             if home.exists():
                 shutil.rmtree(home)
             (work / "libs").rename(home)
@@ -318,9 +330,45 @@ def ensure_hadoop_aws(check: bool = True) -> Path:
     return home
 
 
+def _dependencies_pom(folder: str, deps: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
+    """A pom depending on each group:artifact:version, with its excluded group:artifact pairs."""
+    out = []
+    for coord, excluded in deps:
+        g, a, v = coord.split(":")
+        ex = "".join(f"<exclusion><groupId>{e.split(':')[0]}</groupId><artifactId>{e.split(':')[1]}</artifactId>"
+                     "</exclusion>" for e in excluded)
+        out.append(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                   + (f"<exclusions>{ex}</exclusions>" if ex else "") + "</dependency>")
+    return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>"
+            f"<groupId>fleetlab</groupId><artifactId>{folder}</artifactId><version>1</version>"
+            "<packaging>pom</packaging><dependencies>" + "".join(out) + "</dependencies></project>\n")
+
+
+def ensure_hadoop_aws(check: bool = True) -> Path:
+    """The folder of hadoop-aws and its runtime dependencies (the jars spark-submit needs for s3a://),
+    fetched from Maven Central on first use and checked against their pinned sha256."""
+    folder = hadoop_aws_folder()
+    return _ensure_jar_folder(folder, _dependencies_pom(folder, ((HADOOP_AWS, ()),)), "hadoop-aws-*.jar",
+                              f"{HADOOP_AWS} and its AWS SDK bundle (about 700 MB)", check)
+
+
 def hadoop_aws_jars() -> list[str]:
     """The jars of ensure_hadoop_aws(), for spark-submit's --jars (FLEET_SPARK_JARS)."""
     return [str(p) for p in sorted(ensure_hadoop_aws().glob("*.jar"))]
+
+
+def storm_folder() -> str:
+    """The Storm jars' entry folder in the checksums file (and under the cache): storm-<version>."""
+    return f"storm-{STORM_VERSION}"
+
+
+def ensure_storm(check: bool = True) -> Path:
+    """The folder of the Storm topology's jars (storm-core, storm-kafka, Kafka 0.9.0.1's client side
+    and their runtime dependencies), fetched from Maven Central on first use and checked against
+    their pinned sha256."""
+    folder = storm_folder()
+    return _ensure_jar_folder(folder, _dependencies_pom(folder, STORM), "storm-core-*.jar",
+                              f"Storm {STORM_VERSION} and storm-kafka", check)
 
 
 def write_checksums() -> None:
@@ -334,6 +382,7 @@ def write_checksums() -> None:
     lines.append(f"{_sha256(ensure_s3proxy(check=False))}  {s3proxy_key()}")
     lines += [f"{digest}  {hadoop_aws_folder()}/{jar}"
               for jar, digest in jar_digests(ensure_hadoop_aws(check=False)).items()]
+    lines += [f"{digest}  {storm_folder()}/{jar}" for jar, digest in jar_digests(ensure_storm(check=False)).items()]
     CHECKSUMS.write_text("\n".join(lines) + "\n")
 
 

@@ -30,6 +30,19 @@ def unpause(case) -> None:
     api("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
 
 
+def fail_runs_in_progress(api, dag_id: str, keep: str | None = None) -> bool:
+    """Mark the DAG's queued and running runs failed, but `keep` (the run of a scheduled DAG its
+    unpausing queued, say, which would otherwise go first); True when none is left."""
+    runs = [r for r in api("GET", f"/api/v2/dags/{dag_id}/dagRuns?state=queued&state=running")["dag_runs"]
+            if r["dag_run_id"] != keep]
+    for r in runs:
+        try:
+            api("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{q(r['dag_run_id'])}", {"state": "failed"})
+        except urllib.error.HTTPError:
+            pass  # the scheduler may be updating the same row: tried again
+    return not runs
+
+
 def trigger(case, user: str = "admin", **overrides) -> str:
     run = case["api"]("POST", f"/api/v2/dags/{case['dag_id']}/dagRuns",
                       {"logical_date": None, "conf": dict(case["conf"], **overrides)}, user=user)

@@ -14,6 +14,7 @@ import pytest
 
 from fleetlab.traffic import ConsumerThread, commit, produce, wait_topic
 from tests.helpers import wait_until
+from tests.ui.approvals import fail_runs_in_progress
 
 REPO = Path(__file__).resolve().parents[2]
 # a group name with markup, quotes, shell characters and a 4-byte character (no control characters:
@@ -50,17 +51,9 @@ def stalled(lab, airflow_server, unique):
                    retry_on=(urllib.error.HTTPError,))
         api("PATCH", dag, {"is_paused": True})
 
-        def none_in_progress():
-            runs = api("GET", f"{dag}/dagRuns?state=queued&state=running")["dag_runs"]
-            for r in runs:  # (DAGs start paused here; a run left by another test is not waited for)
-                try:
-                    api("PATCH", f"{dag}/dagRuns/{urllib.parse.quote(r['dag_run_id'], safe='')}", {"state": "failed"})
-                except urllib.error.HTTPError:
-                    pass  # the scheduler may be updating the same row: tried again
-            return not runs
-
-        wait_until(none_in_progress, 120, "no fleet_maintenance run in progress", interval=2,
-                   retry_on=(urllib.error.HTTPError,))
+        # (DAGs start paused here; a run left by another test is not waited for)
+        wait_until(lambda: fail_runs_in_progress(api, "fleet_maintenance"), 120,
+                   "no fleet_maintenance run in progress", interval=2, retry_on=(urllib.error.HTTPError,))
         wait_until(lambda: member.assigned, 60, "the member assigned")
         snaps = []
         for i in range(3):

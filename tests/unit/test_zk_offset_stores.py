@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from fleetkit.collection import zk_offsets
+from fleetkit.collection import storm_state, zk_offsets
 from fleetkit.core.errors import FleetConfigError
 from fleetkit.core.fleet import OffsetStoreSettings, parse_fleet
 from fleetkit.stuck import rules
@@ -87,7 +87,8 @@ STORM_JSON = (b'{"topology":{"id":"clicks-7-1700000000","name":"clicks \\/ \xc3\
 
 def test_storm_state_parses_offset_topic_partition_and_topology():
     assert zk_offsets.parse_storm_state(STORM_JSON, "/s/x/partition_2") == {
-        "offset": 1234, "partition": 2, "topic": "clicks", "topology": "clicks / été"}
+        "offset": 1234, "partition": 2, "topic": "clicks", "topology": "clicks / été",
+        "topology_id": "clicks-7-1700000000"}
 
 
 @pytest.mark.parametrize("data", [b"1234", b"{}", b'{"offset":"12","partition":0,"topic":"t"}', b"\xff"])
@@ -104,19 +105,31 @@ def test_snapshot_rows_per_source():
     read = zk_offsets.StoreRead(
         offsets=[zk_offsets.StoreOffset("zookeeper", "old", "t", 0, 5, "/c/old/offsets/t/0", 3, owner="old_h-1"),
                  zk_offsets.StoreOffset("zookeeper", "gone", "t", 1, 6, "/c/gone/offsets/t/1", 0),
-                 zk_offsets.StoreOffset("storm", "spout", "t", 2, 7, "/s/spout/partition_2", 9, topology="topo")],
-        members={"old": ["old_h-1"], "gone": []})
+                 zk_offsets.StoreOffset("storm", "spout", "t", 2, 7, "/s/spout/partition_2", 9, topology="topo"),
+                 zk_offsets.StoreOffset("storm", "live", "t", 3, 8, "/s/live/partition_3", 1, topology="a",
+                                        topology_id="a-1-1"),
+                 zk_offsets.StoreOffset("storm", "dead", "t", 4, 9, "/s/dead/partition_4", 1, topology="b",
+                                        topology_id="b-2-2"),
+                 zk_offsets.StoreOffset("storm", "elsewhere", "t", 5, 9, "/s/elsewhere/partition_5", 1,
+                                        topology="c", topology_id="c-3-3")],
+        members={"old": ["old_h-1"], "gone": []},
+        liveness={"a-1-1": storm_state.Liveness(storm_state.RUNNING, "assigned"),
+                  "b-2-2": storm_state.Liveness(storm_state.NOT_RUNNING, "killed"),
+                  "c-3-3": storm_state.Liveness(storm_state.UNKNOWN, "no Storm state")})
     rows = zk_offsets.snapshot_rows("c1", read, {("t", 0): (0, 10, None)}, _t(0))
     got = [(r["source"], r["group"], r["committed_offset"], r["log_end_offset"], r["group_state"], r["assigned"],
             r["member_client_id"]) for r in rows]
     assert got == [("zookeeper", "old", 5, 10, "Stable", True, "old_h-1"),
                    ("zookeeper", "gone", 6, None, "Empty", False, None),
-                   ("storm", "spout", 7, None, "Unknown", None, "topo")]
+                   ("storm", "spout", 7, None, "Unknown", None, "topo"),  # no topology id in its JSON
+                   ("storm", "live", 8, None, "Stable", True, "a"),
+                   ("storm", "dead", 9, None, "Empty", False, "b"),
+                   ("storm", "elsewhere", 9, None, "Unknown", None, "c")]
 
 
-def _frozen_rows(source):
+def _frozen_rows(source, assigned=None):
     return [{"observed_at": _t(m), "committed_offset": 100, "log_start_offset": 0, "log_end_offset": 150,
-             "assigned": None, "source": source} for m in (0, 5, 10, 15)]
+             "assigned": assigned, "source": source} for m in (0, 5, 10, 15)]
 
 
 def test_a_frozen_storm_spout_is_frozen_not_a_claim_about_members():
@@ -124,6 +137,17 @@ def test_a_frozen_storm_spout_is_frozen_not_a_claim_about_members():
     status, reason = rules.classify(f, 900)
     assert status == "FROZEN" and "live member" not in reason and "Storm" in reason
     assert "FROZEN" in rules.ALERTING and rules.group_status(["OK", "FROZEN"]) == "FROZEN"
+
+
+@pytest.mark.parametrize("assigned, status", [(True, "STALLED"), (False, "STOPPED")])
+def test_a_frozen_storm_spout_whose_topology_storm_shows_is_stalled_or_stopped(assigned, status):
+    """Storm's own znodes told whether the topology runs: the latest snapshot's word decides."""
+    rows = _frozen_rows("storm", None)[:2] + _frozen_rows("storm", assigned)[2:]
+    f = rules.features(rows, _t(15), dt.timedelta(minutes=15))
+    assert f.liveness_known and rules.classify(f, 900)[0] == status
+    # ... and unknown again when the latest snapshot could not tell
+    rows = _frozen_rows("storm", assigned)[:3] + _frozen_rows("storm", None)[3:]
+    assert rules.classify(rules.features(rows, _t(15), dt.timedelta(minutes=15)), 900)[0] == "FROZEN"
 
 
 @pytest.mark.parametrize("source", [None, "kafka", "zookeeper"])
@@ -176,15 +200,14 @@ def test_storm_offset_rewrite_keeps_every_other_byte():
     assert replace_storm_offset(tricky, 8) == tricky.replace(b'"offset" : 7', b'"offset" : 8')
 
 
-def test_storm_plan_refuses_without_the_deactivation_confirmation():
+def test_a_plan_refuses_a_group_that_cannot_be_a_znode_name():
+    """(The storm plan's refusal without Storm state or confirmation needs a ZooKeeper: it is in
+    tests/dags/test_runbook_reset_zk_offsets.py.)"""
     from fleetkit.core.action import ClusterContext
     from fleetkit.stuck.plan import ResetError
     from fleetkit.stuck.zk_reset import build_plan
 
     cluster = parse_fleet(BASE + "      - {kind: storm, conn_id: s, root: /s}\n", path="f.yaml").cluster("c1")
-    with pytest.raises(ResetError, match="topology_deactivated = true"):
-        build_plan(ClusterContext(cluster, None, None), {"source": "storm", "group": "sp", "topic": "t",
-                                                         "target": "skip 1", "topology_deactivated": False})
     with pytest.raises(ResetError, match="cannot be a znode name"):
         build_plan(ClusterContext(cluster, None, None), {"source": "zookeeper", "group": "../x", "topic": "t",
                                                          "target": "skip 1"})

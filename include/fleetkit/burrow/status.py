@@ -12,7 +12,8 @@ word comes from its stuck verdict (fleetkit.stuck.rules), first match:
   LAGGING            WARN       1         Burrow's WARN: progressing, lag not decreasing
   STALLED            STALL      1         Burrow's STALL: the offset does not move, a member is live
   STOPPED            STOP       1         Burrow's STOP: nobody consumes the partition
-  FROZEN             STOP       1         a store without members (a Storm spout): stopped or stuck
+  FROZEN             STOP       1         nothing says whether it runs (a Storm spout Storm's state
+                                          does not show): stopped or stuck
                                           cannot be told apart; alerted with STOPPED
                                           (deploy/prometheus/fleet-rules.yml), so the same word
   REWOUND            REWIND     1         Burrow's REWIND

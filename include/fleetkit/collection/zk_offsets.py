@@ -14,12 +14,16 @@ Layouts, below the store's chroot:
       <root>/<spout id>/partition_<N>   {"topology":{"id":..,"name":..},"offset":N,"partition":N,
                                          "broker":{"host":..,"port":..},"topic":..}
 
-  Nothing registers a running spout: liveness is unknown (`assigned` null, `group_state`
-  Unknown). `group` is the spout id, `member_client_id` the topology name from the JSON.
+  A spout's liveness is its topology's, read from Storm's own znodes below the store's
+  `storm_root` for the "topology":{"id":..} of the JSON (fleetkit.collection.storm_state):
+  running -> `assigned` true, `group_state` Stable; not running (killed, deactivated, its
+  supervisors gone) -> false, Empty; unknown (Storm's state absent or unreadable) -> null,
+  Unknown, the reason among the collection's problems. `group` is the spout id,
+  `member_client_id` the topology name from the JSON.
 
 Names read from ZooKeeper are hostile: a child name is one path component (ZooKeeper cannot
-return one holding "/"), and every path is built with `child_path`, which refuses ".", ".." and
-"/" in a name instead of letting it climb out of its parent.
+return one holding "/"), and every path is built with `child_path` (fleetkit.collection.znodes),
+which refuses ".", ".." and "/" in a name instead of letting it climb out of its parent.
 """
 
 from __future__ import annotations
@@ -33,27 +37,15 @@ from typing import Iterator
 
 from kazoo.exceptions import NoNodeError
 
+from fleetkit.collection import storm_state
+from fleetkit.collection.znodes import UnsafeZnodeName, child_path
 from fleetkit.core.fleet import Cluster, OffsetStoreSettings
 
 log = logging.getLogger(__name__)
 
 STORM_PARTITION_PREFIX = "partition_"
-
-
-class UnsafeZnodeName(ValueError):
-    """A name that cannot be one znode path component."""
-
-
-def child_path(parent: str, *names: str) -> str:
-    """parent/name/... with each name checked to stay one component below its parent."""
-    path = parent.rstrip("/") or ""
-    for name in names:
-        name = str(name)
-        if name in ("", ".", "..") or "/" in name or "\x00" in name:
-            raise UnsafeZnodeName(f"{name!r} cannot be a znode name below {path or '/'!r} "
-                                  "(empty, '.', '..', or holds '/' or NUL)")
-        path = f"{path}/{name}"
-    return path
+#: a spout's partition JSON is a few hundred bytes; a larger znode is not read as one
+MAX_STORM_STATE_BYTES = 64 << 10
 
 
 @dataclass
@@ -68,6 +60,7 @@ class StoreOffset:
     path: str             # the znode it was read from
     version: int          # its znode version (the reset's conditional write)
     topology: str | None = None  # storm: the topology name
+    topology_id: str | None = None  # storm: the topology instance (Storm's storm id) that committed it
     owner: str | None = None     # zookeeper: the consumer id in <root>/<group>/owners/<topic>/<partition>
 
 
@@ -75,6 +68,7 @@ class StoreOffset:
 class StoreRead:
     offsets: list[StoreOffset] = field(default_factory=list)
     members: dict[str, list[str]] = field(default_factory=dict)  # zookeeper: group -> live consumer ids
+    liveness: dict = field(default_factory=dict)  # storm: topology id -> storm_state.Liveness
     problems: list[str] = field(default_factory=list)
 
 
@@ -127,6 +121,8 @@ def read_zookeeper_store(client, store: OffsetStoreSettings, groups: list[str] |
 
 def parse_storm_state(data: bytes, path: str) -> dict:
     """The JSON storm-kafka's PartitionManager writes; ValueError naming the znode otherwise."""
+    if len(data) > MAX_STORM_STATE_BYTES:
+        raise ValueError(f"storm store: {path!r} holds {len(data)} bytes, more than spout state does")
     try:
         doc = json.loads(data.decode("utf-8"))
         if not isinstance(doc, dict):
@@ -137,13 +133,15 @@ def parse_storm_state(data: bytes, path: str) -> dict:
             raise ValueError("offset / partition must be integers and topic a string")
         topology = doc.get("topology") if isinstance(doc.get("topology"), dict) else {}
         return {"offset": offset, "partition": partition, "topic": topic,
-                "topology": topology.get("name") if isinstance(topology.get("name"), str) else None}
+                "topology": topology.get("name") if isinstance(topology.get("name"), str) else None,
+                "topology_id": topology.get("id") if isinstance(topology.get("id"), str) else None}
     except (ValueError, KeyError, UnicodeDecodeError) as e:
         raise ValueError(f"storm store: {path!r} is not storm-kafka spout state ({e})") from None
 
 
 def read_storm_store(client, store: OffsetStoreSettings, spouts: list[str] | None = None) -> StoreRead:
-    """Offsets of storm-kafka spouts: <root>/<spout id>/partition_<N> JSON."""
+    """Offsets of storm-kafka spouts (<root>/<spout id>/partition_<N> JSON) and the liveness of
+    the topologies that committed them (Storm's znodes below store.storm_root)."""
     out = StoreRead()
     names = spouts if spouts is not None else (list(store.spouts) or _children(client, store.root))
     for spout in names:
@@ -165,7 +163,13 @@ def read_storm_store(client, store: OffsetStoreSettings, spouts: list[str] | Non
                 out.problems.append(str(e))
                 continue
             out.offsets.append(StoreOffset("storm", spout, state["topic"], state["partition"], state["offset"],
-                                           path, stat.version, topology=state["topology"]))
+                                           path, stat.version, topology=state["topology"],
+                                           topology_id=state["topology_id"]))
+    for tid in sorted({o.topology_id or "" for o in out.offsets}):
+        out.liveness[tid] = live = storm_state.topology_liveness(client, store.storm_root, tid or None)
+        if live.state == storm_state.UNKNOWN:
+            out.problems.append(f"storm store {store.root}: liveness of topology {tid or '(none)'!r} unknown: "
+                                f"{live.reason}")
     return out
 
 
@@ -175,13 +179,17 @@ def read_store(client, store: OffsetStoreSettings) -> StoreRead:
 
 def snapshot_rows(cluster: str, read: StoreRead, log_offsets: dict, observed_at: dt.datetime) -> list[dict]:
     """offsets_snapshots rows of one store's read. zookeeper: Stable with live members (a
-    partition is assigned when its owners znode names a consumer), Empty without; storm: Unknown,
-    assigned null (nothing registers a running spout)."""
+    partition is assigned when its owners znode names a consumer), Empty without; storm: its
+    topology's liveness (Stable / assigned when it runs, Empty / unassigned when it does not,
+    Unknown / null when Storm's state does not say)."""
     rows = []
     for o in read.offsets:
         start, end, _ = log_offsets.get((o.topic, o.partition), (None, None, None))
         if o.source == "storm":
-            state, assigned, client_id = "Unknown", None, o.topology
+            live = read.liveness.get(o.topology_id or "")
+            assigned = None if live is None else live.assigned
+            state = {True: "Stable", False: "Empty"}.get(assigned, "Unknown")
+            client_id = o.topology
         else:
             members = read.members.get(o.group) or []
             if members:

@@ -45,6 +45,8 @@ A fleet file is YAML::
             conn_id: storm_zookeeper     # often Storm's own ZooKeeper, not the cluster's
             root: /kafka-spouts          # the spouts' zkRoot (required for storm)
             spouts: [clicks-spout]       # optional filter: only these spout ids
+            storm_root: /storm           # Storm's storm.zookeeper.root in the same connection (default
+                                         # /storm): whether a spout's topology runs (fleetkit.collection.storm_state)
 
     alerts:                              # optional: besides the task log, where alerts go
       smtp_conn_id: smtp_default         # e-mail (Airflow connection, type smtp) ...
@@ -183,13 +185,17 @@ class GroupIdMappingSettings:
 
 OFFSET_STORE_KINDS = ("zookeeper", "storm")
 DEFAULT_CONSUMERS_ROOT = "/consumers"
+#: Storm's storm.zookeeper.root default (org.apache.storm conf/defaults.yaml)
+DEFAULT_STORM_ROOT = "/storm"
 
 
 @dataclass(frozen=True)
 class OffsetStoreSettings:
     """Consumer offsets kept in a ZooKeeper: the old high-level consumer's (kind zookeeper,
     <root>/<group>/offsets/<topic>/<partition>) or storm-kafka spouts' (kind storm,
-    <root>/<spout id>/partition_<N>, JSON). `groups` / `spouts`: only these (empty: all)."""
+    <root>/<spout id>/partition_<N>, JSON). `groups` / `spouts`: only these (empty: all).
+    `storm_root` (storm): Storm's own root (storm.zookeeper.root) in the same ZooKeeper and chroot,
+    where the spouts' topologies are registered (fleetkit.collection.storm_state)."""
 
     kind: str
     conn_id: str
@@ -198,6 +204,7 @@ class OffsetStoreSettings:
     groups: tuple[str, ...] = ()
     spouts: tuple[str, ...] = ()
     runbook_conn_id: str | None = None  # None: conn_id
+    storm_root: str = DEFAULT_STORM_ROOT
 
     def conn_id_for(self, changes: bool = False) -> str:
         """The connection of a step: the runbook's for an offset reset, else the read-only one."""
@@ -577,7 +584,8 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str,
     for i, sraw in enumerate(raw):
         swhere = f"{where}[{i}]"
         sraw = f.mapping(sraw, swhere)
-        f.unknown(sraw, {"kind", "conn_id", "runbook_conn_id", "chroot", "root", "groups", "spouts"}, swhere)
+        f.unknown(sraw, {"kind", "conn_id", "runbook_conn_id", "chroot", "root", "groups", "spouts", "storm_root"},
+                  swhere)
         for required in ("kind", "conn_id"):
             if required not in sraw:
                 raise f.fail(swhere, f"missing required field {required!r}")
@@ -599,6 +607,9 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str,
         root = _znode_path(f, sraw.get("root", DEFAULT_CONSUMERS_ROOT), f"{swhere}.root", "/consumers")
         if kind == "zookeeper" and sraw.get("spouts") is not None:
             raise f.fail(f"{swhere}.spouts", "only a storm store has spouts (use groups for kind zookeeper)")
+        if kind == "zookeeper" and sraw.get("storm_root") is not None:
+            raise f.fail(f"{swhere}.storm_root", "only a storm store has Storm's root")
+        storm_root = _znode_path(f, sraw.get("storm_root", DEFAULT_STORM_ROOT), f"{swhere}.storm_root", "/storm")
         if kind == "storm" and sraw.get("groups") is not None:
             raise f.fail(f"{swhere}.groups", "a storm store names spout ids: use spouts")
         groups = f.strings(sraw.get("groups"), f"{swhere}.groups")
@@ -611,7 +622,8 @@ def _parse_offset_stores(f: _Field, raw: Any, where: str,
         if any((s.kind, s.conn_id, s.chroot, s.root) == key for s in stores):
             raise f.fail(swhere, f"the {kind} store {conn_id}{chroot}{root} appears twice")
         stores.append(OffsetStoreSettings(kind=kind, conn_id=conn_id, root=root, chroot=chroot,
-                                          groups=groups, spouts=spouts, runbook_conn_id=runbook_conn_id))
+                                          groups=groups, spouts=spouts, runbook_conn_id=runbook_conn_id,
+                                          storm_root=storm_root))
     return tuple(stores)
 
 

@@ -14,8 +14,11 @@ A partition's window (as_of - window <= observed_at <= as_of) is reduced to a fe
  6 STALLED            offset never moved in the window, lag > 0, a live member is assigned (a
                       poison record)
  7 STOPPED            offset never moved, lag > 0, no live member assigned (0.9: Dead, not Empty)
-   FROZEN             offset never moved, lag > 0, and the store registers no members at all (a
-                      Storm spout): running-but-stuck and stopped cannot be told apart
+                      (a Storm spout: its topology is assigned to a registered supervisor, or not,
+                      in Storm's own znodes)
+   FROZEN             offset never moved, lag > 0, and nothing says whether a member is alive (a
+                      Storm spout whose topology Storm's state in that ZooKeeper does not show,
+                      or not readably): running-but-stuck and stopped cannot be told apart
  8 LAGGING            the lag trend over the trailing trend window (below): >= 4 snapshots, one in
                       each third of it, spanning the trend window (at most half the window); the
                       offset advanced; the least-squares slope of lag is positive and rises by at
@@ -74,7 +77,9 @@ from fleetkit.core.kafka_names import REBALANCING_STATES as REBALANCING
 
 STATUSES = ("NO_COMMIT", "OUT_OF_RANGE", "OK", "INSUFFICIENT_DATA", "REWOUND", "STALLED", "STOPPED", "FROZEN",
             "LAGGING")
-#: offsets_snapshots sources whose store registers no members (nothing says a consumer is alive)
+#: offsets_snapshots sources whose store registers no members: a row of one says whether its
+#: consumer is alive only when `assigned` is set (a Storm spout: from its topology's znodes in
+#: Storm's ZooKeeper, fleetkit.collection.storm_state; null when Storm's state did not say)
 NO_LIVENESS_SOURCES = ("storm",)
 #: a group's status is the first of these its partitions have: one judged partition (OK or worse)
 #: outranks the partitions not judged yet, so a group is INSUFFICIENT_DATA ("not judged yet") only
@@ -107,7 +112,7 @@ class Features:
     first_log_end: int | None
     rewound: bool                     # committed[i] < committed[i-1] somewhere
     never_moved: bool                 # min(committed) == max(committed)
-    liveness_known: bool = True       # False: the store registers no members (source storm)
+    liveness_known: bool = True       # False: nothing said whether a member is alive (source storm, assigned null)
     # -- early detection (times are epoch seconds) --
     as_of: float | None = None        # when the judgement is made
     snapshot_interval: float | None = None  # median seconds between consecutive snapshots in the window
@@ -318,9 +323,10 @@ def _frozen(f: Features, whole_window: bool, window_seconds: float) -> Verdict:
     conf = frozen_confidence(f, whole_window)
     if not f.liveness_known:
         return Verdict("FROZEN", (
-            f"The committed offset stayed at {f.latest_committed} {how_long} with lag {lag}; nothing registers this "
-            "consumer's liveness (a Storm spout), so running-but-stuck (a poison record replayed) and stopped look "
-            "alike: check the topology in Storm."), since, conf)
+            f"The committed offset stayed at {f.latest_committed} {how_long} with lag {lag}; whether this consumer "
+            "runs is unknown (a Storm spout whose topology Storm's state in the store's ZooKeeper does not show, or "
+            "shows unreadably: the collection's problems say which), so running-but-stuck (a poison record "
+            "replayed) and stopped look alike: check the topology in Storm."), since, conf)
     if f.latest_assigned is True:
         return Verdict("STALLED", (
             f"A live member is assigned but the committed offset stayed at {f.latest_committed} {how_long} with lag "
@@ -511,9 +517,11 @@ def storm(snapshots: list[dict]) -> Storm:
 
 
 # -- the pure reduction (the Spark job computes the same facts column-wise: fleetkit.stuck.columnar) -
-def liveness_known(source: str | None) -> bool:
-    """Whether rows of this offsets_snapshots source can say a member is alive (null: kafka)."""
-    return (source or "kafka") not in NO_LIVENESS_SOURCES
+def liveness_known(source: str | None, assigned: bool | None = None) -> bool:
+    """Whether a row of this offsets_snapshots source (null: kafka) says if a member is alive: always
+    for Kafka and the old consumer's store; for a Storm spout when `assigned` is set (Storm's own
+    znodes told whether its topology runs)."""
+    return (source or "kafka") not in NO_LIVENESS_SOURCES or assigned is not None
 
 
 def _epoch(t) -> float | None:
@@ -535,13 +543,14 @@ def features(rows: list[dict], as_of: dt.datetime, window: dt.timedelta) -> Feat
     as_of are ignored; rows before the window count only as history (the run the latest offset
     belongs to, the offset before a change)."""
     lo = as_of - window
-    known = all(liveness_known(r.get("source")) for r in rows)
     hist = sorted((r for r in rows if r["observed_at"] <= as_of and r.get("committed_offset") is not None),
                   key=lambda r: r["observed_at"])
     snaps = [r for r in hist if r["observed_at"] >= lo]
     if not snaps:
+        known = all(liveness_known(r.get("source")) for r in rows)
         return Features(0, 0.0, None, None, None, None, None, None, False, False, known, as_of=_epoch(as_of))
     first, last = snaps[0], snaps[-1]
+    known = liveness_known(last.get("source"), last.get("assigned"))  # the latest snapshot's word
     committed = [r["committed_offset"] for r in snaps]
 
     def lag_of(r):

@@ -99,7 +99,7 @@ def finding(r: dict, j: Judgement) -> dict:
                  trend_snapshots=_default(r["trend_snapshots"], 0), trend_span=_default(r["trend_span"], 0.0),
                  trend_third=_default(r["trend_third"], 0), trend_advanced=_default(r["trend_advanced"], False),
                  trend_dip=_default(r["trend_dip"], 0),
-                 liveness_known=r["source"] not in rules.NO_LIVENESS_SOURCES, as_of=at,
+                 liveness_known=rules.liveness_known(r["source"], r["latest_assigned"]), as_of=at,
                  streak=(None if r["streak"] is None else int(r["streak"])) if windowed else 0)
     v = rules.judge(rules.Features(**{f: facts[f] for f in _FEATURES}), j.window.total_seconds(), j.ratio)
     c, e = r["latest_committed"], r["latest_log_end"]

@@ -5,9 +5,12 @@ dispatches here when the run's `source` is zookeeper or storm).
 * zookeeper (old high-level consumer): <root>/<group>/offsets/<topic>/<p> holds the offset as
   decimal text. Precondition: no live member under <root>/<group>/ids.
 * storm (storm-kafka spout): <root>/<spout id>/partition_<N> holds JSON; only the top-level
-  "offset" value is rewritten, every other byte stays as the spout wrote it. Nothing registers a
-  running spout, and a live topology overwrites the reset at its next commit: the plan refuses
-  unless the run confirms `topology_deactivated`.
+  "offset" value is rewritten, every other byte stays as the spout wrote it. A live topology
+  overwrites the reset at its next commit, so the topology must not run: when Storm's own znodes
+  (the store's storm_root, fleetkit.collection.storm_state) say whether the topology named in the
+  JSON runs, that is the precondition, checked at plan time and re-read right before writing; when
+  they cannot say (no Storm state there, or not readable), the plan refuses unless the run
+  confirms `topology_deactivated`.
 
 Every write is `set(path, data, version=<the version the plan read>)`: a znode changed since the
 plan (a consumer committed) is refused by ZooKeeper itself, and the re-check before acting reads
@@ -28,7 +31,7 @@ from kazoo.exceptions import BadVersionError, NoAuthError, NoNodeError
 
 from fleetkit.clients.zookeeper import not_authorized
 
-from fleetkit.collection import zk_offsets
+from fleetkit.collection import storm_state, zk_offsets
 from fleetkit.core.datasets import iso_z, utcnow
 from fleetkit.core.journal import Journal
 from fleetkit.stuck.plan import (ACTION, DAG_ID, ResetError, new_offset, offsets_at_time, parse_partitions,
@@ -138,11 +141,6 @@ def build_plan(ctx, params: dict) -> dict:
     except zk_offsets.UnsafeZnodeName as e:
         raise ResetError(f"{what} {group!r}: {e}") from None
     confirmed = _truthy(params.get("topology_deactivated"))
-    if source == "storm" and not confirmed:
-        raise ResetError(
-            f"spout {group!r} keeps its offsets in Storm's ZooKeeper and nothing says whether its topology runs: "
-            "deactivate the topology first (storm deactivate <topology>; a live topology overwrites the reset at "
-            "its next commit), then trigger again with topology_deactivated = true")
     tgt = parse_target(params.get("target"), params.get("offsets") or None)
     store = find_store(cluster, source, params.get("store_root") or None)
     with store_client(ctx, store) as client:
@@ -153,6 +151,15 @@ def build_plan(ctx, params: dict) -> dict:
     if not found:
         raise ResetError(f"{source} store {store.conn_id}{store.chroot}{store.root}: {what} {group!r} has no "
                          f"committed offset for topic {topic!r}")
+    topologies = {o.topology_id or "": read.liveness[o.topology_id or ""] for o in found.values()} \
+        if source == "storm" else {}
+    unknown = {t: v.reason for t, v in topologies.items() if v.state == storm_state.UNKNOWN}
+    if unknown and not confirmed:
+        raise ResetError(
+            f"spout {group!r} keeps its offsets in ZooKeeper and Storm's state there does not say whether its "
+            f"topology runs ({'; '.join(unknown.values())}): deactivate the topology first (storm deactivate "
+            "<topology>; a live topology overwrites the reset at its next commit), then trigger again with "
+            "topology_deactivated = true")
     wanted = parse_partitions(params.get("partitions"))
     if tgt.kind == "restore" and wanted is None:
         wanted = sorted(tgt.offsets)
@@ -183,13 +190,23 @@ def build_plan(ctx, params: dict) -> dict:
                            f"{zk_offsets.child_path(store.root, group, 'ids')}: the execution refuses to write while "
                            "the group has live consumers (they would commit over the reset). Stop them first, then "
                            "approve; or reject and plan again later.")
+    running = sorted(t for t, v in topologies.items() if v.state == storm_state.RUNNING)
+    if running:
+        refused_now.append(f"Storm shows topology {', '.join(running)} running (below {store.storm_root}): the "
+                           "execution refuses to write while it runs (it would commit over the reset). Kill or "
+                           "deactivate it first, then approve; or reject and plan again later.")
     if source == "zookeeper":
         preconditions.append({"check": "no_live_members", "what": f"no consumer registered under "
                                                                   f"{zk_offsets.child_path(store.root, group, 'ids')}",
                               "observed": {"members": members}})
+    elif not unknown:
+        preconditions.append({"check": "topology_not_running", "what": f"Storm's znodes below {store.storm_root} "
+                              "show the spout's topology not running (read again right before writing)",
+                              "observed": {t or "(none)": v.reason for t, v in topologies.items()}})
     else:
         preconditions.append({"check": "topology_deactivated", "what": "the requester confirmed the topology is "
-                              "deactivated (nothing in ZooKeeper can tell; a live topology overwrites the reset)",
+                              "deactivated (Storm's state in that ZooKeeper cannot tell; a live topology "
+                              "overwrites the reset)",
                               "observed": {"confirmed": True}})
     preconditions.append({"check": "znode_versions_unchanged", "what": "every offset znode still has the version "
                           "the plan read (re-read right before writing; the write is conditional on it)",
@@ -198,7 +215,8 @@ def build_plan(ctx, params: dict) -> dict:
              "when moving back."]
     if source == "storm":
         risks.append("A topology activated before the write overwrites it at its next commit; one activated after "
-                     "starts from the new offsets.")
+                     "starts from the new offsets." + (" Storm's state did not say whether the topology runs: the "
+                                                       "requester's confirmation stands for it." if unknown else ""))
     else:
         risks.append("A consumer of this group that starts before the write commits over it (the execution re-checks "
                      "the ids and each znode's version right before writing).")
@@ -211,23 +229,41 @@ def build_plan(ctx, params: dict) -> dict:
         "changes": changes,
         "risks": risks,
         "rollback": {"how": "Trigger runbook_stuck_reset with target 'restore', the same source and the previous "
-                            "offsets (for storm, confirm topology_deactivated again); or fleetctl audit rollback "
+                            "offsets (for storm, confirm topology_deactivated again if Storm's state cannot tell whether "
+                            "the topology runs); or fleetctl audit rollback "
                             "RECORD_ID.",
                      "dag_id": DAG_ID, "conf": rollback_conf},
         "details": {"source": source, "group": group, "topic": topic, "target": tgt.describe(), "partitions": rows,
                     "store": {"kind": store.kind, "conn_id": store.conn_id, "chroot": store.chroot,
                               "root": store.root},
-                    "members": len(members), "group_state": ("Stable" if members else "Empty")
-                    if source == "zookeeper" else "Unknown"},
+                    "members": len(members), "group_state": _group_state(source, members, topologies),
+                    "topologies": {t: {"state": v.state, "reason": v.reason} for t, v in topologies.items()},
+                    "liveness_from": "" if source == "zookeeper" else
+                    ("confirmation" if unknown else "storm")},
         # what the execution's precondition check would refuse if approved as things are now
         "refused_now": refused_now,
     }
+
+
+def _group_state(source: str, members: list, topologies: dict) -> str:
+    if source == "zookeeper":
+        return "Stable" if members else "Empty"
+    states = {v.state for v in topologies.values()}
+    if storm_state.UNKNOWN in states or not states:
+        return "Unknown"
+    return "Stable" if storm_state.RUNNING in states else "Empty"
 
 
 # -- check, execute, verify ---------------------------------------------------------------------------------
 def _problems(client, store, plan: dict) -> list[str]:
     d = plan["details"]
     problems = []
+    if d["source"] == "storm" and d.get("liveness_from") == "storm":
+        for tid in d.get("topologies") or {}:
+            live = storm_state.topology_liveness(client, store.storm_root, tid or None)
+            if live.state != storm_state.NOT_RUNNING:
+                problems.append(f"topology {tid!r} no longer shows as not running in Storm's state below "
+                                f"{store.storm_root} ({live.reason}); stop it first")
     if d["source"] == "zookeeper":
         members = zk_offsets.live_members(client, store.root, d["group"])
         if members:
