@@ -223,8 +223,9 @@ def test_jars_are_checked_against_the_pinned_checksums(tmp_path):
 def test_every_distribution_is_pinned_in_the_checksum_file():
     pinned = dists.read_checksums()
     s3proxy_folder, s3proxy_jar = dists.s3proxy_key().split("/")
-    # and the lab's object store, and Spark's s3a connector
-    assert set(pinned) == set(dists.DISTS) | {s3proxy_folder, dists.hadoop_aws_folder()}
+    # and the lab's object store, Spark's s3a connector and the lab's Storm topology
+    assert set(pinned) == set(dists.DISTS) | {s3proxy_folder, dists.hadoop_aws_folder(), dists.storm_folder()}
+    assert any(jar.startswith("storm-kafka-") for jar in pinned[dists.storm_folder()])
     assert "hadoop-aws-3.5.0.jar" in pinned[dists.hadoop_aws_folder()]
     assert len(pinned[s3proxy_folder][s3proxy_jar]) == 64
     for version, dist in dists.DISTS.items():
