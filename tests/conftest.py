@@ -6,8 +6,9 @@ checkouts can run their suites side by side.
 
 `make test` runs two pytest processes (pytest-xdist, `-n 2`). Each has its own state and ports: the
 first (gw0) the ones above, the second (gw1) FLEET_TEST_PORT_OFFSET + 1000 and folders suffixed -gw1
-(.airflow-test-gw1, .lab-test-gw1, ...). Every test file runs whole in one process, and the files
-under the real scheduler (tests/ui, tests/cluster) all in the same one: they share its Airflow.
+(.airflow-test-gw1, .lab-test-gw1, ...). Every test file runs whole in one process, the files
+under the real scheduler (tests/ui) all in the same one (they share its Airflow), and the files on
+the lab's network namespaces (HOSTS_UNIT) one after the other.
 """
 
 from __future__ import annotations
@@ -354,22 +355,36 @@ def pytest_collection_modifyitems(config, items):
 
 
 # -- two pytest processes (pytest-xdist) ------------------------------------------------------
-#: the folders whose tests drive the session's real Airflow (airflow_server; tests/cluster switches
-#: it to the cluster profile and back): one unit of work, so they all run in the process that owns it
-SCHEDULER_FOLDERS = ("tests/ui/", "tests/cluster/")
-#: the other folders, slowest per file first (tests/unit, not listed, comes last)
-_THEN = ("tests/install/", "tests/integration/", "tests/dags/", "tests/spark/")
+#: the folder whose tests drive the session's real Airflow (airflow_server): one unit of work, so
+#: they all run in the process that owns it
+SCHEDULER_FOLDERS = ("tests/ui/",)
+#: the files that create network namespaces and compare the machine's links before and after
+#: (fleetlab.hosts): one unit, so two of them never run at once. They bring their own Airflow,
+#: Spark and Kafka, so they run in whichever process is free, as tests/cluster/test_cluster_profile.py
+#: does (it starts the process's Airflow in the cluster profile, or switches the running one and back).
+HOSTS_UNIT = ("tests/cluster/test_hosts_profile.py", "tests/cluster/test_lab_hosts.py",
+              "tests/cluster/test_spark_hosts.py")
+#: the order units are handed out in after those two (the longest first; tests/unit, not listed,
+#: comes last, its small files filling in)
+_THEN = ("tests/cluster/", "tests/install/", "tests/integration/", "tests/dags/", "tests/spark/")
 
 
 def _handed_out_rank(item) -> int:
     if item.nodeid.startswith(SCHEDULER_FOLDERS):
         return 0
-    return next((i for i, folder in enumerate(_THEN, 1) if item.nodeid.startswith(folder)), len(_THEN) + 1)
+    if item.nodeid.startswith(HOSTS_UNIT):
+        return 1
+    return next((i for i, folder in enumerate(_THEN, 2) if item.nodeid.startswith(folder)), len(_THEN) + 2)
 
 
 def _work_unit(nodeid: str) -> str:
-    """What one process runs whole: the tests under the real scheduler together, any other file alone."""
-    return "tests/ui+cluster" if nodeid.startswith(SCHEDULER_FOLDERS) else nodeid.split("::", 1)[0]
+    """What one process runs whole: the tests under the real scheduler together, the tests on the
+    lab's network namespaces together, any other file alone."""
+    if nodeid.startswith(SCHEDULER_FOLDERS):
+        return "tests/ui"
+    if nodeid.startswith(HOSTS_UNIT):
+        return "tests/cluster (network namespaces)"
+    return nodeid.split("::", 1)[0]
 
 
 @pytest.hookimpl(tryfirst=True)
