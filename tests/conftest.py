@@ -350,7 +350,8 @@ def pytest_collection_modifyitems(config, items):
     # the order work is handed out in under -n (every process collects the same list): the longest
     # unit first, the tests under the real scheduler; then the folders from the slowest per file
     # (the small files of tests/unit fill in at the end). Stable: a file's tests keep their order.
-    if getattr(config.option, "numprocesses", None):
+    # (the workers collect: they do not see -n, but run under PYTEST_XDIST_WORKER)
+    if WORKER or getattr(config.option, "numprocesses", None):
         items.sort(key=_handed_out_rank)
 
 
