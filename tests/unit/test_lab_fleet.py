@@ -302,3 +302,14 @@ def test_a_start_failure_is_seen_across_the_hourly_log_roll_over(tmp_path):
     assert log_grown_since(log, then) == b"before the hour\njava.net.BindException: Address already in use\n"
     assert log_grown_since(tmp_path / "missing.log", None) == b""
     assert log_grown_since(log, None).startswith(b"java.net.BindException")
+
+
+def test_the_lab_jvm_flags_replace_the_brokers_gc_defaults_only_when_given(monkeypatch):
+    from fleetlab.lab import Lab
+
+    monkeypatch.delenv("FLEET_LAB_JVM_OPTS", raising=False)
+    assert Lab._jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseG1GC"]
+    monkeypatch.setenv("FLEET_LAB_JVM_OPTS", " -XX:+UseSerialGC  -XX:TieredStopAtLevel=1 ")
+    # one GC only: a second one would make the JVM refuse to start
+    assert Lab._jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    assert Lab._jvm_flags() == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
