@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 from fleetlab import harness  # noqa: E402
 
 # the labs the tests start, stop and restart many times: the serial GC and the quick JIT only
-# (fleetlab.lab.Lab._jvm_flags; bench/README.md "The suite's CPU"). The benchmarks keep the defaults.
+# (fleetlab.procs.jvm_flags: brokers, ZooKeeper, the Spark cluster). The benchmarks and the demo keep
+# the defaults.
 os.environ.setdefault("FLEET_LAB_JVM_OPTS", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
 #: the environment, set before anything imports Airflow (fleetlab.harness: the benchmarks use it too)
 HARNESS = harness.setup(REPO, os.environ.get("PYTEST_XDIST_WORKER", ""))

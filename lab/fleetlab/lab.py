@@ -155,14 +155,6 @@ class Lab(LabSecurity, LabTopics):
             raise LabError("java is not installed (Kafka and ZooKeeper need a JRE; Java 17 works)")
         return java
 
-    @staticmethod
-    def _jvm_flags(default: tuple[str, ...] = ()) -> list[str]:
-        """The GC and JIT flags of a lab JVM: FLEET_LAB_JVM_OPTS (space-separated) when set, in place
-        of `default`. The test harness sets it to the serial GC and the quick JIT only: its labs
-        start and stop many times and idle in between, where those cost a fraction of the CPU."""
-        extra = os.environ.get("FLEET_LAB_JVM_OPTS")
-        return extra.split() if extra is not None else list(default)
-
     def _logging_flags(self, logs_dir: Path) -> list[str]:
         if self.spec.dist.logging == "log4j2":
             conf = f"-Dlog4j2.configurationFile={self.spec.path / 'log4j2.properties'}"
@@ -174,7 +166,7 @@ class Lab(LabSecurity, LabTopics):
         if procs.owned_pid(self._pid_file("zookeeper"), self.marker):
             return
         self._check_port_free(self.spec.zk_port, "ZooKeeper")
-        argv = [self._java(), "-Xmx128m", *self._jvm_flags(), "-Djava.awt.headless=true",
+        argv = [self._java(), "-Xmx128m", *procs.jvm_flags(), "-Djava.awt.headless=true",
                 *self._logging_flags(self.spec.path / "zookeeper" / "logs"),
                 *([f"-Djava.security.auth.login.config={self.zk_jaas_file}"] if self.spec.zk_sasl else []),
                 "-cp", f"{home}/libs/*", "org.apache.zookeeper.server.quorum.QuorumPeerMain",
@@ -188,7 +180,7 @@ class Lab(LabSecurity, LabTopics):
         if (self.spec.log_dir(broker_id) / "meta.properties").exists():
             return
         bdir = self.spec.broker_dir(broker_id)
-        argv = [self._java(), "-Xmx256m", *self._jvm_flags(), *self._logging_flags(bdir / "logs"),
+        argv = [self._java(), "-Xmx256m", *procs.jvm_flags(), *self._logging_flags(bdir / "logs"),
                 "-cp", f"{home}/libs/*", "kafka.tools.StorageTool", "format", f"--cluster-id={self.spec.cluster_id}",
                 "--config", str(bdir / "server.properties"), "--ignore-formatted"]
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -209,7 +201,7 @@ class Lab(LabSecurity, LabTopics):
             self._format_storage(home, broker_id)
         bdir = self.spec.broker_dir(broker_id)
         argv = [self._java(), f"-Xmx{self.spec.broker_heap}", "-Xms64m",
-                *self._jvm_flags(("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")), "-Djava.awt.headless=true",
+                *procs.jvm_flags(("-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20")), "-Djava.awt.headless=true",
                 *self._logging_flags(bdir / "logs"),
                 *([f"-Djava.security.auth.login.config={self.broker_jaas_file}"] if self.spec.zk_sasl else []),
                 # the one URL OAUTHBEARER validation may read (Kafka refuses any other)

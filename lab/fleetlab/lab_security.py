@@ -15,7 +15,7 @@ import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
-from fleetlab import oauth
+from fleetlab import oauth, procs
 from fleetkit.core.kafka_names import OFFSETS_TOPIC
 from fleetkit.core.errors import LabError
 
@@ -365,7 +365,7 @@ class LabSecurity:
             zk.stop()
             zk.close()
         if existed:
-            argv = [self._java(), "-Xmx128m", *self._jvm_flags(), f"-Djava.security.auth.login.config={self.broker_jaas_file}",
+            argv = [self._java(), "-Xmx128m", *procs.jvm_flags(), f"-Djava.security.auth.login.config={self.broker_jaas_file}",
                     *self._logging_flags(self.spec.path / "zookeeper" / "logs"), "-cp", f"{home}/libs/*",
                     "kafka.admin.ZkSecurityMigrator", "--zookeeper.acl", "secure",
                     "--zookeeper.connect", f"{self.spec.zk_hosts}{self.spec.chroot}"]

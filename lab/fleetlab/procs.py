@@ -10,6 +10,15 @@ import time
 from pathlib import Path
 
 
+def jvm_flags(default: tuple[str, ...] = ()) -> list[str]:
+    """The GC and JIT flags of a lab JVM (Kafka, ZooKeeper, the Spark cluster's daemons and
+    executors): FLEET_LAB_JVM_OPTS (space-separated) when set, in place of `default`. The tests set
+    it to the serial GC and the quick JIT only: their labs start and stop many times and idle in
+    between, where those cost a fraction of the CPU. Unset (the demo, the benchmarks): `default`."""
+    extra = os.environ.get("FLEET_LAB_JVM_OPTS")
+    return extra.split() if extra is not None else list(default)
+
+
 def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

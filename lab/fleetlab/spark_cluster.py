@@ -171,6 +171,7 @@ def spark_defaults(spec: SparkClusterSpec) -> dict[str, str]:
         # the driver runs where spark-submit runs (client mode): the Airflow workers' .venv
         "spark.pyspark.driver.python": str(spec.driver_python),
         "spark.executor.memory": spec.worker_memory,
+        **({"spark.executor.extraJavaOptions": " ".join(procs.jvm_flags())} if procs.jvm_flags() else {}),
         # where the driver listens is the submitting side's: SPARK_LOCAL_IP of the Airflow worker
         # (loopback on one machine, its lab host's address on the several-hosts lab)
     }
@@ -205,6 +206,7 @@ def daemon_env(spec: SparkClusterSpec, base: dict | None = None, name: str = "ma
         "SPARK_LOCAL_IP": spec.address(name),  # the web UIs bind to it
         "SPARK_CONF_DIR": str(spec.conf_dir),
         "SPARK_DAEMON_MEMORY": "512m",
+        "SPARK_DAEMON_JAVA_OPTS": " ".join(procs.jvm_flags()),
         "SPARK_LOCAL_DIRS": str(spec.home / "local"),
         "PYSPARK_PYTHON": str(spec.exec_python),
     })

@@ -305,11 +305,11 @@ def test_a_start_failure_is_seen_across_the_hourly_log_roll_over(tmp_path):
 
 
 def test_the_lab_jvm_flags_replace_the_brokers_gc_defaults_only_when_given(monkeypatch):
-    from fleetlab.lab import Lab
+    from fleetlab.procs import jvm_flags
 
     monkeypatch.delenv("FLEET_LAB_JVM_OPTS", raising=False)
-    assert Lab._jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseG1GC"]
+    assert jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseG1GC"]
     monkeypatch.setenv("FLEET_LAB_JVM_OPTS", " -XX:+UseSerialGC  -XX:TieredStopAtLevel=1 ")
     # one GC only: a second one would make the JVM refuse to start
-    assert Lab._jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
-    assert Lab._jvm_flags() == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    assert jvm_flags(("-XX:+UseG1GC",)) == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
+    assert jvm_flags() == ["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
