@@ -61,8 +61,11 @@ def test_broker_settings_per_generation(tmp_path):
     # 0.9: listeners (SSL for clients), offsets segment size set on the topic (0.9 ignores the broker setting)
     assert old["listeners"].startswith("SSL://127.0.0.1:29093,") and "offsets.topic.segment.bytes" not in old
     assert "group.initial.rebalance.delay.ms" not in old  # 0.9 does not know it
+    # 0.9's followers leave the ISR after 10 s: its long-poll stays at the 0.5 s default
+    assert "replica.fetch.wait.max.ms" not in old
     for modern in (zk39, kraft):
         assert modern["group.initial.rebalance.delay.ms"] == "0"
+        assert int(modern["replica.fetch.wait.max.ms"]) <= 30000 // 6  # well within a 30 s lag time
         assert modern["auto.leader.rebalance.enable"] == "false"
         assert modern["offsets.topic.segment.bytes"] == str(100 * 1024 * 1024)
         assert "port" not in modern and "host.name" not in modern
