@@ -171,7 +171,7 @@ def spark_defaults(spec: SparkClusterSpec) -> dict[str, str]:
         # the driver runs where spark-submit runs (client mode): the Airflow workers' .venv
         "spark.pyspark.driver.python": str(spec.driver_python),
         "spark.executor.memory": spec.worker_memory,
-        **({"spark.executor.extraJavaOptions": " ".join(procs.jvm_flags())} if procs.jvm_flags() else {}),
+        **({"spark.executor.extraJavaOptions": " ".join(flags)} if (flags := procs.jvm_flags()) else {}),
         # where the driver listens is the submitting side's: SPARK_LOCAL_IP of the Airflow worker
         # (loopback on one machine, its lab host's address on the several-hosts lab)
     }
