@@ -22,9 +22,17 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int = 3,
 
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, **login_for(bootstrap, security)},
                                       kafka_version))
-    fut = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])])
-    return next(iter(fut.values())).result().topic_partitions
+    (fut,) = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]).values()
+    try:
+        return fut.result().topic_partitions
+    finally:
+        # a failed Future keeps the exception it raised, whose traceback keeps this frame, which
+        # keeps the Future: without these dels that cycle keeps the client (its librdkafka threads
+        # and any coordinator request still pending) alive until the cyclic GC runs, possibly
+        # across a broker restart, which librdkafka 2.x does not survive (an abort in
+        # rd_kafka_enq_once_del_source_return). Here the client is destroyed on return.
+        del fut, admin
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int = 3,

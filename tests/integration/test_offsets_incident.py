@@ -52,12 +52,14 @@ def same_partition(prefix: str, partition: int) -> str:
 
 def read_committed(bootstrap: str, group: str, tps: list[tuple[str, int]]) -> dict | None:
     admin = AdminClient(client_config({"bootstrap.servers": bootstrap, "socket.timeout.ms": 3000}, "0.9.0.1"))
-    fut = admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])], request_timeout=5)
+    (fut,) = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in tps])], request_timeout=5).values()
     try:
-        res = next(iter(fut.values())).result()
+        res = fut.result()
     except Exception:  # noqa: BLE001 - NOT_COORDINATOR while the partition loads
         return None
+    finally:
+        del fut, admin  # the client goes now, not at the cyclic GC (fleetlab.arrange.committed says why)
     if any(tp.error is not None for tp in res.topic_partitions):
         return None
     return {(tp.topic, tp.partition): tp.offset for tp in res.topic_partitions}
